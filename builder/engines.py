@@ -1,0 +1,297 @@
+"""Engine knowledge: the data in data/engines.toml, resolved for one package version.
+
+The code here only knows generic *formats* (how to spell an arch list for a knob, how ranges merge);
+which package uses which knob, pin source, build command or strategy flags is data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import UserError
+
+STRATEGIES = ("MTP2", "MTP7", "DFlash2")
+
+_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "rules", "strategies"}
+_RULE_KEYS = {
+    "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
+    "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
+    "compile_threads_define", "torch_pin", "pin_extras", "companions", "launch", "health", "ready_log", "metrics",
+    "cmake_args", "rust",
+}
+_KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
+
+
+def did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def arch_name(arch: int) -> str:
+    return f"sm_{arch}"
+
+
+@dataclass(frozen=True)
+class ArchKnob:
+    """One switch that selects GPU archs for a package, and how to spell the arch list for it."""
+
+    format: str
+    env: str | None = None
+    cmake: str | None = None
+    accepted: tuple[int, ...] | None = None
+    threshold: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.env or self.cmake or "?"
+
+    def value(self, archs: tuple[int, ...]) -> str:
+        if self.format == "torch":  # "8.0 9.0"
+            return " ".join(f"{a // 10}.{a % 10}" for a in archs)
+        if self.format == "cmake-real":  # "80-real;90-real"
+            return ";".join(f"{a}-real" for a in archs)
+        if self.format == "semicolon":  # "80;90"
+            return ";".join(str(a) for a in archs)
+        if self.format == "switch-below":  # ON when any requested arch is below the threshold
+            return "ON" if any(a < (self.threshold or 0) for a in archs) else "OFF"
+        raise AssertionError(self.format)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    versions: SpecifierSet
+    why_not: str
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything the toolkit knows about building and running one package version."""
+
+    name: str
+    version: str
+    pypi: str
+    kind: str
+    template: str
+    torch_pin: str
+    mem_gb_per_nvcc_thread: float
+    source: str
+    source_subdir: str = "."
+    git_repository: str = ""
+    git_tag: str = ""
+    min_cuda: str = "0"
+    min_arch: int = 0
+    min_cmake: str = ""
+    build_requirements: str = ""
+    build_requirements_list: tuple[str, ...] = ()
+    build_command: str = ""
+    build_env: tuple[tuple[str, str], ...] = ()
+    arch_knobs: tuple[ArchKnob, ...] = ()
+    builds_always: tuple[int, ...] = ()
+    builds_switch: tuple[int, ...] = ()
+    compile_threads_define: str = ""
+    pin_extras: tuple[str, ...] = ()
+    companions: tuple[str, ...] = ()
+    launch: tuple[str, ...] = ()
+    health: str = ""
+    ready_log: str = ""
+    metrics: tuple[str, ...] = ()
+    cmake_args: str = ""
+    rust: bool = False
+    strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
+
+    # -- archs -------------------------------------------------------------------------------------------
+    def knob_values(self, archs: tuple[int, ...]) -> tuple[tuple[str, str], ...]:
+        return tuple((k.name, k.value(archs)) for k in self.arch_knobs)
+
+    def built_archs(self, archs: tuple[int, ...]) -> tuple[int, ...]:
+        """The SASS archs the build will really emit for the requested archs."""
+        if not self.builds_always:
+            return tuple(sorted(archs))
+        out = set(self.builds_always)
+        if any(k.format == "switch-below" and k.value(archs) == "ON" for k in self.arch_knobs):
+            out |= set(self.builds_switch)
+        return tuple(sorted(out))
+
+    def arch_problems(self, archs: tuple[int, ...]) -> list[str]:
+        """Why the requested archs cannot be built as asked (empty when they can)."""
+        problems = []
+        for a in archs:
+            if a < self.min_arch:
+                problems.append(f"{self.name} {self.version} supports sm_{self.min_arch} and newer, not sm_{a}")
+        for knob in self.arch_knobs:
+            if knob.accepted is None:
+                continue
+            for a in archs:
+                if a not in knob.accepted:
+                    hint = ""
+                    lower = [x for x in knob.accepted if x // 10 == a // 10 and x <= a]
+                    if lower:
+                        hint = f"; sm_{lower[-1]} SASS runs on {a // 10}.{a % 10}: ask for {lower[-1]}"
+                    problems.append(
+                        f"{self.name} {self.version}: {knob.name} only recognises "
+                        f"{', '.join(map(str, knob.accepted))}; {a} would be silently dropped{hint}"
+                    )
+        built = self.built_archs(archs)
+        if self.builds_always:
+            for a in archs:
+                if a >= self.min_arch and not any(b // 10 == a // 10 and b <= a for b in built):
+                    problems.append(
+                        f"{self.name} {self.version} hard-codes its archs ({', '.join(map(arch_name, built))}); "
+                        f"sm_{a} cannot be selected"
+                    )
+        return problems
+
+    # -- strategies --------------------------------------------------------------------------------------
+    def strategy(self, name: str) -> Strategy:
+        return self.strategies[name]
+
+    def strategy_problem(self, name: str) -> str | None:
+        if name not in self.strategies:
+            return f"{self.name} has no strategy {name!r}{did_you_mean(name, self.strategies)}"
+        s = self.strategies[name]
+        if Version(self.version) not in s.versions:
+            return f"{name} cannot run on {self.name} {self.version}: {s.why_not}; versions that can: {self.name}{s.versions}"
+        return None
+
+
+@cache
+def knowledge() -> dict:
+    text = resources.files("builder").joinpath("data/engines.toml").read_text()
+    data = tomllib.loads(text)
+    _check_knowledge(data)
+    return data
+
+
+def _check_knowledge(data: dict) -> None:
+    """The data file is code too: reject typos in it as early as typos in matrix.toml."""
+    for name, pkg in data["packages"].items():
+        for key in pkg:
+            if key not in _PACKAGE_KEYS:
+                raise UserError(f"engines.toml: packages.{name}: unknown key {key!r}{did_you_mean(key, _PACKAGE_KEYS)}")
+        for rule in pkg.get("rules", []):
+            for key in rule:
+                if key not in _RULE_KEYS:
+                    raise UserError(f"engines.toml: packages.{name}.rules: unknown key {key!r}{did_you_mean(key, _RULE_KEYS)}")
+            for knob in rule.get("arch_knobs", []):
+                if knob["format"] not in _KNOB_FORMATS:
+                    raise UserError(f"engines.toml: packages.{name}: unknown knob format {knob['format']!r}")
+            SpecifierSet(rule["versions"])
+
+
+def package_names() -> list[str]:
+    return list(knowledge()["packages"])
+
+
+def engine_names() -> list[str]:
+    return [n for n, p in knowledge()["packages"].items() if p["kind"] == "engine"]
+
+
+def cuda_archs(cuda: str) -> tuple[int, ...]:
+    """The archs nvcc of this CUDA version can target (by major.minor)."""
+    mm = ".".join(cuda.split(".")[:2])
+    table = knowledge()["cuda"]
+    if mm not in table:
+        raise UserError(f"CUDA {cuda}: unknown to this toolkit; known: {', '.join(table)}")
+    return tuple(table[mm]["archs"])
+
+
+def known_cuda() -> list[str]:
+    return list(knowledge()["cuda"])
+
+
+def parse_version(text: str, what: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UserError(f"{what}: {text!r} is not a version") from None
+
+
+def recipe(name: str, version: str) -> Recipe:
+    pkgs = knowledge()["packages"]
+    if name not in pkgs:
+        raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}; known: {', '.join(pkgs)}")
+    return _recipe(name, version)
+
+
+@cache
+def _recipe(name: str, version: str) -> Recipe:
+    pkg = knowledge()["packages"][name]
+    v = parse_version(version, name)
+    merged: dict = {}
+    matched = False
+    for rule in pkg["rules"]:
+        try:
+            spec = SpecifierSet(rule["versions"])
+        except InvalidSpecifier:  # pragma: no cover - checked at load
+            raise
+        if v in spec:
+            matched = True
+            merged.update({k: val for k, val in rule.items() if k != "versions"})
+    if not matched:
+        ranges = " | ".join(r["versions"] for r in pkg["rules"])
+        raise UserError(f"{name} {version}: no engine knowledge for this version (known ranges: {ranges})")
+    knobs = tuple(
+        ArchKnob(
+            format=k["format"],
+            env=k.get("env"),
+            cmake=k.get("cmake"),
+            accepted=tuple(k["accepted"]) if "accepted" in k else None,
+            threshold=k.get("threshold"),
+        )
+        for k in merged.get("arch_knobs", [])
+    )
+    builds = merged.get("builds_archs", {})
+    strategies = {
+        sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]))
+        for sname, s in pkg.get("strategies", {}).items()
+    }
+    return Recipe(
+        name=name,
+        version=version,
+        pypi=pkg["pypi"],
+        kind=pkg["kind"],
+        template=pkg["template"],
+        torch_pin=merged.get("torch_pin", pkg["torch_pin"]),
+        mem_gb_per_nvcc_thread=float(pkg["mem_gb_per_nvcc_thread"]),
+        source=merged["source"],
+        source_subdir=merged.get("source_subdir", "."),
+        git_repository=merged.get("git_repository", ""),
+        git_tag=merged.get("git_tag", "").replace("{version}", version),
+        min_cuda=merged.get("min_cuda", "0"),
+        min_arch=int(merged.get("min_arch", 0)),
+        min_cmake=merged.get("min_cmake", ""),
+        build_requirements=merged.get("build_requirements", ""),
+        build_requirements_list=tuple(merged.get("build_requirements_list", ())),
+        build_command=merged.get("build_command", ""),
+        build_env=tuple(sorted(merged.get("build_env", {}).items())),
+        arch_knobs=knobs,
+        builds_always=tuple(builds.get("always", ())),
+        builds_switch=tuple(builds.get("switch", ())),
+        compile_threads_define=merged.get("compile_threads_define", ""),
+        pin_extras=tuple(merged.get("pin_extras", ())),
+        companions=tuple(merged.get("companions", ())),
+        launch=tuple(merged.get("launch", ())),
+        health=merged.get("health", ""),
+        ready_log=merged.get("ready_log", ""),
+        metrics=tuple(merged.get("metrics", ())),
+        cmake_args=merged.get("cmake_args", ""),
+        rust=bool(merged.get("rust", False)),
+        strategies=strategies,
+    )
+
+
+def recipe_pypi(name: str) -> str:
+    """The PyPI project name of a package (same for every version)."""
+    pkgs = knowledge()["packages"]
+    if name not in pkgs:
+        raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}")
+    return pkgs[name]["pypi"]

@@ -1,0 +1,164 @@
+"""`builder lock`: read each package's own metadata once and record it in matrix.lock.
+
+Torch pins and companion versions are never hand-typed: they come from the engine's published wheel
+metadata (Requires-Dist), and every sdist is recorded with its sha256. Git sources record the commit a tag
+points at, when the git host is reachable; otherwise the entry says so and builds refuse it unless told.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from . import engines
+from .errors import UserError
+from .pypi import SimpleIndex
+
+LOCK_NAME = "matrix.lock"
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What the lock file says about one package version."""
+
+    name: str
+    version: str
+    requires_python: str
+    torch: str
+    pins: dict
+    sdist: dict
+    git: dict
+
+    @property
+    def pinned_commit(self) -> str:
+        return self.git.get("commit", "")
+
+
+class Lock:
+    def __init__(self, path: Path, data: dict):
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def load(cls, path: Path) -> "Lock":
+        if not path.exists():
+            return cls(path, {"format": LOCK_FORMAT, "packages": {}})
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{path}: not valid TOML ({exc}); regenerate it with `builder lock`") from None
+        if data.get("format") != LOCK_FORMAT:
+            raise UserError(f"{path}: lock format {data.get('format')!r}, expected {LOCK_FORMAT}; run `builder lock`")
+        return cls(path, data)
+
+    def get(self, name: str, version: str) -> Locked:
+        key = f"{name}=={version}"
+        entry = self.data.get("packages", {}).get(key)
+        if entry is None:
+            raise UserError(f"{self.path.name}: no entry for {key}; run `builder lock` to read its metadata")
+        return Locked(
+            name=name,
+            version=version,
+            requires_python=entry.get("requires_python", ""),
+            torch=entry.get("torch", ""),
+            pins=dict(entry.get("pins", {})),
+            sdist=dict(entry.get("sdist", {})),
+            git=dict(entry.get("git", {})),
+        )
+
+    def has(self, name: str, version: str) -> bool:
+        return f"{name}=={version}" in self.data.get("packages", {})
+
+    def write(self) -> None:
+        header = (
+            "# Written by `builder lock` from the packages' own published metadata. Do not edit by hand:\n"
+            "# change matrix.toml and run `builder lock` again.\n"
+        )
+        self.path.write_text(header + tomli_w.dumps(self.data))
+
+
+def _resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
+    """(commit, "") or ("", reason) — a tag is only a pin once we know the commit it names."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-remote", repository, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"],
+            capture_output=True, text=True, timeout=30, env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", f"git ls-remote failed: {exc}"
+    if out.returncode != 0:
+        return "", f"git ls-remote {repository} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"
+    refs = dict(reversed(line.split("\t")) for line in out.stdout.splitlines() if "\t" in line)
+    commit = refs.get(f"refs/tags/{tag}^{{}}") or refs.get(f"refs/tags/{tag}", "")
+    return (commit, "") if commit else ("", f"tag {tag} not found in {repository}")
+
+
+def lock_package(index: SimpleIndex, name: str, version: str, consumer_tag: str = "") -> dict:
+    """One lock entry, read from the index (and the git host for git sources)."""
+    r = engines.recipe(name, version)
+    entry: dict = {}
+    if r.torch_pin in ("metadata",) or r.torch_pin.startswith("via:") or r.companions:
+        meta = index.metadata(r.pypi, version)
+        entry["requires_python"] = meta.requires_python or ""
+        pins = {}
+        for comp in r.companions:
+            pin = meta.pin(engines.recipe_pypi(comp), r.pin_extras)
+            if pin is None:
+                raise UserError(f"{name} {version}: its metadata pins no exact {comp} version")
+            pins[comp] = pin
+        if r.torch_pin == "metadata":
+            torch = meta.pin("torch", r.pin_extras)
+            if torch is None:
+                raise UserError(f"{name} {version}: its metadata pins no exact torch version")
+            entry["torch"] = torch
+        if pins:
+            entry["pins"] = pins
+    if r.source == "sdist":
+        sd = index.sdist(r.pypi, version)
+        if sd is None:
+            raise UserError(f"{name} {version}: no sdist on the index; it needs a git source")
+        entry["sdist"] = {"filename": sd.filename, "url": sd.url, "sha256": sd.sha256}
+    else:
+        tag = consumer_tag if r.git_tag == "from:sglang" else r.git_tag
+        commit, why = _resolve_git_commit(r.git_repository, tag)
+        entry["git"] = {"repository": r.git_repository, "tag": tag, "commit": commit}
+        if why:
+            entry["git"]["unresolved"] = why
+    return entry
+
+
+def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print) -> Lock:
+    """Read metadata for every package version the matrix names (and their companions)."""
+    index = SimpleIndex(index_url)
+    todo: list[tuple[str, str, str]] = []
+    for prof in raw_matrix.get("profiles", {}).values():
+        for eng, ver in prof.get("engines", {}).items():
+            todo.append((eng, ver, ""))
+        if prof.get("flash_attn"):
+            todo.append(("flash-attn", prof["flash_attn"], ""))
+    packages = lock.data.setdefault("packages", {})
+    done: set[str] = set()
+    while todo:
+        name, version, consumer_tag = todo.pop(0)
+        key = f"{name}=={version}"
+        if key in done:
+            continue
+        done.add(key)
+        entry = lock_package(index, name, version, consumer_tag)
+        packages[key] = entry
+        r = engines.recipe(name, version)
+        note = f"torch {entry['torch']}" if "torch" in entry else ""
+        if entry.get("git", {}).get("unresolved"):
+            note += f" UNPINNED ({entry['git']['unresolved']})"
+        echo(f"locked {key} {note}".rstrip())
+        for comp, comp_version in entry.get("pins", {}).items():
+            todo.append((comp, comp_version, r.git_tag))
+    lock.data["index"] = index_url
+    lock.data["format"] = LOCK_FORMAT
+    lock.data["packages"] = dict(sorted(packages.items()))
+    return lock

@@ -1,0 +1,198 @@
+"""Read package facts from a PEP 691 Simple index (PyPI or a private mirror).
+
+The JSON API is not available everywhere (it answers 404 on some mirrors); the Simple API is, and so is
+PEP 658 metadata for most wheels. Where a wheel has no `.metadata` file we read METADATA straight out of
+the remote zip with HTTP range requests, so a 300 MB wheel costs a few hundred kilobytes.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import ssl
+import struct
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
+
+from .errors import BuilderError, UserError
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+_ACCEPT = "application/vnd.pypi.simple.v1+json"
+
+
+@dataclass(frozen=True)
+class DistFile:
+    filename: str
+    url: str
+    sha256: str
+    requires_python: str | None
+    has_metadata: bool
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+    @property
+    def is_sdist(self) -> bool:
+        return self.filename.endswith((".tar.gz", ".zip"))
+
+
+@dataclass(frozen=True)
+class Metadata:
+    name: str
+    version: str
+    requires_python: str | None
+    requires_dist: tuple[str, ...] = field(default_factory=tuple)
+
+    def pin(self, dependency: str, extras: tuple[str, ...] = ()) -> str | None:
+        """The exact version this package pins `dependency` to (== or ===), or None.
+
+        A requirement guarded by an extra counts only when that extra is in `extras`.
+        """
+        want = canonicalize_name(dependency)
+        for line in self.requires_dist:
+            req = Requirement(line)
+            if canonicalize_name(req.name) != want:
+                continue
+            if req.marker is not None:
+                envs = [{"extra": e} for e in extras] or [{"extra": ""}]
+                if not any(req.marker.evaluate(env) for env in envs):
+                    continue
+            for spec in req.specifier:
+                if spec.operator in ("==", "==="):
+                    return spec.version
+        return None
+
+
+class IndexError_(BuilderError):
+    """The index could not be read (network, 404, unexpected answer)."""
+
+
+def _ssl_context() -> ssl.SSLContext:
+    bundle = os.environ.get("BUILDER_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    ctx = ssl.create_default_context(cafile=bundle) if bundle else ssl.create_default_context()
+    if not bundle and os.path.exists("/etc/ssl/certs/ca-certificates.crt"):
+        ctx.load_verify_locations("/etc/ssl/certs/ca-certificates.crt")
+    return ctx
+
+
+class SimpleIndex:
+    def __init__(self, url: str = DEFAULT_INDEX, timeout: float = 60.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._ctx = _ssl_context()
+        self._projects: dict[str, list[DistFile]] = {}
+
+    def _get(self, url: str, headers: dict[str, str] | None = None) -> bytes:
+        req = urllib.request.Request(url, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            raise IndexError_(f"{url}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise IndexError_(f"{url}: {exc}") from exc
+
+    def files(self, project: str) -> list[DistFile]:
+        name = canonicalize_name(project)
+        if name not in self._projects:
+            raw = self._get(f"{self.url}/{name}/", {"Accept": _ACCEPT})
+            data = json.loads(raw)
+            self._projects[name] = [
+                DistFile(
+                    filename=f["filename"],
+                    url=f["url"],
+                    sha256=f["hashes"].get("sha256", ""),
+                    requires_python=f.get("requires-python"),
+                    has_metadata=bool(f.get("core-metadata") or f.get("data-dist-info-metadata")),
+                )
+                for f in data["files"]
+                if not f.get("yanked")
+            ]
+        return self._projects[name]
+
+    def release_files(self, project: str, version: str) -> list[DistFile]:
+        want = Version(version)
+        out = []
+        for f in self.files(project):
+            try:
+                if f.is_wheel:
+                    _, v, _, _ = parse_wheel_filename(f.filename)
+                elif f.filename.endswith(".tar.gz"):
+                    _, v = parse_sdist_filename(f.filename)
+                else:
+                    continue
+            except Exception:  # noqa: BLE001 - foreign file names on an index are not our error
+                continue
+            if v == want:
+                out.append(f)
+        if not out:
+            raise UserError(f"{project} {version}: no such release on {self.url}")
+        return out
+
+    def sdist(self, project: str, version: str) -> DistFile | None:
+        return next((f for f in self.release_files(project, version) if f.is_sdist), None)
+
+    def metadata(self, project: str, version: str) -> Metadata:
+        """Core metadata of a release, read from one of its wheels."""
+        wheels = [f for f in self.release_files(project, version) if f.is_wheel]
+        if not wheels:
+            raise UserError(f"{project} {version}: no wheel on {self.url} to read metadata from")
+        # Prefer an x86_64 Linux or pure wheel: pins can differ per platform (markers) but not per file
+        wheels.sort(key=lambda f: (not f.has_metadata, "x86_64" not in f.filename and "none-any" not in f.filename))
+        chosen = wheels[0]
+        if chosen.has_metadata:
+            text = self._get(chosen.url + ".metadata").decode()
+        else:
+            text = self._remote_zip_metadata(chosen)
+        msg = email.parser.Parser().parsestr(text)
+        return Metadata(
+            name=msg["Name"],
+            version=msg["Version"],
+            requires_python=msg.get("Requires-Python"),
+            requires_dist=tuple(msg.get_all("Requires-Dist") or ()),
+        )
+
+    def _range(self, url: str, start: int, end: int | None = None) -> bytes:
+        rng = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
+        return self._get(url, {"Range": rng})
+
+    def _remote_zip_metadata(self, f: DistFile) -> str:
+        """METADATA out of a remote wheel via range requests on its central directory."""
+        tail = self._get(f.url, {"Range": "bytes=-65536"})
+        eocd = tail.rfind(b"PK\x05\x06")
+        if eocd < 0:
+            raise IndexError_(f"{f.filename}: no zip end record in the last 64 KiB")
+        cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
+        if cd_offset == 0xFFFFFFFF:  # zip64: the real offsets are in the zip64 end record
+            loc = tail.rfind(b"PK\x06\x07")
+            (z64_off,) = struct.unpack("<Q", tail[loc + 8 : loc + 16])
+            rec = self._range(f.url, z64_off, z64_off + 55)
+            cd_size, cd_offset = struct.unpack("<QQ", rec[40:56])
+        cd = self._range(f.url, cd_offset, cd_offset + cd_size - 1)
+        pos = 0
+        while pos < len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
+            (method,) = struct.unpack("<H", cd[pos + 10 : pos + 12])
+            csize, _usize, nlen, xlen, clen = struct.unpack("<IIHHH", cd[pos + 20 : pos + 34])
+            (lho,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
+            name = cd[pos + 46 : pos + 46 + nlen].decode()
+            if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
+                if lho == 0xFFFFFFFF:
+                    raise IndexError_(f"{f.filename}: METADATA past 4 GiB is not supported")
+                head = self._range(f.url, lho, lho + 30 + 1024 + csize)
+                lnlen, lxlen = struct.unpack("<HH", head[26:30])
+                blob = head[30 + lnlen + lxlen : 30 + lnlen + lxlen + csize]
+                if method == 0:
+                    return blob.decode()
+                if method == 8:
+                    return zlib.decompressobj(-15).decompress(blob).decode()
+                raise IndexError_(f"{f.filename}: METADATA uses zip method {method}")
+            pos += 46 + nlen + xlen + clen
+        raise IndexError_(f"{f.filename}: no .dist-info/METADATA in the wheel")
