@@ -19,7 +19,7 @@ from .errors import UserError
 
 STRATEGIES = ("MTP2", "MTP7", "DFlash2")
 
-_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "rules", "strategies"}
+_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "compiled", "rules", "strategies"}
 _RULE_KEYS = {
     "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
     "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
@@ -83,6 +83,7 @@ class Recipe:
     template: str
     torch_pin: str
     mem_gb_per_nvcc_thread: float
+    compiled: bool
     source: str
     source_subdir: str = "."
     git_repository: str = ""
@@ -114,6 +115,8 @@ class Recipe:
 
     def built_archs(self, archs: tuple[int, ...]) -> tuple[int, ...]:
         """The SASS archs the build will really emit for the requested archs."""
+        if not self.compiled:
+            return ()
         if not self.builds_always:
             return tuple(sorted(archs))
         out = set(self.builds_always)
@@ -123,7 +126,9 @@ class Recipe:
 
     def arch_problems(self, archs: tuple[int, ...]) -> list[str]:
         """Why the requested archs cannot be built as asked (empty when they can)."""
-        problems = []
+        problems: list[str] = []
+        if not self.compiled:
+            return problems
         for a in archs:
             if a < self.min_arch:
                 problems.append(f"{self.name} {self.version} supports sm_{self.min_arch} and newer, not sm_{a}")
@@ -262,6 +267,7 @@ def _recipe(name: str, version: str) -> Recipe:
         template=pkg["template"],
         torch_pin=merged.get("torch_pin", pkg["torch_pin"]),
         mem_gb_per_nvcc_thread=float(pkg["mem_gb_per_nvcc_thread"]),
+        compiled=bool(pkg.get("compiled", True)),
         source=merged["source"],
         source_subdir=merged.get("source_subdir", "."),
         git_repository=merged.get("git_repository", ""),

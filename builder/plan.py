@@ -1,0 +1,133 @@
+"""plan: what each selected cell will build, under which cache key — without calling Docker."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import render
+from .matrix import Cell, Package
+from .wheelhouse import Wheelhouse
+
+KEY_FORMAT = 1  # bump when the meaning of the key inputs changes
+
+
+def key_inputs(cell: Cell, pkg: Package) -> dict:
+    """Everything that shapes the wheel of `pkg` in `cell`. Parallelism (MAX_JOBS) is not: it changes
+    how long the compile takes, not what it produces."""
+    r = pkg.recipe
+    return {
+        "format": KEY_FORMAT,
+        "package": pkg.name,
+        "version": pkg.version,
+        "source": pkg.source.ref,
+        "torch": cell.torch,
+        "cuda": cell.cuda,
+        "python": cell.python,
+        "base_devel": cell.base_devel,
+        "knobs": [list(k) for k in pkg.knobs],
+        "built_archs": list(pkg.built_archs),
+        "build_env": [list(e) for e in r.build_env],
+        "build_command": r.build_command,
+        "build_requirements": [r.build_requirements, *r.build_requirements_list],
+        "build_tools": render.build_tools(),
+        "templates": render.templates_digest(pkg),
+    }
+
+
+def cache_key(cell: Cell, pkg: Package) -> str:
+    blob = json.dumps(key_inputs(cell, pkg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class WheelStep:
+    package: Package
+    key: str
+    reuse: bool  # a wheel with this key is already in the wheelhouse
+
+    @property
+    def short_key(self) -> str:
+        return self.key[:16]
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    cell: Cell
+    wheels: tuple[WheelStep, ...]
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return {w.package.name: w.key for w in self.wheels}
+
+    def to_json(self) -> dict:
+        c = self.cell
+        return {
+            "id": c.id,
+            "profile": c.profile.name,
+            "engine": c.engine,
+            "version": c.version,
+            "cuda": c.cuda,
+            "torch": c.torch,
+            "python": c.python,
+            "archs": list(c.archs),
+            "image": c.ref,
+            "base_devel": c.base_devel,
+            "base_runtime": c.base_runtime,
+            "strategies": list(c.strategies),
+            "packages": [
+                {
+                    "name": w.package.name,
+                    "version": w.package.version,
+                    "source": w.package.source.ref,
+                    "pinned": w.package.source.pinned,
+                    "knobs": dict(w.package.knobs),
+                    "sass": [f"sm_{a}" for a in w.package.built_archs],
+                    "cache_key": w.key,
+                    "action": "reuse" if w.reuse else "build",
+                }
+                for w in self.wheels
+            ],
+        }
+
+
+def plan_cells(cells: list[Cell], wheelhouse: Wheelhouse) -> list[CellPlan]:
+    out = []
+    for cell in cells:
+        steps = []
+        for pkg in cell.packages:
+            key = cache_key(cell, pkg)
+            steps.append(WheelStep(pkg, key, wheelhouse.lookup(pkg.name, key) is not None))
+        out.append(CellPlan(cell, tuple(steps)))
+    return out
+
+
+def format_plan(plans: list[CellPlan]) -> str:
+    lines = []
+    for p in plans:
+        c = p.cell
+        lines.append(f"{c.id}")
+        lines.append(f"  image     {c.ref}")
+        lines.append(f"  base      {c.base_devel} → {c.base_runtime}")
+        lines.append(f"  torch     {c.torch}   python {c.python}   CUDA {c.cuda}   archs {','.join(map(str, c.archs))}")
+        lines.append(f"  strategies {', '.join(c.strategies) or '(none: this stack cannot run MTP2 / MTP7 / DFlash2)'}")
+        for w in p.wheels:
+            pkg = w.package
+            if not pkg.recipe.compiled:
+                knobs, sass = "pure Python", "-"
+            else:
+                knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
+                sass = ",".join(f"sm_{a}" for a in pkg.built_archs)
+            flag = "" if pkg.source.pinned else "  UNPINNED SOURCE"
+            lines.append(
+                f"  {'reuse' if w.reuse else 'build'}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
+                f"SASS {sass:<18} {knobs}{flag}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def default_wheelhouse(matrix_path: Path) -> Wheelhouse:
+    return Wheelhouse(Path(matrix_path).resolve().parent / "wheelhouse")

@@ -1,0 +1,133 @@
+"""render: a cell → its multi-stage Dockerfile. Pure and deterministic (golden-file tested)."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from . import __version__, engines
+from .errors import UserError
+from .matrix import Cell, Package
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "dockerfiles"
+ENTRY_TEMPLATE = "image.Dockerfile.j2"
+# Templates that shape every wheel (a change to one of these changes every cache key)
+_COMMON_TEMPLATES = ("macros.j2", "stages/toolchain.j2", "stages/torch.j2", "stages/wheels.j2")
+
+
+@cache
+def environment() -> jinja2.Environment:
+    if not TEMPLATE_DIR.is_dir():
+        raise UserError(f"templates not found at {TEMPLATE_DIR}; run builder from its source checkout")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+@cache
+def template_text(name: str) -> str:
+    return (TEMPLATE_DIR / name).read_text()
+
+
+def package_templates(pkg: Package) -> tuple[str, ...]:
+    return _COMMON_TEMPLATES + (f"stages/source-{pkg.source.kind}.j2", f"packages/{pkg.recipe.template}.j2")
+
+
+def templates_digest(pkg: Package) -> str:
+    h = hashlib.sha256()
+    for name in package_templates(pkg):
+        h.update(name.encode() + b"\0" + template_text(name).encode() + b"\0")
+    return h.hexdigest()
+
+
+def build_tools() -> list[str]:
+    tools = engines.knowledge()["build_tools"]
+    return [*tools["pip"], tools["cmake"]]
+
+
+def package_context(pkg: Package) -> dict:
+    r = pkg.recipe
+    env_knobs = [(k.env, k.value(pkg.archs)) for k in r.arch_knobs if k.env]
+    cmake_defines = [(k.cmake, k.value(pkg.archs)) for k in r.arch_knobs if k.cmake]
+    return {
+        "name": r.name,
+        "version": r.version,
+        "template": r.template,
+        "source": pkg.source,
+        "env": env_knobs + list(r.build_env),
+        "cmake_defines": cmake_defines,
+        "knobs": pkg.knobs,
+        "built_archs": [f"sm_{a}" for a in pkg.built_archs],
+        "build_requirements": r.build_requirements,
+        "build_requirements_list": list(r.build_requirements_list),
+        "build_command": r.build_command,
+        "compile_threads_define": r.compile_threads_define,
+    }
+
+
+def entrypoint(cell: Cell) -> list[str]:
+    """The launch command up to the model argument (the model is the container's CMD / args)."""
+    launch = list(cell.engine_recipe.launch)
+    idx = launch.index("{model}") if "{model}" in launch else len(launch)
+    if idx > 0 and launch[idx - 1].startswith("--"):
+        idx -= 1
+    return launch[:idx]
+
+
+def labels(cell: Cell, keys: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    out = [
+        ("org.opencontainers.image.title", f"{cell.engine} {cell.version}"),
+        ("org.opencontainers.image.version", cell.version),
+        ("org.opencontainers.image.description", f"{cell.engine} {cell.version} compiled for {', '.join(f'sm_{a}' for a in cell.archs)}"),
+        ("io.builder.cell", cell.id),
+        ("io.builder.engine", cell.engine),
+        ("io.builder.engine.version", cell.version),
+        ("io.builder.cuda", cell.cuda),
+        ("io.builder.torch", cell.torch),
+        ("io.builder.python", cell.python),
+        ("io.builder.archs", ",".join(str(a) for a in cell.archs)),
+        ("io.builder.strategies", ",".join(cell.strategies)),
+        ("io.builder.builder-version", __version__),
+    ]
+    for p in cell.packages:
+        out.append((f"io.builder.package.{p.name}.version", p.version))
+        out.append((f"io.builder.package.{p.name}.source", p.source.ref))
+        out.append((f"io.builder.package.{p.name}.sass", ",".join(f"sm_{a}" for a in p.built_archs)))
+        if keys and p.name in keys:
+            out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
+    return out
+
+
+def context(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> dict:
+    return {
+        "cell": cell,
+        "index_url": index_url,
+        "build_tools": build_tools(),
+        "packages": [package_context(p) for p in cell.packages],
+        "constraints": [f"torch=={cell.torch}"] + [f"{p.name}=={p.version}" for p in cell.packages],
+        "import_name": cell.engine.replace("-", "_"),
+        "labels": labels(cell, keys),
+        "entrypoint": entrypoint(cell),
+    }
+
+
+def render(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> str:
+    try:
+        text = environment().get_template(ENTRY_TEMPLATE).render(**context(cell, index_url, keys))
+    except jinja2.UndefinedError as exc:  # a template bug, not a user error: keep the traceback
+        raise RuntimeError(f"template uses an undefined value while rendering {cell.id}: {exc}") from exc
+    # collapse runs of blank lines left by control blocks
+    lines, blank = [], 0
+    for line in text.splitlines():
+        blank = blank + 1 if not line.strip() else 0
+        if blank <= 1:
+            lines.append(line.rstrip())
+    return "\n".join(lines).strip() + "\n"
