@@ -30,8 +30,9 @@ _KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
 
 
 def did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 def arch_name(arch: int) -> str:

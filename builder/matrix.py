@@ -320,13 +320,16 @@ def _torch_for(lock: Lock, engine: Recipe) -> str:
     return entry.torch
 
 
-def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...]) -> Cell:
+def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "") -> Cell:
     version = prof.engines[engine]
     where = f"profiles.{prof.name}"
+    archs_from = archs_from or f"{where}.archs"
     eng = engines.recipe(engine, version)
     lock = m.lock
     locked = lock.get(engine, version)
 
+    if Version(prof.cuda) < Version(eng.min_cuda):
+        raise UserError(f"{where}.cuda: {engine} {version} needs CUDA >= {eng.min_cuda}, the profile has {prof.cuda}")
     # torch: the engine's own pin; a hand-typed one must agree with it
     torch = _torch_for(lock, eng)
     stated = prof.torch.get(engine) if isinstance(prof.torch, dict) else prof.torch
@@ -344,8 +347,8 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...]) -> 
         if a not in possible:
             lo, hi = min(possible), max(possible)
             raise UserError(
-                f"{where}: arch {a} cannot be targeted by CUDA {prof.cuda} (its nvcc emits sm_{lo}..sm_{hi}: "
-                f"{', '.join(map(str, possible))})"
+                f"{archs_from}: arch {a} cannot be targeted by CUDA {prof.cuda} of profile {prof.name} "
+                f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
             )
 
     recipes = [eng] + [engines.recipe(c, locked.pins[c]) for c in eng.companions]
@@ -357,7 +360,7 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...]) -> 
             raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
         problems = r.arch_problems(archs)
         if problems:
-            raise UserError(f"{where}: " + "; ".join(problems))
+            raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         packages.append(Package(recipe=r, source=_source(lock, r), archs=archs))
 
     for s in prof.strategies:
@@ -403,11 +406,16 @@ def select(m: Matrix, sel: Selection) -> list[Cell]:
 
     cells: list[Cell] = []
     for prof in profiles:
-        archs = sel.archs or prof.archs or tuple(m.defaults["archs"])
+        if sel.archs:
+            archs, archs_from = sel.archs, "--arch"
+        elif prof.archs:
+            archs, archs_from = prof.archs, f"profiles.{prof.name}.archs"
+        else:
+            archs, archs_from = tuple(m.defaults["archs"]), "defaults.archs"
         for engine in prof.engines:
             if sel.engines and engine not in sel.engines:
                 continue
-            cells.append(make_cell(m, prof, engine, archs))
+            cells.append(make_cell(m, prof, engine, archs, archs_from))
     seen: dict[str, Cell] = {}
     for c in cells:
         if c.id in seen:

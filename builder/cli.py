@@ -1,0 +1,225 @@
+"""The `builder` command line. Errors are caught once here: a message and the error's exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from functools import wraps
+from pathlib import Path
+
+import click
+
+from . import __version__
+from . import matrix as matrix_mod
+from . import plan as plan_mod
+from . import render as render_mod
+from .errors import BuilderError, UserError
+
+
+class BuilderGroup(click.Group):
+    """Turns BuilderError into a clean message + exit code; --debug keeps the traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BuilderError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.secho(f"error: {exc}", fg="red", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
+
+
+def selection_options(f):
+    """Selectors shared by every verb that works on cells."""
+
+    @click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False),
+                  help="The matrix file.")
+    @click.option("--engine", multiple=True, help="Only cells of this engine (repeat or comma-separate).")
+    @click.option("--arch", "arch", default=None, help="SM archs for every selected cell, e.g. 80,90.")
+    @click.option("--cuda", multiple=True, help="Only profiles of this CUDA version (13.0, 13.0.3 or cu130).")
+    @click.option("--profile", multiple=True, help="Profiles to use (default: the matrix's default; 'all' for every one).")
+    @click.option("--only", multiple=True, help="Glob(s) on cell ids to keep, e.g. 'vllm-*' or '*-{cu121,cu130}-*'.")
+    @click.option("--skip", multiple=True, help="Glob(s) on cell ids to drop.")
+    @wraps(f)
+    def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, **kwargs):
+        sel = matrix_mod.Selection(
+            engines=_split(engine),
+            archs=matrix_mod.parse_archs(arch) if arch is not None else None,
+            cuda=_split(cuda),
+            profiles=_split(profile),
+            only=tuple(only),
+            skip=tuple(skip),
+        )
+        m = matrix_mod.load(Path(matrix_path))
+        return f(*args, m=m, sel=sel, **kwargs)
+
+    return wrapper
+
+
+@click.group(cls=BuilderGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="builder")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def main(ctx, debug):
+    """Build vLLM / SGLang images whose GPU code is compiled from source for the archs you ask for,
+    prove it, and publish them.
+
+    \b
+    Example:
+      builder plan                          # every cell of the default profile
+      builder render --profile all --out build/dockerfiles
+      builder build --arch 80,90 --engine sglang
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+@main.command()
+@selection_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(m, sel, as_json):
+    """Print every selected cell: image tag, packages it compiles, their cache keys, build or reuse.
+
+    Calls no Docker.
+
+    \b
+    Example:
+      builder plan --profile all
+      builder plan --engine sglang --arch 80,90 --json
+    """
+    cells = matrix_mod.select(m, sel)
+    plans = plan_mod.plan_cells(cells, plan_mod.default_wheelhouse(m.path))
+    if as_json:
+        click.echo(json.dumps({"cells": [p.to_json() for p in plans]}, indent=2))
+    else:
+        click.echo(plan_mod.format_plan(plans), nl=False)
+
+
+@main.command()
+@selection_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Write <cell-id>.Dockerfile files here instead of stdout.")
+def render(m, sel, out_dir):
+    """Render the Dockerfile of each selected cell.
+
+    \b
+    Example:
+      builder render --only 'vllm-0.33.0-*'
+      builder render --profile all --out build/dockerfiles
+    """
+    cells = matrix_mod.select(m, sel)
+    plans = plan_mod.plan_cells(cells, plan_mod.default_wheelhouse(m.path))
+    texts = [(p.cell, render_mod.render(p.cell, m.defaults["index"], p.keys)) for p in plans]
+    if out_dir is None:
+        for i, (cell, text) in enumerate(texts):
+            if len(texts) > 1:
+                click.echo(f"{'' if i == 0 else chr(10)}# ===== {cell.id} =====")
+            click.echo(text, nl=False)
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for cell, text in texts:
+        (out / f"{cell.id}.Dockerfile").write_text(text)
+        click.echo(out / f"{cell.id}.Dockerfile")
+
+
+@main.command("matrix")
+@selection_options
+def matrix_cmd(m, sel):
+    """The selected cells as JSON for CI (GitHub Actions `strategy.matrix` include shape).
+
+    \b
+    Example:
+      builder matrix --profile all   # → {"include": [{"cell": ..., "engine": ..., ...}]}
+    """
+    cells = matrix_mod.select(m, sel)
+    include = [
+        {
+            "cell": c.id,
+            "profile": c.profile.name,
+            "engine": c.engine,
+            "version": c.version,
+            "cuda": c.cuda,
+            "torch": c.torch,
+            "python": c.python,
+            "archs": ",".join(map(str, c.archs)),
+            "image": c.ref,
+        }
+        for c in cells
+    ]
+    click.echo(json.dumps({"include": include}))
+
+
+@main.command()
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--index", "index_url", default=None, help="PEP 691 index to read (default: the matrix's defaults.index).")
+@click.option("--check", is_flag=True, help="Do not write: exit 1 if matrix.lock is out of date.")
+def lock(matrix_path, index_url, check):
+    """Read each engine's own published metadata (torch pin, companion pins, sdist sha256) into matrix.lock.
+
+    \b
+    Example:
+      builder lock                 # rewrite matrix.lock
+      builder lock --check         # CI: fail when matrix.toml changed without a new lock
+    """
+    import tomllib
+
+    from .lock import LOCK_NAME, Lock, run_lock
+
+    path = Path(matrix_path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such matrix file (use --matrix PATH)")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: malformed TOML: {exc}") from None
+    m = matrix_mod.load(path)  # validates keys, engines, versions first
+    lock_path = path.with_name(LOCK_NAME)
+    old = Lock.load(lock_path)
+    fresh = run_lock(raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
+                     index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True))
+    if check:
+        if fresh.data != old.data:
+            raise BuilderError(f"{LOCK_NAME} is out of date: run `builder lock`")
+        click.echo(f"{LOCK_NAME} is up to date")
+        return
+    fresh.write()
+    click.echo(f"wrote {lock_path}")
+
+
+@main.command()
+@click.option("--registry", default=None, help="Registry host[:port] to check (default: the matrix's).")
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor(registry, matrix_path, as_json):
+    """Check this host: docker, buildx, BuildKit, registry, GPUs and driver — and how to fix what is missing.
+
+    \b
+    Example:
+      builder doctor
+      builder doctor --registry 127.0.0.1:5000 --json
+    """
+    from .doctor import run_checks
+
+    if registry is None and Path(matrix_path).is_file():
+        registry = matrix_mod.load(Path(matrix_path)).defaults["registry"].split("/")[0]
+    checks = run_checks(registry)
+    if as_json:
+        click.echo(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for c in checks:
+            mark = click.style("ok  ", fg="green") if c.ok else click.style("FAIL", fg="red")
+            click.echo(f"{mark} {c.name:<22} {c.detail}")
+            if not c.ok and c.fix:
+                click.echo(f"     {'':<22} fix: {c.fix}")
+    if not all(c.ok for c in checks):
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

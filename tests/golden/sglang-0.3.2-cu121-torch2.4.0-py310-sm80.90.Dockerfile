@@ -1,0 +1,192 @@
+# Rendered by `builder render` for cell sglang-0.3.2-cu121-torch2.4.0-py310-sm80.90: edit dockerfiles/*.j2 or matrix.toml, not this file.
+# Build with `builder build --only sglang-0.3.2-cu121-torch2.4.0-py310-sm80.90`: it compiles each wheel stage (`--target wheels-<package>`,
+# exported to wheelhouse/) and builds `runtime` with `--build-context wheels=<the cell's wheels>`.
+ARG BASE_DEVEL_IMAGE=nvidia/cuda:12.1.1-devel-ubuntu22.04
+ARG BASE_RUNTIME_IMAGE=nvidia/cuda:12.1.1-base-ubuntu22.04
+# ---- toolchain: the CUDA devel base + Python 3.10 venv + compilers --------------------------
+FROM ${BASE_DEVEL_IMAGE} AS toolchain
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+RUN printf '%s\n' '#!/bin/sh' \
+      'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'exec "$@"' > /usr/local/bin/with-ca \
+ && chmod 0755 /usr/local/bin/with-ca
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev git curl ccache build-essential \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.10 -m venv /opt/venv \
+ && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+ARG PIP_INDEX_URL=https://pypi.org/simple
+RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
+ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+# build-requires: print pyproject.toml's [build-system] requires, one per line
+RUN printf '%s\n' \
+      'import pathlib' \
+      'try: import tomllib' \
+      'except ImportError: import tomli as tomllib' \
+      'p = pathlib.Path("pyproject.toml")' \
+      'reqs = tomllib.loads(p.read_text()).get("build-system", {}).get("requires", []) if p.exists() else []' \
+      'print("\n".join(reqs))' > /usr/local/lib/build_requires.py \
+ && printf '%s\n' '#!/bin/sh' 'exec python /usr/local/lib/build_requires.py' > /usr/local/bin/build-requires \
+ && chmod 0755 /usr/local/bin/build-requires
+# ---- torch: the exact torch every extension is compiled against (ABI) ---------------------------------
+FROM toolchain AS torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install torch==2.4.0 \
+ && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+# ---- source of sglang 0.3.2: sdist pinned by sha256 -----------------------------
+FROM toolchain AS src-sglang
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/sglang-0.3.2.tar.gz https://files.pythonhosted.org/packages/64/2a/d6c651f7397bd60cf3c353a172b03b3f36260e0685ae504ce0722964a5ad/sglang-0.3.2.tar.gz \
+ && echo "3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6  /tmp/sglang-0.3.2.tar.gz" | sha256sum -c - \
+ && tar -xzf /tmp/sglang-0.3.2.tar.gz --strip-components=1 -C /src \
+ && rm /tmp/sglang-0.3.2.tar.gz
+# ---- build-sglang: SGLang 0.3.2 (Python) → wheel built from the pinned source ------
+FROM torch AS build-sglang
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+COPY --from=src-sglang /src /src
+WORKDIR /src
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+RUN pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+ && ls -l /wheels
+# ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-sglang
+COPY --from=build-sglang /wheels/ /
+# ---- source of vllm 0.5.5: sdist pinned by sha256 -----------------------------
+FROM toolchain AS src-vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/vllm-0.5.5.tar.gz https://files.pythonhosted.org/packages/ec/f0/32ea866485d83d1fcde810059a0643ed4726628c17fdac8981606f58219e/vllm-0.5.5.tar.gz \
+ && echo "14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd  /tmp/vllm-0.5.5.tar.gz" | sha256sum -c - \
+ && tar -xzf /tmp/vllm-0.5.5.tar.gz --strip-components=1 -C /src \
+ && rm /tmp/vllm-0.5.5.tar.gz
+# ---- build-vllm: vLLM 0.5.5 → wheel, SASS for sm_80, sm_90 -------------
+# TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
+FROM torch AS build-vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
+COPY --from=src-vllm /src /src
+WORKDIR /src
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; grep -vE '^\s*(#|$|-)' requirements-build.txt; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    python3 setup.py bdist_wheel --dist-dir /wheels \
+ && ls -l /wheels
+# ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-vllm
+COPY --from=build-vllm /wheels/ /
+# ---- source of flash-attn 2.6.3: sdist pinned by sha256 -----------------------------
+FROM toolchain AS src-flash-attn
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/flash_attn-2.6.3.tar.gz https://files.pythonhosted.org/packages/cd/1e/21321670cd3c2f225026d9fd89272cae661529238850e79f48ccf2f9e4e3/flash_attn-2.6.3.tar.gz \
+ && echo "5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52  /tmp/flash_attn-2.6.3.tar.gz" | sha256sum -c - \
+ && tar -xzf /tmp/flash_attn-2.6.3.tar.gz --strip-components=1 -C /src \
+ && rm /tmp/flash_attn-2.6.3.tar.gz
+# ---- build-flash-attn: flash-attn 2.6.3 → wheel, SASS for sm_80, sm_90 -------
+# flash-attn 2.6.3 has no arch switch: it hard-codes sm_80 + sm_90
+FROM torch AS build-flash-attn
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
+COPY --from=src-flash-attn /src /src
+WORKDIR /src
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+ && ls -l /wheels
+# ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-flash-attn
+COPY --from=build-flash-attn /wheels/ /
+# ---- devel: torch + toolchain + the compiled wheels (what a single-stage image would ship) --------------
+FROM torch AS devel
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install /wheels/*.whl
+# ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
+FROM ${BASE_RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+RUN printf '%s\n' '#!/bin/sh' \
+      'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'exec "$@"' > /usr/local/bin/with-ca \
+ && chmod 0755 /usr/local/bin/with-ca
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.10 -m venv /opt/venv \
+ && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+ARG PIP_INDEX_URL=https://pypi.org/simple
+# The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
+# pip from swapping a compiled package or torch for another build from the index.
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flash-attn==2.6.3' > /tmp/constraints.txt \
+ && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
+ && rm /tmp/constraints.txt \
+ && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
+LABEL org.opencontainers.image.title="sglang 0.3.2"
+LABEL org.opencontainers.image.version="0.3.2"
+LABEL org.opencontainers.image.description="sglang 0.3.2 compiled for sm_80, sm_90"
+LABEL io.builder.cell="sglang-0.3.2-cu121-torch2.4.0-py310-sm80.90"
+LABEL io.builder.engine="sglang"
+LABEL io.builder.engine.version="0.3.2"
+LABEL io.builder.cuda="12.1.1"
+LABEL io.builder.torch="2.4.0"
+LABEL io.builder.python="3.10"
+LABEL io.builder.archs="80,90"
+LABEL io.builder.strategies=""
+LABEL io.builder.builder-version="0.1.0"
+LABEL io.builder.package.sglang.version="0.3.2"
+LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
+LABEL io.builder.package.sglang.sass=""
+LABEL io.builder.package.sglang.cache-key="2a19c5216257d6dd8554a02ba204576f2f5388c09a000b962e75a6d4c5da9277"
+LABEL io.builder.package.vllm.version="0.5.5"
+LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
+LABEL io.builder.package.vllm.sass="sm_80,sm_90"
+LABEL io.builder.package.vllm.cache-key="b001cd74f3278212da5da39234f6617e61bc0ebe5178319eab3c8711d915865d"
+LABEL io.builder.package.flash-attn.version="2.6.3"
+LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
+LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.cache-key="ec0b1548e3d89c93300941f74c1bf26756ec666632fb2edd629922f68698e704"
+ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -1,0 +1,201 @@
+# Rendered by `builder render` for cell sglang-0.5.23-cu130-torch2.14.1-py312-sm80.90: edit dockerfiles/*.j2 or matrix.toml, not this file.
+# Build with `builder build --only sglang-0.5.23-cu130-torch2.14.1-py312-sm80.90`: it compiles each wheel stage (`--target wheels-<package>`,
+# exported to wheelhouse/) and builds `runtime` with `--build-context wheels=<the cell's wheels>`.
+ARG BASE_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04
+ARG BASE_RUNTIME_IMAGE=nvidia/cuda:13.0.3-base-ubuntu24.04
+# ---- toolchain: the CUDA devel base + Python 3.12 venv + compilers --------------------------
+FROM ${BASE_DEVEL_IMAGE} AS toolchain
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+RUN printf '%s\n' '#!/bin/sh' \
+      'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'exec "$@"' > /usr/local/bin/with-ca \
+ && chmod 0755 /usr/local/bin/with-ca
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev git curl ccache build-essential \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.12 -m venv /opt/venv \
+ && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+ARG PIP_INDEX_URL=https://pypi.org/simple
+RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
+ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+# build-requires: print pyproject.toml's [build-system] requires, one per line
+RUN printf '%s\n' \
+      'import pathlib' \
+      'try: import tomllib' \
+      'except ImportError: import tomli as tomllib' \
+      'p = pathlib.Path("pyproject.toml")' \
+      'reqs = tomllib.loads(p.read_text()).get("build-system", {}).get("requires", []) if p.exists() else []' \
+      'print("\n".join(reqs))' > /usr/local/lib/build_requires.py \
+ && printf '%s\n' '#!/bin/sh' 'exec python /usr/local/lib/build_requires.py' > /usr/local/bin/build-requires \
+ && chmod 0755 /usr/local/bin/build-requires
+# ---- torch: the exact torch every extension is compiled against (ABI) ---------------------------------
+FROM toolchain AS torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install torch==2.14.1 \
+ && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+# ---- source of sglang 0.5.23: git https://github.com/sgl-project/sglang ---------------------
+FROM toolchain AS src-sglang
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+# UNPINNED: `builder lock` could not resolve tag v0.5.23 to a commit; the commit fetched is
+# recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
+RUN --mount=type=secret,id=ca \
+    git init -q /src \
+ && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
+ && git -C /src checkout -q FETCH_HEAD \
+ && git -C /src rev-parse HEAD > /src/.builder-commit
+# ---- build-sglang: SGLang 0.5.23 (Python) → wheel built from the pinned source ------
+FROM torch AS build-sglang
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+COPY --from=src-sglang /src /src
+WORKDIR /src/python
+# the checkout must be the release the lock names
+RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.5.23", "found %s, want 0.5.23" % (m and m.group(1))'
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
+RUN pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+ && ls -l /wheels
+# ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-sglang
+COPY --from=build-sglang /wheels/ /
+# ---- source of sglang-kernel 0.4.10: git https://github.com/sgl-project/sglang ---------------------
+FROM toolchain AS src-sglang-kernel
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+# UNPINNED: `builder lock` could not resolve tag v0.5.23 to a commit; the commit fetched is
+# recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
+RUN --mount=type=secret,id=ca \
+    git init -q /src \
+ && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
+ && git -C /src checkout -q FETCH_HEAD \
+ && git -C /src rev-parse HEAD > /src/.builder-commit
+# ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_89, sm_90 -----
+# Archs are hard-coded in its CMakeLists: sm_90 (+ sm_90a/FA3 on CUDA >= 12.4) always, sm_80/sm_89 only with
+# ENABLE_BELOW_SM90. Its nvcc runs --threads=32 unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
+FROM torch AS build-sglang-kernel
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+COPY --from=src-sglang-kernel /src /src
+WORKDIR /src/sgl-kernel
+# the checkout must be the release the lock names
+RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.4.10", "found %s, want 0.4.10" % (m and m.group(1))'
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+      -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" \
+ && ls -l /wheels
+# ---- wheels-sglang-kernel: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-sglang-kernel
+COPY --from=build-sglang-kernel /wheels/ /
+# ---- source of flash-attn 2.8.3: sdist pinned by sha256 -----------------------------
+FROM toolchain AS src-flash-attn
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/flash_attn-2.8.3.tar.gz https://files.pythonhosted.org/packages/3b/b2/8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz \
+ && echo "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d  /tmp/flash_attn-2.8.3.tar.gz" | sha256sum -c - \
+ && tar -xzf /tmp/flash_attn-2.8.3.tar.gz --strip-components=1 -C /src \
+ && rm /tmp/flash_attn-2.8.3.tar.gz
+# ---- build-flash-attn: flash-attn 2.8.3 → wheel, SASS for sm_80, sm_90 -------
+FROM torch AS build-flash-attn
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+ENV FLASH_ATTN_CUDA_ARCHS="80;90"
+ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
+COPY --from=src-flash-attn /src /src
+WORKDIR /src
+# build requirements: the package's own (pyproject, requirements file), never a second torch
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
+      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+ && ls -l /wheels
+# ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-flash-attn
+COPY --from=build-flash-attn /wheels/ /
+# ---- devel: torch + toolchain + the compiled wheels (what a single-stage image would ship) --------------
+FROM torch AS devel
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    with-ca pip install /wheels/*.whl
+# ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
+FROM ${BASE_RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+RUN printf '%s\n' '#!/bin/sh' \
+      'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'exec "$@"' > /usr/local/bin/with-ca \
+ && chmod 0755 /usr/local/bin/with-ca
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.12 -m venv /opt/venv \
+ && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+ARG PIP_INDEX_URL=https://pypi.org/simple
+# The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
+# pip from swapping a compiled package or torch for another build from the index.
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
+ && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl \
+ && rm /tmp/constraints.txt \
+ && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
+LABEL org.opencontainers.image.title="sglang 0.5.23"
+LABEL org.opencontainers.image.version="0.5.23"
+LABEL org.opencontainers.image.description="sglang 0.5.23 compiled for sm_80, sm_90"
+LABEL io.builder.cell="sglang-0.5.23-cu130-torch2.14.1-py312-sm80.90"
+LABEL io.builder.engine="sglang"
+LABEL io.builder.engine.version="0.5.23"
+LABEL io.builder.cuda="13.0.3"
+LABEL io.builder.torch="2.14.1"
+LABEL io.builder.python="3.12"
+LABEL io.builder.archs="80,90"
+LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
+LABEL io.builder.builder-version="0.1.0"
+LABEL io.builder.package.sglang.version="0.5.23"
+LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
+LABEL io.builder.package.sglang.sass=""
+LABEL io.builder.package.sglang.cache-key="ede9e476a82f1d3a00dde47c6ec1a8885d50453b2a1894b804cd9b023a06dd10"
+LABEL io.builder.package.sglang-kernel.version="0.4.10"
+LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
+LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_89,sm_90"
+LABEL io.builder.package.sglang-kernel.cache-key="79d9259d6815be6e5d17a8889abecf00f9cadee2c21b17c24b0d5f2e2a0578db"
+LABEL io.builder.package.flash-attn.version="2.8.3"
+LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.cache-key="e41f95efdf50e9710235961a847946d9c5c767b9c6f4fc346e250ab57dc45aaf"
+ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -1,0 +1,85 @@
+"""Per package and version: how --arch is translated into the knob that really selects archs."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.engines import recipe
+
+
+@pytest.mark.parametrize(
+    "package, version, archs, knobs, sass",
+    [
+        # vLLM: TORCH_CUDA_ARCH_LIST (torch's "8.0 9.0" spelling); 0.6.x adds its bundled flash-attn switch
+        ("vllm", "0.6.3.post1", (80, 90), {"TORCH_CUDA_ARCH_LIST": "8.0 9.0", "VLLM_FA_CMAKE_GPU_ARCHES": "80-real;90-real"}, (80, 90)),
+        ("vllm", "0.6.3.post1", (80,), {"TORCH_CUDA_ARCH_LIST": "8.0", "VLLM_FA_CMAKE_GPU_ARCHES": "80-real"}, (80,)),
+        ("vllm", "0.5.5", (80, 86, 90), {"TORCH_CUDA_ARCH_LIST": "8.0 8.6 9.0"}, (80, 86, 90)),
+        ("vllm", "0.33.0", (80, 90), {"TORCH_CUDA_ARCH_LIST": "8.0 9.0"}, (80, 90)),
+        ("vllm", "0.33.0", (90, 100, 120), {"TORCH_CUDA_ARCH_LIST": "9.0 10.0 12.0"}, (90, 100, 120)),
+        # flash-attn 2.6.3 has no switch: always sm_80 + sm_90
+        ("flash-attn", "2.6.3", (80,), {}, (80, 90)),
+        ("flash-attn", "2.6.3", (80, 90), {}, (80, 90)),
+        # flash-attn >= 2.7.3: FLASH_ATTN_CUDA_ARCHS with ';'
+        ("flash-attn", "2.7.3", (80, 90), {"FLASH_ATTN_CUDA_ARCHS": "80;90"}, (80, 90)),
+        ("flash-attn", "2.8.3", (90,), {"FLASH_ATTN_CUDA_ARCHS": "90"}, (90,)),
+        ("flash-attn", "2.8.3", (80, 90, 100, 120), {"FLASH_ATTN_CUDA_ARCHS": "80;90;100;120"}, (80, 90, 100, 120)),
+        # sglang-kernel (CMake era): hard-coded; ENABLE_BELOW_SM90 adds sm_80 + sm_89
+        ("sglang-kernel", "0.4.10", (80, 90), {"ENABLE_BELOW_SM90": "ON"}, (80, 89, 90)),
+        ("sglang-kernel", "0.4.10", (90,), {"ENABLE_BELOW_SM90": "OFF"}, (90,)),
+        # SGLang itself is Python: nothing to translate, no device code
+        ("sglang", "0.5.23", (80, 90), {}, ()),
+        ("sglang", "0.3.2", (80, 90), {}, ()),
+    ],
+)
+def test_arch_translation(package, version, archs, knobs, sass):
+    r = recipe(package, version)
+    assert dict(r.knob_values(archs)) == knobs
+    assert r.built_archs(archs) == sass
+    assert r.arch_problems(archs) == []
+
+
+def test_flash_attn_always_forces_the_source_build():
+    for v in ("2.6.3", "2.8.3"):
+        assert dict(recipe("flash-attn", v).build_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
+
+
+def test_sglang_kernel_threads_knob_and_cmake_floor():
+    r = recipe("sglang-kernel", "0.4.10")
+    assert r.compile_threads_define == "SGL_KERNEL_COMPILE_THREADS"
+    assert r.min_cmake == "3.31"
+
+
+@pytest.mark.parametrize(
+    "package, version, archs, fragment",
+    [
+        ("flash-attn", "2.8.3", (86,), "86 would be silently dropped"),
+        ("flash-attn", "2.8.3", (89,), "ask for 80"),
+        ("flash-attn", "2.6.3", (75,), "supports sm_80 and newer"),
+        ("sglang-kernel", "0.4.10", (100,), "sm_100 cannot be selected"),
+    ],
+)
+def test_untranslatable_archs_are_explained(package, version, archs, fragment):
+    problems = recipe(package, version).arch_problems(archs)
+    assert any(fragment in p for p in problems), problems
+
+
+def test_sass_for_86_is_covered_by_hardcoded_80():
+    # flash-attn 2.6.3 ships sm_80 SASS, which runs on 8.6: no problem to report
+    assert recipe("flash-attn", "2.6.3").arch_problems((86,)) == []
+
+
+def test_strategy_flags_per_version():
+    v = recipe("vllm", "0.33.0")
+    assert v.strategy("MTP2").flags == ("--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
+    assert "dflash" in v.strategy("DFlash2").flags[1] and '"num_speculative_tokens":7' in v.strategy("DFlash2").flags[1]
+    s = recipe("sglang", "0.5.23")
+    mtp7 = s.strategy("MTP7").flags
+    assert mtp7[mtp7.index("--speculative-num-steps") + 1] == "7"
+    assert mtp7[mtp7.index("--speculative-num-draft-tokens") + 1] == "8"
+    assert s.strategy("DFlash2").flags[1] == "DFLASH"
+    for name in ("MTP2", "MTP7", "DFlash2"):
+        assert recipe("vllm", "0.6.3.post1").strategy_problem(name)
+        assert recipe("sglang", "0.3.2").strategy_problem(name)
+        assert v.strategy_problem(name) is None and s.strategy_problem(name) is None
+    for flags in (v.strategy(n).flags for n in ("MTP2", "MTP7", "DFlash2")):
+        assert not any(f in ("--enable-mtp7", "--enable-dflash2", "--mtp2-chunk-size") for f in flags)

@@ -1,0 +1,134 @@
+"""plan: cells, tags, cache keys and build/reuse, with no Docker call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+from builder import matrix as M
+from builder import plan as P
+from builder.wheelhouse import Wheelhouse
+
+from .helpers import MATRIX, REPO, run_cli
+
+
+def cells(**sel):
+    m = M.load(MATRIX)
+    return m, M.select(m, M.Selection(**sel))
+
+
+def test_default_selection_is_the_default_profile():
+    _, cs = cells()
+    assert [c.id for c in cs] == ["vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90", "sglang-0.5.23-cu130-torch2.14.1-py312-sm80.90"]
+    _, every = cells(profiles=("all",))
+    assert len(every) == 4
+
+
+def test_main_job_selection():
+    _, cs = cells(engines=("sglang",), archs=(80, 90))
+    assert len(cs) == 1
+    c = cs[0]
+    assert c.ref == "127.0.0.1:5000/builder/sglang:0.5.23-cu130-torch2.14.1-py312-sm80.90"
+    assert [(p.name, p.version) for p in c.packages] == [("sglang", "0.5.23"), ("sglang-kernel", "0.4.10"), ("flash-attn", "2.8.3")]
+
+
+def test_sglang_032_compiles_the_vllm_it_pins_and_takes_its_torch():
+    _, cs = cells(profiles=("cu121",), engines=("sglang",))
+    c = cs[0]
+    assert c.torch == "2.4.0"
+    assert ("vllm", "0.5.5") in [(p.name, p.version) for p in c.packages]
+
+
+def test_globs_with_braces_select_cells():
+    _, cs = cells(profiles=("all",), only=("*-{cu121,cu130}-*",), skip=("sglang-*",))
+    assert [c.engine for c in cs] == ["vllm", "vllm"]
+
+
+def test_cache_key_changes_with_what_shapes_the_wheel_only():
+    _, cs = cells(engines=("vllm",))
+    cell = cs[0]
+    vllm = cell.packages[0]
+    base = P.cache_key(cell, vllm)
+    assert P.cache_key(cell, vllm) == base  # stable
+    assert P.cache_key(cell, replace(vllm, archs=(90,))) != base  # archs
+    assert P.cache_key(replace(cell, torch="2.14.1"), vllm) != base  # torch
+    assert P.cache_key(replace(cell, base_devel="builder-local/cuda:13.0-devel"), vllm) != base  # toolchain
+    # the sglang cell's flash-attn differs from the vLLM cell's: different torch
+    _, sg = cells(engines=("sglang",))
+    fa_v = P.cache_key(cell, cell.packages[1])
+    fa_s = P.cache_key(sg[0], sg[0].packages[2])
+    assert fa_v != fa_s
+    # same flash-attn, same torch/cuda/archs/python in two cells → same key (shared wheel)
+    assert P.cache_key(replace(sg[0], torch=cell.torch), sg[0].packages[2]) == fa_v
+
+
+def test_plan_reports_reuse_for_a_complete_wheelhouse_entry(tmp_path):
+    _, cs = cells(engines=("vllm",))
+    wh = Wheelhouse(tmp_path / "wheelhouse")
+    plans = P.plan_cells(cs, wh)
+    assert [w.reuse for w in plans[0].wheels] == [False, False]
+    fa = plans[0].wheels[1]
+    src = tmp_path / "out"
+    src.mkdir()
+    (src / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK fake wheel for the cache test")
+    wh.store("flash-attn", fa.key, src, {"package": "flash-attn"})
+    plans = P.plan_cells(cs, wh)
+    assert [w.reuse for w in plans[0].wheels] == [False, True]
+    # an entry without its manifest (interrupted store) is not a hit
+    half = wh.entry_dir("vllm", plans[0].wheels[0].key)
+    half.mkdir(parents=True)
+    (half / "vllm-0.33.0-cp38-abi3-linux_x86_64.whl").write_bytes(b"x")
+    assert P.plan_cells(cs, wh)[0].wheels[0].reuse is False
+
+
+def test_plan_json_lists_every_cell_with_tag_packages_and_keys():
+    res = run_cli("plan", "--matrix", str(MATRIX), "--profile", "all", "--json")
+    assert res.exit_code == 0
+    data = json.loads(res.output)
+    assert len(data["cells"]) == 4
+    for c in data["cells"]:
+        assert c["image"].startswith("127.0.0.1:5000/builder/")
+        for p in c["packages"]:
+            assert len(p["cache_key"]) == 64 and p["action"] in ("build", "reuse")
+    v063 = next(c for c in data["cells"] if c["id"].startswith("vllm-0.6.3"))
+    assert v063["packages"][0]["knobs"] == {"TORCH_CUDA_ARCH_LIST": "8.0 9.0", "VLLM_FA_CMAKE_GPU_ARCHES": "80-real;90-real"}
+
+
+def test_plan_text_shows_tag_knobs_and_keys():
+    res = run_cli("plan", "--matrix", str(MATRIX), "--engine", "sglang", "--arch", "80,90")
+    assert res.exit_code == 0
+    out = res.output
+    assert "127.0.0.1:5000/builder/sglang:0.5.23-cu130-torch2.14.1-py312-sm80.90" in out
+    assert "sglang-kernel==0.4.10" in out and "ENABLE_BELOW_SM90='ON'" in out
+    assert "FLASH_ATTN_CUDA_ARCHS='80;90'" in out
+    assert "UNPINNED SOURCE" in out  # the lock could not resolve the git tag here; said, not hidden
+
+
+def test_matrix_json_is_github_actions_include_shape():
+    res = run_cli("matrix", "--matrix", str(MATRIX), "--profile", "all")
+    data = json.loads(res.output)
+    assert list(data) == ["include"] and len(data["include"]) == 4
+    assert {"cell", "engine", "version", "archs", "image", "profile"} <= set(data["include"][0])
+
+
+def test_plan_needs_no_docker_and_is_fast(tmp_path):
+    """The whole matrix, as a subprocess with docker removed from PATH."""
+    env = {**os.environ, "PATH": str(tmp_path)}  # no docker (nor anything else) reachable
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "plan", "--profile", "all", "--matrix", str(MATRIX)],
+                         capture_output=True, text=True, env=env, cwd=REPO)
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("image ") == 4
+    assert elapsed < 5  # generous bound for a loaded CI host; benchmarks/plan_speed.py prints the real figure
+
+
+def test_every_verb_help_shows_an_example():
+    for verb in ("plan", "render", "matrix", "lock", "doctor"):
+        res = run_cli(verb, "--help")
+        assert res.exit_code == 0 and "Example:" in res.output, verb
+    assert "Example:" in run_cli("--help").output

@@ -1,0 +1,115 @@
+"""Bad input: every case names the offending key or value and exits with code 2, before anything runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import MATRIX, REPO, run_cli, write_matrix
+
+GOOD = MATRIX.read_text()
+
+
+def edit(old: str, new: str) -> str:
+    assert old in GOOD, old
+    return GOOD.replace(old, new, 1)
+
+
+# (case id, matrix text or None for the shipped one, CLI args, substrings the message must contain)
+CASES = [
+    ("malformed-toml", "[defaults\narchs = [80]", ["plan"], ["malformed TOML"]),
+    ("unknown-top-key", GOOD + "\n[cellz]\nx = 1\n", ["plan"], ["unknown key 'cellz'"]),
+    ("unknown-defaults-key", edit("[defaults]\n", "[defaults]\nregistyr = \"x\"\n"), ["plan"],
+     ["defaults: unknown key 'registyr'", "did you mean 'registry'"]),
+    ("unknown-profile-key", edit('flash_attn = "2.8.3"', 'flash_atn = "2.8.3"'), ["plan"],
+     ["profiles.cu130: unknown key 'flash_atn'", "did you mean 'flash_attn'"]),
+    ("unknown-engine", edit('engines = { vllm = "0.33.0", sglang = "0.5.23" }', 'engines = { vllm = "0.33.0", sgalng = "0.5.23" }'),
+     ["plan"], ["unknown engine 'sgalng'", "did you mean 'sglang'"]),
+    ("unknown-engine-version", edit('vllm = "0.6.3.post1"', 'vllm = "0.4.0"'), ["plan"],
+     ["vllm 0.4.0: no engine knowledge for this version"]),
+    ("version-not-a-version", edit('vllm = "0.6.3.post1"', 'vllm = "latest"'), ["plan"], ["'latest' is not a version"]),
+    ("torch-contradicts-engine", edit('torch = "2.4.0"', 'torch = "2.3.0"'), ["plan", "--profile", "cu121"],
+     ["profiles.cu121.torch", "vllm 0.6.3.post1 pins torch==2.4.0", "not 2.3.0"]),
+    ("torch-contradicts-per-engine", edit('torch = { vllm = "2.14.0", sglang = "2.14.1" }', 'torch = { vllm = "2.14.1", sglang = "2.14.1" }'),
+     ["plan"], ["vllm 0.33.0 pins torch==2.14.0", "not 2.14.1"]),
+    ("arch-100-on-cuda-12.1", None, ["plan", "--profile", "cu121", "--arch", "80,100"],
+     ["--arch: arch 100 cannot be targeted by CUDA 12.1.1"]),
+    ("arch-below-75-on-cuda-13", None, ["plan", "--arch", "70,80"], ["--arch: arch 70 cannot be targeted by CUDA 13.0.3"]),
+    ("arch-in-matrix-below-75", edit("archs = [80, 90]", "archs = [61, 80]"), ["plan"],
+     ["defaults.archs: arch 61 cannot be targeted by CUDA 13.0.3"]),
+    ("strategy-engine-cannot-run", edit("strategies = []", 'strategies = ["MTP2"]'), ["plan", "--profile", "cu121"],
+     ["MTP2 cannot run on vllm 0.6.3.post1", "versions that can: vllm>=0.28"]),
+    ("unknown-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "DFLASH2"]'), ["plan"],
+     ["unknown strategy 'DFLASH2'", "did you mean 'DFlash2'"]),
+    ("duplicate-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "MTP2"]'), ["plan"],
+     ["listed twice"]),
+    ("empty-selection-only", None, ["plan", "--only", "trtllm-*"], ["the selection is empty", "only trtllm-*"]),
+    ("empty-selection-cuda", None, ["plan", "--cuda", "11.8"], ["the selection is empty"]),
+    ("unknown-profile-flag", None, ["plan", "--profile", "cu124"], ["--profile: unknown profile 'cu124'"]),
+    ("unknown-engine-flag", None, ["plan", "--engine", "trtllm"], ["--engine: unknown engine 'trtllm'"]),
+    ("bad-arch-syntax", None, ["plan", "--arch", "ampere"], ["--arch: 'ampere' is not an SM arch"]),
+    ("empty-arch", None, ["plan", "--arch", ","], ["--arch: no arch given"]),
+    ("flash-attn-drops-89", None, ["plan", "--arch", "80,89,90"],
+     ["FLASH_ATTN_CUDA_ARCHS only recognises 80, 90, 100, 120; 89 would be silently dropped", "ask for 80"]),
+    ("flash-attn-below-sm80", None, ["plan", "--profile", "cu121", "--arch", "75"], ["flash-attn 2.6.3 supports sm_80 and newer"]),
+    ("sglang-kernel-cannot-select-100", None, ["plan", "--engine", "sglang", "--arch", "90,100"],
+     ["sglang-kernel 0.4.10 hard-codes its archs", "sm_100 cannot be selected"]),
+    ("python-below-engine-requirement", edit('python = "3.12"', 'python = "3.10"'), ["plan", "--engine", "sglang"],
+     ["profiles.cu130.python: sglang 0.5.23 requires Python >=3.11, not 3.10"]),
+    ("cuda-below-engine-minimum", edit('engines = { vllm = "0.6.3.post1", sglang = "0.3.2" }', 'engines = { vllm = "0.33.0" }'),
+     ["plan", "--profile", "cu121"], ["vllm 0.33.0 needs CUDA >= 12.8, the profile has 12.1.1"]),
+    ("unknown-cuda", edit('cuda = "12.1.1"', 'cuda = "11.8.0"'), ["plan"], ["CUDA 11.8.0 is unknown to this toolkit"]),
+    ("archs-wrong-type", edit("archs = [80, 90]", 'archs = "80,90"'), ["plan"], ["defaults.archs: expected list"]),
+    ("missing-profile-key", edit('os = "ubuntu24.04"\n', ""), ["plan"], ["profiles.cu130: missing key 'os'"]),
+    ("bad-default-profile", edit('profile = "cu130"', 'profile = "cu13"'), ["plan"], ["defaults.profile: 'cu13' is not a profile"]),
+    ("torch-for-foreign-engine", edit('torch = { vllm = "2.14.0", sglang = "2.14.1" }', 'torch = { vllm = "2.14.0", trt = "1" }'),
+     ["plan"], ["profiles.cu130.torch: 'trt' is not an engine of this profile"]),
+    ("registry-with-spaces", edit('registry = "127.0.0.1:5000/builder"', 'registry = "my registry"'), ["plan"],
+     ["defaults.registry: 'my registry' is not a registry"]),
+    ("missing-matrix-file", "MISSING", ["plan"], ["no such matrix file"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_with_exit_2(case, tmp_path):
+    _, text, args, expected = case
+    if text is None:
+        path = MATRIX
+    elif text == "MISSING":
+        path = tmp_path / "nope.toml"
+    else:
+        path = write_matrix(tmp_path, text)
+    res = run_cli(*args, "--matrix", str(path))
+    assert res.exit_code == 2, res.output
+    for fragment in expected:
+        assert fragment in res.output, f"{fragment!r} not in {res.output!r}"
+    assert "Traceback" not in res.output
+
+
+def test_at_least_twenty_cases():
+    assert len(CASES) >= 20
+
+
+def test_lock_without_entry_says_run_lock(tmp_path):
+    path = write_matrix(tmp_path, GOOD)
+    (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "x"\nurl = "x"\nsha256 = "x"\n')
+    res = run_cli("plan", "--matrix", str(path))
+    assert res.exit_code == 2
+    assert "no entry for vllm==0.33.0; run `builder lock`" in res.output
+
+
+def test_the_installed_console_script_exits_2_too(tmp_path):
+    """Through the real entry point, not only click's test runner."""
+    exe = [sys.executable, "-m", "builder.cli"]
+    res = subprocess.run([*exe, "plan", "--matrix", str(MATRIX), "--arch", "70"], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2
+    assert "error: --arch: arch 70 cannot be targeted by CUDA 13.0.3" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_debug_flag_keeps_the_traceback():
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", "plan", "--matrix", str(MATRIX), "--arch", "70"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode != 0 and "Traceback" in res.stderr and "UserError" in res.stderr
