@@ -1,0 +1,194 @@
+"""Session fixtures for tests that need the Docker engine, local base images or a registry.
+
+- ``docker_engine``: the daemon answers and buildx works, else the test FAILS (never skips) and says
+  to run ``scripts/setup-docker.sh``.
+- ``local_bases``: ``scripts/make-local-bases.sh`` has built the local stand-ins for nvidia/cuda.
+- ``registry`` / ``auth_registry``: a throwaway ``docker-registry`` on 127.0.0.1.
+
+Any test using one of these fixtures is marked ``docker`` automatically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import pytest
+
+# testcontainers' Ryuk reaper image cannot be pulled here; tests remove what they start.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP_HINT = "run scripts/setup-docker.sh (as root) to install and start the Docker engine"
+
+LOCAL_DEBIAN = "builder-local/debian:bookworm"
+LOCAL_CUDA_DEVEL = "builder-local/cuda:13.0-devel"
+LOCAL_CUDA_BASE = "builder-local/cuda:13.0-base"
+
+DOCKER_FIXTURES = frozenset({"docker_engine", "local_bases", "registry", "auth_registry"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "docker: needs the Docker engine that .ci/run starts")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
+def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class DockerEngine(NamedTuple):
+    server_version: str
+    client_version: str
+    buildx_version: str
+    containerd_snapshotter: bool
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> DockerEngine:
+    """The Docker daemon answers and buildx works; fails (never skips) otherwise."""
+    if shutil.which("docker") is None:
+        pytest.fail(f"no docker client on PATH: {SETUP_HINT}", pytrace=False)
+    try:
+        info = _run(["docker", "info", "--format", "{{json .}}"], timeout=30)
+        buildx = _run(["docker", "buildx", "version"], timeout=30)
+        version = _run(["docker", "version", "--format", "{{json .}}"], timeout=30)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(exc.cmd)} timed out: {SETUP_HINT}", pytrace=False)
+    if info.returncode != 0:
+        pytest.fail(f"docker info fails ({info.stderr.strip()}): {SETUP_HINT}", pytrace=False)
+    if buildx.returncode != 0:
+        pytest.fail(f"docker buildx version fails ({buildx.stderr.strip()}): {SETUP_HINT}", pytrace=False)
+    data = json.loads(info.stdout)
+    ver = json.loads(version.stdout) if version.returncode == 0 else {}
+    driver_status = dict(tuple(x) for x in (data.get("DriverStatus") or []) if len(x) == 2)
+    snapshotter = driver_status.get("driver-type") == "io.containerd.snapshotter.v1"
+    parts = buildx.stdout.split()
+    return DockerEngine(
+        server_version=data.get("ServerVersion", ""),
+        client_version=(ver.get("Client") or {}).get("Version", ""),
+        buildx_version=parts[1] if len(parts) > 1 else buildx.stdout.strip(),
+        containerd_snapshotter=snapshotter,
+    )
+
+
+@pytest.fixture(scope="session")
+def local_bases(docker_engine: DockerEngine) -> dict[str, str]:
+    """Builds (once; existing images are kept) the local base images; returns their names:
+    ``{"debian": ..., "cuda_devel": ..., "cuda_base": ...}``."""
+    script = REPO / "scripts" / "make-local-bases.sh"
+    try:
+        proc = _run([str(script)], timeout=1800)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{script} ran for more than 30 minutes", pytrace=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        pytest.fail(f"scripts/make-local-bases.sh failed (exit {proc.returncode}):\n{tail}", pytrace=False)
+    return {"debian": LOCAL_DEBIAN, "cuda_devel": LOCAL_CUDA_DEVEL, "cuda_base": LOCAL_CUDA_BASE}
+
+
+# --- registries ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _v2_status(host: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://{host}/v2/", timeout=2) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.fail(f"docker-registry is not installed: {SETUP_HINT}", pytrace=False)
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    host = f"127.0.0.1:{port}"
+    lines = [
+        "version: 0.1",
+        "log:",
+        "  level: warn",
+        "storage:",
+        "  filesystem:",
+        f"    rootdirectory: {root / 'data'}",
+        "  delete:",
+        "    enabled: true",
+        "http:",
+        f"  addr: {host}",
+    ]
+    if auth is not None:
+        htpasswd = shutil.which("htpasswd")
+        if htpasswd is None:
+            pytest.fail(f"htpasswd (apache2-utils) is not installed: {SETUP_HINT}", pytrace=False)
+        user, password = auth
+        entry = _run([htpasswd, "-Bbn", user, password], timeout=30)
+        assert entry.returncode == 0, entry.stderr
+        (root / "htpasswd").write_text(entry.stdout.strip() + "\n")
+        lines += ["auth:", "  htpasswd:", "    realm: builder-test", f"    path: {root / 'htpasswd'}"]
+    config = root / "config.yml"
+    config.write_text("\n".join(lines) + "\n")
+    log = (root / "registry.log").open("wb")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        expected = 401 if auth else 200
+        while (status := _v2_status(host)) != expected:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = (root / "registry.log").read_text(errors="replace")[-3000:]
+                pytest.fail(
+                    f"docker-registry on {host} did not come up (last GET /v2/: {status}):\n{out}",
+                    pytrace=False,
+                )
+            time.sleep(0.1)
+        yield host
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A plain-HTTP registry without auth; yields ``"127.0.0.1:PORT"``."""
+    yield from _start_registry(tmp_path_factory.mktemp("registry"))
+
+
+class AuthRegistry(NamedTuple):
+    host: str
+    user: str
+    password: str
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRegistry]:
+    """A plain-HTTP registry with htpasswd (bcrypt) auth; yields ``(host, user, password)``."""
+    user, password = "builder", "s3cret-" + os.urandom(6).hex()
+    for host in _start_registry(tmp_path_factory.mktemp("auth-registry"), auth=(user, password)):
+        yield AuthRegistry(host, user, password)
