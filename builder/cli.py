@@ -182,7 +182,7 @@ def lock(matrix_path, index_url, check):
     lock_path = path.with_name(LOCK_NAME)
     old = Lock.load(lock_path)
     fresh = run_lock(raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
-                     index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True))
+                     index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True), kn=m.knowledge)
     if check:
         if fresh.data != old.data:
             raise BuilderError(f"{LOCK_NAME} is out of date: run `builder lock`")

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -169,12 +170,77 @@ class Recipe:
         return None
 
 
+def _read_toml(path) -> dict:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such engine knowledge file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: malformed TOML: {exc}") from None
+
+
+class Knowledge:
+    """The built-in engine data, plus any extra files a matrix names (an in-house package, a test fixture)."""
+
+    def __init__(self, data: dict):
+        _check_knowledge(data)
+        self.data = data
+        self._recipes: dict[tuple[str, str], Recipe] = {}
+
+    def package_names(self) -> list[str]:
+        return list(self.data["packages"])
+
+    def engine_names(self) -> list[str]:
+        return [n for n, p in self.data["packages"].items() if p["kind"] == "engine"]
+
+    def known_cuda(self) -> list[str]:
+        return list(self.data["cuda"])
+
+    def cuda_archs(self, cuda: str) -> tuple[int, ...]:
+        """The archs nvcc of this CUDA version can target (by major.minor)."""
+        mm = ".".join(cuda.split(".")[:2])
+        table = self.data["cuda"]
+        if mm not in table:
+            raise UserError(f"CUDA {cuda}: unknown to this toolkit; known: {', '.join(table)}")
+        return tuple(table[mm]["archs"])
+
+    def build_tools(self) -> tuple[str, ...]:
+        tools = self.data["build_tools"]
+        return (*tools["pip"], tools["cmake"])
+
+    def recipe_pypi(self, name: str) -> str:
+        """The PyPI project name of a package (same for every version)."""
+        return self._package(name)["pypi"]
+
+    def _package(self, name: str) -> dict:
+        pkgs = self.data["packages"]
+        if name not in pkgs:
+            raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}; known: {', '.join(pkgs)}")
+        return pkgs[name]
+
+    def recipe(self, name: str, version: str) -> Recipe:
+        key = (name, version)
+        if key not in self._recipes:
+            self._recipes[key] = _make_recipe(name, self._package(name), version)
+        return self._recipes[key]
+
+
 @cache
+def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
+    data = tomllib.loads(resources.files("builder").joinpath("data/engines.toml").read_text())
+    for path in extra:
+        more = _read_toml(path)
+        for key in more:
+            if key not in ("packages", "cuda", "build_tools"):
+                raise UserError(f"{path}: unknown key {key!r}; allowed: packages, cuda, build_tools")
+        data["packages"].update(more.get("packages", {}))
+        data["cuda"].update(more.get("cuda", {}))
+        data["build_tools"].update(more.get("build_tools", {}))
+    return Knowledge(data)
+
+
 def knowledge() -> dict:
-    text = resources.files("builder").joinpath("data/engines.toml").read_text()
-    data = tomllib.loads(text)
-    _check_knowledge(data)
-    return data
+    return load_knowledge().data
 
 
 def _check_knowledge(data: dict) -> None:
@@ -193,25 +259,8 @@ def _check_knowledge(data: dict) -> None:
             SpecifierSet(rule["versions"])
 
 
-def package_names() -> list[str]:
-    return list(knowledge()["packages"])
-
-
 def engine_names() -> list[str]:
-    return [n for n, p in knowledge()["packages"].items() if p["kind"] == "engine"]
-
-
-def cuda_archs(cuda: str) -> tuple[int, ...]:
-    """The archs nvcc of this CUDA version can target (by major.minor)."""
-    mm = ".".join(cuda.split(".")[:2])
-    table = knowledge()["cuda"]
-    if mm not in table:
-        raise UserError(f"CUDA {cuda}: unknown to this toolkit; known: {', '.join(table)}")
-    return tuple(table[mm]["archs"])
-
-
-def known_cuda() -> list[str]:
-    return list(knowledge()["cuda"])
+    return load_knowledge().engine_names()
 
 
 def parse_version(text: str, what: str) -> Version:
@@ -222,15 +271,11 @@ def parse_version(text: str, what: str) -> Version:
 
 
 def recipe(name: str, version: str) -> Recipe:
-    pkgs = knowledge()["packages"]
-    if name not in pkgs:
-        raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}; known: {', '.join(pkgs)}")
-    return _recipe(name, version)
+    """A recipe from the built-in knowledge."""
+    return load_knowledge().recipe(name, version)
 
 
-@cache
-def _recipe(name: str, version: str) -> Recipe:
-    pkg = knowledge()["packages"][name]
+def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
     v = parse_version(version, name)
     merged: dict = {}
     matched = False
@@ -295,10 +340,3 @@ def _recipe(name: str, version: str) -> Recipe:
         strategies=strategies,
     )
 
-
-def recipe_pypi(name: str) -> str:
-    """The PyPI project name of a package (same for every version)."""
-    pkgs = knowledge()["packages"]
-    if name not in pkgs:
-        raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}")
-    return pkgs[name]["pypi"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tomli_w
 
-from . import engines
+from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .pypi import SimpleIndex
 
@@ -98,16 +98,16 @@ def _resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     return (commit, "") if commit else ("", f"tag {tag} not found in {repository}")
 
 
-def lock_package(index: SimpleIndex, name: str, version: str, consumer_tag: str = "") -> dict:
+def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, consumer_tag: str = "") -> dict:
     """One lock entry, read from the index (and the git host for git sources)."""
-    r = engines.recipe(name, version)
+    r = kn.recipe(name, version)
     entry: dict = {}
     if r.torch_pin in ("metadata",) or r.torch_pin.startswith("via:") or r.companions:
         meta = index.metadata(r.pypi, version)
         entry["requires_python"] = meta.requires_python or ""
         pins = {}
         for comp in r.companions:
-            pin = meta.pin(engines.recipe_pypi(comp), r.pin_extras)
+            pin = meta.pin(kn.recipe_pypi(comp), r.pin_extras)
             if pin is None:
                 raise UserError(f"{name} {version}: its metadata pins no exact {comp} version")
             pins[comp] = pin
@@ -132,8 +132,9 @@ def lock_package(index: SimpleIndex, name: str, version: str, consumer_tag: str 
     return entry
 
 
-def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print) -> Lock:
+def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None) -> Lock:
     """Read metadata for every package version the matrix names (and their companions)."""
+    kn = kn or load_knowledge()
     index = SimpleIndex(index_url)
     todo: list[tuple[str, str, str]] = []
     for prof in raw_matrix.get("profiles", {}).values():
@@ -149,9 +150,11 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print) -> Lock:
         if key in done:
             continue
         done.add(key)
-        entry = lock_package(index, name, version, consumer_tag)
+        r = kn.recipe(name, version)
+        if r.source == "local":
+            continue  # pinned by content hash at plan time, nothing on an index to read
+        entry = lock_package(kn, index, name, version, consumer_tag)
         packages[key] = entry
-        r = engines.recipe(name, version)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
             note += f" UNPINNED ({entry['git']['unresolved']})"

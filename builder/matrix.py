@@ -7,6 +7,7 @@ Every user mistake becomes a UserError naming the key or value; nothing runs bef
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import engines
-from .engines import Recipe, did_you_mean
+from .engines import Knowledge, Recipe, did_you_mean
 from .errors import UserError
 from .lock import LOCK_NAME, Lock
 
@@ -28,6 +29,7 @@ BUILTIN_DEFAULTS = {
     "model": "Qwen/Qwen3.8-27B-FP8",
     "base_images": {"devel": "nvidia/cuda:{cuda}-devel-{os}", "runtime": "nvidia/cuda:{cuda}-base-{os}"},
     "mirrors": {},
+    "knowledge": [],  # extra engine-knowledge TOML files, relative to the matrix file
 }
 _TOP_KEYS = {"defaults", "profiles"}
 _PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images"}
@@ -38,7 +40,7 @@ _BASE_KEYS = {"devel", "runtime"}
 class Source:
     """Where a package's source comes from, pinned: an sdist with its sha256, or a git commit."""
 
-    kind: str  # "sdist" | "git"
+    kind: str  # "sdist" | "git" | "local"
     url: str = ""
     sha256: str = ""
     filename: str = ""
@@ -46,15 +48,18 @@ class Source:
     tag: str = ""
     commit: str = ""
     subdir: str = "."
+    path: str = ""  # local sources: a directory, passed to BuildKit as a named context
 
     @property
     def pinned(self) -> bool:
-        return bool(self.sha256) if self.kind == "sdist" else bool(self.commit)
+        return bool(self.commit) if self.kind == "git" else bool(self.sha256)
 
     @property
     def ref(self) -> str:
         if self.kind == "sdist":
             return f"{self.filename}@sha256:{self.sha256}"
+        if self.kind == "local":
+            return f"local:{Path(self.path).name}@sha256:{self.sha256}"
         return f"{self.repository}@{self.commit or self.tag + ' (unpinned tag)'}"
 
 
@@ -116,6 +121,7 @@ class Cell:
     base_runtime: str
     image: str  # repository without tag
     tag: str
+    build_tools: tuple[str, ...] = ()
 
     @property
     def engine_recipe(self) -> Recipe:
@@ -141,6 +147,7 @@ class Matrix:
     defaults: dict
     profiles: dict[str, Profile]
     lock: Lock = field(compare=False)
+    knowledge: Knowledge = field(compare=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -227,17 +234,19 @@ def load(path: Path) -> Matrix:
     if not re.fullmatch(r"[a-z0-9.:_/-]+", defaults["registry"]):
         raise UserError(f"defaults.registry: {defaults['registry']!r} is not a registry/repository prefix like 127.0.0.1:5000/builder")
 
+    extra = tuple(str((path.parent / p).resolve()) for p in _expect(defaults["knowledge"], list, "defaults.knowledge"))
+    kn = engines.load_knowledge(extra)
     profiles_raw = _expect(raw.get("profiles", {}), dict, "profiles")
     if not profiles_raw:
         raise UserError(f"{path.name}: no [profiles.*] table: nothing to build")
-    profiles = {name: _profile(name, _expect(p, dict, f"profiles.{name}"), defaults) for name, p in profiles_raw.items()}
+    profiles = {name: _profile(kn, name, _expect(p, dict, f"profiles.{name}"), defaults) for name, p in profiles_raw.items()}
     if defaults["profile"] not in profiles:
         raise UserError(f"defaults.profile: {defaults['profile']!r} is not a profile{did_you_mean(defaults['profile'], profiles)}")
     lock = Lock.load(path.with_name(LOCK_NAME))
-    return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, lock=lock)
+    return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, lock=lock, knowledge=kn)
 
 
-def _profile(name: str, p: dict, defaults: dict) -> Profile:
+def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
     where = f"profiles.{name}"
     _check_keys(p, _PROFILE_KEYS, where)
     for key in ("cuda", "os", "python", "engines"):
@@ -246,8 +255,8 @@ def _profile(name: str, p: dict, defaults: dict) -> Profile:
     cuda = _expect(p["cuda"], str, f"{where}.cuda")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", cuda):
         raise UserError(f"{where}.cuda: {cuda!r} is not a CUDA version like 13.0.3")
-    if ".".join(cuda.split(".")[:2]) not in engines.known_cuda():
-        raise UserError(f"{where}.cuda: CUDA {cuda} is unknown to this toolkit (known: {', '.join(engines.known_cuda())})")
+    if ".".join(cuda.split(".")[:2]) not in kn.known_cuda():
+        raise UserError(f"{where}.cuda: CUDA {cuda} is unknown to this toolkit (known: {', '.join(kn.known_cuda())})")
     python = _expect(p["python"], str, f"{where}.python")
     if not re.fullmatch(r"3\.\d+", python):
         raise UserError(f"{where}.python: {python!r} is not a Python version like 3.12")
@@ -255,10 +264,10 @@ def _profile(name: str, p: dict, defaults: dict) -> Profile:
     if not engs:
         raise UserError(f"{where}.engines: empty: name at least one engine, e.g. {{ vllm = \"0.33.0\" }}")
     for eng, ver in engs.items():
-        if eng not in engines.engine_names():
-            raise UserError(f"{where}.engines: unknown engine {eng!r}{did_you_mean(eng, engines.engine_names())}; known: {', '.join(engines.engine_names())}")
+        if eng not in kn.engine_names():
+            raise UserError(f"{where}.engines: unknown engine {eng!r}{did_you_mean(eng, kn.engine_names())}; known: {', '.join(kn.engine_names())}")
         _expect(ver, str, f"{where}.engines.{eng}")
-        engines.recipe(eng, ver)  # unknown version range → error naming it
+        kn.recipe(eng, ver)  # unknown version range → error naming it
     torch = p.get("torch")
     if isinstance(torch, dict):
         for eng, ver in torch.items():
@@ -269,7 +278,7 @@ def _profile(name: str, p: dict, defaults: dict) -> Profile:
         _expect(torch, str, f"{where}.torch")
     fa = p.get("flash_attn")
     if fa is not None:
-        engines.recipe("flash-attn", _expect(fa, str, f"{where}.flash_attn"))
+        kn.recipe("flash-attn", _expect(fa, str, f"{where}.flash_attn"))
     strategies = tuple(_expect(p.get("strategies", []), list, f"{where}.strategies"))
     for s in strategies:
         if s not in engines.STRATEGIES:
@@ -300,7 +309,22 @@ def _mirror(image: str, mirrors: dict[str, str]) -> str:
     return image
 
 
-def _source(lock: Lock, r: Recipe) -> Source:
+def _tree_sha256(root: Path) -> str:
+    """Content hash of a source directory: relative paths, modes and bytes of every file."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + oct(f.stat().st_mode & 0o111).encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _source(m: Matrix, r: Recipe) -> Source:
+    if r.source == "local":
+        root = (m.path.parent / r.source_subdir).resolve()
+        if not root.is_dir():
+            raise UserError(f"{r.name}: local source {root} is not a directory")
+        return Source("local", path=str(root), sha256=_tree_sha256(root))
+    lock = m.lock
     entry = lock.get(r.name, r.version)
     if r.source == "sdist":
         if not entry.sdist:
@@ -310,11 +334,14 @@ def _source(lock: Lock, r: Recipe) -> Source:
     return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.source_subdir)
 
 
-def _torch_for(lock: Lock, engine: Recipe) -> str:
+def _torch_for(m: Matrix, engine: Recipe) -> str:
+    if engine.torch_pin == "none":
+        return ""
+    lock = m.lock
     entry = lock.get(engine.name, engine.version)
     if engine.torch_pin.startswith("via:"):
         via = engine.torch_pin.split(":", 1)[1]
-        return _torch_for(lock, engines.recipe(via, entry.pins[via]))
+        return _torch_for(m, m.knowledge.recipe(via, entry.pins[via]))
     if not entry.torch:
         raise UserError(f"{LOCK_NAME}: {engine.name} {engine.version} records no torch pin; run `builder lock`")
     return entry.torch
@@ -324,25 +351,26 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
     version = prof.engines[engine]
     where = f"profiles.{prof.name}"
     archs_from = archs_from or f"{where}.archs"
-    eng = engines.recipe(engine, version)
-    lock = m.lock
-    locked = lock.get(engine, version)
+    kn = m.knowledge
+    eng = kn.recipe(engine, version)
 
     if Version(prof.cuda) < Version(eng.min_cuda):
         raise UserError(f"{where}.cuda: {engine} {version} needs CUDA >= {eng.min_cuda}, the profile has {prof.cuda}")
     # torch: the engine's own pin; a hand-typed one must agree with it
-    torch = _torch_for(lock, eng)
+    torch = _torch_for(m, eng)
     stated = prof.torch.get(engine) if isinstance(prof.torch, dict) else prof.torch
-    if stated is not None and Version(stated) != Version(torch):
+    if stated is not None and torch and Version(stated) != Version(torch):
         raise UserError(
             f"{where}.torch: {engine} {version} pins torch=={torch} in its own metadata, not {stated}; "
             f"remove the torch key or set it to {torch}"
         )
-    if locked.requires_python and Version(prof.python + ".0") not in SpecifierSet(locked.requires_python):
+    locked = m.lock.get(engine, version) if eng.source != "local" else None
+    pins = locked.pins if locked else {}
+    if locked and locked.requires_python and Version(prof.python + ".0") not in SpecifierSet(locked.requires_python):
         raise UserError(f"{where}.python: {engine} {version} requires Python {locked.requires_python}, not {prof.python}")
 
     # the CUDA toolkit must be able to target every arch
-    possible = engines.cuda_archs(prof.cuda)
+    possible = kn.cuda_archs(prof.cuda)
     for a in archs:
         if a not in possible:
             lo, hi = min(possible), max(possible)
@@ -351,9 +379,9 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
                 f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
             )
 
-    recipes = [eng] + [engines.recipe(c, locked.pins[c]) for c in eng.companions]
+    recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
     if prof.flash_attn:
-        recipes.append(engines.recipe("flash-attn", prof.flash_attn))
+        recipes.append(kn.recipe("flash-attn", prof.flash_attn))
     packages = []
     for r in recipes:
         if Version(prof.cuda) < Version(r.min_cuda):
@@ -361,7 +389,7 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
         problems = r.arch_problems(archs)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        packages.append(Package(recipe=r, source=_source(lock, r), archs=archs))
+        packages.append(Package(recipe=r, source=_source(m, r), archs=archs))
 
     for s in prof.strategies:
         why = eng.strategy_problem(s)
@@ -370,7 +398,8 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
 
     py = prof.python.replace(".", "")
     sm = ".".join(str(a) for a in archs)
-    cell_id = f"{engine}-{version}-{prof.cuda_tag}-torch{torch}-py{py}-sm{sm}"
+    torch_part = f"-torch{torch}" if torch else ""
+    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
     bases = {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
     return Cell(
         id=cell_id,
@@ -385,6 +414,7 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
         base_runtime=bases["runtime"],
         image=f"{m.defaults['registry']}/{engine}",
         tag=cell_id[len(engine) + 1 :],
+        build_tools=kn.build_tools(),
     )
 
 
@@ -399,8 +429,9 @@ def select(m: Matrix, sel: Selection) -> list[Cell]:
     else:
         profiles = [m.profiles[m.defaults["profile"]]]
     for eng in sel.engines:
-        if eng not in engines.engine_names():
-            raise UserError(f"--engine: unknown engine {eng!r}{did_you_mean(eng, engines.engine_names())}; known: {', '.join(engines.engine_names())}")
+        if eng not in m.knowledge.engine_names():
+            names = m.knowledge.engine_names()
+            raise UserError(f"--engine: unknown engine {eng!r}{did_you_mean(eng, names)}; known: {', '.join(names)}")
     if sel.cuda:
         profiles = [p for p in profiles if any(p.cuda == c or p.cuda.startswith(c + ".") or p.cuda_tag == c for c in sel.cuda)]
 

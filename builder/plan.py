@@ -32,7 +32,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "build_env": [list(e) for e in r.build_env],
         "build_command": r.build_command,
         "build_requirements": [r.build_requirements, *r.build_requirements_list],
-        "build_tools": render.build_tools(),
+        "build_tools": list(cell.build_tools),
         "templates": render.templates_digest(pkg),
     }
 

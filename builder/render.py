@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__, engines
+from . import __version__
 from .errors import UserError
 from .matrix import Cell, Package
 
@@ -46,11 +46,6 @@ def templates_digest(pkg: Package) -> str:
     for name in package_templates(pkg):
         h.update(name.encode() + b"\0" + template_text(name).encode() + b"\0")
     return h.hexdigest()
-
-
-def build_tools() -> list[str]:
-    tools = engines.knowledge()["build_tools"]
-    return [*tools["pip"], tools["cmake"]]
 
 
 def package_context(pkg: Package) -> dict:
@@ -110,9 +105,9 @@ def context(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> d
     return {
         "cell": cell,
         "index_url": index_url,
-        "build_tools": build_tools(),
+        "build_tools": list(cell.build_tools),
         "packages": [package_context(p) for p in cell.packages],
-        "constraints": [f"torch=={cell.torch}"] + [f"{p.name}=={p.version}" for p in cell.packages],
+        "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
         "import_name": cell.engine.replace("-", "_"),
         "labels": labels(cell, keys),
         "entrypoint": entrypoint(cell),
