@@ -99,7 +99,7 @@ class ExternalSource:
     shallow: bool | None = None  # GIT_SHALLOW
     progress: bool | None = None  # GIT_PROGRESS
     url_hash: str | None = None  # "SHA256=..." for URL downloads
-    patch_command: str | None = None  # PATCH_COMMAND (not applied when overridden)
+    patch_command: str | None = None  # PATCH_COMMAND, tree paths relative (skipped if overridden)
     cmake_file: str = ""  # file (relative to the tree) and line of the declare
     line: int = 0
 
@@ -1026,6 +1026,11 @@ def _override_subpath(files: Mapping[str, list], guard: _Guard, name: str) -> st
     return None
 
 
+def _relative(text: str | None) -> str | None:
+    """Paths into the engine's tree are written relative to it."""
+    return None if text is None else text.replace(_ROOT + "/", "")
+
+
 def _to_source(found: _Found, interp: _Interp, feeds: Mapping[str, set[str]]) -> ExternalSource:
     kw = found.kw
     name = found.name
@@ -1073,7 +1078,7 @@ def _to_source(found: _Found, interp: _Interp, feeds: Mapping[str, set[str]]) ->
         commit=commit,
         override_var=override_var,
         override_kind=override_kind,
-        subdir=(kw.get("SOURCE_SUBDIR") or [None])[0],
+        subdir=_relative((kw.get("SOURCE_SUBDIR") or [None])[0]),
         reproducible=reproducible,
         kind=kind,
         override_kinds=kinds,
@@ -1083,7 +1088,7 @@ def _to_source(found: _Found, interp: _Interp, feeds: Mapping[str, set[str]]) ->
         shallow=_bool_kw(kw.get("GIT_SHALLOW")),
         progress=_bool_kw(kw.get("GIT_PROGRESS")),
         url_hash=url_hash,
-        patch_command=" ".join(patch) if patch else None,
+        patch_command=_relative(" ".join(patch)) if patch else None,
         cmake_file=found.cmd.file,
         line=found.cmd.line,
     )

@@ -488,7 +488,8 @@ else()
     GIT_REPOSITORY "${BAR_REPO}"
     GIT_TAG "${BAR_REV}"
     GIT_SUBMODULES ""
-    GIT_SHALLOW FALSE)
+    GIT_SHALLOW FALSE
+    PATCH_COMMAND git apply ${CMAKE_CURRENT_LIST_DIR}/fix.patch)
 endif()
 """,
         "cmake/deps/baz.cmake": """
@@ -514,6 +515,7 @@ FetchContent_Declare(qux URL https://example.invalid/qux.zip)
                                                                          ("env",))
     assert bar.submodules == () and bar.shallow is False
     assert bar.cmake_file == "cmake/deps/bar.cmake"
+    assert bar.patch_command == "git apply cmake/deps/fix.patch"
     baz = plan["baz"]
     assert (baz.kind, baz.repository, baz.reproducible, baz.subdir) == (
         "url", "https://example.invalid/baz-1.0.tar.gz", True, "cmake")
