@@ -54,9 +54,10 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO
 
 from builder.errors import BuilderError, CommandError, UserError
 
@@ -241,14 +242,14 @@ def _elf_sections(reader: _Reader, what: str) -> list[_Section]:
     if elf_class == 2:
         if len(ident) < 64:
             raise FatbinFormatError(f"{what}: truncated ELF header")
-        shoff, = struct.unpack_from(end + "Q", ident, 40)
+        (shoff,) = struct.unpack_from(end + "Q", ident, 40)
         shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", ident, 58)
         shdr = struct.Struct(end + "IIQQQQIIQQ")
         min_shentsize = 64
     else:
         if len(ident) < 52:
             raise FatbinFormatError(f"{what}: truncated ELF header")
-        shoff, = struct.unpack_from(end + "I", ident, 32)
+        (shoff,) = struct.unpack_from(end + "I", ident, 32)
         shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", ident, 46)
         shdr = struct.Struct(end + "IIIIIIIIII")
         min_shentsize = 40
@@ -330,8 +331,8 @@ def _walk_section(reader: _Reader, section: _Section, what: str) -> Iterator[Fat
             if len(raw) < _ENTRY_MIN:
                 raise FatbinFormatError(f"{where}: truncated fatbin entry at offset {p:#x}")
             raw_kind, _, entry_header_size, payload_size = struct.unpack_from("<HHIQ", raw, 0)
-            arch, = struct.unpack_from("<I", raw, 28)
-            flags, = struct.unpack_from("<Q", raw, 40)
+            (arch,) = struct.unpack_from("<I", raw, 28)
+            (flags,) = struct.unpack_from("<Q", raw, 40)
             if entry_header_size < _ENTRY_MIN or p + entry_header_size + payload_size > end:
                 raise FatbinFormatError(
                     f"{where}: bad fatbin entry at offset {p:#x} "
@@ -349,15 +350,11 @@ def read_fatbin_entries(path: Path) -> list[FatbinEntry]:
     if its fatbin cannot be decoded.
     """
     path = Path(path)
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not an ELF file") from None
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        return _fatbin_entries(_FileReader(fh, size), str(path))
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not an ELF file")
+    return _fatbin_entries_file(path, str(path))
 
 
 def _zip_member_reader(zf: zipfile.ZipFile, info: zipfile.ZipInfo, zip_fh: BinaryIO) -> _Reader:
@@ -620,7 +617,7 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
 
 def _run(argv: list[str]) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True)
     except FileNotFoundError:
         raise CommandError(argv, 127, f"{argv[0]}: command not found") from None
     if proc.returncode != 0:
@@ -670,7 +667,9 @@ def audit_image(image: str, archs: list[int], *, docker: str = "docker") -> Audi
                         local = Path(tmp, "lib")
                         with open(local, "wb") as out:
                             shutil.copyfileobj(src, out, 1 << 20)
-                        seen[name] = _binary_report(name, lambda: _fatbin_entries_file(local, name), wanted)
+                        seen[name] = _binary_report(
+                            name, lambda local=local, name=name: _fatbin_entries_file(local, name), wanted
+                        )
                         report.binaries.append(seen[name])
                         local.unlink()
             except (tarfile.TarError, OSError) as exc:
