@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 from functools import wraps
@@ -30,6 +31,17 @@ class BuilderGroup(click.Group):
             ctx.exit(exc.exit_code)
 
 
+def wheelhouse_option(f):
+    return click.option("--wheelhouse", "wheelhouse_dir", type=click.Path(file_okay=False), default=None,
+                        help="Local wheel cache (default: wheelhouse/ next to the matrix file).")(f)
+
+
+def _wheelhouse(m, wheelhouse_dir):
+    from .wheelhouse import Wheelhouse
+
+    return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(m.path)
+
+
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
 
@@ -45,8 +57,10 @@ def selection_options(f):
     @click.option("--profile", multiple=True, help="Profiles to use (default: the matrix's default; 'all' for every one).")
     @click.option("--only", multiple=True, help="Glob(s) on cell ids to keep, e.g. 'vllm-*' or '*-{cu121,cu130}-*'.")
     @click.option("--skip", multiple=True, help="Glob(s) on cell ids to drop.")
+    @click.option("--base-devel", default=None, help="Devel base image for every selected cell (a mirror or a local base).")
+    @click.option("--base-runtime", default=None, help="Runtime base image for every selected cell.")
     @wraps(f)
-    def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, **kwargs):
+    def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, base_devel, base_runtime, **kwargs):
         sel = matrix_mod.Selection(
             engines=_split(engine),
             archs=matrix_mod.parse_archs(arch) if arch is not None else None,
@@ -54,6 +68,8 @@ def selection_options(f):
             profiles=_split(profile),
             only=tuple(only),
             skip=tuple(skip),
+            base_devel=base_devel,
+            base_runtime=base_runtime,
         )
         m = matrix_mod.load(Path(matrix_path))
         return f(*args, m=m, sel=sel, **kwargs)
@@ -81,8 +97,9 @@ def main(ctx, debug):
 
 @main.command()
 @selection_options
+@wheelhouse_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plan(m, sel, as_json):
+def plan(m, sel, wheelhouse_dir, as_json):
     """Print every selected cell: image tag, packages it compiles, their cache keys, build or reuse.
 
     Calls no Docker.
@@ -93,7 +110,7 @@ def plan(m, sel, as_json):
       builder plan --engine sglang --arch 80,90 --json
     """
     cells = matrix_mod.select(m, sel)
-    plans = plan_mod.plan_cells(cells, plan_mod.default_wheelhouse(m.path))
+    plans = plan_mod.plan_cells(cells, _wheelhouse(m, wheelhouse_dir))
     if as_json:
         click.echo(json.dumps({"cells": [p.to_json() for p in plans]}, indent=2))
     else:
@@ -153,6 +170,95 @@ def matrix_cmd(m, sel):
         for c in cells
     ]
     click.echo(json.dumps({"include": include}))
+
+
+@main.command()
+@selection_options
+@wheelhouse_option
+@click.option("--dry-run", is_flag=True, help="Print the exact buildx commands; run nothing.")
+@click.option("--keep-going", is_flag=True, help="Go on with the next cell after a failed one.")
+@click.option("--max-jobs", type=int, default=None, help="Override MAX_JOBS (default: from cores and free RAM).")
+@click.option("--nvcc-threads", type=int, default=None, help="Override NVCC_THREADS.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False), default=lambda: os.environ.get("BUILDER_CA_BUNDLE"),
+              help="CA bundle for HTTPS inside the build, passed as a BuildKit secret (never a layer). Env: BUILDER_CA_BUNDLE.")
+@click.option("--allow-unpinned", is_flag=True, help="Build git sources known only by tag (the lock could not resolve a commit).")
+@click.option("--log-dir", type=click.Path(file_okay=False), default="logs", show_default=True, help="One log file per cell.")
+@click.option("--work-dir", type=click.Path(file_okay=False), default="build", show_default=True,
+              help="Rendered Dockerfiles, exported wheels before they enter the wheelhouse, BuildKit metadata.")
+@click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the closing table as JSON.")
+def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir, quiet, as_json):
+    """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
+    tag the runtime image. A cell whose wheels fail the audit is not tagged.
+
+    \b
+    Example:
+      builder build --arch 80,90 --engine sglang
+      builder build --only 'vllm-0.33.0-*' --dry-run
+      builder build --profile all --keep-going --ca-bundle /etc/ssl/certs/ca-certificates.crt
+    """
+    from .build import BuildOptions, build_cells, format_results
+    from .buildx import docker_available
+
+    cells = matrix_mod.select(m, sel)
+    wheelhouse = _wheelhouse(m, wheelhouse_dir)
+    plans = plan_mod.plan_cells(cells, wheelhouse)
+    opts = BuildOptions(
+        work_dir=Path(work_dir).resolve(),
+        log_dir=Path(log_dir).resolve(),
+        index_url=m.defaults["index"],
+        dry_run=dry_run,
+        keep_going=keep_going,
+        max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads,
+        ca_bundle=Path(ca_bundle).resolve() if ca_bundle else None,
+        allow_unpinned=allow_unpinned,
+        source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
+        echo_build_output=not quiet,
+    )
+    if not dry_run:
+        why = docker_available()
+        if why:
+            raise UserError(f"docker buildx is not usable: {why}\nfix: run scripts/setup-docker.sh (see `builder doctor`)")
+    say = (lambda s: click.echo(s, err=True)) if not dry_run else click.echo
+    results = build_cells(plans, wheelhouse, opts, say)
+    if dry_run:
+        return
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        click.echo(format_results(results))
+    if not all(r.ok for r in results) or len(results) < len(plans):
+        sys.exit(1)
+
+
+@main.command("audit")
+@click.argument("target")
+@click.option("--arch", "arch", required=True, help="SM archs every binary must run on, e.g. 80,90.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verbose", "-v", is_flag=True, help="List binaries without device code too.")
+def audit_cmd(target, arch, as_json, verbose):
+    """List SASS archs and PTX of every .so in a WHEEL, IMAGE or DIR; exit 1 naming the file and the
+    missing arch when a requested arch is covered neither by SASS nor by JIT-able PTX.
+
+    Reads the ELF .nv_fatbin section in Python: no CUDA toolkit needed.
+
+    \b
+    Example:
+      builder audit wheelhouse/ --arch 80,90
+      builder audit flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl --arch 90
+      builder audit 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --arch 80,90
+    """
+    from .audit import audit, audit_image, format_report
+
+    archs = list(matrix_mod.parse_archs(arch))
+    report = audit(target, archs) if Path(target).exists() else audit_image(target, archs)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(format_report(report, verbose=verbose))
+    if not report.ok:
+        sys.exit(1)
 
 
 @main.command()

@@ -20,7 +20,7 @@ from .errors import UserError
 
 STRATEGIES = ("MTP2", "MTP7", "DFlash2")
 
-_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "compiled", "rules", "strategies"}
+_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "parallelism", "compiled", "rules", "strategies"}
 _RULE_KEYS = {
     "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
     "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
@@ -86,6 +86,7 @@ class Recipe:
     torch_pin: str
     mem_gb_per_nvcc_thread: float
     compiled: bool
+    parallelism: str  # "total-threads" (MAX_JOBS is all threads) | "jobs-x-threads"
     source: str
     source_subdir: str = "."
     git_repository: str = ""
@@ -314,6 +315,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         torch_pin=merged.get("torch_pin", pkg["torch_pin"]),
         mem_gb_per_nvcc_thread=float(pkg["mem_gb_per_nvcc_thread"]),
         compiled=bool(pkg.get("compiled", True)),
+        parallelism=pkg.get("parallelism", "jobs-x-threads"),
         source=merged["source"],
         source_subdir=merged.get("source_subdir", "."),
         git_repository=merged.get("git_repository", ""),

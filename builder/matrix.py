@@ -160,6 +160,8 @@ class Selection:
     profiles: tuple[str, ...] = ()  # () = the default profile; ("all",) = every profile
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
+    base_devel: str | None = None  # override the devel / runtime base of every selected cell
+    base_runtime: str | None = None
 
 
 # -- parsing helpers ------------------------------------------------------------------------------------
@@ -347,7 +349,8 @@ def _torch_for(m: Matrix, engine: Recipe) -> str:
     return entry.torch
 
 
-def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "") -> Cell:
+def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
+              base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
     version = prof.engines[engine]
     where = f"profiles.{prof.name}"
     archs_from = archs_from or f"{where}.archs"
@@ -410,8 +413,8 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
         archs=archs,
         packages=tuple(packages),
         strategies=prof.strategies,
-        base_devel=bases["devel"],
-        base_runtime=bases["runtime"],
+        base_devel=base_devel or bases["devel"],
+        base_runtime=base_runtime or bases["runtime"],
         image=f"{m.defaults['registry']}/{engine}",
         tag=cell_id[len(engine) + 1 :],
         build_tools=kn.build_tools(),
@@ -446,7 +449,7 @@ def select(m: Matrix, sel: Selection) -> list[Cell]:
         for engine in prof.engines:
             if sel.engines and engine not in sel.engines:
                 continue
-            cells.append(make_cell(m, prof, engine, archs, archs_from))
+            cells.append(make_cell(m, prof, engine, archs, archs_from, sel.base_devel, sel.base_runtime))
     seen: dict[str, Cell] = {}
     for c in cells:
         if c.id in seen:

@@ -111,7 +111,7 @@ def format_plan(plans: list[CellPlan]) -> str:
         lines.append(f"{c.id}")
         lines.append(f"  image     {c.ref}")
         lines.append(f"  base      {c.base_devel} → {c.base_runtime}")
-        lines.append(f"  torch     {c.torch}   python {c.python}   CUDA {c.cuda}   archs {','.join(map(str, c.archs))}")
+        lines.append(f"  torch     {c.torch or '(none)'}   python {c.python}   CUDA {c.cuda}   archs {','.join(map(str, c.archs))}")
         lines.append(f"  strategies {', '.join(c.strategies) or '(none: this stack cannot run MTP2 / MTP7 / DFlash2)'}")
         for w in p.wheels:
             pkg = w.package
