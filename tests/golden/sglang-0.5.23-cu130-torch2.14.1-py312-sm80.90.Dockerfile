@@ -197,5 +197,5 @@ LABEL io.builder.package.sglang-kernel.cache-key="a6bd2f714a98ec8d285060c0285ae8
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="6ce7d4fc5e9ff77dfe0fc042ac56c97f24a0c131ae00df2b67d2e937509d7ddb"
+LABEL io.builder.package.flash-attn.cache-key="5b6d86a7179e527a9a6203f7a1617916eb324654b044ab8257f1c0f11c42e75c"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -154,5 +154,5 @@ LABEL io.builder.package.vllm.cache-key="b00e0357bc08e7690858bfc47cb615eafea5b4c
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="a79dbeed3d0c7f3b7289b2f93361b7b6e22c8c3cb642947fa7f1fbc721d56cad"
+LABEL io.builder.package.flash-attn.cache-key="b865c6faf5371a1b3b9f84ecd0d754069be242d9e77815ae6bfb888083dd8069"
 ENTRYPOINT ["vllm", "serve"]

@@ -155,5 +155,5 @@ LABEL io.builder.package.vllm.cache-key="46a089d862bdfcb3f97e1efe5bf31d5d7625382
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="331745e4655836db609b74f903b4c48b9252fafb8d43ad6e6ca2166f37e499ee"
+LABEL io.builder.package.flash-attn.cache-key="02be20bf07a7e7c590b279396ad63df938390ea9556d3a9327c4dc2658e2cdc3"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
