@@ -5,7 +5,8 @@
 # rewrite-timestamp, so this script:
 #   * installs bookworm's docker.io (for runc, iptables and the other dependencies) plus
 #     skopeo, docker-registry, debootstrap and apache2-utils;
-#   * downloads trixie's docker.io, docker-buildx and containerd (trixie is added for those
+#   * downloads trixie's docker.io, docker-buildx and containerd (and docker-cli, used only when
+#     no Docker CLI 23+ is on PATH) (trixie is added for those
 #     commands only, from its own sources folder) and unpacks them under $BUILDER_DOCKER_PREFIX;
 #   * starts trixie's dockerd in the background with the containerd image store
 #     (containerd-snapshotter), which OCI exports with rewrite-timestamp need;
@@ -23,7 +24,7 @@ LOG=${BUILDER_DOCKERD_LOG:-/var/log/builder-dockerd.log}
 TIMEOUT=${BUILDER_DOCKER_TIMEOUT:-90}
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 APT_PACKAGES=(docker.io skopeo docker-registry debootstrap apache2-utils)
-TRIXIE_PACKAGES=(docker.io docker-buildx containerd)
+TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx containerd)
 DAEMON_BINARIES=(dockerd docker-proxy containerd containerd-shim-runc-v2 ctr)
 
 die() { echo "setup-docker: error: $*" >&2; exit 1; }
@@ -47,6 +48,10 @@ if [[ $(id -u) -ne 0 ]]; then
     SUDO=(sudo)
 fi
 
+dockerd_running() {
+    local pid
+    pid=$(cat /var/run/docker.pid 2>/dev/null) && [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
 daemon_ok() { timeout 20 docker info >/dev/null 2>&1; }
 buildx_ok() { timeout 20 docker buildx version >/dev/null 2>&1; }
 
@@ -106,7 +111,7 @@ fi
 # --- 2. trixie engine, unpacked under $PREFIX -----------------------------------------------
 root=$PREFIX/root
 if [[ ! -x $root/usr/sbin/dockerd || ! -x $root/usr/libexec/docker/cli-plugins/docker-buildx \
-      || ! -x $root/usr/bin/containerd ]]; then
+      || ! -x $root/usr/bin/containerd || ! -x $root/usr/bin/docker ]]; then
     note "downloading ${TRIXIE_PACKAGES[*]} (trixie) into $PREFIX"
     apt_dir=$PREFIX/apt
     "${SUDO[@]}" mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$apt_dir/debs"
@@ -166,7 +171,7 @@ if [[ ! -f $config || $(cat "$config") != "$want" ]]; then
 fi
 
 if ! daemon_ok; then
-    if pgrep -x dockerd >/dev/null; then
+    if dockerd_running; then
         note "a dockerd is running but does not answer yet; waiting for it"
     else
         note "starting dockerd (log: $LOG)"
