@@ -193,4 +193,9 @@ if ! daemon_ok; then
 fi
 
 buildx_ok || die "'docker buildx version' fails; is $PLUGIN_DIR/docker-buildx installed and executable?"
+server_major=$(docker version --format '{{.Server.Version}}' 2>/dev/null | cut -d. -f1 || true)
+if [[ $server_major =~ ^[0-9]+$ ]] && ((server_major < 26)); then
+    note "warning: the running dockerd is $server_major.x, older than 26 (no BuildKit 0.13: reproducible"
+    note "OCI exports fail); stop it (e.g. systemctl stop docker docker.socket) and run this script again"
+fi
 print_versions
