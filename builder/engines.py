@@ -25,7 +25,7 @@ _RULE_KEYS = {
     "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
     "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
     "compile_threads_define", "torch_pin", "pin_extras", "companions", "launch", "health", "ready_log", "metrics",
-    "cmake_args", "rust",
+    "cmake_args", "rust", "fetch_plan",
 }
 _KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
 
@@ -110,6 +110,7 @@ class Recipe:
     metrics: tuple[str, ...] = ()
     cmake_args: str = ""
     rust: bool = False
+    fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
@@ -339,6 +340,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         metrics=tuple(merged.get("metrics", ())),
         cmake_args=merged.get("cmake_args", ""),
         rust=bool(merged.get("rust", False)),
+        fetch_plan=bool(merged.get("fetch_plan", False)),
         strategies=strategies,
     )
 

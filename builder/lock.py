@@ -7,6 +7,8 @@ points at, when the git host is reachable; otherwise the entry says so and build
 
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import tomllib
 from dataclasses import dataclass
@@ -132,6 +134,39 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
     return entry
 
 
+def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
+    """An sdist in the user cache, verified against the sha256 the index lists."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "sdists" / sha256
+    path = cache / filename
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+        return path
+    data = index._get(url)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"{filename}: downloaded bytes do not match the index's sha256 {sha256}")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.rename(path)
+    return path
+
+
+def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict, echo=print) -> Path:
+    """Read the external sources the sdist's own CMake files download, into data/fetchplans/."""
+    from . import deps, fetchplan
+
+    target = deps.plan_path(name, version)
+    if target.is_file():
+        doc = fetchplan.load_plan_file(target)
+        if doc.get("sdist", {}).get("sha256") == sdist["sha256"]:
+            return target
+    path = _download(index, sdist["url"], sdist["sha256"], sdist["filename"])
+    doc = fetchplan.plan_document(path, engine=name, version=version)
+    fetchplan.write_plan_file(doc, target)
+    deps.deps_context.cache_clear()
+    echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
+    return target
+
+
 def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None) -> Lock:
     """Read metadata for every package version the matrix names (and their companions)."""
     kn = kn or load_knowledge()
@@ -155,6 +190,8 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
             continue  # pinned by content hash at plan time, nothing on an index to read
         entry = lock_package(kn, index, name, version, consumer_tag)
         packages[key] = entry
+        if r.fetch_plan and "sdist" in entry:
+            refresh_fetch_plan(index, name, version, entry["sdist"], echo)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
             note += f" UNPINNED ({entry['git']['unresolved']})"

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import render
+from . import deps, render
 from .matrix import Cell, Package
 from .wheelhouse import Wheelhouse
 
@@ -34,6 +34,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "build_requirements": [r.build_requirements, *r.build_requirements_list],
         "build_tools": list(cell.build_tools),
         "templates": render.templates_digest(pkg),
+        "deps": deps.for_recipe(r),
     }
 
 

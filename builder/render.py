@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, deps
 from .errors import UserError
 from .matrix import Cell, Package
 
@@ -65,6 +65,7 @@ def package_context(pkg: Package) -> dict:
         "build_requirements_list": list(r.build_requirements_list),
         "build_command": r.build_command,
         "compile_threads_define": r.compile_threads_define,
+        "deps": deps.for_recipe(r),
     }
 
 

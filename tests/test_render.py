@@ -161,3 +161,42 @@ def test_base_image_mirrors_rewrite_the_base_args(tmp_path):
     assert res.exit_code == 0, res.output
     assert "ARG BASE_DEVEL_IMAGE=mirror.example.com/nvidia/cuda:13.0.3-devel-ubuntu24.04" in res.output
     assert "ARG BASE_RUNTIME_IMAGE=mirror.example.com/nvidia/cuda:13.0.3-base-ubuntu24.04" in res.output
+
+
+@pytest.mark.parametrize("cell_prefix, plan_file", [
+    ("vllm-0.33.0-", "vllm-0.33.0.json"),
+    ("vllm-0.6.3.post1-", "vllm-0.6.3.post1.json"),
+    ("sglang-0.3.2-", "vllm-0.5.5.json"),  # the vLLM that SGLang 0.3.2 runs on
+])
+def test_vllm_external_sources_are_fetched_in_their_own_stage(cell_prefix, plan_file):
+    """Every repository vLLM's CMake would download is fetched at its pinned ref in deps-vllm, and the
+    build stage points the override variable at it, so the compile needs no network."""
+    from builder import fetchplan
+
+    m, cells = shipped_cells()
+    cell = next(c for c in cells if c.id.startswith(cell_prefix))
+    text = R.render(cell, m.defaults["index"])
+    doc = fetchplan.load_plan_file(REPO / "builder" / "data" / "fetchplans" / plan_file)
+    plan = fetchplan.plan_from_document(doc)
+    assert plan, "a vLLM release without external sources would be news"
+    deps = text.split("AS deps-vllm", 1)[1].split("\nFROM ", 1)[0]
+    build = text.split("AS build-vllm", 1)[1].split("\nFROM ", 1)[0]
+    for src in plan:
+        assert f"fetch -q --depth 1 origin {src.commit}'" in deps, src.name
+        assert src.repository in deps
+        if src.reproducible:
+            assert f"!= {src.commit} ]" in deps  # the fetched commit is verified
+    assert "COPY --from=deps-vllm /opt/deps /opt/deps" in build
+    env = dict(re.findall(r'^ENV (\w+)="([^"]*)"$', build, re.M))
+    for src in plan:
+        if src.override_kind == "env":
+            assert env[src.override_var].startswith(f"/opt/deps/{src.name}")
+        elif doc["cmake_args"] == "ignored":
+            # setup.py drops CMAKE_ARGS: the override reaches CMake through a toolchain file
+            assert env["CMAKE_TOOLCHAIN_FILE"] == "/opt/deps/overrides.cmake"
+            assert f'set({src.override_var} "/opt/deps/{src.name}" CACHE PATH' in deps
+        else:
+            assert f"-D{src.override_var}=/opt/deps/{src.name}" in env["CMAKE_ARGS"]
+    if doc.get("rust_toolchain"):
+        assert f"--default-toolchain {doc['rust_toolchain']}" in deps
+        assert "cargo fetch --locked" in deps and "CARGO_NET_OFFLINE=true" in build

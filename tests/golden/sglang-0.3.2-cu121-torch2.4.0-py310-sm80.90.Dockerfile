@@ -79,6 +79,29 @@ RUN --mount=type=secret,id=ca \
  && echo "14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd  /tmp/vllm-0.5.5.tar.gz" | sha256sum -c - \
  && tar -xzf /tmp/vllm-0.5.5.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.5.5.tar.gz
+# ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
+# Plan read from the sdist's CMake files (vllm-0.5.5.json):
+#   cutlass: https://github.com/nvidia/cutlass.git @ 06b21349bcf6ddf6a1686a47a137ad1446579db9
+FROM toolchain AS deps-vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# the lines are written to fetch.sh verbatim: their $(...) expand when fetch.sh runs, not here
+# hadolint ignore=SC2016
+RUN mkdir -p /opt/deps \
+ && printf '%s\n' \
+      'set -eu' \
+      'mkdir -p /opt/deps' \
+      '# cutlass: https://github.com/nvidia/cutlass.git @ 06b21349bcf6ddf6a1686a47a137ad1446579db9' \
+      'rm -rf /opt/deps/cutlass && mkdir -p /opt/deps/cutlass' \
+      'git -C /opt/deps/cutlass init -q' \
+      'git -C /opt/deps/cutlass remote add origin https://github.com/nvidia/cutlass.git' \
+      'git -C /opt/deps/cutlass fetch -q --depth 1 origin 06b21349bcf6ddf6a1686a47a137ad1446579db9' \
+      'git -C /opt/deps/cutlass -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/cutlass rev-parse HEAD)" != 06b21349bcf6ddf6a1686a47a137ad1446579db9 ]; then echo "cutlass: fetched commit is not 06b21349bcf6ddf6a1686a47a137ad1446579db9" >&2; exit 1; fi' \
+      'git -C /opt/deps/cutlass submodule update -q --init --recursive --depth 1' \
+      'printf '"'"'%s\n'"'"' '"'"'# Written by builder: local checkouts for the FetchContent downloads'"'"' '"'"'set(FETCHCONTENT_SOURCE_DIR_CUTLASS "/opt/deps/cutlass" CACHE PATH "" FORCE)'"'"' > /opt/deps/overrides.cmake' \
+      > /opt/deps/fetch.sh
+RUN --mount=type=secret,id=ca \
+    with-ca sh /opt/deps/fetch.sh
 # ---- build-vllm: vLLM 0.5.5 → wheel, SASS for sm_80, sm_90 -------------
 # TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
 FROM torch AS build-vllm
@@ -90,6 +113,9 @@ ARG SOURCE_DATE_EPOCH
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+# the compile reads the fetched sources instead of downloading them
+COPY --from=deps-vllm /opt/deps /opt/deps
+ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; grep -vE '^\s*(#|$|-)' requirements-build.txt; } \
@@ -180,13 +206,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="2227d41cd66caef06646b2309702af56dabed16cc9f024213e7997e326675327"
+LABEL io.builder.package.sglang.cache-key="d06517e7789904cdb8dbdc11270c69736a9be1b61b56ad2e10d3a13080559393"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="adc02fb5ff56c8be3f84032c7ac4dfb07cbbfed649e87da07b69ec5416bca0f5"
+LABEL io.builder.package.vllm.cache-key="12fe7e3a7badd04f7d9c496502107a763ca8ba81ab03981aeb88c23f968866db"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="02be20bf07a7e7c590b279396ad63df938390ea9556d3a9327c4dc2658e2cdc3"
+LABEL io.builder.package.flash-attn.cache-key="1f33d4e5e22a565224c12309cc7d069e1ee3e5ebf56f7b2c95fd6acda6a98ac8"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

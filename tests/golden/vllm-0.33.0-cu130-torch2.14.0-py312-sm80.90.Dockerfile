@@ -49,6 +49,118 @@ RUN --mount=type=secret,id=ca \
  && echo "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112  /tmp/vllm-0.33.0.tar.gz" | sha256sum -c - \
  && tar -xzf /tmp/vllm-0.33.0.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.33.0.tar.gz
+# ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
+# Plan read from the sdist's CMake files (vllm-0.33.0.json):
+#   cutlass: https://github.com/nvidia/cutlass.git @ v4.7.1 (a tag, not a commit: the fetch prints what it resolved to)
+#   triton_kernels: https://github.com/triton-lang/triton.git @ v3.5.1 (a tag, not a commit: the fetch prints what it resolved to)
+#   deepgemm: https://github.com/vllm-project/DeepGEMM.git @ 0820030756945b2daec208e8e8255268360f337d
+#   deepselect: https://github.com/vllm-project/DeepSelect.git @ d96d33afe1fab0d6066da49cdc91e64c2bee65ea
+#   fmha_sm100: https://github.com/vllm-project/MSA.git @ 968061ab16cb14991a5c7d4c0e8eabf531be0dcf
+#   flashmla: https://github.com/vllm-project/FlashMLA @ e2afa5fd8c220fbd05fe03fc24c9d5e64c24641b
+#   flashkda: https://github.com/vllm-project/FlashKDA.git @ 17a037d98da546deb4591e967cf961a43c034d8b
+#   qutlass: https://github.com/IST-DASLab/qutlass.git @ e74319e3405ce6d71965732880f5dc1f52371f64
+#   tml_fa4: https://github.com/vllm-project/tml-fa4.git @ 75765e76a9c2c012c1f6ecd64577eb646eb4d303
+#   vllm-flash-attn: https://github.com/vllm-project/flash-attention.git @ b273a02621d3c94bc747df67204f591b67f38fae
+FROM toolchain AS deps-vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# the lines are written to fetch.sh verbatim: their $(...) expand when fetch.sh runs, not here
+# hadolint ignore=SC2016
+RUN mkdir -p /opt/deps \
+ && printf '%s\n' \
+      'set -eu' \
+      'mkdir -p /opt/deps' \
+      '# cutlass: https://github.com/nvidia/cutlass.git @ v4.7.1  (NOT a commit)' \
+      'rm -rf /opt/deps/cutlass && mkdir -p /opt/deps/cutlass' \
+      'git -C /opt/deps/cutlass init -q' \
+      'git -C /opt/deps/cutlass remote add origin https://github.com/nvidia/cutlass.git' \
+      'git -C /opt/deps/cutlass fetch -q --depth 1 origin v4.7.1' \
+      'git -C /opt/deps/cutlass -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'echo "cutlass: v4.7.1 resolved to $(git -C /opt/deps/cutlass rev-parse HEAD)"' \
+      'git -C /opt/deps/cutlass submodule update -q --init --recursive --depth 1' \
+      '# triton_kernels: https://github.com/triton-lang/triton.git @ v3.5.1  (NOT a commit)' \
+      'rm -rf /opt/deps/triton_kernels && mkdir -p /opt/deps/triton_kernels' \
+      'git -C /opt/deps/triton_kernels init -q' \
+      'git -C /opt/deps/triton_kernels remote add origin https://github.com/triton-lang/triton.git' \
+      'git -C /opt/deps/triton_kernels fetch -q --depth 1 origin v3.5.1' \
+      'git -C /opt/deps/triton_kernels -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'echo "triton_kernels: v3.5.1 resolved to $(git -C /opt/deps/triton_kernels rev-parse HEAD)"' \
+      'git -C /opt/deps/triton_kernels submodule update -q --init --recursive --depth 1' \
+      '# deepgemm: https://github.com/vllm-project/DeepGEMM.git @ 0820030756945b2daec208e8e8255268360f337d' \
+      'rm -rf /opt/deps/deepgemm && mkdir -p /opt/deps/deepgemm' \
+      'git -C /opt/deps/deepgemm init -q' \
+      'git -C /opt/deps/deepgemm remote add origin https://github.com/vllm-project/DeepGEMM.git' \
+      'git -C /opt/deps/deepgemm fetch -q --depth 1 origin 0820030756945b2daec208e8e8255268360f337d' \
+      'git -C /opt/deps/deepgemm -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/deepgemm rev-parse HEAD)" != 0820030756945b2daec208e8e8255268360f337d ]; then echo "deepgemm: fetched commit is not 0820030756945b2daec208e8e8255268360f337d" >&2; exit 1; fi' \
+      'git -C /opt/deps/deepgemm submodule update -q --init --recursive --depth 1 -- third-party/cutlass third-party/deep_jit' \
+      '# deepselect: https://github.com/vllm-project/DeepSelect.git @ d96d33afe1fab0d6066da49cdc91e64c2bee65ea' \
+      'rm -rf /opt/deps/deepselect && mkdir -p /opt/deps/deepselect' \
+      'git -C /opt/deps/deepselect init -q' \
+      'git -C /opt/deps/deepselect remote add origin https://github.com/vllm-project/DeepSelect.git' \
+      'git -C /opt/deps/deepselect fetch -q --depth 1 origin d96d33afe1fab0d6066da49cdc91e64c2bee65ea' \
+      'git -C /opt/deps/deepselect -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/deepselect rev-parse HEAD)" != d96d33afe1fab0d6066da49cdc91e64c2bee65ea ]; then echo "deepselect: fetched commit is not d96d33afe1fab0d6066da49cdc91e64c2bee65ea" >&2; exit 1; fi' \
+      'git -C /opt/deps/deepselect submodule update -q --init --recursive --depth 1' \
+      '# fmha_sm100: https://github.com/vllm-project/MSA.git @ 968061ab16cb14991a5c7d4c0e8eabf531be0dcf' \
+      'rm -rf /opt/deps/fmha_sm100 && mkdir -p /opt/deps/fmha_sm100' \
+      'git -C /opt/deps/fmha_sm100 init -q' \
+      'git -C /opt/deps/fmha_sm100 remote add origin https://github.com/vllm-project/MSA.git' \
+      'git -C /opt/deps/fmha_sm100 fetch -q --depth 1 origin 968061ab16cb14991a5c7d4c0e8eabf531be0dcf' \
+      'git -C /opt/deps/fmha_sm100 -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/fmha_sm100 rev-parse HEAD)" != 968061ab16cb14991a5c7d4c0e8eabf531be0dcf ]; then echo "fmha_sm100: fetched commit is not 968061ab16cb14991a5c7d4c0e8eabf531be0dcf" >&2; exit 1; fi' \
+      'git -C /opt/deps/fmha_sm100 submodule update -q --init --recursive --depth 1' \
+      '# flashmla: https://github.com/vllm-project/FlashMLA @ e2afa5fd8c220fbd05fe03fc24c9d5e64c24641b' \
+      'rm -rf /opt/deps/flashmla && mkdir -p /opt/deps/flashmla' \
+      'git -C /opt/deps/flashmla init -q' \
+      'git -C /opt/deps/flashmla remote add origin https://github.com/vllm-project/FlashMLA' \
+      'git -C /opt/deps/flashmla fetch -q --depth 1 origin e2afa5fd8c220fbd05fe03fc24c9d5e64c24641b' \
+      'git -C /opt/deps/flashmla -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/flashmla rev-parse HEAD)" != e2afa5fd8c220fbd05fe03fc24c9d5e64c24641b ]; then echo "flashmla: fetched commit is not e2afa5fd8c220fbd05fe03fc24c9d5e64c24641b" >&2; exit 1; fi' \
+      'git -C /opt/deps/flashmla submodule update -q --init --recursive --depth 1' \
+      '# flashkda: https://github.com/vllm-project/FlashKDA.git @ 17a037d98da546deb4591e967cf961a43c034d8b' \
+      'rm -rf /opt/deps/flashkda && mkdir -p /opt/deps/flashkda' \
+      'git -C /opt/deps/flashkda init -q' \
+      'git -C /opt/deps/flashkda remote add origin https://github.com/vllm-project/FlashKDA.git' \
+      'git -C /opt/deps/flashkda fetch -q --depth 1 origin 17a037d98da546deb4591e967cf961a43c034d8b' \
+      'git -C /opt/deps/flashkda -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/flashkda rev-parse HEAD)" != 17a037d98da546deb4591e967cf961a43c034d8b ]; then echo "flashkda: fetched commit is not 17a037d98da546deb4591e967cf961a43c034d8b" >&2; exit 1; fi' \
+      'git -C /opt/deps/flashkda submodule update -q --init --recursive --depth 1 -- cutlass' \
+      '# qutlass: https://github.com/IST-DASLab/qutlass.git @ e74319e3405ce6d71965732880f5dc1f52371f64' \
+      'rm -rf /opt/deps/qutlass && mkdir -p /opt/deps/qutlass' \
+      'git -C /opt/deps/qutlass init -q' \
+      'git -C /opt/deps/qutlass remote add origin https://github.com/IST-DASLab/qutlass.git' \
+      'git -C /opt/deps/qutlass fetch -q --depth 1 origin e74319e3405ce6d71965732880f5dc1f52371f64' \
+      'git -C /opt/deps/qutlass -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/qutlass rev-parse HEAD)" != e74319e3405ce6d71965732880f5dc1f52371f64 ]; then echo "qutlass: fetched commit is not e74319e3405ce6d71965732880f5dc1f52371f64" >&2; exit 1; fi' \
+      'git -C /opt/deps/qutlass submodule update -q --init --recursive --depth 1' \
+      '# tml_fa4: https://github.com/vllm-project/tml-fa4.git @ 75765e76a9c2c012c1f6ecd64577eb646eb4d303' \
+      'rm -rf /opt/deps/tml_fa4 && mkdir -p /opt/deps/tml_fa4' \
+      'git -C /opt/deps/tml_fa4 init -q' \
+      'git -C /opt/deps/tml_fa4 remote add origin https://github.com/vllm-project/tml-fa4.git' \
+      'git -C /opt/deps/tml_fa4 fetch -q --depth 1 origin 75765e76a9c2c012c1f6ecd64577eb646eb4d303' \
+      'git -C /opt/deps/tml_fa4 -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/tml_fa4 rev-parse HEAD)" != 75765e76a9c2c012c1f6ecd64577eb646eb4d303 ]; then echo "tml_fa4: fetched commit is not 75765e76a9c2c012c1f6ecd64577eb646eb4d303" >&2; exit 1; fi' \
+      'git -C /opt/deps/tml_fa4 submodule update -q --init --recursive --depth 1' \
+      '# vllm-flash-attn: https://github.com/vllm-project/flash-attention.git @ b273a02621d3c94bc747df67204f591b67f38fae' \
+      'rm -rf /opt/deps/vllm-flash-attn && mkdir -p /opt/deps/vllm-flash-attn' \
+      'git -C /opt/deps/vllm-flash-attn init -q' \
+      'git -C /opt/deps/vllm-flash-attn remote add origin https://github.com/vllm-project/flash-attention.git' \
+      'git -C /opt/deps/vllm-flash-attn fetch -q --depth 1 origin b273a02621d3c94bc747df67204f591b67f38fae' \
+      'git -C /opt/deps/vllm-flash-attn -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/vllm-flash-attn rev-parse HEAD)" != b273a02621d3c94bc747df67204f591b67f38fae ]; then echo "vllm-flash-attn: fetched commit is not b273a02621d3c94bc747df67204f591b67f38fae" >&2; exit 1; fi' \
+      'git -C /opt/deps/vllm-flash-attn submodule update -q --init --recursive --depth 1' \
+      > /opt/deps/fetch.sh
+RUN --mount=type=secret,id=ca \
+    with-ca sh /opt/deps/fetch.sh
+# The Rust part: toolchain 1.95 (its rust-toolchain.toml) and every crate of its Cargo.lock
+ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$PATH
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/rustup-init.sh https://sh.rustup.rs \
+ && with-ca sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal --default-toolchain 1.95 \
+ && rm /tmp/rustup-init.sh
+COPY --from=src-vllm /src/rust /tmp/cargo-1
+RUN --mount=type=secret,id=ca \
+    with-ca cargo fetch --locked --manifest-path /tmp/cargo-1/Cargo.toml
 # ---- build-vllm: vLLM 0.33.0 → wheel, SASS for sm_80, sm_90 -------------
 # TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
 FROM torch AS build-vllm
@@ -60,6 +172,20 @@ ARG SOURCE_DATE_EPOCH
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+# the compile reads the fetched sources instead of downloading them
+COPY --from=deps-vllm /opt/deps /opt/deps
+ENV DEEPGEMM_SRC_DIR="/opt/deps/deepgemm"
+ENV DEEPSELECT_SRC_DIR="/opt/deps/deepselect"
+ENV FLASH_KDA_SRC_DIR="/opt/deps/flashkda"
+ENV FLASH_MLA_SRC_DIR="/opt/deps/flashmla"
+ENV FMHA_SM100_SRC_DIR="/opt/deps/fmha_sm100"
+ENV QUTLASS_SRC_DIR="/opt/deps/qutlass"
+ENV TML_FA4_SRC_DIR="/opt/deps/tml_fa4"
+ENV TRITON_KERNELS_SRC_DIR="/opt/deps/triton_kernels/python/triton_kernels/triton_kernels"
+ENV VLLM_CUTLASS_SRC_DIR="/opt/deps/cutlass"
+ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
+COPY --from=deps-vllm /opt/rust /opt/rust
+ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$PATH CARGO_NET_OFFLINE=true
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; grep -vE '^\s*(#|$|-)' requirements/build.txt; } \
@@ -150,9 +276,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="b00e0357bc08e7690858bfc47cb615eafea5b4c6c71db7c5fdd7f287118d0a2d"
+LABEL io.builder.package.vllm.cache-key="611c7e1d4bd6a873e21d55af9b55bc7d6382b6b793f2542fa906dec282223a48"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="b865c6faf5371a1b3b9f84ecd0d754069be242d9e77815ae6bfb888083dd8069"
+LABEL io.builder.package.flash-attn.cache-key="1e41c553b03ea743819cc52ce7cb6855a46a24789c77c9d92b927b04bf61792e"
 ENTRYPOINT ["vllm", "serve"]

@@ -49,6 +49,38 @@ RUN --mount=type=secret,id=ca \
  && echo "0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143  /tmp/vllm-0.6.3.post1.tar.gz" | sha256sum -c - \
  && tar -xzf /tmp/vllm-0.6.3.post1.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.6.3.post1.tar.gz
+# ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
+# Plan read from the sdist's CMake files (vllm-0.6.3.post1.json):
+#   cutlass: https://github.com/nvidia/cutlass.git @ v3.5.1 (a tag, not a commit: the fetch prints what it resolved to)
+#   vllm-flash-attn: https://github.com/vllm-project/flash-attention.git @ 013f0c4fc47e6574060879d9734c1df8c5c273bd
+FROM toolchain AS deps-vllm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# the lines are written to fetch.sh verbatim: their $(...) expand when fetch.sh runs, not here
+# hadolint ignore=SC2016
+RUN mkdir -p /opt/deps \
+ && printf '%s\n' \
+      'set -eu' \
+      'mkdir -p /opt/deps' \
+      '# cutlass: https://github.com/nvidia/cutlass.git @ v3.5.1  (NOT a commit)' \
+      'rm -rf /opt/deps/cutlass && mkdir -p /opt/deps/cutlass' \
+      'git -C /opt/deps/cutlass init -q' \
+      'git -C /opt/deps/cutlass remote add origin https://github.com/nvidia/cutlass.git' \
+      'git -C /opt/deps/cutlass fetch -q --depth 1 origin v3.5.1' \
+      'git -C /opt/deps/cutlass -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'echo "cutlass: v3.5.1 resolved to $(git -C /opt/deps/cutlass rev-parse HEAD)"' \
+      'git -C /opt/deps/cutlass submodule update -q --init --recursive --depth 1' \
+      '# vllm-flash-attn: https://github.com/vllm-project/flash-attention.git @ 013f0c4fc47e6574060879d9734c1df8c5c273bd' \
+      'rm -rf /opt/deps/vllm-flash-attn && mkdir -p /opt/deps/vllm-flash-attn' \
+      'git -C /opt/deps/vllm-flash-attn init -q' \
+      'git -C /opt/deps/vllm-flash-attn remote add origin https://github.com/vllm-project/flash-attention.git' \
+      'git -C /opt/deps/vllm-flash-attn fetch -q --depth 1 origin 013f0c4fc47e6574060879d9734c1df8c5c273bd' \
+      'git -C /opt/deps/vllm-flash-attn -c advice.detachedHead=false checkout -q FETCH_HEAD' \
+      'if [ "$(git -C /opt/deps/vllm-flash-attn rev-parse HEAD)" != 013f0c4fc47e6574060879d9734c1df8c5c273bd ]; then echo "vllm-flash-attn: fetched commit is not 013f0c4fc47e6574060879d9734c1df8c5c273bd" >&2; exit 1; fi' \
+      'git -C /opt/deps/vllm-flash-attn submodule update -q --init --recursive --depth 1' \
+      'printf '"'"'%s\n'"'"' '"'"'# Written by builder: local checkouts for the FetchContent downloads'"'"' '"'"'set(FETCHCONTENT_SOURCE_DIR_CUTLASS "/opt/deps/cutlass" CACHE PATH "" FORCE)'"'"' > /opt/deps/overrides.cmake' \
+      > /opt/deps/fetch.sh
+RUN --mount=type=secret,id=ca \
+    with-ca sh /opt/deps/fetch.sh
 # ---- build-vllm: vLLM 0.6.3.post1 → wheel, SASS for sm_80, sm_90 -------------
 # TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
 FROM torch AS build-vllm
@@ -61,6 +93,10 @@ ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 ENV VLLM_FA_CMAKE_GPU_ARCHES="80-real;90-real"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+# the compile reads the fetched sources instead of downloading them
+COPY --from=deps-vllm /opt/deps /opt/deps
+ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
+ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; grep -vE '^\s*(#|$|-)' requirements-build.txt; } \
@@ -151,9 +187,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="46a089d862bdfcb3f97e1efe5bf31d5d7625382822158e402d47ef837d3820d8"
+LABEL io.builder.package.vllm.cache-key="3feab90a7042333d2060b4850b4aa00c5fe5927e1015a3bd42e690ab03415673"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="02be20bf07a7e7c590b279396ad63df938390ea9556d3a9327c4dc2658e2cdc3"
+LABEL io.builder.package.flash-attn.cache-key="1f33d4e5e22a565224c12309cc7d069e1ee3e5ebf56f7b2c95fd6acda6a98ac8"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
