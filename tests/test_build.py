@@ -1,0 +1,193 @@
+"""`builder build` end to end on the real Docker engine: a small real CUDA package (tests/fixtures/cuda-ext)
+compiled from source by nvcc through the same templates as the engines, on the local CUDA 13 bases."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from builder.audit import audit, read_fatbin_entries
+
+from .helpers import REPO, run_cli
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+MATRIX = FIXTURE / "matrix.toml"
+MATRIX_TWO = FIXTURE / "matrix-two.toml"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@pytest.fixture(scope="module")
+def ca_bundle(tmp_path_factory) -> tuple[Path, str]:
+    """The host CA bundle plus a unique marker line (text outside PEM blocks is ignored by TLS), so a test can
+    prove the bundle never lands in a layer: the public certs themselves are in every base image."""
+    marker = f"builder-secret-marker-{uuid.uuid4().hex}"
+    path = tmp_path_factory.mktemp("ca") / "bundle.pem"
+    path.write_text(f"# {marker}\n" + HOST_CA.read_text())
+    return path, marker
+
+
+def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def build_args(tmp: Path, ca: Path, *extra: str, matrix: Path = MATRIX) -> list[str]:
+    return ["build", "--matrix", str(matrix), "--wheelhouse", str(tmp / "wheelhouse"), "--work-dir", str(tmp / "work"),
+            "--log-dir", str(tmp / "logs"), "--ca-bundle", str(ca), "--quiet", *extra]
+
+
+def sass(entries) -> set[str]:
+    return {e.name for e in entries if e.kind == "sass"}
+
+
+def wheel_so(wheelhouse: Path, tmp: Path) -> Path:
+    wheels = list(wheelhouse.glob("cuda-ext/*/*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as zf:
+        so = tmp / "libsaxpy.so"
+        so.write_bytes(zf.read("cuda_ext/libsaxpy.so"))
+    return so
+
+
+@pytest.fixture(scope="module")
+def built_80_90(local_bases, ca_bundle, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("b8090")
+    res = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90"), cwd=tmp)
+    return tmp, res
+
+
+def test_build_compiles_exports_audits_and_tags(built_80_90, docker_engine):
+    tmp, res = built_80_90
+    assert res.returncode == 0, res.stdout + res.stderr
+    cell = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+    ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    # the closing table: cell, result, duration, tag, digest, wheels built / reused
+    row = next(line for line in res.stdout.splitlines() if line.startswith(cell))
+    assert re.search(rf"{cell}\s+ok\s+\d+s\s+{re.escape(ref)}\s+sha256:[0-9a-f]{{12}}", row), row
+    assert "cuda-ext==1.0.0" in row
+    # parallelism was chosen by the stated rule and printed
+    assert re.search(r"build cuda-ext==1\.0\.0 .*MAX_JOBS=\d+ NVCC_THREADS=\d+ \(\d+ cores, [\d.]+ GB free", res.stderr)
+    # the wheel left its build stage for the wheelhouse, with its manifest, and carries sm_80 + sm_90 SASS only
+    so = wheel_so(tmp / "wheelhouse", tmp)
+    assert sass(read_fatbin_entries(so)) == {"sm_80", "sm_90"}
+    assert not [e for e in read_fatbin_entries(so) if e.kind == "ptx"]
+    manifest = json.loads(next((tmp / "wheelhouse").glob("cuda-ext/*/builder-wheel.json")).read_text())
+    assert manifest["audit"]["ok"] is True and manifest["audit"]["binaries_with_device_code"] == 1
+    assert manifest["key_inputs"]["knobs"] == [["CUDA_EXT_ARCHS", "80;90"]]
+    # a log per cell, holding the buildx output
+    log = (tmp / "logs" / f"{cell}.log").read_text()
+    assert "docker buildx build" in log and "--target wheels-cuda-ext" in log and "nvcc" in log
+    # the tagged image runs its own import check and carries the labels
+    labels = json.loads(subprocess.run(["docker", "image", "inspect", ref, "--format", "{{json .Config.Labels}}"],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert labels["io.builder.archs"] == "80,90"
+    assert labels["io.builder.package.cuda-ext.sass"] == "sm_80,sm_90"
+    # the runtime image has no compiler: it installed only the wheel
+    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c",
+                          "command -v nvcc || echo no-nvcc; python -c 'import cuda_ext; print(cuda_ext.__file__)'"],
+                         capture_output=True, text=True)
+    assert "no-nvcc" in out.stdout and "/opt/venv/" in out.stdout, out.stdout + out.stderr
+    # the image audit (docker export, fatbins read in Python) agrees
+    report = run_cli("audit", ref, "--arch", "80,90")
+    assert report.exit_code == 0, report.output
+
+
+def test_ca_bundle_is_a_secret_not_a_layer(built_80_90, ca_bundle, docker_engine, tmp_path):
+    tmp, res = built_80_90
+    assert res.returncode == 0
+    ref = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    _, marker = ca_bundle
+    history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True, text=True, check=True).stdout
+    assert marker not in history and "ca-certificates.crt" not in history
+    tar = tmp_path / "image.tar"
+    subprocess.run(["docker", "save", "-o", str(tar), ref], check=True)
+    assert marker.encode() not in tar.read_bytes()
+    # the wheel stages saw it (pip reached PyPI through it) but the exported wheel does not carry it either
+    for whl in (tmp / "wheelhouse").rglob("*.whl"):
+        assert marker.encode() not in whl.read_bytes()
+
+
+def test_unchanged_package_is_never_compiled_twice(built_80_90, ca_bundle, docker_engine):
+    tmp, first = built_80_90
+    assert first.returncode == 0
+    plan = builder("plan", "--matrix", str(MATRIX), "--wheelhouse", str(tmp / "wheelhouse"), "--arch", "80,90", cwd=tmp)
+    assert re.search(r"reuse\s+cuda-ext==1\.0\.0", plan.stdout), plan.stdout
+    again = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90"), cwd=tmp)
+    assert again.returncode == 0, again.stderr
+    assert "reuse cuda-ext==1.0.0" in again.stderr
+    assert "--target wheels-cuda-ext" not in (tmp / "logs" / "cuda-ext-1.0.0-cu130-py311-sm80.90.log").read_text()
+
+
+def test_arch_80_only_has_no_sm90_and_the_audit_says_so(local_bases, ca_bundle, tmp_path, docker_engine):
+    res = builder(*build_args(tmp_path, ca_bundle[0], "--arch", "80"), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    so = wheel_so(tmp_path / "wheelhouse", tmp_path)
+    assert sass(read_fatbin_entries(so)) == {"sm_80"}
+    wheel = next((tmp_path / "wheelhouse").glob("cuda-ext/*/*.whl"))
+    report = run_cli("audit", str(wheel), "--arch", "80,90")
+    assert report.exit_code == 1
+    assert "FAIL" in report.output and "cuda_ext/libsaxpy.so: sm_90 missing (has SASS sm_80, no PTX)" in report.output
+    assert audit(wheel, [80]).ok and not audit(wheel, [90]).ok
+    assert audit(wheel, [86]).ok  # sm_80 SASS runs on 8.6
+
+
+def test_a_knob_that_does_nothing_fails_the_audit_and_keep_going(local_bases, ca_bundle, tmp_path, docker_engine):
+    """cuda-ext-badknob spells the knob CUDA_EXT_ARCH: the package silently builds its default (sm_80).
+    The audit refuses that cell: no tag, no cache entry; --keep-going still builds the next cell."""
+    bad_ref = "127.0.0.1:5000/builder-test/cuda-ext-badknob:1.0.0-cu130-py311-sm80.90"
+    subprocess.run(["docker", "image", "rm", "-f", bad_ref], capture_output=True)
+    res = builder(*build_args(tmp_path, ca_bundle[0], "--keep-going", matrix=MATRIX_TWO), cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "sm_90 missing (has SASS sm_80, no PTX)" in res.stderr
+    rows = {line.split()[0]: line for line in res.stdout.splitlines() if line.startswith("cuda-ext")}
+    assert "FAILED" in rows["cuda-ext-badknob-1.0.0-cu130-py311-sm80.90"] and "(not tagged)" in rows["cuda-ext-badknob-1.0.0-cu130-py311-sm80.90"]
+    assert " ok " in rows["cuda-ext-1.0.0-cu130-py311-sm80.90"]
+    assert "audit failed for cuda-ext-badknob==1.0.0" in res.stdout
+    inspect = subprocess.run(["docker", "image", "inspect", bad_ref], capture_output=True, text=True)
+    assert inspect.returncode != 0, "a cell that failed its audit must not be tagged"
+    assert not list((tmp_path / "wheelhouse").glob("cuda-ext-badknob/*")), "a failed wheel must not enter the cache"
+    # without --keep-going the first failure stops the run
+    res2 = builder(*build_args(tmp_path / "again", ca_bundle[0], matrix=MATRIX_TWO), cwd=tmp_path)
+    assert res2.returncode == 1
+    assert "cuda-ext-1.0.0-cu130-py311-sm80.90" not in res2.stdout
+
+
+def test_dry_run_prints_the_exact_buildx_commands(tmp_path):
+    res = builder("build", "--matrix", str(MATRIX), "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "w"),
+                  "--ca-bundle", str(HOST_CA), "--dry-run", "--max-jobs", "3", "--nvcc-threads", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = [l for l in res.stdout.splitlines() if l.startswith("docker buildx build")]
+    assert len(lines) == 2
+    wheel, runtime = lines
+    assert "--target wheels-cuda-ext" in wheel and f"--output type=local,dest={tmp_path}/w/" in wheel
+    assert "--build-arg MAX_JOBS=3 --build-arg NVCC_THREADS=1" in wheel
+    assert f"--secret id=ca,src={HOST_CA}" in wheel and f"--secret id=ca,src={HOST_CA}" in runtime
+    assert "--build-context local-cuda-ext=" in wheel
+    assert "--target runtime" in runtime and f"--build-context wheels={tmp_path}/w/" in runtime and "--load" in runtime
+    assert "--tag 127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90" in runtime
+    assert not (tmp_path / "w").exists() and not (tmp_path / "wh").exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ca-bundle", "/nonexistent/ca.pem"], "--ca-bundle: /nonexistent/ca.pem is not a file"),
+    (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
+])
+def test_build_refuses_bad_options_before_building(args, message, tmp_path):
+    res = builder("build", "--matrix", str(MATRIX), "--work-dir", str(tmp_path / "w"), *args, cwd=tmp_path)
+    assert res.returncode == 2 and message in res.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_unpinned_git_sources_are_refused_unless_allowed(tmp_path):
+    res = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "sglang", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "sources not pinned to a commit" in res.stderr and "sglang-kernel 0.4.10" in res.stderr
+    ok = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "sglang", "--dry-run", "--allow-unpinned",
+                 "--wheelhouse", str(tmp_path / "wh"), cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.count("docker buildx build") == 4
