@@ -34,6 +34,7 @@ class BuildOptions:
     ca_bundle: Path | None = None
     allow_unpinned: bool = False
     source_date_epoch: str | None = None
+    no_cache: bool = False  # ignore BuildKit's layer cache (the wheelhouse still decides what is compiled)
     echo_build_output: bool = True
     docker: str = "docker"
 
@@ -92,7 +93,9 @@ def _common(cell: Cell, opts: BuildOptions, dockerfile: Path, context: Path) -> 
         args.append(("SOURCE_DATE_EPOCH", opts.source_date_epoch))
     secrets = (("ca", str(opts.ca_bundle)),) if opts.ca_bundle else ()
     contexts = tuple((f"local-{p.name}", p.source.path) for p in cell.packages if p.source.kind == "local")
-    return {"dockerfile": dockerfile, "context": context, "build_args": tuple(args), "secrets": secrets, "contexts": contexts}
+    extra = ("--no-cache",) if opts.no_cache else ()
+    return {"dockerfile": dockerfile, "context": context, "build_args": tuple(args), "secrets": secrets,
+            "contexts": contexts, "extra": extra}
 
 
 def wheel_call(cell: Cell, step: WheelStep, opts: BuildOptions, host: Host, dockerfile: Path, context: Path, out: Path):
