@@ -82,3 +82,21 @@ def test_unreachable_daemon_fails_with_the_setup_fix(monkeypatch, tmp_path):
         assert not named[name].ok, named[name]
         assert "scripts/setup-docker.sh" in named[name].fix
     assert named["docker client"].ok  # the client itself is fine
+
+
+def test_doctor_cli_reports_every_check(registry):
+    """The `builder doctor` verb over the real daemon and a real registry on 127.0.0.1."""
+    import json as _json
+
+    from .helpers import run_cli
+
+    res = run_cli("doctor", "--registry", registry, "--json")
+    checks = {c["name"]: c for c in _json.loads(res.output)}
+    assert {"docker client", "docker daemon", "buildx", "BuildKit", "containerd snapshotter", "skopeo", "registry",
+            "NVIDIA GPUs"} <= set(checks), sorted(checks)
+    assert all(checks[n]["ok"] for n in ("docker daemon", "buildx", "registry")), checks
+    assert registry in checks["registry"]["detail"] or "200" in checks["registry"]["detail"]
+    text = run_cli("doctor", "--registry", registry)
+    assert "ok" in text.output
+    closed = run_cli("doctor", "--registry", "127.0.0.1:9")
+    assert closed.exit_code == 1 and "fix:" in closed.output
