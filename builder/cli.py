@@ -155,20 +155,7 @@ def matrix_cmd(m, sel):
       builder matrix --profile all   # → {"include": [{"cell": ..., "engine": ..., ...}]}
     """
     cells = matrix_mod.select(m, sel)
-    include = [
-        {
-            "cell": c.id,
-            "profile": c.profile.name,
-            "engine": c.engine,
-            "version": c.version,
-            "cuda": c.cuda,
-            "torch": c.torch,
-            "python": c.python,
-            "archs": ",".join(map(str, c.archs)),
-            "image": c.ref,
-        }
-        for c in cells
-    ]
+    include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs))} for c in cells]
     click.echo(json.dumps({"include": include}))
 
 
@@ -255,7 +242,15 @@ def audit_cmd(target, arch, as_json, verbose):
     from .audit import audit, audit_image, format_report
 
     archs = list(matrix_mod.parse_archs(arch))
-    report = audit(target, archs) if Path(target).exists() else audit_image(target, archs)
+    if Path(target).exists():
+        report = audit(target, archs)
+    else:
+        import subprocess
+
+        known = subprocess.run(["docker", "image", "inspect", target], capture_output=True, text=True)
+        if known.returncode != 0:
+            raise UserError(f"{target}: no such file, directory or local image (pull the image first)")
+        report = audit_image(target, archs)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -276,21 +271,13 @@ def lock(matrix_path, index_url, check):
       builder lock                 # rewrite matrix.lock
       builder lock --check         # CI: fail when matrix.toml changed without a new lock
     """
-    import tomllib
-
     from .lock import LOCK_NAME, Lock, run_lock
 
     path = Path(matrix_path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such matrix file (use --matrix PATH)")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: malformed TOML: {exc}") from None
     m = matrix_mod.load(path)  # validates keys, engines, versions first
     lock_path = path.with_name(LOCK_NAME)
     old = Lock.load(lock_path)
-    fresh = run_lock(raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
+    fresh = run_lock(m.raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
                      index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True), kn=m.knowledge)
     if check:
         if fresh.data != old.data:

@@ -139,6 +139,19 @@ class Cell:
     def ref(self) -> str:
         return f"{self.image}:{self.tag}"
 
+    def summary(self) -> dict:
+        """The facts programs read about a cell (plan --json, matrix)."""
+        return {
+            "profile": self.profile.name,
+            "engine": self.engine,
+            "version": self.version,
+            "cuda": self.cuda,
+            "torch": self.torch,
+            "python": self.python,
+            "archs": list(self.archs),
+            "image": self.ref,
+        }
+
 
 @dataclass(frozen=True)
 class Matrix:

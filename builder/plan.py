@@ -67,14 +67,7 @@ class CellPlan:
         c = self.cell
         return {
             "id": c.id,
-            "profile": c.profile.name,
-            "engine": c.engine,
-            "version": c.version,
-            "cuda": c.cuda,
-            "torch": c.torch,
-            "python": c.python,
-            "archs": list(c.archs),
-            "image": c.ref,
+            **c.summary(),
             "base_devel": c.base_devel,
             "base_runtime": c.base_runtime,
             "strategies": list(c.strategies),

@@ -113,3 +113,15 @@ def test_debug_flag_keeps_the_traceback():
     res = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", "plan", "--matrix", str(MATRIX), "--arch", "70"],
                          capture_output=True, text=True, cwd=REPO)
     assert res.returncode != 0 and "Traceback" in res.stderr and "UserError" in res.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["audit", "/nonexistent/x.whl", "--arch", "80"], "no such file, directory or local image"),
+    (["audit", ".", "--arch", "8x"], "--arch: '8x' is not an SM arch"),
+    (["build", "--matrix", str(MATRIX), "--ca-bundle", "/nonexistent.pem", "--dry-run", "--engine", "vllm"],
+     "--ca-bundle: /nonexistent.pem is not a file"),
+])
+def test_other_verbs_refuse_bad_input_with_exit_2(args, fragment):
+    res = run_cli(*args)
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output
