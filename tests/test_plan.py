@@ -128,7 +128,7 @@ def test_plan_needs_no_docker_and_is_fast(tmp_path):
 
 
 def test_every_verb_help_shows_an_example():
-    for verb in ("plan", "render", "matrix", "lock", "doctor"):
+    for verb in ("plan", "render", "matrix", "lock", "doctor", "build", "audit"):
         res = run_cli(verb, "--help")
         assert res.exit_code == 0 and "Example:" in res.output, verb
     assert "Example:" in run_cli("--help").output
