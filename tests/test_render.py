@@ -200,3 +200,17 @@ def test_vllm_external_sources_are_fetched_in_their_own_stage(cell_prefix, plan_
     if doc.get("rust_toolchain"):
         assert f"--default-toolchain {doc['rust_toolchain']}" in deps
         assert "cargo fetch --locked" in deps and "CARGO_NET_OFFLINE=true" in build
+
+
+def test_every_stage_that_runs_pip_sees_the_matrix_index(tmp_path):
+    text = MATRIX.read_text().replace('index = "https://pypi.org/simple"', 'index = "https://pypi.mirror.example/simple"')
+    (tmp_path / "matrix.toml").write_text(text)
+    (tmp_path / "matrix.lock").write_text((REPO / "matrix.lock").read_text())
+    res = run_cli("render", "--matrix", str(tmp_path / "matrix.toml"), "--profile", "all")
+    assert res.exit_code == 0, res.output
+    for dockerfile in res.output.split("# ===== ")[1:]:
+        head, *stages = dockerfile.split("\nFROM ")
+        assert "ARG PIP_INDEX_URL=https://pypi.mirror.example/simple" in head  # global default, before any FROM
+        for stage in stages:
+            if re.search(r"pip (install|wheel)|bdist_wheel", stage):
+                assert "\nARG PIP_INDEX_URL\n" in stage, stage.splitlines()[0]

@@ -3,6 +3,8 @@
 # exported to wheelhouse/) and builds `runtime` with `--build-context wheels=<the cell's wheels>`.
 ARG BASE_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04
 ARG BASE_RUNTIME_IMAGE=nvidia/cuda:13.0.3-base-ubuntu24.04
+# the index pip uses in every stage (ARGs are per stage: each stage that runs pip declares it again)
+ARG PIP_INDEX_URL=https://pypi.org/simple
 # ---- toolchain: the CUDA devel base + Python 3.12 venv + compilers --------------------------
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -20,7 +22,7 @@ RUN apt-get update \
  && python3.12 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -37,6 +39,7 @@ RUN printf '%s\n' \
  && chmod 0755 /usr/local/bin/build-requires
 # ---- torch: the exact torch every extension is compiled against (ABI) ---------------------------------
 FROM toolchain AS torch
+ARG PIP_INDEX_URL
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install torch==2.14.1 \
  && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -58,6 +61,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 COPY --from=src-sglang /src /src
 WORKDIR /src/python
 # the checkout must be the release the lock names
@@ -94,6 +98,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 COPY --from=src-sglang-kernel /src /src
 WORKDIR /src/sgl-kernel
 # the checkout must be the release the lock names
@@ -128,6 +133,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
@@ -147,6 +153,7 @@ FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
 # ---- devel: torch + toolchain + the compiled wheels (what a single-stage image would ship) --------------
 FROM torch AS devel
+ARG PIP_INDEX_URL
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install /wheels/*.whl
 # ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
@@ -166,7 +173,7 @@ RUN apt-get update \
  && python3.12 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 # The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
 # pip from swapping a compiled package or torch for another build from the index.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -189,13 +196,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="9c4de11f5adbb9b999bc011907d357b5fa68f558aaf38f6cfd2ae9b8871f2b99"
+LABEL io.builder.package.sglang.cache-key="83ad6f51026766b6a246d11361b8b4b7da17ae781e7c8f97b0f2362377a4c002"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_89,sm_90"
-LABEL io.builder.package.sglang-kernel.cache-key="be00f592ad8bdf7a8cfa29bb2b3019f68a850f950f61cd38efb9e83902abb5d6"
+LABEL io.builder.package.sglang-kernel.cache-key="637510a93e436d24b24c131187e9fa26aa8836d7c6926948feaffff7e605febb"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="8329d0a78776cca37dff79c37304c4e65a4c6e3abf3f8a22784eadbab9f6354f"
+LABEL io.builder.package.flash-attn.cache-key="b475cf211b03bed4c89870963b0ce4661191131b234544b41373e7966dd33d04"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

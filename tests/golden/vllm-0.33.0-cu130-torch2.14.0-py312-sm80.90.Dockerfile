@@ -3,6 +3,8 @@
 # exported to wheelhouse/) and builds `runtime` with `--build-context wheels=<the cell's wheels>`.
 ARG BASE_DEVEL_IMAGE=nvidia/cuda:13.0.3-devel-ubuntu24.04
 ARG BASE_RUNTIME_IMAGE=nvidia/cuda:13.0.3-base-ubuntu24.04
+# the index pip uses in every stage (ARGs are per stage: each stage that runs pip declares it again)
+ARG PIP_INDEX_URL=https://pypi.org/simple
 # ---- toolchain: the CUDA devel base + Python 3.12 venv + compilers --------------------------
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -20,7 +22,7 @@ RUN apt-get update \
  && python3.12 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -37,6 +39,7 @@ RUN printf '%s\n' \
  && chmod 0755 /usr/local/bin/build-requires
 # ---- torch: the exact torch every extension is compiled against (ABI) ---------------------------------
 FROM toolchain AS torch
+ARG PIP_INDEX_URL
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install torch==2.14.0 \
  && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -169,6 +172,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 COPY --from=src-vllm /src /src
 WORKDIR /src
@@ -215,6 +219,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
@@ -234,6 +239,7 @@ FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
 # ---- devel: torch + toolchain + the compiled wheels (what a single-stage image would ship) --------------
 FROM torch AS devel
+ARG PIP_INDEX_URL
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install /wheels/*.whl
 # ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
@@ -253,7 +259,7 @@ RUN apt-get update \
  && python3.12 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 # The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
 # pip from swapping a compiled package or torch for another build from the index.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -276,9 +282,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="611c7e1d4bd6a873e21d55af9b55bc7d6382b6b793f2542fa906dec282223a48"
+LABEL io.builder.package.vllm.cache-key="87ced6a2a4b37270887100629ee4f3dacedf278f4ce197e2b2d7e5db5ce8bc57"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="1e41c553b03ea743819cc52ce7cb6855a46a24789c77c9d92b927b04bf61792e"
+LABEL io.builder.package.flash-attn.cache-key="7b709edfd862290fd212f065a399de018ec9da73ca36d7e6212206987222d0e1"
 ENTRYPOINT ["vllm", "serve"]

@@ -3,6 +3,8 @@
 # exported to wheelhouse/) and builds `runtime` with `--build-context wheels=<the cell's wheels>`.
 ARG BASE_DEVEL_IMAGE=nvidia/cuda:12.1.1-devel-ubuntu22.04
 ARG BASE_RUNTIME_IMAGE=nvidia/cuda:12.1.1-base-ubuntu22.04
+# the index pip uses in every stage (ARGs are per stage: each stage that runs pip declares it again)
+ARG PIP_INDEX_URL=https://pypi.org/simple
 # ---- toolchain: the CUDA devel base + Python 3.10 venv + compilers --------------------------
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -20,7 +22,7 @@ RUN apt-get update \
  && python3.10 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -37,6 +39,7 @@ RUN printf '%s\n' \
  && chmod 0755 /usr/local/bin/build-requires
 # ---- torch: the exact torch every extension is compiled against (ABI) ---------------------------------
 FROM toolchain AS torch
+ARG PIP_INDEX_URL
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install torch==2.4.0 \
  && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -89,6 +92,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 ENV VLLM_FA_CMAKE_GPU_ARCHES="80-real;90-real"
 COPY --from=src-vllm /src /src
@@ -127,6 +131,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
@@ -145,6 +150,7 @@ FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
 # ---- devel: torch + toolchain + the compiled wheels (what a single-stage image would ship) --------------
 FROM torch AS devel
+ARG PIP_INDEX_URL
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install /wheels/*.whl
 # ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
@@ -164,7 +170,7 @@ RUN apt-get update \
  && python3.10 -m venv /opt/venv \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
-ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_INDEX_URL
 # The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
 # pip from swapping a compiled package or torch for another build from the index.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -187,9 +193,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="3feab90a7042333d2060b4850b4aa00c5fe5927e1015a3bd42e690ab03415673"
+LABEL io.builder.package.vllm.cache-key="f65d5b913c861beba489789582fbb71437a407d4bcf52108498a75d432535536"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="1f33d4e5e22a565224c12309cc7d069e1ee3e5ebf56f7b2c95fd6acda6a98ac8"
+LABEL io.builder.package.flash-attn.cache-key="dc8bc95f6912ae556917afca02b5736afbac0c7abcede5ecab00cfe2e275f76f"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
