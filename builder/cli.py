@@ -188,8 +188,9 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     """
     from .build import BuildOptions, build_cells, format_results
     from .buildx import docker_available
+    from .lock import pin_git_sources
 
-    cells = matrix_mod.select(m, sel)
+    cells = pin_git_sources(matrix_mod.select(m, sel), echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     plans = plan_mod.plan_cells(cells, wheelhouse)
     opts = BuildOptions(

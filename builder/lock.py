@@ -202,3 +202,32 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     lock.data["format"] = LOCK_FORMAT
     lock.data["packages"] = dict(sorted(packages.items()))
     return lock
+
+
+def pin_git_sources(cells: list, echo=print) -> list:
+    """Cells whose git sources the lock knows only by tag, pinned to the commit the tag names now.
+
+    `build` calls this so a host that reaches the git host builds from a verified commit even before
+    `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
+    refuses it unless --allow-unpinned).
+    """
+    import dataclasses
+
+    resolved: dict[tuple[str, str], str] = {}
+    out = []
+    for cell in cells:
+        packages = []
+        for pkg in cell.packages:
+            src = pkg.source
+            if src.kind == "git" and not src.commit:
+                key = (src.repository, src.tag)
+                if key not in resolved:
+                    commit, why = _resolve_git_commit(*key)
+                    resolved[key] = commit
+                    echo(f"{src.repository} {src.tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
+                                                            if commit else f"cannot resolve ({why})"))
+                if resolved[key]:
+                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=resolved[key]))
+            packages.append(pkg)
+        out.append(dataclasses.replace(cell, packages=tuple(packages)))
+    return out

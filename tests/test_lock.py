@@ -59,3 +59,77 @@ def test_lock_refuses_a_release_the_index_does_not_have(tmp_path):
     assert res.exit_code == 2
     assert "vllm 0.33.7: no such release" in res.output
     assert not (tmp_path / "matrix.lock").exists()  # nothing half-written
+
+
+def _git_package_matrix(tmp_path, repo_url: str):
+    """A matrix whose one engine is built from a git tag (a local repository stands in for the git host)."""
+    (tmp_path / "engines.toml").write_text(f"""
+[packages.gitpkg]
+pypi = "gitpkg"
+kind = "engine"
+template = "pip-wheel"
+torch_pin = "none"
+mem_gb_per_nvcc_thread = 1.0
+[[packages.gitpkg.rules]]
+versions = ">=1"
+source = "git"
+git_repository = "{repo_url}"
+git_tag = "v{{version}}"
+min_cuda = "12.0"
+launch = ["gitpkg"]
+""")
+    return write_matrix(tmp_path, """
+        [defaults]
+        profile = "p"
+        knowledge = ["engines.toml"]
+        [profiles.p]
+        cuda = "13.0.88"
+        os = "bookworm"
+        python = "3.11"
+        engines = { gitpkg = "1.2" }
+    """, lock_from=None)
+
+
+def _repo_with_tag(path, tag):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "r"],
+                   check=True)
+    subprocess.run(["git", "-C", str(path), "tag", tag], check=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_lock_resolves_a_git_tag_to_its_commit(tmp_path):
+    commit = _repo_with_tag(tmp_path / "upstream", "v1.2")
+    path = _git_package_matrix(tmp_path, str(tmp_path / "upstream"))
+    res = run_cli("lock", "--matrix", str(path))
+    assert res.exit_code == 0, res.output
+    assert f'commit = "{commit}"' in (tmp_path / "matrix.lock").read_text()
+    out = run_cli("render", "--matrix", str(path)).output
+    assert f"fetch -q --depth 1 {tmp_path / 'upstream'} {commit}" in out and "UNPINNED" not in out
+
+
+def test_build_pins_a_tag_the_lock_could_not(tmp_path):
+    from builder import matrix as M
+    from builder.lock import pin_git_sources
+
+    commit = _repo_with_tag(tmp_path / "upstream", "v1.2")
+    path = _git_package_matrix(tmp_path, str(tmp_path / "upstream"))
+    (tmp_path / "matrix.lock").write_text(
+        f'format = 1\n[packages."gitpkg==1.2".git]\nrepository = "{tmp_path / "upstream"}"\ntag = "v1.2"\ncommit = ""\n'
+        'unresolved = "git host unreachable at lock time"\n')
+    cells = M.select(M.load(path), M.Selection())
+    assert not cells[0].packages[0].source.pinned
+    said = []
+    pinned = pin_git_sources(cells, echo=said.append)
+    assert pinned[0].packages[0].source.commit == commit and pinned[0].id == cells[0].id
+    assert f"resolved to {commit}" in said[0]
+    # a tag that cannot be resolved stays unpinned, and says why
+    import dataclasses
+
+    src = dataclasses.replace(cells[0].packages[0].source, repository=str(tmp_path / "nowhere"))
+    gone = [dataclasses.replace(cells[0], packages=(dataclasses.replace(cells[0].packages[0], source=src),))]
+    said.clear()
+    still = pin_git_sources(gone, echo=said.append)
+    assert not still[0].packages[0].source.pinned and "cannot resolve" in said[0]
