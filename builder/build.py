@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import render
+from . import pins, render
 from .audit import audit, format_report
 from .buildx import BuildxCall, run_streaming
 from .errors import BuilderError, UserError
@@ -34,6 +34,8 @@ class BuildOptions:
     ca_bundle: Path | None = None
     allow_unpinned: bool = False
     source_date_epoch: str | None = None
+    pins_dir: Path | None = None  # runtime-pins/ next to the matrix (see builder/pins.py)
+    refresh_pins: bool = False
     no_cache: bool = False  # ignore BuildKit's layer cache (the wheelhouse still decides what is compiled)
     echo_build_output: bool = True
     docker: str = "docker"
@@ -186,11 +188,18 @@ def _build_one(p: CellPlan, wheelhouse: Wheelhouse, opts: BuildOptions, say, hos
             for step in p.wheels:
                 for w in wheelhouse.lookup(step.package.name, step.key) or []:
                     _link_or_copy(w, stage / w.name)
+            pins_file = opts.pins_dir / f"{cell.id}.txt" if opts.pins_dir else None
+            if pins_file and pins_file.is_file() and not opts.refresh_pins:
+                shutil.copy2(pins_file, stage / pins.FILE_IN_CONTEXT)
+                say(f"[{cell.id}] runtime dependencies pinned by {pins_file}")
             metadata = cell_dir / "metadata.json"
             say(f"[{cell.id}] runtime image {cell.ref}")
             run_streaming(runtime_call(cell, opts, dockerfile, context, stage, metadata).argv(opts.docker), log, echo)
             meta = json.loads(metadata.read_text()) if metadata.exists() else {}
             res.digest = meta.get("containerimage.digest", "")
+            if pins_file and (opts.refresh_pins or not pins_file.is_file()):
+                pins.record(cell.ref, cell, pins_file, opts.docker)
+                say(f"[{cell.id}] recorded the resolved runtime dependencies in {pins_file}")
             res.ok = True
         except BuilderError as exc:
             res.error = str(exc).splitlines()[0]

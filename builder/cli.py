@@ -172,11 +172,15 @@ def matrix_cmd(m, sel):
 @click.option("--log-dir", type=click.Path(file_okay=False), default="logs", show_default=True, help="One log file per cell.")
 @click.option("--work-dir", type=click.Path(file_okay=False), default="build", show_default=True,
               help="Rendered Dockerfiles, exported wheels before they enter the wheelhouse, BuildKit metadata.")
+@click.option("--pins-dir", type=click.Path(file_okay=False), default=None,
+              help="Where runtime-pins/<cell>.txt files live (default: runtime-pins/ next to the matrix).")
+@click.option("--refresh-pins", is_flag=True,
+              help="Resolve the runtime's pure-Python dependencies again instead of using runtime-pins/<cell>.txt.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (wheels already in the wheelhouse are still reused).")
 @click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the closing table as JSON.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
-          no_cache, quiet, as_json):
+          pins_dir, refresh_pins, no_cache, quiet, as_json):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
     tag the runtime image. A cell whose wheels fail the audit is not tagged.
 
@@ -204,6 +208,8 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         ca_bundle=Path(ca_bundle).resolve() if ca_bundle else None,
         allow_unpinned=allow_unpinned,
         source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
+        pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / "runtime-pins",
+        refresh_pins=refresh_pins,
         no_cache=no_cache,
         echo_build_output=not quiet,
     )

@@ -39,7 +39,7 @@ def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def build_args(tmp: Path, ca: Path, *extra: str, matrix: Path = MATRIX) -> list[str]:
     return ["build", "--matrix", str(matrix), "--wheelhouse", str(tmp / "wheelhouse"), "--work-dir", str(tmp / "work"),
-            "--log-dir", str(tmp / "logs"), "--ca-bundle", str(ca), "--quiet", *extra]
+            "--log-dir", str(tmp / "logs"), "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(ca), "--quiet", *extra]
 
 
 def sass(entries) -> set[str]:
@@ -191,3 +191,25 @@ def test_unpinned_git_sources_are_refused_unless_allowed(tmp_path):
     ok = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "sglang", "--dry-run", "--allow-unpinned",
                  "--wheelhouse", str(tmp_path / "wh"), cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.count("docker buildx build") == 4
+
+
+def test_runtime_dependencies_are_pinned_after_the_first_build(built_80_90, ca_bundle, docker_engine):
+    """The first build records what pip resolved (packaging, the fixture's one dependency); a later build
+    installs exactly the pinned versions, even an older one than the index's newest."""
+    tmp, first = built_80_90
+    assert first.returncode == 0
+    cell = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+    ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    pins = tmp / "pins" / f"{cell}.txt"
+    recorded = pins.read_text()
+    assert re.search(r"^packaging==\d+\.\d+", recorded, re.M), recorded
+    pinned = [l for l in recorded.splitlines() if not l.startswith("#")]
+    assert not [l for l in pinned if l.startswith(("cuda-ext", "cuda_ext", "torch", "pip=="))], pinned
+    pins.write_text("packaging==23.2\n")
+    again = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90"), cwd=tmp)
+    assert again.returncode == 0, again.stderr
+    assert f"runtime dependencies pinned by {pins}" in again.stderr
+    shown = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", ref, "-c",
+                            "import packaging; print(packaging.__version__)"], capture_output=True, text=True)
+    assert shown.stdout.strip() == "23.2", shown.stdout + shown.stderr
+    assert pins.read_text() == "packaging==23.2\n"  # used, not rewritten
