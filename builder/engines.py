@@ -25,7 +25,7 @@ _RULE_KEYS = {
     "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
     "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
     "compile_threads_define", "torch_pin", "pin_extras", "companions", "launch", "health", "ready_log", "metrics",
-    "cmake_args", "rust", "fetch_plan",
+    "cmake_args", "rust", "fetch_plan", "patches",
 }
 _KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
 
@@ -111,6 +111,7 @@ class Recipe:
     cmake_args: str = ""
     rust: bool = False
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
+    patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
@@ -158,6 +159,15 @@ class Recipe:
                         f"sm_{a} cannot be selected"
                     )
         return problems
+
+    def patches_for(self, torch: str) -> list[dict]:
+        """The source edits that apply when building against this torch."""
+        out = []
+        for raw in self.patches:
+            pt = dict(raw)
+            if not torch or Version(torch) in SpecifierSet(pt.get("when_torch", "")):
+                out.append(pt)
+        return out
 
     # -- strategies --------------------------------------------------------------------------------------
     def strategy(self, name: str) -> Strategy:
@@ -341,6 +351,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         cmake_args=merged.get("cmake_args", ""),
         rust=bool(merged.get("rust", False)),
         fetch_plan=bool(merged.get("fetch_plan", False)),
+        patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
         strategies=strategies,
     )
 

@@ -35,6 +35,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "build_tools": list(cell.build_tools),
         "templates": render.templates_digest(pkg),
         "deps": deps.for_recipe(r),
+        "patches": r.patches_for(cell.torch),
     }
 
 

@@ -48,7 +48,15 @@ def templates_digest(pkg: Package) -> str:
     return h.hexdigest()
 
 
-def package_context(pkg: Package) -> dict:
+def _sed_literal(text: str, replacement: bool = False) -> str:
+    """Escape text for a literal match (or replacement) in `sed 's|...|...|g'`."""
+    if "'" in text or "\n" in text:
+        raise ValueError(f"a patch text cannot hold quotes or newlines: {text!r}")
+    special = "\\&|" if replacement else "\\.*[]^$|"
+    return "".join("\\" + c if c in special else c for c in text)
+
+
+def package_context(pkg: Package, torch: str = "") -> dict:
     r = pkg.recipe
     env_knobs = [(k.env, k.value(pkg.archs)) for k in r.arch_knobs if k.env]
     cmake_defines = [(k.cmake, k.value(pkg.archs)) for k in r.arch_knobs if k.cmake]
@@ -66,6 +74,10 @@ def package_context(pkg: Package) -> dict:
         "build_command": r.build_command,
         "compile_threads_define": r.compile_threads_define,
         "deps": deps.for_recipe(r),
+        "patches": [
+            {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
+            for pt in r.patches_for(torch)
+        ],
     }
 
 
@@ -107,7 +119,7 @@ def context(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> d
         "cell": cell,
         "index_url": index_url,
         "build_tools": list(cell.build_tools),
-        "packages": [package_context(p) for p in cell.packages],
+        "packages": [package_context(p, cell.torch) for p in cell.packages],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
         "import_name": cell.engine.replace("-", "_"),
         "labels": labels(cell, keys),

@@ -83,3 +83,27 @@ def test_strategy_flags_per_version():
         assert v.strategy_problem(name) is None and s.strategy_problem(name) is None
     for flags in (v.strategy(n).flags for n in ("MTP2", "MTP7", "DFlash2")):
         assert not any(f in ("--enable-mtp7", "--enable-dflash2", "--mtp2-chunk-size") for f in flags)
+
+
+def test_flash_attn_cxx_standard_follows_torch():
+    """torch >= 2.13 headers need C++20; flash-attn's setup.py pins C++17, so the source is edited then only."""
+    fa = recipe("flash-attn", "2.8.3")
+    assert fa.patches_for("2.4.0") == []
+    (patch,) = fa.patches_for("2.14.0")
+    assert (patch["file"], patch["replace"], patch["with"]) == ("setup.py", "-std=c++17", "-std=c++20")
+    assert recipe("flash-attn", "2.6.3").patches_for("2.13.0")
+
+
+def test_patch_is_rendered_as_a_checked_literal_edit():
+    from builder import matrix as M
+    from builder import render as R
+
+    from .helpers import MATRIX
+
+    m = M.load(MATRIX)
+    new = M.select(m, M.Selection(engines=("vllm",)))[0]
+    old = M.select(m, M.Selection(engines=("vllm",), profiles=("cu121",)))[0]
+    new_stage = R.render(new, m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
+    assert "sed -i 's|-std=c++17|-std=c++20|g' setup.py" in new_stage
+    assert "! grep -qF -- '-std=c++17' setup.py" in new_stage  # the edit is verified
+    assert "sed -i" not in R.render(old, m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]

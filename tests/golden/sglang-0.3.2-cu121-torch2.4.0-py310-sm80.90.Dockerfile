@@ -62,6 +62,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 COPY --from=src-sglang /src /src
 WORKDIR /src
+
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; } \
@@ -118,6 +119,7 @@ ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
 ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
@@ -155,6 +157,7 @@ ARG PIP_INDEX_URL
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
+
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
@@ -215,13 +218,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="0e7313f9e526fd6211071340f544f549c019889999880060e3ccc1d3b23856c4"
+LABEL io.builder.package.sglang.cache-key="172ed3c4bfebf0d8b82ed0c22c6bff3581748af70426df590abfad2acf752a20"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="c52d5fc9c9af52089f55c0c75326e146bc286b4277415ce5f6f3cdb5df8a6a8d"
+LABEL io.builder.package.vllm.cache-key="bc9b05373cf3d7c15a3aa44182902c1f826b71268f8cb98fda641f15007002dd"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="dc8bc95f6912ae556917afca02b5736afbac0c7abcede5ecab00cfe2e275f76f"
+LABEL io.builder.package.flash-attn.cache-key="f1dd2931ab4a6eb40600bb8244ab1001ebdf2018b7f5b12372d33ea6e6ccbe27"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

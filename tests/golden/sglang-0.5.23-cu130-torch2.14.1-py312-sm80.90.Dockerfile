@@ -64,6 +64,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 COPY --from=src-sglang /src /src
 WORKDIR /src/python
+
 # the checkout must be the release the lock names
 RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.5.23", "found %s, want 0.5.23" % (m and m.group(1))'
 # build requirements: the package's own (pyproject, requirements file), never a second torch
@@ -101,6 +102,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 COPY --from=src-sglang-kernel /src /src
 WORKDIR /src/sgl-kernel
+
 # the checkout must be the release the lock names
 RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.4.10", "found %s, want 0.4.10" % (m and m.group(1))'
 # build requirements: the package's own (pyproject, requirements file), never a second torch
@@ -138,6 +140,12 @@ ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
+# setup.py: '-std=c++17' → '-std=c++20' for torch >=2.13 (why: builder/data/engines.toml);
+# the build stops here if the text is gone, because then the engine knowledge is out of date
+RUN grep -qF -- '-std=c++17' setup.py \
+ && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
+ && ! grep -qF -- '-std=c++17' setup.py
+
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
@@ -198,13 +206,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="83ad6f51026766b6a246d11361b8b4b7da17ae781e7c8f97b0f2362377a4c002"
+LABEL io.builder.package.sglang.cache-key="a04319a41b2515fa61c4ac3d7b043fb1962d0b0c1dacb2bb72a4b49fe8b3d04f"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_89,sm_90"
-LABEL io.builder.package.sglang-kernel.cache-key="637510a93e436d24b24c131187e9fa26aa8836d7c6926948feaffff7e605febb"
+LABEL io.builder.package.sglang-kernel.cache-key="8a5f31df2e4285982bdcf1cdbe5cc0b1a3792df840d5cb22a67a2e9fd403f3da"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="b475cf211b03bed4c89870963b0ce4661191131b234544b41373e7966dd33d04"
+LABEL io.builder.package.flash-attn.cache-key="d2564e559afb9b9c99477efd57d8fe2af8aae0b41111923ac6eb23adb24876f7"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -176,6 +176,7 @@ ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
 ENV DEEPGEMM_SRC_DIR="/opt/deps/deepgemm"
@@ -224,6 +225,12 @@ ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
+# setup.py: '-std=c++17' → '-std=c++20' for torch >=2.13 (why: builder/data/engines.toml);
+# the build stops here if the text is gone, because then the engine knowledge is out of date
+RUN grep -qF -- '-std=c++17' setup.py \
+ && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
+ && ! grep -qF -- '-std=c++17' setup.py
+
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
@@ -284,9 +291,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="87ced6a2a4b37270887100629ee4f3dacedf278f4ce197e2b2d7e5db5ce8bc57"
+LABEL io.builder.package.vllm.cache-key="de3437cc5a22f93c2a52d3212128c3c0db5c7ac1f1700eb5c13bf713a476da97"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="7b709edfd862290fd212f065a399de018ec9da73ca36d7e6212206987222d0e1"
+LABEL io.builder.package.flash-attn.cache-key="94e4f9a5340009d4fa4c6abfd071c94fe86c65135d716fa0e8d08ca5d4c6436c"
 ENTRYPOINT ["vllm", "serve"]

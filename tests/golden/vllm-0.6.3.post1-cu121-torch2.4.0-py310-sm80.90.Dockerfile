@@ -97,6 +97,7 @@ ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 ENV VLLM_FA_CMAKE_GPU_ARCHES="80-real;90-real"
 COPY --from=src-vllm /src /src
 WORKDIR /src
+
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
 ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
@@ -135,6 +136,7 @@ ARG PIP_INDEX_URL
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
+
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
@@ -195,9 +197,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="f65d5b913c861beba489789582fbb71437a407d4bcf52108498a75d432535536"
+LABEL io.builder.package.vllm.cache-key="640435bb2b7f383fb321b8170e7d763f9c12d6624ea14ea74c0cebcf8e3eb1e9"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="dc8bc95f6912ae556917afca02b5736afbac0c7abcede5ecab00cfe2e275f76f"
+LABEL io.builder.package.flash-attn.cache-key="f1dd2931ab4a6eb40600bb8244ab1001ebdf2018b7f5b12372d33ea6e6ccbe27"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
