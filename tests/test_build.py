@@ -66,7 +66,7 @@ def test_build_compiles_exports_audits_and_tags(built_80_90, docker_engine):
     tmp, res = built_80_90
     assert res.returncode == 0, res.stdout + res.stderr
     cell = "cuda-ext-1.0.0-cu130-py311-sm80.90"
-    ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    ref = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
     # the closing table: cell, result, duration, tag, digest, wheels built / reused
     row = next(line for line in res.stdout.splitlines() if line.startswith(cell))
     assert re.search(rf"{cell}\s+ok\s+\d+s\s+{re.escape(ref)}\s+sha256:[0-9a-f]{{12}}", row), row
@@ -199,7 +199,7 @@ def test_runtime_dependencies_are_pinned_after_the_first_build(built_80_90, ca_b
     tmp, first = built_80_90
     assert first.returncode == 0
     cell = "cuda-ext-1.0.0-cu130-py311-sm80.90"
-    ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    ref = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
     pins = tmp / "pins" / f"{cell}.txt"
     recorded = pins.read_text()
     assert re.search(r"^packaging==\d+\.\d+", recorded, re.M), recorded

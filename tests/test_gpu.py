@@ -7,7 +7,6 @@ BUILDER_FIXTURE_WHEELS=DIR with DIR/sm80/*.whl and DIR/sm80.90/*.whl.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
