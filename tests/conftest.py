@@ -192,3 +192,22 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRegi
     user, password = "builder", "s3cret-" + os.urandom(6).hex()
     for host in _start_registry(tmp_path_factory.mktemp("auth-registry"), auth=(user, password)):
         yield AuthRegistry(host, user, password)
+
+
+@pytest.fixture(scope="session")
+def cuobjdump() -> Path:
+    """cuobjdump to cross-check the audit: the nvidia-cuda-cuobjdump wheel's (test extra), else a CUDA 13 toolkit's."""
+    candidates: list = []
+    try:
+        import nvidia  # namespace package of the wheel: site-packages/nvidia/cu13/bin/cuobjdump
+
+        for base in nvidia.__path__:
+            candidates += sorted(Path(base).glob("cu*/bin/cuobjdump"))
+    except ImportError:
+        pass
+    candidates += [Path("/usr/local/cuda-13.0/bin/cuobjdump"), shutil.which("cuobjdump")]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    pytest.fail("cuobjdump not found: install the test extra (pip install -e '.[test]' brings nvidia-cuda-cuobjdump) "
+                "or a CUDA 13 toolkit at /usr/local/cuda-13.0")

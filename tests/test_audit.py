@@ -79,29 +79,6 @@ def host_cc() -> str:
     return cc
 
 
-def _cuobjdump_path() -> Path | None:
-    candidates: list = []
-    try:
-        import nvidia  # the nvidia-cuda-cuobjdump wheel: site-packages/nvidia/cu13/bin/cuobjdump
-
-        candidates += [Path(p, "cu13", "bin", "cuobjdump") for p in nvidia.__path__]
-    except ImportError:
-        pass
-    candidates += [CUDA_FALLBACK / "bin" / "cuobjdump", shutil.which("cuobjdump")]
-    return _first_file(candidates)
-
-
-@pytest.fixture(scope="session")
-def cuobjdump() -> Path:
-    found = _cuobjdump_path()
-    if found is None:
-        pytest.fail(
-            "cuobjdump not found: install the test extras (pip install -e '.[test]', which brings "
-            "nvidia-cuda-cuobjdump) or a CUDA 13 toolkit at /usr/local/cuda-13.0"
-        )
-    return found
-
-
 # cuobjdump's default output prints one header block per fatbin entry, in file order:
 #   Fatbin elf code: / Fatbin ptx code: / Fatbin nvvm code:  then  arch = sm_90a  and maybe  compressed
 _CUOBJDUMP_KIND = {"elf": "sass", "ptx": "ptx", "nvvm": "other"}

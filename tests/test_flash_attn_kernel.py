@@ -140,21 +140,6 @@ def other_arch_flags(argv: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- cuobjdump
 
 
-def cuobjdump_path() -> Path:
-    candidates: list = []
-    try:
-        import nvidia  # the nvidia-cuda-cuobjdump wheel: site-packages/nvidia/cu13/bin/cuobjdump
-
-        candidates += [Path(p, "cu13", "bin", "cuobjdump") for p in nvidia.__path__]
-    except ImportError:
-        pass
-    candidates += [CUDA_FALLBACK / "bin" / "cuobjdump", shutil.which("cuobjdump")]
-    for c in candidates:
-        if c and Path(c).is_file():
-            return Path(c)
-    pytest.fail("cuobjdump not found: pip install -e '.[test]' (nvidia-cuda-cuobjdump) or a CUDA 13 toolkit")
-
-
 def cuobjdump_list(tool: Path, option: str, path: Path) -> tuple[str, list[str]]:
     proc = subprocess.run([str(tool), option, str(path)], capture_output=True, text=True, check=False)
     if proc.returncode != 0 and "does not contain device code" not in proc.stderr:
@@ -268,8 +253,8 @@ def test_linked_one_kernel_extension_has_the_same_archs(one_kernel):
     assert (sos[0].names("sass"), sos[0].names("ptx")) == (["sm_80", "sm_90"], [])
 
 
-def test_cuobjdump_agrees(one_kernel):
-    tool = cuobjdump_path()
+def test_cuobjdump_agrees(one_kernel, cuobjdump):
+    tool = cuobjdump
     obj = _object(one_kernel["out"])
     elf_out, elf = cuobjdump_list(tool, "--list-elf", obj)
     ptx_out, ptx = cuobjdump_list(tool, "--list-ptx", obj)

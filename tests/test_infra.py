@@ -171,25 +171,7 @@ def test_skopeo_push_preserves_the_built_digest(local_bases, registry, tmp_path)
         assert resp.read() == body
 
 
-def find_cuobjdump() -> str:
-    host = Path("/usr/local/cuda-13.0/bin/cuobjdump")
-    if host.is_file() and os.access(host, os.X_OK):
-        return str(host)
-    try:
-        import nvidia  # namespace package of the nvidia-cuda-cuobjdump wheel
-    except ImportError:
-        nvidia = None
-    for base in getattr(nvidia, "__path__", []):
-        for candidate in sorted(Path(base).glob("cu*/bin/cuobjdump")):
-            if os.access(candidate, os.X_OK):
-                return str(candidate)
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    pytest.fail("no cuobjdump: install the test extra (pip install -e '.[test]': nvidia-cuda-cuobjdump)")
-
-
-def test_devel_base_nvcc_builds_sm80_and_sm90(local_bases, tmp_path):
+def test_devel_base_nvcc_builds_sm80_and_sm90(local_bases, cuobjdump, tmp_path):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "k.cu").write_text(
@@ -209,7 +191,7 @@ def test_devel_base_nvcc_builds_sm80_and_sm90(local_bases, tmp_path):
     buildx(ctx, "--output", f"type=local,dest={out}")
     lib = out / "libk.so"
     assert lib.is_file()
-    listing = sh([find_cuobjdump(), "--list-elf", str(lib)], timeout=60)
+    listing = sh([str(cuobjdump), "--list-elf", str(lib)], timeout=60)
     assert ".sm_80." in listing, listing
     assert ".sm_90." in listing, listing
 
