@@ -77,10 +77,11 @@ def check_options(plans: list[CellPlan], opts: BuildOptions) -> None:
         raise UserError(f"SOURCE_DATE_EPOCH: {opts.source_date_epoch!r} is not a Unix timestamp")
     if not opts.allow_unpinned:
         unpinned = [
-            f"{p.cell.id}: {w.package.name} {w.package.version} ({w.package.source.ref})"
+            f"{p.cell.id}: {w.package.name} {w.package.version}: {what}"
             for p in plans
             for w in p.wheels
-            if not w.reuse and not w.package.source.pinned
+            if not w.reuse
+            for what in w.package.unpinned()
         ]
         if unpinned:
             raise UserError(

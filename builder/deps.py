@@ -20,9 +20,23 @@ def plan_path(name: str, version: str) -> Path:
     return PLAN_DIR / f"{name}-{version}.json"
 
 
+def plan_sources(name: str, version: str) -> list:
+    """The external sources of one release, as its fetch plan lists them."""
+    path = plan_path(name, version)
+    if not path.is_file():
+        raise UserError(f"{name} {version}: no fetch plan at {path.name}; run `builder lock` to read it from the sdist")
+    return fetchplan.plan_from_document(fetchplan.load_plan_file(path))
+
+
+def tags_to_pin(name: str, version: str) -> list[tuple[str, str, str]]:
+    """(source, repository, tag) for every source the engine's CMake names by tag or branch, not commit."""
+    return [(s.name, s.repository, s.commit) for s in plan_sources(name, version) if s.kind == "git" and not s.reproducible]
+
+
 @cache
-def deps_context(name: str, version: str) -> dict:
-    """What the templates need for one package's deps stage (empty script when nothing to fetch)."""
+def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()) -> dict:
+    """What the templates need for one package's deps stage. `pins` maps a source named by tag to the commit
+    that tag resolved to (matrix.lock); a tag without a pin is fetched by name and reported unpinned."""
     path = plan_path(name, version)
     if not path.is_file():
         raise UserError(f"{name} {version}: no fetch plan at {path.name}; run `builder lock` to read it from the sdist")
@@ -30,12 +44,14 @@ def deps_context(name: str, version: str) -> dict:
     plan = fetchplan.plan_from_document(doc)
     ignored = doc.get("cmake_args") == "ignored"
     overrides = TOOLCHAIN_FILE if ignored and any(s.override_kind == "cmake" for s in plan) else None
-    script = fetchplan.render_fetch_script(plan, DEPS_DIR, cmake_overrides=overrides)
+    pin_map = dict(pins)
+    script = fetchplan.render_fetch_script(plan, DEPS_DIR, pins=pin_map, cmake_overrides=overrides)
     env = fetchplan.override_env(plan, DEPS_DIR, cmake_args=doc.get("cmake_args", "unknown"), cmake_overrides=overrides)
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
         "plan_file": path.name,
-        "sources": [(s.name, s.repository, s.commit, s.reproducible) for s in plan],
+        "sources": [(s.name, s.repository, pin_map.get(s.name, s.commit), s.reproducible or s.name in pin_map) for s in plan],
+        "unpinned": [f"{s.name} {s.commit}" for s in plan if s.kind == "git" and not s.reproducible and s.name not in pin_map],
         "script_lines": [shlex.quote(line) for line in script.splitlines()],
         "env": sorted(env.items()),
         "rust_toolchain": doc.get("rust_toolchain") or "",
@@ -44,5 +60,6 @@ def deps_context(name: str, version: str) -> dict:
     }
 
 
-def for_recipe(r: Recipe) -> dict | None:
-    return deps_context(r.name, r.version) if r.fetch_plan else None
+def for_package(pkg) -> dict | None:
+    r: Recipe = pkg.recipe
+    return deps_context(r.name, r.version, pkg.deps_pins) if r.fetch_plan else None

@@ -35,6 +35,7 @@ class Locked:
     pins: dict
     sdist: dict
     git: dict
+    deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
 
     @property
     def pinned_commit(self) -> str:
@@ -71,6 +72,7 @@ class Lock:
             pins=dict(entry.get("pins", {})),
             sdist=dict(entry.get("sdist", {})),
             git=dict(entry.get("git", {})),
+            deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
         )
 
     def has(self, name: str, version: str) -> bool:
@@ -167,6 +169,20 @@ def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict,
     return target
 
 
+def lock_dep_tags(name: str, version: str, echo=print) -> dict:
+    """Commits for the sources an engine's CMake names by tag (the fetch plan says which)."""
+    from . import deps
+
+    out = {}
+    for source, repository, tag in deps.tags_to_pin(name, version):
+        commit, why = _resolve_git_commit(repository, tag)
+        out[source] = {"repository": repository, "tag": tag, "commit": commit}
+        if why:
+            out[source]["unresolved"] = why
+            echo(f"  {name} {version}: CMake dependency {source} {tag} UNPINNED ({why})")
+    return out
+
+
 def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None) -> Lock:
     """Read metadata for every package version the matrix names (and their companions)."""
     kn = kn or load_knowledge()
@@ -192,6 +208,7 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
         packages[key] = entry
         if r.fetch_plan and "sdist" in entry:
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)
+            entry["deps"] = lock_dep_tags(name, version, echo)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
             note += f" UNPINNED ({entry['git']['unresolved']})"
@@ -205,7 +222,8 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
 
 
 def pin_git_sources(cells: list, echo=print) -> list:
-    """Cells whose git sources the lock knows only by tag, pinned to the commit the tag names now.
+    """Cells whose git sources (and CMake dependencies) the lock knows only by tag, pinned to the commit the
+    tag names now.
 
     `build` calls this so a host that reaches the git host builds from a verified commit even before
     `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
@@ -213,21 +231,33 @@ def pin_git_sources(cells: list, echo=print) -> list:
     """
     import dataclasses
 
+    from . import deps
+
     resolved: dict[tuple[str, str], str] = {}
+
+    def resolve(repository: str, tag: str) -> str:
+        if (repository, tag) not in resolved:
+            commit, why = _resolve_git_commit(repository, tag)
+            resolved[(repository, tag)] = commit
+            echo(f"{repository} {tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
+                                            if commit else f"cannot resolve ({why})"))
+        return resolved[(repository, tag)]
+
     out = []
     for cell in cells:
         packages = []
         for pkg in cell.packages:
             src = pkg.source
             if src.kind == "git" and not src.commit:
-                key = (src.repository, src.tag)
-                if key not in resolved:
-                    commit, why = _resolve_git_commit(*key)
-                    resolved[key] = commit
-                    echo(f"{src.repository} {src.tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
-                                                            if commit else f"cannot resolve ({why})"))
-                if resolved[key]:
-                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=resolved[key]))
+                commit = resolve(src.repository, src.tag)
+                if commit:
+                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
+            if pkg.recipe.fetch_plan:
+                pins = dict(pkg.deps_pins)
+                for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
+                    if source not in pins and (commit := resolve(repository, tag)):
+                        pins[source] = commit
+                pkg = dataclasses.replace(pkg, deps_pins=tuple(sorted(pins.items())))
             packages.append(pkg)
         out.append(dataclasses.replace(cell, packages=tuple(packages)))
     return out

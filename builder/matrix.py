@@ -70,6 +70,7 @@ class Package:
     recipe: Recipe
     source: Source
     archs: tuple[int, ...]  # requested archs
+    deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
 
     @property
     def name(self) -> str:
@@ -86,6 +87,16 @@ class Package:
     @property
     def built_archs(self) -> tuple[int, ...]:
         return self.recipe.built_archs(self.archs)
+
+    def unpinned(self) -> list[str]:
+        """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
+        from . import deps
+
+        out = [] if self.source.pinned else [f"source {self.source.ref}"]
+        d = deps.for_package(self)
+        if d:
+            out += [f"CMake dependency {u}" for u in d["unpinned"]]
+        return out
 
 
 @dataclass(frozen=True)
@@ -405,7 +416,9 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
         problems = r.arch_problems(archs)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        packages.append(Package(recipe=r, source=_source(m, r), archs=archs))
+        dep_pins = m.lock.get(r.name, r.version).deps if r.fetch_plan else {}
+        packages.append(Package(recipe=r, source=_source(m, r), archs=archs,
+                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
 
     for s in prof.strategies:
         why = eng.strategy_problem(s)

@@ -34,7 +34,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "build_requirements": [r.build_requirements, *r.build_requirements_list],
         "build_tools": list(cell.build_tools),
         "templates": render.templates_digest(pkg),
-        "deps": deps.for_recipe(r),
+        "deps": deps.for_package(pkg),
         "patches": r.patches_for(cell.torch),
     }
 
@@ -77,7 +77,8 @@ class CellPlan:
                     "name": w.package.name,
                     "version": w.package.version,
                     "source": w.package.source.ref,
-                    "pinned": w.package.source.pinned,
+                    "pinned": not w.package.unpinned(),
+                    "unpinned": w.package.unpinned(),
                     "knobs": dict(w.package.knobs),
                     "sass": [f"sm_{a}" for a in w.package.built_archs],
                     "cache_key": w.key,
@@ -115,7 +116,8 @@ def format_plan(plans: list[CellPlan]) -> str:
             else:
                 knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
                 sass = ",".join(f"sm_{a}" for a in pkg.built_archs)
-            flag = "" if pkg.source.pinned else "  UNPINNED SOURCE"
+            unpinned = pkg.unpinned()
+            flag = f"  UNPINNED: {'; '.join(unpinned)}" if unpinned else ""
             lines.append(
                 f"  {'reuse' if w.reuse else 'build'}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"

@@ -73,7 +73,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "build_requirements_list": list(r.build_requirements_list),
         "build_command": r.build_command,
         "compile_threads_define": r.compile_threads_define,
-        "deps": deps.for_recipe(r),
+        "deps": deps.for_package(pkg),
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
             for pt in r.patches_for(torch)

@@ -213,3 +213,10 @@ def test_runtime_dependencies_are_pinned_after_the_first_build(built_80_90, ca_b
                             "import packaging; print(packaging.__version__)"], capture_output=True, text=True)
     assert shown.stdout.strip() == "23.2", shown.stdout + shown.stderr
     assert pins.read_text() == "packaging==23.2\n"  # used, not rewritten
+
+
+def test_cmake_dependencies_by_tag_are_refused_unless_allowed(tmp_path):
+    res = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "vllm", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "vllm 0.33.0: CMake dependency cutlass v4.7.1" in res.stderr
+    assert "https://github.com/nvidia/cutlass.git v4.7.1: cannot resolve" in res.stderr  # build tried to pin it

@@ -105,7 +105,7 @@ def test_plan_text_shows_tag_knobs_and_keys():
     assert "127.0.0.1:5000/builder/sglang:0.5.23-cu130-torch2.14.1-py312-sm80.90" in out
     assert "sglang-kernel==0.4.10" in out and "ENABLE_BELOW_SM90='ON'" in out
     assert "FLASH_ATTN_CUDA_ARCHS='80;90'" in out
-    assert "UNPINNED SOURCE" in out  # the lock could not resolve the git tag here; said, not hidden
+    assert "UNPINNED: source https://github.com/sgl-project/sglang@v0.5.23" in out  # the lock could not resolve the tag here
 
 
 def test_matrix_json_is_github_actions_include_shape():

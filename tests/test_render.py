@@ -218,3 +218,27 @@ def test_every_stage_that_runs_pip_sees_the_matrix_index(tmp_path):
         for stage in stages:
             if re.search(r"pip (install|wheel)|bdist_wheel", stage):
                 assert "\nARG PIP_INDEX_URL\n" in stage, stage.splitlines()[0]
+
+
+def test_cmake_dependencies_named_by_tag_are_pinned_once_a_commit_is_known():
+    """vLLM 0.33.0's CMake names CUTLASS by tag v4.7.1: unpinned until the lock (or build) resolves it; with a pin
+    the deps stage fetches that commit and verifies it."""
+    import dataclasses
+
+    from builder import deps
+
+    m, cells = shipped_cells()
+    cell = next(c for c in cells if c.id.startswith("vllm-0.33.0-"))
+    vllm = cell.packages[0]
+    assert "CMake dependency cutlass v4.7.1" in vllm.unpinned()
+    assert [t[0] for t in deps.tags_to_pin("vllm", "0.33.0")] == ["cutlass", "triton_kernels"]
+    text = R.render(cell, m.defaults["index"])
+    assert "git -C /opt/deps/cutlass fetch -q --depth 1 origin v4.7.1" in text and "cutlass: v4.7.1 resolved to" in text
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    pinned = dataclasses.replace(vllm, deps_pins=(("cutlass", commit),))
+    assert "CMake dependency cutlass v4.7.1" not in pinned.unpinned()
+    assert "CMake dependency triton_kernels v3.5.1" in pinned.unpinned()
+    text = R.render(dataclasses.replace(cell, packages=(pinned, *cell.packages[1:])), m.defaults["index"])
+    assert f"git -C /opt/deps/cutlass fetch -q --depth 1 origin {commit}" in text
+    assert f'"$(git -C /opt/deps/cutlass rev-parse HEAD)" != {commit} ]' in text
+    assert P.cache_key(cell, pinned) != P.cache_key(cell, vllm)  # a pin changes what is built
