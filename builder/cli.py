@@ -278,7 +278,7 @@ def lock(matrix_path, index_url, check):
       builder lock                 # rewrite matrix.lock
       builder lock --check         # CI: fail when matrix.toml changed without a new lock
     """
-    from .lock import LOCK_NAME, Lock, run_lock
+    from .lock import LOCK_NAME, Lock, comparable, run_lock
 
     path = Path(matrix_path)
     m = matrix_mod.load(path)  # validates keys, engines, versions first
@@ -287,7 +287,7 @@ def lock(matrix_path, index_url, check):
     fresh = run_lock(m.raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
                      index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True), kn=m.knowledge)
     if check:
-        if fresh.data != old.data:
+        if comparable(fresh.data) != comparable(old.data):
             raise BuilderError(f"{LOCK_NAME} is out of date: run `builder lock`")
         click.echo(f"{LOCK_NAME} is up to date")
         return

@@ -86,6 +86,13 @@ class Lock:
         self.path.write_text(header + tomli_w.dumps(self.data))
 
 
+def comparable(data):
+    """Lock data without the reasons a tag stayed unresolved (their wording is the git client's, per host)."""
+    if isinstance(data, dict):
+        return {k: comparable(v) for k, v in data.items() if k != "unresolved"}
+    return data
+
+
 def _resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     """(commit, "") or ("", reason) — a tag is only a pin once we know the commit it names."""
     try:
