@@ -25,7 +25,7 @@ _RULE_KEYS = {
     "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
     "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
     "compile_threads_define", "torch_pin", "pin_extras", "companions", "launch", "health", "ready_log", "metrics",
-    "cmake_args", "rust", "fetch_plan", "patches",
+    "cmake_args", "rust_toolchain", "fetch_plan", "patches",
 }
 _KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
 
@@ -109,7 +109,7 @@ class Recipe:
     ready_log: str = ""
     metrics: tuple[str, ...] = ()
     cmake_args: str = ""
-    rust: bool = False
+    rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
@@ -349,7 +349,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         ready_log=merged.get("ready_log", ""),
         metrics=tuple(merged.get("metrics", ())),
         cmake_args=merged.get("cmake_args", ""),
-        rust=bool(merged.get("rust", False)),
+        rust_toolchain=merged.get("rust_toolchain", ""),
         fetch_plan=bool(merged.get("fetch_plan", False)),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
         strategies=strategies,

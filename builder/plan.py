@@ -36,6 +36,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "templates": render.templates_digest(pkg),
         "deps": deps.for_package(pkg),
         "patches": r.patches_for(cell.torch),
+        "rust_toolchain": r.rust_toolchain,
     }
 
 

@@ -74,6 +74,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "build_command": r.build_command,
         "compile_threads_define": r.compile_threads_define,
         "deps": deps.for_package(pkg),
+        "rust_toolchain": r.rust_toolchain,
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
             for pt in r.patches_for(torch)

@@ -70,7 +70,8 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
-RUN pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+RUN --mount=type=secret,id=ca \
+    with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang
@@ -218,13 +219,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="172ed3c4bfebf0d8b82ed0c22c6bff3581748af70426df590abfad2acf752a20"
+LABEL io.builder.package.sglang.cache-key="2b74cba6182c5bf710b08437e8a97306850bc893888870d63aa59315633790cb"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="e38325c6f6ae59b9f202e6f66eca1e52108b72d404d1264f628f6cef3db96d60"
+LABEL io.builder.package.vllm.cache-key="09145d840b214d560d10f7b27e28f0d3972a8dc9c9a645f2f162118bc47550e0"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="f1dd2931ab4a6eb40600bb8244ab1001ebdf2018b7f5b12372d33ea6e6ccbe27"
+LABEL io.builder.package.flash-attn.cache-key="15989ef4030d1def2fefe2b9e4f013bd8961b91dcc9acc45c5b9ff1afd8dbf34"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

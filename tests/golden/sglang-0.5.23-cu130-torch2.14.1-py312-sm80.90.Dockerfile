@@ -67,6 +67,12 @@ WORKDIR /src/python
 
 # the checkout must be the release the lock names
 RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.5.23", "found %s, want 0.5.23" % (m and m.group(1))'
+# its Rust extensions need cargo (crates come from crates.io during this step)
+ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/cargo PATH=/opt/cargo/bin:$PATH
+RUN --mount=type=secret,id=ca \
+    with-ca curl -fsSL -o /tmp/rustup-init.sh https://sh.rustup.rs \
+ && with-ca sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal --default-toolchain 1.95 \
+ && rm /tmp/rustup-init.sh
 # build requirements: the package's own (pyproject, requirements file), never a second torch
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     { build-requires; } \
@@ -74,7 +80,8 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
-RUN pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+RUN --mount=type=secret,id=ca \
+    with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang
@@ -206,13 +213,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="a04319a41b2515fa61c4ac3d7b043fb1962d0b0c1dacb2bb72a4b49fe8b3d04f"
+LABEL io.builder.package.sglang.cache-key="5d8e8bcf4a70ce126f2568d50d11e366fa879a42fdcca17e5dfa66fbbf57694f"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_89,sm_90"
-LABEL io.builder.package.sglang-kernel.cache-key="8a5f31df2e4285982bdcf1cdbe5cc0b1a3792df840d5cb22a67a2e9fd403f3da"
+LABEL io.builder.package.sglang-kernel.cache-key="1a709411f4a45e3a95a0f19852a05eba68020fe52b819ac49418fd8faed442dd"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="d2564e559afb9b9c99477efd57d8fe2af8aae0b41111923ac6eb23adb24876f7"
+LABEL io.builder.package.flash-attn.cache-key="51a70387b3f7960149ff21e66187172ba477be983327fe9d7a1fd57f95b0e484"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]
