@@ -267,25 +267,34 @@ def audit_cmd(target, arch, as_json, verbose):
 
 
 @main.command()
-@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@selection_options
 @click.option("--index", "index_url", default=None, help="PEP 691 index to read (default: the matrix's defaults.index).")
 @click.option("--check", is_flag=True, help="Do not write: exit 1 if matrix.lock is out of date.")
-def lock(matrix_path, index_url, check):
+def lock(m, sel, index_url, check):
     """Read each engine's own published metadata (torch pin, companion pins, sdist sha256) into matrix.lock.
+
+    Without selectors every profile is locked; --profile / --engine / --cuda refresh only those packages and
+    keep the other entries. Locking is per package: --arch, --only and --skip do not apply.
 
     \b
     Example:
       builder lock                 # rewrite matrix.lock
+      builder lock --engine vllm   # refresh the vLLM entries only
       builder lock --check         # CI: fail when matrix.toml changed without a new lock
     """
     from .lock import LOCK_NAME, Lock, comparable, run_lock
 
-    path = Path(matrix_path)
-    m = matrix_mod.load(path)  # validates keys, engines, versions first
-    lock_path = path.with_name(LOCK_NAME)
+    if sel.archs or sel.only or sel.skip or sel.base_devel or sel.base_runtime:
+        raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "
+                        "(use --profile, --engine or --cuda)")
+    profiles = matrix_mod.selected_profiles(m, sel, default_all=True)
+    lock_path = m.path.with_name(LOCK_NAME)
     old = Lock.load(lock_path)
-    fresh = run_lock(m.raw, Lock(lock_path, {"format": old.data.get("format", 1), "packages": {}}),
-                     index_url or m.defaults["index"], echo=lambda s: click.echo(s, err=True), kn=m.knowledge)
+    partial = bool(sel.profiles or sel.engines or sel.cuda)
+    start = {**old.data, "packages": dict(old.data.get("packages", {}))} if partial else {"format": old.data.get("format", 1), "packages": {}}
+    fresh = run_lock(m.raw, Lock(lock_path, start), index_url or m.defaults["index"],
+                     echo=lambda s: click.echo(s, err=True), kn=m.knowledge,
+                     profiles=tuple(p.name for p in profiles), engines=sel.engines)
     if check:
         if comparable(fresh.data) != comparable(old.data):
             raise BuilderError(f"{LOCK_NAME} is out of date: run `builder lock`")

@@ -190,15 +190,20 @@ def lock_dep_tags(name: str, version: str, echo=print) -> dict:
     return out
 
 
-def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None) -> Lock:
-    """Read metadata for every package version the matrix names (and their companions)."""
+def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None,
+             profiles: tuple[str, ...] = (), engines: tuple[str, ...] = ()) -> Lock:
+    """Read metadata for every package version the matrix names (and their companions), or only those of the
+    given profiles / engines; entries already in `lock` for the rest are kept."""
     kn = kn or load_knowledge()
     index = SimpleIndex(index_url)
     todo: list[tuple[str, str, str]] = []
-    for prof in raw_matrix.get("profiles", {}).values():
-        for eng, ver in prof.get("engines", {}).items():
+    for prof_name, prof in raw_matrix.get("profiles", {}).items():
+        if profiles and prof_name not in profiles:
+            continue
+        selected = [(e, v) for e, v in prof.get("engines", {}).items() if not engines or e in engines]
+        for eng, ver in selected:
             todo.append((eng, ver, ""))
-        if prof.get("flash_attn"):
+        if prof.get("flash_attn") and selected:
             todo.append(("flash-attn", prof["flash_attn"], ""))
     packages = lock.data.setdefault("packages", {})
     done: set[str] = set()

@@ -447,8 +447,10 @@ def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], arc
     )
 
 
-def select(m: Matrix, sel: Selection) -> list[Cell]:
-    if sel.profiles == ("all",):
+def selected_profiles(m: Matrix, sel: Selection, default_all: bool = False) -> list[Profile]:
+    """The profiles --profile / --cuda name (default: the matrix's default profile, or every one), with
+    --engine checked against the engines the toolkit knows."""
+    if sel.profiles == ("all",) or (default_all and not sel.profiles):
         profiles = list(m.profiles.values())
     elif sel.profiles:
         for name in sel.profiles:
@@ -463,6 +465,11 @@ def select(m: Matrix, sel: Selection) -> list[Cell]:
             raise UserError(f"--engine: unknown engine {eng!r}{did_you_mean(eng, names)}; known: {', '.join(names)}")
     if sel.cuda:
         profiles = [p for p in profiles if any(p.cuda == c or p.cuda.startswith(c + ".") or p.cuda_tag == c for c in sel.cuda)]
+    return profiles
+
+
+def select(m: Matrix, sel: Selection) -> list[Cell]:
+    profiles = selected_profiles(m, sel)
 
     cells: list[Cell] = []
     for prof in profiles:

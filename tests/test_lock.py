@@ -133,3 +133,29 @@ def test_build_pins_a_tag_the_lock_could_not(tmp_path):
     said.clear()
     still = pin_git_sources(gone, echo=said.append)
     assert not still[0].packages[0].source.pinned and "cannot resolve" in said[0]
+
+
+def test_lock_selectors_refresh_only_the_selected_packages(tmp_path):
+    import tomllib
+
+    from .helpers import REPO
+
+    path = write_matrix(tmp_path, (REPO / "matrix.toml").read_text())
+    data = (tmp_path / "matrix.lock").read_text()
+    # drop the SGLang 0.5.23 entry: locking only vLLM must not bring it back, locking SGLang must
+    start = data.index('[packages."sglang==0.5.23"]')
+    end = data.index('[packages."vllm==0.33.0"]')
+    (tmp_path / "matrix.lock").write_text(data[:start] + data[end:])
+    res = run_cli("lock", "--matrix", str(path), "--engine", "vllm", "--profile", "cu130")
+    assert res.exit_code == 0, res.output
+    packages = tomllib.loads((tmp_path / "matrix.lock").read_text())["packages"]
+    assert "sglang==0.5.23" not in packages and "vllm==0.33.0" in packages and "vllm==0.6.3.post1" in packages
+    assert run_cli("lock", "--matrix", str(path), "--engine", "sglang", "--profile", "cu130").exit_code == 0
+    packages = tomllib.loads((tmp_path / "matrix.lock").read_text())["packages"]
+    assert packages["sglang==0.5.23"]["torch"] == "2.14.1"
+    assert run_cli("lock", "--matrix", str(path), "--check").exit_code == 0
+
+
+def test_lock_refuses_cell_selectors():
+    res = run_cli("lock", "--matrix", str(MATRIX), "--only", "vllm-*")
+    assert res.exit_code == 2 and "lock works per package" in res.output
