@@ -199,9 +199,6 @@ class Knowledge:
         self.data = data
         self._recipes: dict[tuple[str, str], Recipe] = {}
 
-    def package_names(self) -> list[str]:
-        return list(self.data["packages"])
-
     def engine_names(self) -> list[str]:
         return [n for n, p in self.data["packages"].items() if p["kind"] == "engine"]
 
@@ -251,10 +248,6 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     return Knowledge(data)
 
 
-def knowledge() -> dict:
-    return load_knowledge().data
-
-
 def _check_knowledge(data: dict) -> None:
     """The data file is code too: reject typos in it as early as typos in matrix.toml."""
     for name, pkg in data["packages"].items():
@@ -268,11 +261,11 @@ def _check_knowledge(data: dict) -> None:
             for knob in rule.get("arch_knobs", []):
                 if knob["format"] not in _KNOB_FORMATS:
                     raise UserError(f"engines.toml: packages.{name}: unknown knob format {knob['format']!r}")
-            SpecifierSet(rule["versions"])
-
-
-def engine_names() -> list[str]:
-    return load_knowledge().engine_names()
+            try:
+                SpecifierSet(rule["versions"])
+            except (InvalidSpecifier, KeyError):
+                raise UserError(f"engines.toml: packages.{name}.rules: {rule.get('versions')!r} is not a version range "
+                                "like \">=0.6,<0.7\"") from None
 
 
 def parse_version(text: str, what: str) -> Version:
@@ -292,11 +285,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
     merged: dict = {}
     matched = False
     for rule in pkg["rules"]:
-        try:
-            spec = SpecifierSet(rule["versions"])
-        except InvalidSpecifier:  # pragma: no cover - checked at load
-            raise
-        if v in spec:
+        if v in SpecifierSet(rule["versions"]):  # ranges were checked when the knowledge was loaded
             matched = True
             merged.update({k: val for k, val in rule.items() if k != "versions"})
     if not matched:
