@@ -125,3 +125,20 @@ def test_other_verbs_refuse_bad_input_with_exit_2(args, fragment):
     res = run_cli(*args)
     assert res.exit_code == 2, res.output
     assert fragment in res.output
+
+
+@pytest.mark.parametrize("knowledge, fragment", [
+    ('[packages.x]\npypi = "x"\nkind = "engine"\ntemplate = "pip-wheel"\ntorch_pin = "none"\nmem_gb_per_nvcc_thread = 1.0\n'
+     '[[packages.x.rules]]\nversions = "latest"\nsource = "local"\n', "'latest' is not a version range"),
+    ('[packages.x]\npypi = "x"\nkind = "engine"\ntemplate = "pip-wheel"\ntorch_pin = "none"\nmem_gb_per_nvcc_thread = 1.0\n'
+     '[[packages.x.rules]]\nversions = ">=1"\nsource = "local"\narch_knob = []\n', "unknown key 'arch_knob'"),
+    ("[packagez.x]\n", "unknown key 'packagez'"),
+    (None, "no such engine knowledge file"),
+])
+def test_a_bad_extra_knowledge_file_is_refused(knowledge, fragment, tmp_path):
+    if knowledge is not None:
+        (tmp_path / "more.toml").write_text(knowledge)
+    path = write_matrix(tmp_path, GOOD.replace("[defaults]\n", '[defaults]\nknowledge = ["more.toml"]\n', 1))
+    res = run_cli("plan", "--matrix", str(path))
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output
