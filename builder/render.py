@@ -38,7 +38,9 @@ def template_text(name: str) -> str:
 
 
 def package_templates(pkg: Package) -> tuple[str, ...]:
-    return _COMMON_TEMPLATES + (f"stages/source-{pkg.source.kind}.j2", f"packages/{pkg.recipe.template}.j2")
+    """Every template whose text reaches the stages that produce this package's wheel."""
+    own = (f"stages/source-{pkg.source.kind}.j2", f"packages/{pkg.recipe.template}.j2")
+    return _COMMON_TEMPLATES + own + (("stages/deps.j2",) if pkg.recipe.fetch_plan else ())
 
 
 def templates_digest(pkg: Package) -> str:
