@@ -135,7 +135,6 @@ def _build_one(p: CellPlan, wheelhouse: Wheelhouse, opts: BuildOptions, say, hos
     dockerfile = cell_dir / "Dockerfile"
     context = cell_dir / "context"
     stage = cell_dir / "wheels"
-    text = render.render(cell, opts.index_url, p.keys)
     if opts.dry_run:
         say(f"# {cell.id}: `builder render --only {cell.id}` writes {dockerfile}")
         for step in p.wheels:
@@ -152,7 +151,7 @@ def _build_one(p: CellPlan, wheelhouse: Wheelhouse, opts: BuildOptions, say, hos
     if cell_dir.exists():
         shutil.rmtree(cell_dir)
     context.mkdir(parents=True)
-    dockerfile.write_text(text)
+    dockerfile.write_text(render.render(cell, opts.index_url, p.keys))
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     res.log = opts.log_dir / f"{cell.id}.log"
     echo = (lambda line: say(f"[{cell.id}] {line}")) if opts.echo_build_output else None

@@ -192,6 +192,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     """
     from .build import BuildOptions, build_cells, format_results
     from .buildx import docker_available
+    from . import pins
     from .lock import pin_git_sources
 
     cells = pin_git_sources(matrix_mod.select(m, sel), echo=lambda s: click.echo(s, err=True))
@@ -208,7 +209,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         ca_bundle=Path(ca_bundle).resolve() if ca_bundle else None,
         allow_unpinned=allow_unpinned,
         source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
-        pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / "runtime-pins",
+        pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / pins.DIR_NAME,
         refresh_pins=refresh_pins,
         no_cache=no_cache,
         echo_build_output=not quiet,
@@ -288,8 +289,8 @@ def lock(m, sel, index_url, check):
         raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "
                         "(use --profile, --engine or --cuda)")
     profiles = matrix_mod.selected_profiles(m, sel, default_all=True)
-    lock_path = m.path.with_name(LOCK_NAME)
-    old = Lock.load(lock_path)
+    old = m.lock
+    lock_path = old.path
     partial = bool(sel.profiles or sel.engines or sel.cuda)
     start = {**old.data, "packages": dict(old.data.get("packages", {}))} if partial else {"format": old.data.get("format", 1), "packages": {}}
     fresh = run_lock(m.raw, Lock(lock_path, start), index_url or m.defaults["index"],

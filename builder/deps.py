@@ -20,12 +20,17 @@ def plan_path(name: str, version: str) -> Path:
     return PLAN_DIR / f"{name}-{version}.json"
 
 
-def plan_sources(name: str, version: str) -> list:
-    """The external sources of one release, as its fetch plan lists them."""
+@cache
+def _plan_doc(name: str, version: str) -> dict:
     path = plan_path(name, version)
     if not path.is_file():
         raise UserError(f"{name} {version}: no fetch plan at {path.name}; run `builder lock` to read it from the sdist")
-    return fetchplan.plan_from_document(fetchplan.load_plan_file(path))
+    return fetchplan.load_plan_file(path)
+
+
+def plan_sources(name: str, version: str) -> list:
+    """The external sources of one release, as its fetch plan lists them."""
+    return fetchplan.plan_from_document(_plan_doc(name, version))
 
 
 def tags_to_pin(name: str, version: str) -> list[tuple[str, str, str]]:
@@ -37,11 +42,8 @@ def tags_to_pin(name: str, version: str) -> list[tuple[str, str, str]]:
 def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()) -> dict:
     """What the templates need for one package's deps stage. `pins` maps a source named by tag to the commit
     that tag resolved to (matrix.lock); a tag without a pin is fetched by name and reported unpinned."""
-    path = plan_path(name, version)
-    if not path.is_file():
-        raise UserError(f"{name} {version}: no fetch plan at {path.name}; run `builder lock` to read it from the sdist")
-    doc = fetchplan.load_plan_file(path)
-    plan = fetchplan.plan_from_document(doc)
+    doc = _plan_doc(name, version)
+    plan = plan_sources(name, version)
     ignored = doc.get("cmake_args") == "ignored"
     overrides = TOOLCHAIN_FILE if ignored and any(s.override_kind == "cmake" for s in plan) else None
     pin_map = dict(pins)
@@ -49,7 +51,7 @@ def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()
     env = fetchplan.override_env(plan, DEPS_DIR, cmake_args=doc.get("cmake_args", "unknown"), cmake_overrides=overrides)
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
-        "plan_file": path.name,
+        "plan_file": plan_path(name, version).name,
         "sources": [(s.name, s.repository, pin_map.get(s.name, s.commit), s.reproducible or s.name in pin_map) for s in plan],
         "unpinned": [f"{s.name} {s.commit}" for s in plan if s.kind == "git" and not s.reproducible and s.name not in pin_map],
         "script_lines": [shlex.quote(line) for line in script.splitlines()],

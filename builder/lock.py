@@ -37,10 +37,6 @@ class Locked:
     git: dict
     deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
 
-    @property
-    def pinned_commit(self) -> str:
-        return self.git.get("commit", "")
-
 
 class Lock:
     def __init__(self, path: Path, data: dict):
@@ -74,9 +70,6 @@ class Lock:
             git=dict(entry.get("git", {})),
             deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
         )
-
-    def has(self, name: str, version: str) -> bool:
-        return f"{name}=={version}" in self.data.get("packages", {})
 
     def write(self) -> None:
         header = (
@@ -149,7 +142,7 @@ def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
     path = cache / filename
     if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
         return path
-    data = index._get(url)
+    data = index.get(url)
     if hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{filename}: downloaded bytes do not match the index's sha256 {sha256}")
     cache.mkdir(parents=True, exist_ok=True)
@@ -171,6 +164,7 @@ def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict,
     path = _download(index, sdist["url"], sdist["sha256"], sdist["filename"])
     doc = fetchplan.plan_document(path, engine=name, version=version)
     fetchplan.write_plan_file(doc, target)
+    deps._plan_doc.cache_clear()
     deps.deps_context.cache_clear()
     echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
     return target

@@ -22,10 +22,6 @@ DIR_NAME = "runtime-pins"
 FILE_IN_CONTEXT = "runtime-pins.txt"
 
 
-def pins_path(matrix_path: Path, cell: Cell) -> Path:
-    return Path(matrix_path).resolve().parent / DIR_NAME / f"{cell.id}.txt"
-
-
 def from_freeze(freeze: str, cell: Cell) -> list[str]:
     """`name==version` lines of what pip installed from the index (not the cell's own wheels, nor torch)."""
     own = {canonicalize_name(p.recipe.pypi) for p in cell.packages} | {canonicalize_name(p.name) for p in cell.packages}

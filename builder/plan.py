@@ -73,20 +73,22 @@ class CellPlan:
             "base_devel": c.base_devel,
             "base_runtime": c.base_runtime,
             "strategies": list(c.strategies),
-            "packages": [
-                {
-                    "name": w.package.name,
-                    "version": w.package.version,
-                    "source": w.package.source.ref,
-                    "pinned": not w.package.unpinned(),
-                    "unpinned": w.package.unpinned(),
-                    "knobs": dict(w.package.knobs),
-                    "sass": [f"sm_{a}" for a in w.package.built_archs],
-                    "cache_key": w.key,
-                    "action": "reuse" if w.reuse else "build",
-                }
-                for w in self.wheels
-            ],
+            "packages": [self._package_json(w) for w in self.wheels],
+        }
+
+    @staticmethod
+    def _package_json(w: WheelStep) -> dict:
+        unpinned = w.package.unpinned()
+        return {
+            "name": w.package.name,
+            "version": w.package.version,
+            "source": w.package.source.ref,
+            "pinned": not unpinned,
+            "unpinned": unpinned,
+            "knobs": dict(w.package.knobs),
+            "sass": [f"sm_{a}" for a in w.package.built_archs],
+            "cache_key": w.key,
+            "action": "reuse" if w.reuse else "build",
         }
 
 

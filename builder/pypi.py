@@ -90,7 +90,8 @@ class SimpleIndex:
         self._ctx = _ssl_context()
         self._projects: dict[str, list[DistFile]] = {}
 
-    def _get(self, url: str, headers: dict[str, str] | None = None) -> bytes:
+    def get(self, url: str, headers: dict[str, str] | None = None) -> bytes:
+        """GET a URL of this index (or of the files it lists), with the index's TLS settings."""
         req = urllib.request.Request(url, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
@@ -103,7 +104,7 @@ class SimpleIndex:
     def files(self, project: str) -> list[DistFile]:
         name = canonicalize_name(project)
         if name not in self._projects:
-            raw = self._get(f"{self.url}/{name}/", {"Accept": _ACCEPT})
+            raw = self.get(f"{self.url}/{name}/", {"Accept": _ACCEPT})
             data = json.loads(raw)
             self._projects[name] = [
                 DistFile(
@@ -149,7 +150,7 @@ class SimpleIndex:
         wheels.sort(key=lambda f: (not f.has_metadata, "x86_64" not in f.filename and "none-any" not in f.filename))
         chosen = wheels[0]
         if chosen.has_metadata:
-            text = self._get(chosen.url + ".metadata").decode()
+            text = self.get(chosen.url + ".metadata").decode()
         else:
             text = self._remote_zip_metadata(chosen)
         msg = email.parser.Parser().parsestr(text)
@@ -162,11 +163,11 @@ class SimpleIndex:
 
     def _range(self, url: str, start: int, end: int | None = None) -> bytes:
         rng = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
-        return self._get(url, {"Range": rng})
+        return self.get(url, {"Range": rng})
 
     def _remote_zip_metadata(self, f: DistFile) -> str:
         """METADATA out of a remote wheel via range requests on its central directory."""
-        tail = self._get(f.url, {"Range": "bytes=-65536"})
+        tail = self.get(f.url, {"Range": "bytes=-65536"})
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0:
             raise IndexError_(f"{f.filename}: no zip end record in the last 64 KiB")
