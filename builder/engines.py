@@ -7,37 +7,28 @@ which package uses which knob, pin source, build command or strategy flags is da
 from __future__ import annotations
 
 import difflib
+import re
+import reprlib
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from . import archs as archs_mod
+from . import schema
 from .errors import UserError
 
 STRATEGIES = ("MTP2", "MTP7", "DFlash2")
-
-_PACKAGE_KEYS = {"pypi", "kind", "template", "torch_pin", "mem_gb_per_nvcc_thread", "parallelism", "compiled", "rules", "strategies"}
-_RULE_KEYS = {
-    "versions", "source", "source_subdir", "git_repository", "git_tag", "min_cuda", "min_arch", "min_cmake",
-    "build_requirements", "build_requirements_list", "build_command", "build_env", "arch_knobs", "builds_archs",
-    "compile_threads_define", "torch_pin", "pin_extras", "companions", "launch", "health", "ready_log", "metrics",
-    "cmake_args", "rust_toolchain", "fetch_plan", "patches",
-}
-_KNOB_FORMATS = {"torch", "cmake-real", "semicolon", "switch-below"}
 
 
 def did_you_mean(word: str, choices) -> str:
     by_lower = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
-
-
-def arch_name(arch: int) -> str:
-    return f"sm_{arch}"
 
 
 @dataclass(frozen=True)
@@ -55,15 +46,7 @@ class ArchKnob:
         return self.env or self.cmake or "?"
 
     def value(self, archs: tuple[int, ...]) -> str:
-        if self.format == "torch":  # "8.0 9.0"
-            return " ".join(f"{a // 10}.{a % 10}" for a in archs)
-        if self.format == "cmake-real":  # "80-real;90-real"
-            return ";".join(f"{a}-real" for a in archs)
-        if self.format == "semicolon":  # "80;90"
-            return ";".join(str(a) for a in archs)
-        if self.format == "switch-below":  # ON when any requested arch is below the threshold
-            return "ON" if any(a < (self.threshold or 0) for a in archs) else "OFF"
-        raise AssertionError(self.format)
+        return archs_mod.spell(self.format, archs, self.threshold)
 
 
 @dataclass(frozen=True)
@@ -143,9 +126,9 @@ class Recipe:
             for a in archs:
                 if a not in knob.accepted:
                     hint = ""
-                    lower = [x for x in knob.accepted if x // 10 == a // 10 and x <= a]
-                    if lower:
-                        hint = f"; sm_{lower[-1]} SASS runs on {a // 10}.{a % 10}: ask for {lower[-1]}"
+                    substitute = archs_mod.sass_substitute(a, knob.accepted)
+                    if substitute is not None:
+                        hint = f"; {archs_mod.sm(substitute)} SASS runs on {archs_mod.dotted(a)}: ask for {substitute}"
                     problems.append(
                         f"{self.name} {self.version}: {knob.name} only recognises "
                         f"{', '.join(map(str, knob.accepted))}; {a} would be silently dropped{hint}"
@@ -153,10 +136,10 @@ class Recipe:
         built = self.built_archs(archs)
         if self.builds_always:
             for a in archs:
-                if a >= self.min_arch and not any(b // 10 == a // 10 and b <= a for b in built):
+                if a >= self.min_arch and archs_mod.sass_substitute(a, built) is None:
                     problems.append(
-                        f"{self.name} {self.version} hard-codes its archs ({', '.join(map(arch_name, built))}); "
-                        f"sm_{a} cannot be selected"
+                        f"{self.name} {self.version} hard-codes its archs ({', '.join(map(archs_mod.sm, built))}); "
+                        f"{archs_mod.sm(a)} cannot be selected"
                     )
         return problems
 
@@ -194,9 +177,10 @@ def _read_toml(path) -> dict:
 class Knowledge:
     """The built-in engine data, plus any extra files a matrix names (an in-house package, a test fixture)."""
 
-    def __init__(self, data: dict):
-        _check_knowledge(data)
+    def __init__(self, data: dict, origin: dict[str, str]):
+        """`data`: the merged, checked files (see load_knowledge); `origin`: the file each package came from."""
         self.data = data
+        self.origin = origin
         self._recipes: dict[tuple[str, str], Recipe] = {}
 
     def engine_names(self) -> list[str]:
@@ -230,42 +214,109 @@ class Knowledge:
     def recipe(self, name: str, version: str) -> Recipe:
         key = (name, version)
         if key not in self._recipes:
-            self._recipes[key] = _make_recipe(name, self._package(name), version)
+            self._recipes[key] = _make_recipe(name, self._package(name), version, self.origin[name])
         return self._recipes[key]
 
 
 @cache
 def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
-    data = tomllib.loads(resources.files("builder").joinpath("data/engines.toml").read_text())
-    for path in extra:
-        more = _read_toml(path)
-        for key in more:
-            if key not in ("packages", "cuda", "build_tools"):
-                raise UserError(f"{path}: unknown key {key!r}; allowed: packages, cuda, build_tools")
-        data["packages"].update(more.get("packages", {}))
-        data["cuda"].update(more.get("cuda", {}))
-        data["build_tools"].update(more.get("build_tools", {}))
-    return Knowledge(data)
+    builtin = tomllib.loads(resources.files("builder").joinpath("data/engines.toml").read_text())
+    files = [("engines.toml", builtin, schema.BUILT_IN), *((path, _read_toml(path), schema.EXTRA) for path in extra)]
+    # torch_pin = "via:<package>" and companions may name a package of any of the files
+    names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
+    known = tuple(dict.fromkeys(names))
+    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}}
+    origin: dict[str, str] = {}
+    for file, data, shape in files:
+        _KnowledgeChecker(file, known).check(data, shape)
+        for section, table in merged.items():
+            table.update(data.get(section, {}))
+        origin.update(dict.fromkeys(data.get("packages", {}), file))
+    return Knowledge(merged, origin)
 
 
-def _check_knowledge(data: dict) -> None:
-    """The data file is code too: reject typos in it as early as typos in matrix.toml."""
-    for name, pkg in data["packages"].items():
-        for key in pkg:
-            if key not in _PACKAGE_KEYS:
-                raise UserError(f"engines.toml: packages.{name}: unknown key {key!r}{did_you_mean(key, _PACKAGE_KEYS)}")
-        for rule in pkg.get("rules", []):
-            for key in rule:
-                if key not in _RULE_KEYS:
-                    raise UserError(f"engines.toml: packages.{name}.rules: unknown key {key!r}{did_you_mean(key, _RULE_KEYS)}")
-            for knob in rule.get("arch_knobs", []):
-                if knob["format"] not in _KNOB_FORMATS:
-                    raise UserError(f"engines.toml: packages.{name}: unknown knob format {knob['format']!r}")
-            try:
-                SpecifierSet(rule["versions"])
-            except (InvalidSpecifier, KeyError):
-                raise UserError(f"engines.toml: packages.{name}.rules: {rule.get('versions')!r} is not a version range "
-                                "like \">=0.6,<0.7\"") from None
+_TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
+
+
+class _KnowledgeChecker:
+    """Checks one knowledge file against builder/schema.py. The data file is code too: a wrong type or a typo in
+    it is refused as early as one in matrix.toml, with the file, the key path and what was expected."""
+
+    def __init__(self, file: str, packages: tuple[str, ...]):
+        self.file = file
+        self.packages = packages
+
+    def check(self, value, kind, path: str = "") -> None:
+        match kind:
+            case schema.Table():
+                self._table(value, kind, path)
+            case schema.TableOf():
+                self._expect(isinstance(value, dict), value, kind, path)
+                for key, item in value.items():
+                    self.check(item, kind.value, _key_path(path, key))
+            case schema.ListOf():
+                self._expect(isinstance(value, list), value, kind, path)
+                for i, item in enumerate(value):
+                    self.check(item, kind.item, f"{path}[{i}]")
+            case schema.Scalar():
+                # TOML's true is no integer, though Python's bool is an int
+                self._expect(isinstance(value, kind.types) and (bool in kind.types or not isinstance(value, bool)),
+                             value, kind, path)
+            case schema.Parsed():
+                self._expect(isinstance(value, str), value, kind, path)
+                try:
+                    kind.parse(value)
+                except ValueError:
+                    self._fail(path, f"{value!r} is not {kind.noun}")
+            case schema.OneOf():
+                self._expect(isinstance(value, str), value, kind, path)
+                if kind.ref_prefix and value.startswith(kind.ref_prefix):
+                    self._package(value, path, kind.ref_prefix)
+                elif value not in kind.values:
+                    self._fail(path, f"{value!r} is not {kind.noun}{did_you_mean(value, kind.values)}")
+            case schema.PackageName():
+                self._expect(isinstance(value, str), value, kind, path)
+                self._package(value, path)
+            case _:
+                raise AssertionError(f"no check for schema type {kind!r}")
+
+    def _table(self, value, table: schema.Table, path: str) -> None:
+        self._expect(isinstance(value, dict), value, table, path)
+        allowed = table.keys
+        for key in value:
+            if key not in allowed:
+                self._fail(path, f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+        for key, kind in table.required.items():
+            if key not in value:
+                self._fail(path, f"missing key {key!r}: expected {kind.noun}")
+        for key, item in value.items():
+            self.check(item, allowed[key], _key_path(path, key))
+        for key, (other, when) in table.required_when.items():
+            if value.get(other) == when and key not in value:
+                self._fail(path, f"missing key {key!r}: expected {allowed[key].noun} when {other} is {when!r}")
+        if table.exactly_one_of:
+            given = [k for k in table.exactly_one_of if k in value]
+            if len(given) != 1:
+                self._fail(path, f"expected exactly one of {', '.join(table.exactly_one_of)}, got {' and '.join(given) or 'none'}")
+
+    def _package(self, value: str, path: str, prefix: str = "") -> None:
+        if value.removeprefix(prefix) not in self.packages:
+            hint = did_you_mean(value, [prefix + p for p in self.packages])
+            self._fail(path, f"{value!r} names no known package{hint}; known: {', '.join(self.packages)}")
+
+    def _expect(self, ok: bool, value, kind, path: str) -> None:
+        if not ok:
+            got = _TOML_NOUNS.get(type(value), type(value).__name__)
+            self._fail(path, f"expected {kind.noun}, got {got} {reprlib.repr(value)}")
+
+    def _fail(self, path: str, problem: str):
+        raise UserError(f"{self.file}: {path}: {problem}" if path else f"{self.file}: {problem}")
+
+
+def _key_path(path: str, key: str) -> str:
+    """`packages.vllm`, or `cuda."12.1"` for a key TOML must quote."""
+    part = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
+    return f"{path}.{part}" if path else part
 
 
 def parse_version(text: str, what: str) -> Version:
@@ -280,7 +331,8 @@ def recipe(name: str, version: str) -> Recipe:
     return load_knowledge().recipe(name, version)
 
 
-def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
+def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
+    """The Recipe of one version, from a package that load_knowledge checked against the schema."""
     v = parse_version(version, name)
     merged: dict = {}
     matched = False
@@ -291,6 +343,9 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
     if not matched:
         ranges = " | ".join(r["versions"] for r in pkg["rules"])
         raise UserError(f"{name} {version}: no engine knowledge for this version (known ranges: {ranges})")
+    if "source" not in merged:  # each rule may leave it out, so only the merged rules can miss it
+        raise UserError(f"{file}: packages.{name}.rules: no rule for version {version} sets 'source' "
+                        f"(expected {schema.RULE.optional['source'].noun})")
     knobs = tuple(
         ArchKnob(
             format=k["format"],
@@ -313,15 +368,15 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         kind=pkg["kind"],
         template=pkg["template"],
         torch_pin=merged.get("torch_pin", pkg["torch_pin"]),
-        mem_gb_per_nvcc_thread=float(pkg["mem_gb_per_nvcc_thread"]),
-        compiled=bool(pkg.get("compiled", True)),
+        mem_gb_per_nvcc_thread=float(pkg["mem_gb_per_nvcc_thread"]),  # the schema accepts an integer too
+        compiled=pkg.get("compiled", True),
         parallelism=pkg.get("parallelism", "jobs-x-threads"),
         source=merged["source"],
         source_subdir=merged.get("source_subdir", "."),
         git_repository=merged.get("git_repository", ""),
         git_tag=merged.get("git_tag", "").replace("{version}", version),
         min_cuda=merged.get("min_cuda", "0"),
-        min_arch=int(merged.get("min_arch", 0)),
+        min_arch=merged.get("min_arch", 0),
         min_cmake=merged.get("min_cmake", ""),
         build_requirements=merged.get("build_requirements", ""),
         build_requirements_list=tuple(merged.get("build_requirements_list", ())),
@@ -339,7 +394,7 @@ def _make_recipe(name: str, pkg: dict, version: str) -> Recipe:
         metrics=tuple(merged.get("metrics", ())),
         cmake_args=merged.get("cmake_args", ""),
         rust_toolchain=merged.get("rust_toolchain", ""),
-        fetch_plan=bool(merged.get("fetch_plan", False)),
+        fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
         strategies=strategies,
     )

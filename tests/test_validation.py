@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+from builder.engines import load_knowledge
+from builder.errors import UserError
+
 from .helpers import MATRIX, REPO, run_cli, write_matrix
 
 GOOD = MATRIX.read_text()
@@ -88,10 +91,6 @@ def test_bad_input_is_refused_with_exit_2(case, tmp_path):
     assert "Traceback" not in res.output
 
 
-def test_at_least_twenty_cases():
-    assert len(CASES) >= 20
-
-
 def test_lock_without_entry_says_run_lock(tmp_path):
     path = write_matrix(tmp_path, GOOD)
     (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "x"\nurl = "x"\nsha256 = "x"\n')
@@ -127,18 +126,108 @@ def test_other_verbs_refuse_bad_input_with_exit_2(args, fragment):
     assert fragment in res.output
 
 
-@pytest.mark.parametrize("knowledge, fragment", [
-    ('[packages.x]\npypi = "x"\nkind = "engine"\ntemplate = "pip-wheel"\ntorch_pin = "none"\nmem_gb_per_nvcc_thread = 1.0\n'
-     '[[packages.x.rules]]\nversions = "latest"\nsource = "local"\n', "'latest' is not a version range"),
-    ('[packages.x]\npypi = "x"\nkind = "engine"\ntemplate = "pip-wheel"\ntorch_pin = "none"\nmem_gb_per_nvcc_thread = 1.0\n'
-     '[[packages.x.rules]]\nversions = ">=1"\nsource = "local"\narch_knob = []\n', "unknown key 'arch_knob'"),
-    ("[packagez.x]\n", "unknown key 'packagez'"),
-    (None, "no such engine knowledge file"),
-])
-def test_a_bad_extra_knowledge_file_is_refused(knowledge, fragment, tmp_path):
+# A valid extra package; each case below breaks one thing in it (or adds one bad thing to it).
+PACKAGE_X = '''
+[packages.x]
+pypi = "x"
+kind = "engine"
+template = "pip-wheel"
+torch_pin = "none"
+mem_gb_per_nvcc_thread = 1.0
+[[packages.x.rules]]
+versions = ">=1"
+source = "local"
+launch = ["x"]
+'''
+
+
+def package_x(old: str, new: str) -> str:
+    assert old in PACKAGE_X, old
+    return PACKAGE_X.replace(old, new, 1)
+
+
+KNOBS = "torch, cmake-real, semicolon, switch-below"
+
+# (case id, text of more.toml or None for a missing file, fragments: the file, the key path, what was expected)
+BAD_KNOWLEDGE = [
+    ("version-range-not-a-range", package_x('versions = ">=1"', 'versions = "latest"'),
+     ["more.toml: packages.x.rules[0].versions: 'latest' is not a version range like \">=0.6,<0.7\""]),
+    ("unknown-rule-key", PACKAGE_X + "arch_knob = []\n",
+     ["more.toml: packages.x.rules[0]: unknown key 'arch_knob' (did you mean 'arch_knobs'?)"]),
+    ("unknown-top-key", "[packagez.x]\n",
+     ["more.toml: unknown key 'packagez' (did you mean 'packages'?); allowed: build_tools, cuda, packages"]),
+    ("missing-file", None, ["more.toml: no such engine knowledge file"]),
+    ("launch-a-string", package_x('launch = ["x"]', 'launch = "vllm serve {model}"'),
+     ["more.toml: packages.x.rules[0].launch: expected a list of strings, got a string 'vllm serve {model}'"]),
+    ("knob-format-unknown", PACKAGE_X + 'arch_knobs = [{ env = "X_ARCHS", format = "semicolons" }]\n',
+     [f"more.toml: packages.x.rules[0].arch_knobs[0].format: 'semicolons' is not one of {KNOBS} (did you mean 'semicolon'?)"]),
+    ("knob-without-format", PACKAGE_X + 'arch_knobs = [{ env = "X_ARCHS" }]\n',
+     [f"more.toml: packages.x.rules[0].arch_knobs[0]: missing key 'format': expected one of {KNOBS}"]),
+    ("knob-env-and-cmake", PACKAGE_X + 'arch_knobs = [{ env = "X_ARCHS", cmake = "X_ARCHS", format = "semicolon" }]\n',
+     ["more.toml: packages.x.rules[0].arch_knobs[0]: expected exactly one of env, cmake, got env and cmake"]),
+    ("switch-below-without-threshold", PACKAGE_X + 'arch_knobs = [{ cmake = "X_OLD", format = "switch-below" }]\n',
+     ["more.toml: packages.x.rules[0].arch_knobs[0]: missing key 'threshold': expected an integer when format is 'switch-below'"]),
+    ("kind-misspelt", package_x('kind = "engine"', 'kind = "engin"'),
+     ["more.toml: packages.x.kind: 'engin' is not one of engine, kernels (did you mean 'engine'?)"]),
+    ("source-not-in-enumeration", package_x('source = "local"', 'source = "pypi"'),
+     ["more.toml: packages.x.rules[0].source: 'pypi' is not one of sdist, git, local"]),
+    ("parallelism-misspelt", package_x("[[", 'parallelism = "total_threads"\n[['),
+     ["more.toml: packages.x.parallelism: 'total_threads' is not one of total-threads, jobs-x-threads "
+      "(did you mean 'total-threads'?)"]),
+    ("mem-per-thread-a-string", package_x("mem_gb_per_nvcc_thread = 1.0", 'mem_gb_per_nvcc_thread = "x"'),
+     ["more.toml: packages.x.mem_gb_per_nvcc_thread: expected a number, got a string 'x'"]),
+    ("compiled-not-a-boolean", package_x("[[", 'compiled = "no"\n[['),
+     ["more.toml: packages.x.compiled: expected a boolean, got a string 'no'"]),
+    ("torch-pin-via-unknown-package", package_x('torch_pin = "none"', 'torch_pin = "via:nosuch"'),
+     ["more.toml: packages.x.torch_pin: 'via:nosuch' names no known package; known: vllm, sglang"]),
+    ("torch-pin-misspelt", package_x('torch_pin = "none"', 'torch_pin = "metdata"'),
+     ["more.toml: packages.x.torch_pin: 'metdata' is not one of metadata, consumer, none, via:<package> "
+      "(did you mean 'metadata'?)"]),
+    ("companion-unknown", PACKAGE_X + 'companions = ["vlm"]\n',
+     ["more.toml: packages.x.rules[0].companions[0]: 'vlm' names no known package (did you mean 'vllm'?); known: vllm"]),
+    ("strategy-without-flags", PACKAGE_X + '[packages.x.strategies.MTP2]\nversions = ">=1"\nwhy_not = "-"\n',
+     ["more.toml: packages.x.strategies.MTP2: missing key 'flags': expected a list of strings"]),
+    ("cuda-archs-with-a-string", PACKAGE_X + '[cuda."13.1"]\narchs = [80, "90"]\n',
+     ["more.toml: cuda.\"13.1\".archs[1]: expected an integer, got a string '90'"]),
+    ("rule-without-versions", package_x('versions = ">=1"\n', ""),
+     ["more.toml: packages.x.rules[0]: missing key 'versions': expected a version range like \">=0.6,<0.7\""]),
+    ("patch-without-with", PACKAGE_X + 'patches = [{ file = "setup.py", replace = "-std=c++17" }]\n',
+     ["more.toml: packages.x.rules[0].patches[0]: missing key 'with': expected a string"]),
+    ("patch-when-torch-not-a-range", PACKAGE_X + 'patches = [{ when_torch = "2.13+", file = "a", replace = "b", with = "c" }]\n',
+     ["more.toml: packages.x.rules[0].patches[0].when_torch: '2.13+' is not a version range"]),
+    ("build-env-value-not-a-string", PACKAGE_X + "build_env = { X_FORCE = true }\n",
+     ["more.toml: packages.x.rules[0].build_env.X_FORCE: expected a string, got a boolean True"]),
+    ("min-cuda-not-a-version", PACKAGE_X + 'min_cuda = "twelve"\n',
+     ["more.toml: packages.x.rules[0].min_cuda: 'twelve' is not a version like \"12.8\""]),
+]
+
+
+def _matrix_with_knowledge(tmp_path, knowledge: str | None):
     if knowledge is not None:
         (tmp_path / "more.toml").write_text(knowledge)
-    path = write_matrix(tmp_path, GOOD.replace("[defaults]\n", '[defaults]\nknowledge = ["more.toml"]\n', 1))
-    res = run_cli("plan", "--matrix", str(path))
+    return write_matrix(tmp_path, GOOD.replace("[defaults]\n", '[defaults]\nknowledge = ["more.toml"]\n', 1))
+
+
+@pytest.mark.parametrize("case", BAD_KNOWLEDGE, ids=[c[0] for c in BAD_KNOWLEDGE])
+def test_a_bad_extra_knowledge_file_is_refused(case, tmp_path):
+    _, knowledge, expected = case
+    res = run_cli("plan", "--matrix", str(_matrix_with_knowledge(tmp_path, knowledge)))
     assert res.exit_code == 2, res.output
-    assert fragment in res.output
+    for fragment in expected:
+        assert fragment in res.output, f"{fragment!r} not in {res.output!r}"
+    assert "Traceback" not in res.output
+
+
+def test_the_shipped_knowledge_and_a_good_extra_file_are_accepted(tmp_path):
+    """The package the bad cases break is itself valid, and so is builder/data/engines.toml."""
+    res = run_cli("plan", "--matrix", str(_matrix_with_knowledge(tmp_path, PACKAGE_X)))
+    assert res.exit_code == 0, res.output
+
+
+def test_a_version_whose_rules_set_no_source_is_refused(tmp_path):
+    (tmp_path / "more.toml").write_text(package_x('source = "local"\n', "") + '[[packages.x.rules]]\nversions = ">=2"\nsource = "local"\n')
+    kn = load_knowledge((str(tmp_path / "more.toml"),))
+    assert kn.recipe("x", "2.0").source == "local"
+    with pytest.raises(UserError, match=r"more\.toml: packages\.x\.rules: no rule for version 1\.0 sets 'source' "
+                                        r"\(expected one of sdist, git, local\)"):
+        kn.recipe("x", "1.0")

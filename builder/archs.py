@@ -1,0 +1,103 @@
+"""GPU archs: the one copy of how they are written, checked, spelled for each build knob, and which compiled
+code runs on which GPU. matrix, engines, render and audit all read archs through this module.
+
+An arch is an int: compute capability major × 10 + minor (80 = 8.0 = sm_80, 120 = 12.0).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from .errors import UserError
+
+# The arch-list spellings build systems understand (engine data names one per knob).
+KNOB_FORMATS = ("torch", "cmake-real", "semicolon", "switch-below")
+
+
+def sm(arch: int) -> str:
+    return f"sm_{arch}"
+
+
+def dotted(arch: int) -> str:
+    major, minor = divmod(arch, 10)
+    return f"{major}.{minor}"
+
+
+def parse(text: str, where: str = "--arch") -> tuple[int, ...]:
+    """'80,90' / '8.0,9.0' / 'sm_80,sm_90' / '80 90' → (80, 90), sorted and unique."""
+    out = []
+    for tok in text.replace(" ", ",").split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        m = re.fullmatch(r"(?:sm_?)?(\d{2,3})|(\d+)\.(\d)", tok)
+        if not m:
+            raise UserError(f"{where}: {tok!r} is not an SM arch; write e.g. 80,90 (or 8.0,9.0)")
+        out.append(int(m.group(1)) if m.group(1) else int(m.group(2)) * 10 + int(m.group(3)))
+    if not out:
+        raise UserError(f"{where}: no arch given; write e.g. --arch 80,90")
+    return tuple(sorted(set(out)))
+
+
+def from_list(value, where: str) -> tuple[int, ...]:
+    """An arch list from a data file (`archs = [80, 90]`), checked; sorted and unique."""
+    if not isinstance(value, list):
+        raise UserError(f"{where}: expected list, got {type(value).__name__} {value!r}")
+    for a in value:
+        if not isinstance(a, int) or isinstance(a, bool) or not 30 <= a <= 200:
+            raise UserError(f"{where}: {a!r} is not an SM arch number like 80 or 90")
+    if not value:
+        raise UserError(f"{where}: empty arch list")
+    return tuple(sorted(set(value)))
+
+
+def requested(archs: Iterable[int], where: str = "audit") -> tuple[int, ...]:
+    """Archs handed over by code (audit's API): ints, at least one, order kept, duplicates dropped."""
+    out: list[int] = []
+    for a in archs:
+        if isinstance(a, bool) or not isinstance(a, int) or a < 10:
+            raise UserError(f"{where}: arch {a!r} is not a compute capability like 80 or 90")
+        if a not in out:
+            out.append(a)
+    if not out:
+        raise UserError(f"{where}: no arch to check")
+    return tuple(out)
+
+
+def spell(fmt: str, archs: tuple[int, ...], threshold: int | None = None) -> str:
+    """The value of an arch knob in its build system's own spelling."""
+    if fmt == "torch":  # TORCH_CUDA_ARCH_LIST="8.0 9.0"
+        return " ".join(dotted(a) for a in archs)
+    if fmt == "cmake-real":  # "80-real;90-real": SASS only, no PTX
+        return ";".join(f"{a}-real" for a in archs)
+    if fmt == "semicolon":  # FLASH_ATTN_CUDA_ARCHS="80;90"
+        return ";".join(str(a) for a in archs)
+    if fmt == "switch-below":  # ON when any requested arch is below the threshold (ENABLE_BELOW_SM90)
+        return "ON" if any(a < (threshold or 0) for a in archs) else "OFF"
+    raise ValueError(f"unknown knob format {fmt!r}; known: {', '.join(KNOB_FORMATS)}")
+
+
+def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:
+    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"
+    or "f") loads on a GPU of compute capability `gpu`.
+
+    - arch-specific ('a', sm_90a): exactly that GPU, SASS and PTX alike;
+    - SASS, and family-specific ('f') code: the same major, a minor at least as high
+      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);
+    - plain PTX JIT-compiles for any later GPU;
+    - LTO IR and unknown kinds are not loadable as they are.
+    """
+    if variant == "a":
+        return code_arch == gpu
+    if kind == "sass" or variant == "f":
+        return code_arch // 10 == gpu // 10 and code_arch % 10 <= gpu % 10
+    if kind == "ptx":
+        return code_arch <= gpu
+    return False
+
+
+def sass_substitute(gpu: int, candidates: Iterable[int]) -> int | None:
+    """The highest of `candidates` whose plain SASS runs on `gpu` (ask for 80 when 86 is not selectable)."""
+    fits = [c for c in candidates if runs_on("sass", c, "", gpu)]
+    return max(fits) if fits else None
