@@ -59,7 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from builder.errors import BuilderError, CommandError, UserError
+from builder import archs as archs_mod
+from builder import docker
+from builder.errors import CommandError, UserError
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_VERSION = 1
@@ -370,22 +372,8 @@ def _zip_member_reader(zf: zipfile.ZipFile, info: zipfile.ZipInfo, zip_fh: Binar
 # --------------------------------------------------------------------------- coverage
 
 
-def _split(arch: int) -> tuple[int, int]:
-    return divmod(arch, 10)
-
-
 def _runs_on(entry: FatbinEntry, arch: int) -> bool:
-    major, minor = _split(arch)
-    e_major, e_minor = _split(entry.arch)
-    if entry.variant == "a":  # arch-specific: exactly that GPU, SASS and PTX alike
-        return entry.arch == arch
-    if entry.kind == "sass" or entry.variant == "f":
-        # SASS: same major, minor >= (sm_80 runs on 8.6 and 8.9, not on 9.0).
-        # Family-specific ('f'): the same rule, for SASS and PTX (sm_100f runs on 10.0 and 10.3).
-        return e_major == major and e_minor <= minor
-    if entry.kind == "ptx":  # plain PTX JIT-compiles for any later arch
-        return entry.arch <= arch
-    return False  # LTO IR and unknown kinds are not loadable as they are
+    return archs_mod.runs_on(entry.kind, entry.arch, entry.variant, arch)
 
 
 _VARIANT_RANK = {"": 0, "f": 1, "a": 2}
@@ -521,18 +509,6 @@ class AuditReport:
         }
 
 
-def _check_archs(archs: Iterable[int]) -> tuple[int, ...]:
-    out = []
-    for a in archs:
-        if isinstance(a, bool) or not isinstance(a, int) or a < 10:
-            raise UserError(f"audit: arch {a!r} is not a compute capability like 80 or 90")
-        if a not in out:
-            out.append(a)
-    if not out:
-        raise UserError("audit: no arch to check")
-    return tuple(out)
-
-
 def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tuple[int, ...]) -> BinaryReport:
     try:
         entries = read()
@@ -582,7 +558,7 @@ def _audit_file(path: Path, label: str, archs: tuple[int, ...]) -> list[BinaryRe
 
 def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
     """Audit a .so / ELF file, a wheel, or a directory (every .so, .so.* and .whl in it)."""
-    wanted = _check_archs(archs)
+    wanted = archs_mod.requested(archs)
     path = Path(target)
     report = AuditReport(str(target), wanted)
     if path.is_dir():
@@ -615,17 +591,7 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
 # --------------------------------------------------------------------------- docker images
 
 
-def _run(argv: list[str]) -> str:
-    try:
-        proc = subprocess.run(argv, check=False, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise CommandError(argv, 127, f"{argv[0]}: command not found") from None
-    if proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, proc.stdout + proc.stderr)
-    return proc.stdout
-
-
-def audit_image(image: str, archs: list[int], *, docker: str = "docker") -> AuditReport:
+def audit_image(image: str, archs: list[int]) -> AuditReport:
     """Audit every .so of a local Docker image (docker create + export, streamed).
 
     Each shared library is copied out of the export stream into a temporary file, read, and
@@ -633,20 +599,13 @@ def audit_image(image: str, archs: list[int], *, docker: str = "docker") -> Audi
     inside the image; a hard link is listed under its own name with its target's result, a
     symbolic link is not listed (its target is, under its own name). The image is never pulled.
     """
-    wanted = _check_archs(archs)
+    wanted = archs_mod.requested(archs)
     report = AuditReport(image, wanted)
-    create = [docker, "create", "--pull", "never", "--entrypoint", "", image, "true"]
-    out = _run(create).strip().splitlines()
-    if not out:
-        raise CommandError(create, 0, "docker create printed no container id")
-    cid = out[-1].strip()
+    cid = docker.create_container(image)
     try:
-        export = [docker, "export", cid]
+        export = ["docker", "export", cid]
         with tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory(prefix="builder-audit-") as tmp:
-            try:
-                proc = subprocess.Popen(export, stdout=subprocess.PIPE, stderr=err)
-            except FileNotFoundError:
-                raise CommandError(export, 127, f"{docker}: command not found") from None
+            proc = docker.popen(export, stdout=subprocess.PIPE, stderr=err)
             stream_error: Exception | None = None
             try:
                 assert proc.stdout is not None
@@ -685,10 +644,7 @@ def audit_image(image: str, archs: list[int], *, docker: str = "docker") -> Audi
                     output += f"\nreading the export stream: {stream_error}"
                 raise CommandError(export, rc or 1, output)
     finally:
-        try:
-            _run([docker, "rm", "-f", cid])
-        except BuilderError:
-            pass
+        docker.remove_container(cid)
     report.binaries.sort(key=lambda b: b.path)
     return report
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from dataclasses import asdict
@@ -12,14 +13,33 @@ from pathlib import Path
 import click
 
 from . import __version__
+from . import archs as archs_mod
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from . import render as render_mod
-from .errors import BuilderError, UserError
+from . import resolve
+from .errors import EXIT_ENVIRONMENT, EXIT_FAILED, BuilderError, UserError
+
+EXIT_CODES_HELP = """\b
+Exit codes (the same for every verb):
+  0  all ok
+  1  a cell failed (compile, audit, image) or a check failed
+  2  bad input, refused before anything ran
+  3  the environment is missing or unreachable (no Docker daemon, no buildx, registry or index down)"""
+
+
+class BuilderCommand(click.Command):
+    """Every verb's --help ends with the exit codes."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
 
 
 class BuilderGroup(click.Group):
     """Turns BuilderError into a clean message + exit code; --debug keeps the traceback."""
+
+    command_class = BuilderCommand
 
     def invoke(self, ctx):
         try:
@@ -37,7 +57,7 @@ def wheelhouse_option(f):
 
 
 def _wheelhouse(m, wheelhouse_dir):
-    from .wheelhouse import Wheelhouse
+    from .cache.local import Wheelhouse
 
     return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(m.path)
 
@@ -63,7 +83,7 @@ def selection_options(f):
     def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, base_devel, base_runtime, **kwargs):
         sel = matrix_mod.Selection(
             engines=_split(engine),
-            archs=matrix_mod.parse_archs(arch) if arch is not None else None,
+            archs=archs_mod.parse(arch) if arch is not None else None,
             cuda=_split(cuda),
             profiles=_split(profile),
             only=tuple(only),
@@ -77,7 +97,8 @@ def selection_options(f):
     return wrapper
 
 
-@click.group(cls=BuilderGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=BuilderGroup, epilog=EXIT_CODES_HELP,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="builder")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.pass_context
@@ -90,9 +111,14 @@ def main(ctx, debug):
       builder plan                          # every cell of the default profile
       builder render --profile all --out build/dockerfiles
       builder build --arch 80,90 --engine sglang
+
+    With --debug every docker / skopeo / git command line is printed before it runs, and errors keep
+    their traceback.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
 
 
 @main.command()
@@ -109,7 +135,7 @@ def plan(m, sel, wheelhouse_dir, as_json):
       builder plan --profile all
       builder plan --engine sglang --arch 80,90 --json
     """
-    cells = matrix_mod.select(m, sel)
+    cells = resolve.select(m, sel)
     plans = plan_mod.plan_cells(cells, _wheelhouse(m, wheelhouse_dir))
     if as_json:
         click.echo(json.dumps({"cells": [p.to_json() for p in plans]}, indent=2))
@@ -129,9 +155,8 @@ def render(m, sel, out_dir):
       builder render --only 'vllm-0.33.0-*'
       builder render --profile all --out build/dockerfiles
     """
-    cells = matrix_mod.select(m, sel)
-    plans = plan_mod.plan_cells(cells, plan_mod.default_wheelhouse(m.path))
-    texts = [(p.cell, render_mod.render(p.cell, m.defaults["index"], p.keys)) for p in plans]
+    plans = plan_mod.plan_cells(resolve.select(m, sel), None)  # keys only: render asks no cache
+    texts = [(p.cell, render_mod.render(p, m.defaults["index"])) for p in plans]
     if out_dir is None:
         for i, (cell, text) in enumerate(texts):
             if len(texts) > 1:
@@ -154,7 +179,7 @@ def matrix_cmd(m, sel):
     Example:
       builder matrix --profile all   # → {"include": [{"cell": ..., "engine": ..., ...}]}
     """
-    cells = matrix_mod.select(m, sel)
+    cells = resolve.select(m, sel)
     include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs))} for c in cells]
     click.echo(json.dumps({"include": include}))
 
@@ -163,7 +188,8 @@ def matrix_cmd(m, sel):
 @selection_options
 @wheelhouse_option
 @click.option("--dry-run", is_flag=True, help="Print the exact buildx commands; run nothing.")
-@click.option("--keep-going", is_flag=True, help="Go on with the next cell after a failed one.")
+@click.option("--keep-going", is_flag=True,
+              help="After a failure go on: the failed cell's other wheels are still compiled and cached, then the next cells.")
 @click.option("--max-jobs", type=int, default=None, help="Override MAX_JOBS (default: from cores and free RAM).")
 @click.option("--nvcc-threads", type=int, default=None, help="Override NVCC_THREADS.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False), default=lambda: os.environ.get("BUILDER_CA_BUNDLE"),
@@ -178,11 +204,15 @@ def matrix_cmd(m, sel):
               help="Resolve the runtime's pure-Python dependencies again instead of using runtime-pins/<cell>.txt.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (wheels already in the wheelhouse are still reused).")
 @click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the closing table as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON: per cell, every step's result.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
           pins_dir, refresh_pins, no_cache, quiet, as_json):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
-    tag the runtime image. A cell whose wheels fail the audit is not tagged.
+    tag the runtime image.
+
+    Steps per cell: compile (per package; a wheel already in the cache is fetched instead), audit, cache,
+    image. A wheel is cached only when its audit passed; the image is tagged only when every wheel passed.
+    The closing table is always printed; --json gives every step's result.
 
     \b
     Example:
@@ -190,12 +220,10 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
       builder build --only 'vllm-0.33.0-*' --dry-run
       builder build --profile all --keep-going --ca-bundle /etc/ssl/certs/ca-certificates.crt
     """
-    from .build import BuildOptions, build_cells, format_results
-    from .buildx import docker_available
-    from . import pins
-    from .lock import pin_git_sources
+    from . import docker, pins, report, runner
+    from .steps import BuildOptions
 
-    cells = pin_git_sources(matrix_mod.select(m, sel), echo=lambda s: click.echo(s, err=True))
+    cells = resolve.pin_git_sources(resolve.select(m, sel), echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     plans = plan_mod.plan_cells(cells, wheelhouse)
     opts = BuildOptions(
@@ -214,20 +242,20 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         no_cache=no_cache,
         echo_build_output=not quiet,
     )
-    if not dry_run:
-        why = docker_available()
-        if why:
-            raise UserError(f"docker buildx is not usable: {why}\nfix: run scripts/setup-docker.sh (see `builder doctor`)")
-    say = (lambda s: click.echo(s, err=True)) if not dry_run else click.echo
-    results = build_cells(plans, wheelhouse, opts, say)
     if dry_run:
+        runner.dry_run(plans, wheelhouse, opts, click.echo)
         return
+    runner.check_options(plans, opts)  # bad input is exit 2 even where Docker is missing too
+    docker.require_buildx()
+    outcomes = runner.run_cells(plans, wheelhouse, opts, lambda s: click.echo(s, err=True))
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in results], indent=2))
+        click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:
-        click.echo(format_results(results))
-    if not all(r.ok for r in results) or len(results) < len(plans):
-        sys.exit(1)
+        click.echo(report.format_table(outcomes, len(plans)))
+    if any(o.interrupted for o in outcomes):
+        sys.exit(130)
+    if not all(o.ok for o in outcomes) or len(outcomes) < len(plans):
+        sys.exit(EXIT_FAILED)
 
 
 @main.command("audit")
@@ -247,16 +275,14 @@ def audit_cmd(target, arch, as_json, verbose):
       builder audit flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl --arch 90
       builder audit 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --arch 80,90
     """
+    from . import docker
     from .audit import audit, audit_image, format_report
 
-    archs = list(matrix_mod.parse_archs(arch))
+    archs = list(archs_mod.parse(arch))
     if Path(target).exists():
         report = audit(target, archs)
     else:
-        import subprocess
-
-        known = subprocess.run(["docker", "image", "inspect", target], capture_output=True, text=True)
-        if known.returncode != 0:
+        if not docker.image_exists(target):  # exit 3 when the daemon does not answer
             raise UserError(f"{target}: no such file, directory or local image (pull the image first)")
         report = audit_image(target, archs)
     if as_json:
@@ -264,7 +290,7 @@ def audit_cmd(target, arch, as_json, verbose):
     else:
         click.echo(format_report(report, verbose=verbose))
     if not report.ok:
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
 
 
 @main.command()
@@ -289,7 +315,7 @@ def lock(m, sel, index_url, check):
         raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "
                         "(use --profile, --engine or --cuda)")
     profiles = matrix_mod.selected_profiles(m, sel, default_all=True)
-    old = m.lock
+    old = Lock.load(resolve.lock_path(m))
     lock_path = old.path
     partial = bool(sel.profiles or sel.engines or sel.cuda)
     start = {**old.data, "packages": dict(old.data.get("packages", {}))} if partial else {"format": old.data.get("format", 1), "packages": {}}
@@ -331,7 +357,7 @@ def doctor(registry, matrix_path, as_json):
             if not c.ok and c.fix:
                 click.echo(f"     {'':<22} fix: {c.fix}")
     if not all(c.ok for c in checks):
-        sys.exit(1)
+        sys.exit(EXIT_ENVIRONMENT)
 
 
 if __name__ == "__main__":  # pragma: no cover

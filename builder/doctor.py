@@ -10,13 +10,14 @@ import glob
 import json
 import re
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from . import docker
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"
 
@@ -40,15 +41,7 @@ class Check:
 
 def _run(argv: list[str], timeout: float = TIMEOUT) -> tuple[int, str, str]:
     """(returncode, stdout, stderr); 127 when the tool is missing, 124 on timeout."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        return 127, "", f"{argv[0]}: not found"
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{' '.join(argv)}: timed out after {timeout:g}s"
-    except OSError as exc:
-        return 126, "", f"{argv[0]}: {exc}"
-    return proc.returncode, proc.stdout, proc.stderr
+    return docker.probe(argv, timeout)
 
 
 def _first_line(text: str) -> str:

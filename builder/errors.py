@@ -1,36 +1,46 @@
-"""One error tree, caught once in the CLI.
+"""One error tree, caught once in the CLI. Every verb exits with the same codes:
 
-UserError (and subclasses) → clear message, exit code 2, no traceback.
-CommandError → an external command failed; carries argv, exit code and output tail.
+  0  everything asked for succeeded
+  1  a cell failed (compile, audit, image; smoke later) or a check found a problem (`lock --check`)
+  2  bad input — refused before anything ran (UserError)
+  3  the environment is missing or unreachable: no Docker daemon, no buildx, a tool not installed,
+     a registry or index that does not answer (EnvironmentProblem)
+
+CommandError carries the argv, exit code and output tail of an external command that failed.
 """
 
 from __future__ import annotations
 
 import shlex
 
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+
 
 class BuilderError(Exception):
     """Base of every error the CLI knows how to report."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class UserError(BuilderError):
     """Bad input: a matrix key, a CLI value, a file that does not exist."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
 
-class AuditFailure(BuilderError):
-    """A binary misses an arch the user asked for."""
+class EnvironmentProblem(BuilderError):
+    """Something the host must provide is missing or unreachable (Docker daemon, buildx, a registry)."""
 
-    exit_code = 1
+    exit_code = EXIT_ENVIRONMENT
 
 
 class CommandError(BuilderError):
     """An external command (docker, skopeo, ...) failed."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
     def __init__(self, argv: list[str], returncode: int, output: str = ""):
         self.argv = list(argv)

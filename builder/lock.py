@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
+from . import docker
 from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .pypi import SimpleIndex
@@ -86,18 +86,12 @@ def comparable(data):
     return data
 
 
-def _resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
+def resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     """(commit, "") or ("", reason) — a tag is only a pin once we know the commit it names."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-remote", repository, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"],
-            capture_output=True, text=True, timeout=30, env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return "", f"git ls-remote failed: {exc}"
-    if out.returncode != 0:
-        return "", f"git ls-remote {repository} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"
-    refs = dict(reversed(line.split("\t")) for line in out.stdout.splitlines() if "\t" in line)
+    code, stdout, stderr = docker.git_ls_remote(repository, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}")
+    if code != 0:
+        return "", f"git ls-remote {repository} failed: {stderr.strip().splitlines()[-1] if stderr.strip() else code}"
+    refs = dict(reversed(line.split("\t")) for line in stdout.splitlines() if "\t" in line)
     commit = refs.get(f"refs/tags/{tag}^{{}}") or refs.get(f"refs/tags/{tag}", "")
     return (commit, "") if commit else ("", f"tag {tag} not found in {repository}")
 
@@ -129,7 +123,7 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
         entry["sdist"] = {"filename": sd.filename, "url": sd.url, "sha256": sd.sha256}
     else:
         tag = consumer_tag if r.git_tag == "from:sglang" else r.git_tag
-        commit, why = _resolve_git_commit(r.git_repository, tag)
+        commit, why = resolve_git_commit(r.git_repository, tag)
         entry["git"] = {"repository": r.git_repository, "tag": tag, "commit": commit}
         if why:
             entry["git"]["unresolved"] = why
@@ -176,7 +170,7 @@ def lock_dep_tags(name: str, version: str, echo=print) -> dict:
 
     out = {}
     for source, repository, tag in deps.tags_to_pin(name, version):
-        commit, why = _resolve_git_commit(repository, tag)
+        commit, why = resolve_git_commit(repository, tag)
         out[source] = {"repository": repository, "tag": tag, "commit": commit}
         if why:
             out[source]["unresolved"] = why
@@ -225,45 +219,3 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     lock.data["format"] = LOCK_FORMAT
     lock.data["packages"] = dict(sorted(packages.items()))
     return lock
-
-
-def pin_git_sources(cells: list, echo=print) -> list:
-    """Cells whose git sources (and CMake dependencies) the lock knows only by tag, pinned to the commit the
-    tag names now.
-
-    `build` calls this so a host that reaches the git host builds from a verified commit even before
-    `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
-    refuses it unless --allow-unpinned).
-    """
-    import dataclasses
-
-    from . import deps
-
-    resolved: dict[tuple[str, str], str] = {}
-
-    def resolve(repository: str, tag: str) -> str:
-        if (repository, tag) not in resolved:
-            commit, why = _resolve_git_commit(repository, tag)
-            resolved[(repository, tag)] = commit
-            echo(f"{repository} {tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
-                                            if commit else f"cannot resolve ({why})"))
-        return resolved[(repository, tag)]
-
-    out = []
-    for cell in cells:
-        packages = []
-        for pkg in cell.packages:
-            src = pkg.source
-            if src.kind == "git" and not src.commit:
-                commit = resolve(src.repository, src.tag)
-                if commit:
-                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
-            if pkg.recipe.fetch_plan:
-                pins = dict(pkg.deps_pins)
-                for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
-                    if source not in pins and (commit := resolve(repository, tag)):
-                        pins[source] = commit
-                pkg = dataclasses.replace(pkg, deps_pins=tuple(sorted(pins.items())))
-            packages.append(pkg)
-        out.append(dataclasses.replace(cell, packages=tuple(packages)))
-    return out

@@ -1,25 +1,22 @@
-"""matrix.toml → validated, frozen cells.
+"""matrix.toml → validated, frozen profiles (the first stage of the pipeline; it reads no lock).
 
 Layers, resolved once: built-in defaults → matrix.toml [defaults] → profile → CLI selectors (--arch ...).
 Every user mistake becomes a UserError naming the key or value; nothing runs before validation passes.
+resolve.py turns profiles + matrix.lock into cells.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
+from . import archs as archs_mod
 from . import engines
-from .engines import Knowledge, Recipe, did_you_mean
+from .engines import Knowledge, did_you_mean
 from .errors import UserError
-from .lock import LOCK_NAME, Lock
 
 BUILTIN_DEFAULTS = {
     "profile": "cu130",
@@ -34,69 +31,6 @@ BUILTIN_DEFAULTS = {
 _TOP_KEYS = {"defaults", "profiles"}
 _PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images"}
 _BASE_KEYS = {"devel", "runtime"}
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a package's source comes from, pinned: an sdist with its sha256, or a git commit."""
-
-    kind: str  # "sdist" | "git" | "local"
-    url: str = ""
-    sha256: str = ""
-    filename: str = ""
-    repository: str = ""
-    tag: str = ""
-    commit: str = ""
-    subdir: str = "."
-    path: str = ""  # local sources: a directory, passed to BuildKit as a named context
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.commit) if self.kind == "git" else bool(self.sha256)
-
-    @property
-    def ref(self) -> str:
-        if self.kind == "sdist":
-            return f"{self.filename}@sha256:{self.sha256}"
-        if self.kind == "local":
-            return f"local:{Path(self.path).name}@sha256:{self.sha256}"
-        return f"{self.repository}@{self.commit or self.tag + ' (unpinned tag)'}"
-
-
-@dataclass(frozen=True)
-class Package:
-    """One package a cell compiles into a wheel."""
-
-    recipe: Recipe
-    source: Source
-    archs: tuple[int, ...]  # requested archs
-    deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
-
-    @property
-    def name(self) -> str:
-        return self.recipe.name
-
-    @property
-    def version(self) -> str:
-        return self.recipe.version
-
-    @property
-    def knobs(self) -> tuple[tuple[str, str], ...]:
-        return self.recipe.knob_values(self.archs)
-
-    @property
-    def built_archs(self) -> tuple[int, ...]:
-        return self.recipe.built_archs(self.archs)
-
-    def unpinned(self) -> list[str]:
-        """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
-        from . import deps
-
-        out = [] if self.source.pinned else [f"source {self.source.ref}"]
-        d = deps.for_package(self)
-        if d:
-            out += [f"CMake dependency {u}" for u in d["unpinned"]]
-        return out
 
 
 @dataclass(frozen=True)
@@ -119,58 +53,11 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class Cell:
-    id: str
-    engine: str
-    version: str
-    profile: Profile
-    torch: str
-    archs: tuple[int, ...]
-    packages: tuple[Package, ...]
-    strategies: tuple[str, ...]
-    base_devel: str
-    base_runtime: str
-    image: str  # repository without tag
-    tag: str
-    build_tools: tuple[str, ...] = ()
-
-    @property
-    def engine_recipe(self) -> Recipe:
-        return next(p.recipe for p in self.packages if p.name == self.engine)
-
-    @property
-    def python(self) -> str:
-        return self.profile.python
-
-    @property
-    def cuda(self) -> str:
-        return self.profile.cuda
-
-    @property
-    def ref(self) -> str:
-        return f"{self.image}:{self.tag}"
-
-    def summary(self) -> dict:
-        """The facts programs read about a cell (plan --json, matrix)."""
-        return {
-            "profile": self.profile.name,
-            "engine": self.engine,
-            "version": self.version,
-            "cuda": self.cuda,
-            "torch": self.torch,
-            "python": self.python,
-            "archs": list(self.archs),
-            "image": self.ref,
-        }
-
-
-@dataclass(frozen=True)
 class Matrix:
     path: Path
     raw: dict
     defaults: dict
     profiles: dict[str, Profile]
-    lock: Lock = field(compare=False)
     knowledge: Knowledge = field(compare=False, default=None)
 
 
@@ -189,22 +76,6 @@ class Selection:
 
 
 # -- parsing helpers ------------------------------------------------------------------------------------
-def parse_archs(text: str) -> tuple[int, ...]:
-    """'80,90' / '8.0,9.0' / 'sm_80,sm_90' → (80, 90)."""
-    out = []
-    for tok in text.replace(" ", ",").split(","):
-        tok = tok.strip()
-        if not tok:
-            continue
-        m = re.fullmatch(r"(?:sm_?)?(\d{2,3})|(\d+)\.(\d)", tok)
-        if not m:
-            raise UserError(f"--arch: {tok!r} is not an SM arch; write e.g. 80,90 (or 8.0,9.0)")
-        out.append(int(m.group(1)) if m.group(1) else int(m.group(2)) * 10 + int(m.group(3)))
-    if not out:
-        raise UserError("--arch: no arch given; write e.g. --arch 80,90")
-    return tuple(sorted(set(out)))
-
-
 def expand_braces(pattern: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", pattern)
     if not m:
@@ -229,16 +100,6 @@ def _expect(value, kind, where: str):
     return value
 
 
-def _archs_value(value, where: str) -> tuple[int, ...]:
-    _expect(value, list, where)
-    for a in value:
-        if not isinstance(a, int) or isinstance(a, bool) or not 30 <= a <= 200:
-            raise UserError(f"{where}: {a!r} is not an SM arch number like 80 or 90")
-    if not value:
-        raise UserError(f"{where}: empty arch list")
-    return tuple(sorted(set(value)))
-
-
 # -- loading --------------------------------------------------------------------------------------------
 def load(path: Path) -> Matrix:
     path = Path(path)
@@ -254,7 +115,7 @@ def load(path: Path) -> Matrix:
     defaults["base_images"] = {**BUILTIN_DEFAULTS["base_images"], **_expect(defaults["base_images"], dict, "defaults.base_images")}
     _check_keys(defaults["base_images"], _BASE_KEYS, "defaults.base_images")
     _expect(defaults["mirrors"], dict, "defaults.mirrors")
-    _archs_value(defaults["archs"], "defaults.archs")
+    archs_mod.from_list(defaults["archs"], "defaults.archs")
     for key in ("profile", "registry", "index", "model"):
         _expect(defaults[key], str, f"defaults.{key}")
     if not re.fullmatch(r"[a-z0-9.:_/-]+", defaults["registry"]):
@@ -268,8 +129,7 @@ def load(path: Path) -> Matrix:
     profiles = {name: _profile(kn, name, _expect(p, dict, f"profiles.{name}"), defaults) for name, p in profiles_raw.items()}
     if defaults["profile"] not in profiles:
         raise UserError(f"defaults.profile: {defaults['profile']!r} is not a profile{did_you_mean(defaults['profile'], profiles)}")
-    lock = Lock.load(path.with_name(LOCK_NAME))
-    return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, lock=lock, knowledge=kn)
+    return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, knowledge=kn)
 
 
 def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
@@ -322,128 +182,8 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         flash_attn=fa,
         engines=dict(engs),
         strategies=strategies,
-        archs=_archs_value(p["archs"], f"{where}.archs") if "archs" in p else None,
+        archs=archs_mod.from_list(p["archs"], f"{where}.archs") if "archs" in p else None,
         base_images=bases,
-    )
-
-
-# -- cells ----------------------------------------------------------------------------------------------
-def _mirror(image: str, mirrors: dict[str, str]) -> str:
-    for prefix, repl in mirrors.items():
-        if image == prefix or image.startswith(prefix + ":") or image.startswith(prefix + "/"):
-            return repl + image[len(prefix) :]
-    return image
-
-
-def _tree_sha256(root: Path) -> str:
-    """Content hash of a source directory: relative paths, modes and bytes of every file."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + oct(f.stat().st_mode & 0o111).encode() + b"\0")
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _source(m: Matrix, r: Recipe) -> Source:
-    if r.source == "local":
-        root = (m.path.parent / r.source_subdir).resolve()
-        if not root.is_dir():
-            raise UserError(f"{r.name}: local source {root} is not a directory")
-        return Source("local", path=str(root), sha256=_tree_sha256(root))
-    lock = m.lock
-    entry = lock.get(r.name, r.version)
-    if r.source == "sdist":
-        if not entry.sdist:
-            raise UserError(f"{LOCK_NAME}: {r.name} {r.version} has no sdist recorded; run `builder lock`")
-        return Source("sdist", url=entry.sdist["url"], sha256=entry.sdist["sha256"], filename=entry.sdist["filename"], subdir=r.source_subdir)
-    g = entry.git
-    return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.source_subdir)
-
-
-def _torch_for(m: Matrix, engine: Recipe) -> str:
-    if engine.torch_pin == "none":
-        return ""
-    lock = m.lock
-    entry = lock.get(engine.name, engine.version)
-    if engine.torch_pin.startswith("via:"):
-        via = engine.torch_pin.split(":", 1)[1]
-        return _torch_for(m, m.knowledge.recipe(via, entry.pins[via]))
-    if not entry.torch:
-        raise UserError(f"{LOCK_NAME}: {engine.name} {engine.version} records no torch pin; run `builder lock`")
-    return entry.torch
-
-
-def make_cell(m: Matrix, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
-              base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
-    version = prof.engines[engine]
-    where = f"profiles.{prof.name}"
-    archs_from = archs_from or f"{where}.archs"
-    kn = m.knowledge
-    eng = kn.recipe(engine, version)
-
-    if Version(prof.cuda) < Version(eng.min_cuda):
-        raise UserError(f"{where}.cuda: {engine} {version} needs CUDA >= {eng.min_cuda}, the profile has {prof.cuda}")
-    # torch: the engine's own pin; a hand-typed one must agree with it
-    torch = _torch_for(m, eng)
-    stated = prof.torch.get(engine) if isinstance(prof.torch, dict) else prof.torch
-    if stated is not None and torch and Version(stated) != Version(torch):
-        raise UserError(
-            f"{where}.torch: {engine} {version} pins torch=={torch} in its own metadata, not {stated}; "
-            f"remove the torch key or set it to {torch}"
-        )
-    locked = m.lock.get(engine, version) if eng.source != "local" else None
-    pins = locked.pins if locked else {}
-    if locked and locked.requires_python and Version(prof.python + ".0") not in SpecifierSet(locked.requires_python):
-        raise UserError(f"{where}.python: {engine} {version} requires Python {locked.requires_python}, not {prof.python}")
-
-    # the CUDA toolkit must be able to target every arch
-    possible = kn.cuda_archs(prof.cuda)
-    for a in archs:
-        if a not in possible:
-            lo, hi = min(possible), max(possible)
-            raise UserError(
-                f"{archs_from}: arch {a} cannot be targeted by CUDA {prof.cuda} of profile {prof.name} "
-                f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
-            )
-
-    recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
-    if prof.flash_attn:
-        recipes.append(kn.recipe("flash-attn", prof.flash_attn))
-    packages = []
-    for r in recipes:
-        if Version(prof.cuda) < Version(r.min_cuda):
-            raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
-        problems = r.arch_problems(archs)
-        if problems:
-            raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        dep_pins = m.lock.get(r.name, r.version).deps if r.fetch_plan else {}
-        packages.append(Package(recipe=r, source=_source(m, r), archs=archs,
-                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
-
-    for s in prof.strategies:
-        why = eng.strategy_problem(s)
-        if why:
-            raise UserError(f"{where}.strategies: {why}")
-
-    py = prof.python.replace(".", "")
-    sm = ".".join(str(a) for a in archs)
-    torch_part = f"-torch{torch}" if torch else ""
-    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
-    bases = {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
-    return Cell(
-        id=cell_id,
-        engine=engine,
-        version=version,
-        profile=prof,
-        torch=torch,
-        archs=archs,
-        packages=tuple(packages),
-        strategies=prof.strategies,
-        base_devel=base_devel or bases["devel"],
-        base_runtime=base_runtime or bases["runtime"],
-        image=f"{m.defaults['registry']}/{engine}",
-        tag=cell_id[len(engine) + 1 :],
-        build_tools=kn.build_tools(),
     )
 
 
@@ -468,44 +208,3 @@ def selected_profiles(m: Matrix, sel: Selection, default_all: bool = False) -> l
     return profiles
 
 
-def select(m: Matrix, sel: Selection) -> list[Cell]:
-    profiles = selected_profiles(m, sel)
-
-    cells: list[Cell] = []
-    for prof in profiles:
-        if sel.archs:
-            archs, archs_from = sel.archs, "--arch"
-        elif prof.archs:
-            archs, archs_from = prof.archs, f"profiles.{prof.name}.archs"
-        else:
-            archs, archs_from = tuple(m.defaults["archs"]), "defaults.archs"
-        for engine in prof.engines:
-            if sel.engines and engine not in sel.engines:
-                continue
-            cells.append(make_cell(m, prof, engine, archs, archs_from, sel.base_devel, sel.base_runtime))
-    seen: dict[str, Cell] = {}
-    for c in cells:
-        if c.id in seen:
-            raise UserError(f"two cells share the id {c.id} (profiles {seen[c.id].profile.name} and {c.profile.name})")
-        seen[c.id] = c
-    if sel.only:
-        cells = [c for c in cells if matches(c.id, sel.only)]
-    if sel.skip:
-        cells = [c for c in cells if not matches(c.id, sel.skip)]
-    if not cells:
-        raise UserError("the selection is empty: " + _describe(sel, m))
-    return cells
-
-
-def _describe(sel: Selection, m: Matrix) -> str:
-    parts = []
-    parts.append(f"profile {','.join(sel.profiles) or m.defaults['profile']}")
-    if sel.engines:
-        parts.append(f"engine {','.join(sel.engines)}")
-    if sel.cuda:
-        parts.append(f"cuda {','.join(sel.cuda)}")
-    if sel.only:
-        parts.append(f"only {','.join(sel.only)}")
-    if sel.skip:
-        parts.append(f"skip {','.join(sel.skip)}")
-    return "no cell matches " + ", ".join(parts) + " (see `builder plan --profile all`)"

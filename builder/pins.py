@@ -10,13 +10,12 @@ cell itself and left out.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from .errors import CommandError
-from .matrix import Cell
+from . import docker
+from .resolve import Cell
 
 DIR_NAME = "runtime-pins"
 FILE_IN_CONTEXT = "runtime-pins.txt"
@@ -34,12 +33,8 @@ def from_freeze(freeze: str, cell: Cell) -> list[str]:
     return sorted(out)
 
 
-def record(image: str, cell: Cell, path: Path, docker: str = "docker") -> Path:
-    argv = [docker, "run", "--rm", "--network", "none", "--entrypoint", "python", image, "-m", "pip", "freeze", "--all"]
-    res = subprocess.run(argv, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise CommandError(argv, res.returncode, res.stdout + res.stderr)
-    lines = from_freeze(res.stdout, cell)
+def record(image: str, cell: Cell, path: Path) -> Path:
+    lines = from_freeze(docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all"), cell)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = f"# Written by `builder build` from the first build of {cell.id}; constraints for the next ones.\n"
     tmp = path.with_suffix(".part")

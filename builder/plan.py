@@ -1,4 +1,9 @@
-"""plan: what each selected cell will build, under which cache key — without calling Docker."""
+"""plan: what each selected cell will build, under which cache key — without calling Docker.
+
+Cache keys are computed here and only here; render writes them into labels, the runner stores wheels under
+them. Whether a wheel is already cached is asked of a WheelCache (by default only the local wheelhouse, so
+plan needs no network).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import deps, render
-from .matrix import Cell, Package
-from .wheelhouse import Wheelhouse
+from . import archs as archs_mod
+from . import deps, templates
+from .cache import CacheHit, WheelCache
+from .cache.local import Wheelhouse
+from .resolve import Cell, Package
 
 KEY_FORMAT = 1  # bump when the meaning of the key inputs changes
 
@@ -33,7 +40,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "build_command": r.build_command,
         "build_requirements": [r.build_requirements, *r.build_requirements_list],
         "build_tools": list(cell.build_tools),
-        "templates": render.templates_digest(pkg),
+        "templates": templates.digest(templates.package_templates(pkg.source.kind, r.template, r.fetch_plan)),
         "deps": deps.for_package(pkg),
         "patches": r.patches_for(cell.torch),
         "rust_toolchain": r.rust_toolchain,
@@ -49,7 +56,16 @@ def cache_key(cell: Cell, pkg: Package) -> str:
 class WheelStep:
     package: Package
     key: str
-    reuse: bool  # a wheel with this key is already in the wheelhouse
+    hit: CacheHit | None = None  # the cache entry that already holds this wheel
+    looked_up: bool = True  # False when no cache was asked (render needs keys only)
+
+    @property
+    def reuse(self) -> bool:
+        return self.hit is not None
+
+    @property
+    def action(self) -> str:
+        return "reuse" if self.reuse else "build" if self.looked_up else "unknown"
 
     @property
     def short_key(self) -> str:
@@ -86,19 +102,22 @@ class CellPlan:
             "pinned": not unpinned,
             "unpinned": unpinned,
             "knobs": dict(w.package.knobs),
-            "sass": [f"sm_{a}" for a in w.package.built_archs],
+            "sass": [archs_mod.sm(a) for a in w.package.built_archs],
             "cache_key": w.key,
-            "action": "reuse" if w.reuse else "build",
+            "action": w.action,
+            "cached_in": w.hit.store if w.hit else None,
         }
 
 
-def plan_cells(cells: list[Cell], wheelhouse: Wheelhouse) -> list[CellPlan]:
+def plan_cells(cells: list[Cell], cache: WheelCache | None) -> list[CellPlan]:
+    """Each cell's wheels with their keys; with a cache, whether each is already there (no download)."""
     out = []
     for cell in cells:
         steps = []
         for pkg in cell.packages:
             key = cache_key(cell, pkg)
-            steps.append(WheelStep(pkg, key, wheelhouse.lookup(pkg.name, key) is not None))
+            hit = cache.lookup(pkg.name, key) if cache is not None else None
+            steps.append(WheelStep(pkg, key, hit, looked_up=cache is not None))
         out.append(CellPlan(cell, tuple(steps)))
     return out
 
@@ -118,11 +137,11 @@ def format_plan(plans: list[CellPlan]) -> str:
                 knobs, sass = "pure Python", "-"
             else:
                 knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
-                sass = ",".join(f"sm_{a}" for a in pkg.built_archs)
+                sass = ",".join(map(archs_mod.sm, pkg.built_archs))
             unpinned = pkg.unpinned()
             flag = f"  UNPINNED: {'; '.join(unpinned)}" if unpinned else ""
             lines.append(
-                f"  {'reuse' if w.reuse else 'build'}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
+                f"  {w.action}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"
             )
         lines.append("")

@@ -2,53 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-from functools import cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import __version__, deps
-from .errors import UserError
-from .matrix import Cell, Package
+from . import __version__, deps, templates
+from . import archs as archs_mod
+from .resolve import Cell, Package
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "dockerfiles"
-ENTRY_TEMPLATE = "image.Dockerfile.j2"
-# Templates that shape every wheel (a change to one of these changes every cache key)
-_COMMON_TEMPLATES = ("macros.j2", "stages/toolchain.j2", "stages/torch.j2", "stages/wheels.j2")
-
-
-@cache
-def environment() -> jinja2.Environment:
-    if not TEMPLATE_DIR.is_dir():
-        raise UserError(f"templates not found at {TEMPLATE_DIR}; run builder from its source checkout")
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
-@cache
-def template_text(name: str) -> str:
-    return (TEMPLATE_DIR / name).read_text()
-
-
-def package_templates(pkg: Package) -> tuple[str, ...]:
-    """Every template whose text reaches the stages that produce this package's wheel."""
-    own = (f"stages/source-{pkg.source.kind}.j2", f"packages/{pkg.recipe.template}.j2")
-    return _COMMON_TEMPLATES + own + (("stages/deps.j2",) if pkg.recipe.fetch_plan else ())
-
-
-def templates_digest(pkg: Package) -> str:
-    h = hashlib.sha256()
-    for name in package_templates(pkg):
-        h.update(name.encode() + b"\0" + template_text(name).encode() + b"\0")
-    return h.hexdigest()
-
+if TYPE_CHECKING:
+    from .plan import CellPlan
 
 def _sed_literal(text: str, replacement: bool = False) -> str:
     """Escape text for a literal match (or replacement) in `sed 's|...|...|g'`."""
@@ -70,7 +33,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "env": env_knobs + list(r.build_env),
         "cmake_defines": cmake_defines,
         "knobs": pkg.knobs,
-        "built_archs": [f"sm_{a}" for a in pkg.built_archs],
+        "built_archs": [archs_mod.sm(a) for a in pkg.built_archs],
         "build_requirements": r.build_requirements,
         "build_requirements_list": list(r.build_requirements_list),
         "build_command": r.build_command,
@@ -93,11 +56,11 @@ def entrypoint(cell: Cell) -> list[str]:
     return launch[:idx]
 
 
-def labels(cell: Cell, keys: dict[str, str] | None = None) -> list[tuple[str, str]]:
+def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
     out = [
         ("org.opencontainers.image.title", f"{cell.engine} {cell.version}"),
         ("org.opencontainers.image.version", cell.version),
-        ("org.opencontainers.image.description", f"{cell.engine} {cell.version} compiled for {', '.join(f'sm_{a}' for a in cell.archs)}"),
+        ("org.opencontainers.image.description", f"{cell.engine} {cell.version} compiled for {', '.join(map(archs_mod.sm, cell.archs))}"),
         ("io.builder.cell", cell.id),
         ("io.builder.engine", cell.engine),
         ("io.builder.engine.version", cell.version),
@@ -111,13 +74,12 @@ def labels(cell: Cell, keys: dict[str, str] | None = None) -> list[tuple[str, st
     for p in cell.packages:
         out.append((f"io.builder.package.{p.name}.version", p.version))
         out.append((f"io.builder.package.{p.name}.source", p.source.ref))
-        out.append((f"io.builder.package.{p.name}.sass", ",".join(f"sm_{a}" for a in p.built_archs)))
-        if keys and p.name in keys:
-            out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
+        out.append((f"io.builder.package.{p.name}.sass", ",".join(map(archs_mod.sm, p.built_archs))))
+        out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
     return out
 
 
-def context(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> dict:
+def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
     return {
         "cell": cell,
         "index_url": index_url,
@@ -130,9 +92,11 @@ def context(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> d
     }
 
 
-def render(cell: Cell, index_url: str, keys: dict[str, str] | None = None) -> str:
+def render(plan: CellPlan, index_url: str) -> str:
+    """The Dockerfile of one planned cell; its labels carry the cache keys plan computed."""
+    cell = plan.cell
     try:
-        text = environment().get_template(ENTRY_TEMPLATE).render(**context(cell, index_url, keys))
+        text = templates.environment().get_template(templates.ENTRY_TEMPLATE).render(**context(cell, index_url, plan.keys))
     except jinja2.UndefinedError as exc:  # a template bug, not a user error: keep the traceback
         raise RuntimeError(f"template uses an undefined value while rendering {cell.id}: {exc}") from exc
     # collapse runs of blank lines left by control blocks

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from builder import render
+from builder import plan, render
 from builder.audit import audit, format_report, read_fatbin_entries
-from builder.buildx import BuildxCall, run_streaming
-from builder.matrix import Selection, load, select
+from builder.docker import BuildxCall, stream
+from builder.matrix import Selection, load
+from builder.resolve import select
 
 pytestmark = pytest.mark.slow
 
@@ -160,7 +161,7 @@ def one_kernel(local_bases, tmp_path_factory) -> dict:
     assert (fa.version, fa.source.kind, cell.torch) == ("2.8.3", "sdist", "2.14.0")
     assert fa.archs == ASKED and fa.built_archs == ASKED
 
-    text = render.render(cell, m.defaults["index"])
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
     build_instrs = instructions(stage_lines(text, "build-flash-attn"))
     assert build_instrs[0] == "FROM torch AS build-flash-attn"
     assert build_instrs[-1].startswith("RUN ") and "pip wheel" in build_instrs[-1], build_instrs[-1]
@@ -191,7 +192,7 @@ def one_kernel(local_bases, tmp_path_factory) -> dict:
     print("\n$ " + shlex.join(argv), flush=True)
     log = tmp / "build.log"
     with log.open("w") as fh:
-        seconds = run_streaming(argv, fh, lambda line: print(line, flush=True))
+        seconds = stream(argv, fh, lambda line: print(line, flush=True))
     print(f"\nbuildx build --target {EXPORT_STAGE}: {seconds:.0f} s (log {log})", flush=True)
     flags = json.loads((out / "flags.json").read_text())
     return {"cell": cell, "fa": fa, "out": out, "flags": flags, "seconds": seconds, "log": log, "dockerfile": dockerfile}

@@ -96,30 +96,34 @@ def test_flash_attn_cxx_standard_follows_torch():
 
 def test_patch_is_rendered_as_a_checked_literal_edit():
     from builder import matrix as M
+    from builder import plan as P
     from builder import render as R
+    from builder import resolve
 
     from .helpers import MATRIX
 
     m = M.load(MATRIX)
-    new = M.select(m, M.Selection(engines=("vllm",)))[0]
-    old = M.select(m, M.Selection(engines=("vllm",), profiles=("cu121",)))[0]
-    new_stage = R.render(new, m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
+    new = resolve.select(m, M.Selection(engines=("vllm",)))[0]
+    old = resolve.select(m, M.Selection(engines=("vllm",), profiles=("cu121",)))[0]
+    new_stage = R.render(P.plan_cells([new], None)[0], m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
     assert "sed -i 's|-std=c++17|-std=c++20|g' setup.py" in new_stage
     assert "! grep -qF -- '-std=c++17' setup.py" in new_stage  # the edit is verified
-    assert "sed -i" not in R.render(old, m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
+    assert "sed -i" not in R.render(P.plan_cells([old], None)[0], m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
 
 
 def test_sglang_rust_extensions_get_a_toolchain():
     """SGLang 0.5.23's wheels carry Rust extension modules: its source build installs cargo; 0.3.2 has none."""
     from builder import matrix as M
+    from builder import plan as P
     from builder import render as R
+    from builder import resolve
 
     from .helpers import MATRIX
 
     assert recipe("sglang", "0.5.23").rust_toolchain == "1.95"
     assert recipe("sglang", "0.3.2").rust_toolchain == ""
     m = M.load(MATRIX)
-    (cell,) = M.select(m, M.Selection(engines=("sglang",)))
-    stage = R.render(cell, m.defaults["index"]).split("AS build-sglang\n", 1)[1].split("\nFROM ", 1)[0]
+    (cell,) = resolve.select(m, M.Selection(engines=("sglang",)))
+    stage = R.render(P.plan_cells([cell], None)[0], m.defaults["index"]).split("AS build-sglang\n", 1)[1].split("\nFROM ", 1)[0]
     assert "--default-toolchain 1.95" in stage and "CARGO_HOME=/opt/cargo" in stage
     assert stage.index("--default-toolchain") < stage.index("pip wheel")

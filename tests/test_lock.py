@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
 from builder.pypi import SimpleIndex
 
 from .helpers import MATRIX, run_cli, write_matrix
 
 
+@pytest.mark.network
 def test_committed_lock_is_what_the_index_says():
     res = run_cli("lock", "--matrix", str(MATRIX), "--check")
     assert res.exit_code == 0, res.output
     assert "matrix.lock is up to date" in res.output
 
 
+@pytest.mark.network
 def test_pins_read_from_pep658_and_from_a_remote_wheel():
     index = SimpleIndex()
     old = index.metadata("vllm", "0.6.3.post1")  # has a .metadata file (PEP 658)
@@ -25,6 +29,7 @@ def test_pins_read_from_pep658_and_from_a_remote_wheel():
     assert sg.pin("vllm", ("srt",)) == "0.5.5"
 
 
+@pytest.mark.network
 def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     text = """
         [defaults]
@@ -44,6 +49,7 @@ def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     assert run_cli("plan", "--matrix", str(path)).exit_code == 0
 
 
+@pytest.mark.network
 def test_lock_refuses_a_release_the_index_does_not_have(tmp_path):
     text = """
         [defaults]
@@ -112,14 +118,14 @@ def test_lock_resolves_a_git_tag_to_its_commit(tmp_path):
 
 def test_build_pins_a_tag_the_lock_could_not(tmp_path):
     from builder import matrix as M
-    from builder.lock import pin_git_sources
+    from builder.resolve import pin_git_sources, select
 
     commit = _repo_with_tag(tmp_path / "upstream", "v1.2")
     path = _git_package_matrix(tmp_path, str(tmp_path / "upstream"))
     (tmp_path / "matrix.lock").write_text(
         f'format = 1\n[packages."gitpkg==1.2".git]\nrepository = "{tmp_path / "upstream"}"\ntag = "v1.2"\ncommit = ""\n'
         'unresolved = "git host unreachable at lock time"\n')
-    cells = M.select(M.load(path), M.Selection())
+    cells = select(M.load(path), M.Selection())
     assert not cells[0].packages[0].source.pinned
     said = []
     pinned = pin_git_sources(cells, echo=said.append)
@@ -135,6 +141,7 @@ def test_build_pins_a_tag_the_lock_could_not(tmp_path):
     assert not still[0].packages[0].source.pinned and "cannot resolve" in said[0]
 
 
+@pytest.mark.network
 def test_lock_selectors_refresh_only_the_selected_packages(tmp_path):
     import tomllib
 

@@ -11,14 +11,15 @@ from dataclasses import replace
 
 from builder import matrix as M
 from builder import plan as P
-from builder.wheelhouse import Wheelhouse
+from builder import resolve
+from builder.cache.local import Wheelhouse
 
 from .helpers import MATRIX, REPO, run_cli
 
 
 def cells(**sel):
     m = M.load(MATRIX)
-    return m, M.select(m, M.Selection(**sel))
+    return m, resolve.select(m, M.Selection(**sel))
 
 
 def test_default_selection_is_the_default_profile():
@@ -75,7 +76,7 @@ def test_plan_reports_reuse_for_a_complete_wheelhouse_entry(tmp_path):
     src = tmp_path / "out"
     src.mkdir()
     (src / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK fake wheel for the cache test")
-    wh.store("flash-attn", fa.key, src, {"package": "flash-attn"})
+    wh.store("flash-attn", fa.key, list(src.glob("*.whl")), {"package": "flash-attn"})
     plans = P.plan_cells(cs, wh)
     assert [w.reuse for w in plans[0].wheels] == [False, True]
     # an entry without its manifest (interrupted store) is not a hit

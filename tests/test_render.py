@@ -14,6 +14,7 @@ import pytest
 from builder import matrix as M
 from builder import plan as P
 from builder import render as R
+from builder import resolve
 
 from .helpers import MATRIX, REPO, run_cli
 
@@ -23,7 +24,12 @@ UPDATE = os.environ.get("BUILDER_UPDATE_GOLDEN") == "1"
 
 def shipped_cells():
     m = M.load(MATRIX)
-    return m, M.select(m, M.Selection(profiles=("all",)))
+    return m, resolve.select(m, M.Selection(profiles=("all",)))
+
+
+def render_cell(cell, index_url: str) -> str:
+    """The Dockerfile of one cell, with the cache keys plan computes for it."""
+    return R.render(P.plan_cells([cell], None)[0], index_url)
 
 
 def rendered_all(tmp_path: Path) -> dict[str, str]:
@@ -86,7 +92,7 @@ def test_rendering_is_deterministic_and_never_starts_with_syntax(tmp_path):
 def test_stage_structure(cell_index):
     m, cells = shipped_cells()
     cell = cells[cell_index]
-    text = R.render(cell, m.defaults["index"])
+    text = render_cell(cell, m.defaults["index"])
     stages = re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)
     names = [s[1] for s in stages]
     assert names[:2] == ["toolchain", "torch"]
@@ -119,7 +125,7 @@ def test_stage_structure(cell_index):
 def test_sources_are_pinned_by_sha256_or_commit():
     m, cells = shipped_cells()
     for cell in cells:
-        text = R.render(cell, m.defaults["index"])
+        text = render_cell(cell, m.defaults["index"])
         for pkg in cell.packages:
             src = text.split(f"AS src-{pkg.name}", 1)[1].split("\nFROM ", 1)[0]
             if pkg.source.kind == "sdist":
@@ -135,7 +141,7 @@ def test_oci_labels_describe_the_cell():
     m, cells = shipped_cells()
     cell = next(c for c in cells if c.engine == "vllm" and c.profile.name == "cu130")
     keys = {p.name: P.cache_key(cell, p) for p in cell.packages}
-    text = R.render(cell, m.defaults["index"], keys)
+    text = render_cell(cell, m.defaults["index"])
     labels = dict(re.findall(r'^LABEL (\S+)="([^"]*)"$', text, re.M))
     assert labels["io.builder.engine"] == "vllm"
     assert labels["io.builder.engine.version"] == "0.33.0"
@@ -179,7 +185,7 @@ def test_vllm_external_sources_are_fetched_in_their_own_stage(cell_prefix, plan_
 
     m, cells = shipped_cells()
     cell = next(c for c in cells if c.id.startswith(cell_prefix))
-    text = R.render(cell, m.defaults["index"])
+    text = render_cell(cell, m.defaults["index"])
     doc = fetchplan.load_plan_file(REPO / "builder" / "data" / "fetchplans" / plan_file)
     plan = fetchplan.plan_from_document(doc)
     assert plan, "a vLLM release without external sources would be news"
@@ -232,13 +238,13 @@ def test_cmake_dependencies_named_by_tag_are_pinned_once_a_commit_is_known():
     vllm = cell.packages[0]
     assert "CMake dependency cutlass v4.7.1" in vllm.unpinned()
     assert [t[0] for t in deps.tags_to_pin("vllm", "0.33.0")] == ["cutlass", "triton_kernels"]
-    text = R.render(cell, m.defaults["index"])
+    text = render_cell(cell, m.defaults["index"])
     assert "git -C /opt/deps/cutlass fetch -q --depth 1 origin v4.7.1" in text and "cutlass: v4.7.1 resolved to" in text
     commit = "0123456789abcdef0123456789abcdef01234567"
     pinned = dataclasses.replace(vllm, deps_pins=(("cutlass", commit),))
     assert "CMake dependency cutlass v4.7.1" not in pinned.unpinned()
     assert "CMake dependency triton_kernels v3.5.1" in pinned.unpinned()
-    text = R.render(dataclasses.replace(cell, packages=(pinned, *cell.packages[1:])), m.defaults["index"])
+    text = render_cell(dataclasses.replace(cell, packages=(pinned, *cell.packages[1:])), m.defaults["index"])
     assert f"git -C /opt/deps/cutlass fetch -q --depth 1 origin {commit}" in text
     assert f'"$(git -C /opt/deps/cutlass rev-parse HEAD)" != {commit} ]' in text
     assert P.cache_key(cell, pinned) != P.cache_key(cell, vllm)  # a pin changes what is built

@@ -1,4 +1,5 @@
-"""wheelhouse/: the local wheel cache, one directory per (package, cache key).
+"""wheelhouse/: the local wheel cache, one directory per (package, cache key) holding the wheels and a
+manifest (builder-wheel.json: key inputs, audit result, wheel names).
 
 An entry is written to a temporary directory and renamed into place only once complete, so an
 interrupted build never leaves a half entry that a later plan would call a hit.
@@ -12,18 +13,22 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from . import CacheHit
+
 MANIFEST = "builder-wheel.json"
 
 
 class Wheelhouse:
+    name = "wheelhouse"
+
     def __init__(self, root: Path):
         self.root = Path(root)
 
     def entry_dir(self, package: str, key: str) -> Path:
         return self.root / package / key
 
-    def lookup(self, package: str, key: str) -> list[Path] | None:
-        """The wheels of a complete entry, or None."""
+    def lookup(self, package: str, key: str) -> CacheHit | None:
+        """The complete entry for this key, or None."""
         d = self.entry_dir(package, key)
         manifest = d / MANIFEST
         if not manifest.is_file():
@@ -32,27 +37,42 @@ class Wheelhouse:
             meta = json.loads(manifest.read_text())
         except (OSError, ValueError):
             return None
-        wheels = [d / w for w in meta.get("wheels", [])]
-        if not wheels or not all(w.is_file() for w in wheels):
+        names = meta.get("wheels", []) if isinstance(meta, dict) else []
+        if not names or not all(isinstance(n, str) and (d / n).is_file() for n in names):
             return None
-        return wheels
+        return CacheHit(self.name, package, key, str(d), tuple(names), meta)
 
-    def store(self, package: str, key: str, source_dir: Path, meta: dict) -> list[Path]:
-        """Move the wheels found in source_dir into the entry (atomically)."""
-        wheels = sorted(Path(source_dir).glob("*.whl"))
+    def fetch(self, hit: CacheHit, dest: Path) -> list[Path]:
+        """Hard-link (or copy) the entry's wheels into dest."""
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for name in hit.wheels:
+            src, dst = Path(hit.location) / name, dest / name
+            if dst.exists():
+                dst.unlink()
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+            out.append(dst)
+        return out
+
+    def store(self, package: str, key: str, wheels: list[Path], manifest: dict) -> CacheHit:
+        """Copy the wheels into the entry for this key, atomically."""
         if not wheels:
-            raise FileNotFoundError(f"no wheel in {source_dir}")
+            raise ValueError(f"nothing to store for {package} (no wheel)")
         final = self.entry_dir(package, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
+        names = [w.name for w in wheels]
         try:
             for w in wheels:
                 shutil.copy2(w, tmp / w.name)
-            (tmp / MANIFEST).write_text(json.dumps({**meta, "wheels": [w.name for w in wheels]}, indent=2, sort_keys=True))
+            (tmp / MANIFEST).write_text(json.dumps({**manifest, "wheels": names}, indent=2, sort_keys=True))
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return [final / w.name for w in wheels]
+        return CacheHit(self.name, package, key, str(final), tuple(names), manifest)

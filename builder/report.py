@@ -1,0 +1,51 @@
+"""report: the closing table of a build and its --json form, from the runner's per-step results."""
+
+from __future__ import annotations
+
+from .runner import CellOutcome
+from .steps import Status
+
+
+def outcome_json(o: CellOutcome) -> dict:
+    digest = o.artifact("image", "digest")
+    return {
+        "cell": o.cell.id,
+        "result": "ok" if o.ok else "failed",
+        "seconds": round(o.seconds, 1),
+        "image": o.cell.ref if o.artifact("image", "image") else None,
+        "digest": digest or None,
+        "built": o.packages(reused=False),
+        "reused": o.packages(reused=True),
+        "error": o.error or None,
+        "log": str(o.log) if o.log else None,
+        "steps": [r.to_json() for r in o.results],
+    }
+
+
+def format_table(outcomes: list[CellOutcome], planned: int) -> str:
+    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused")]
+    for o in outcomes:
+        digest = o.artifact("image", "digest")
+        rows.append((
+            o.cell.id,
+            "ok" if o.ok else "FAILED",
+            f"{o.seconds:.0f}s",
+            o.cell.ref if o.artifact("image", "image") else "(not tagged)",
+            (digest[:19] + "…") if digest else "-",
+            ", ".join(o.packages(reused=False)) or "-",
+            ", ".join(o.packages(reused=True)) or "-",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip() for row in rows]
+    for o in outcomes:
+        if o.ok:
+            continue
+        lines.append(f"{o.cell.id}: {o.error} (log: {o.log})")
+        for r in o.results:
+            if r.status is not Status.OK:
+                lines.append(f"  {r.step:<8} {r.subject:<24} {r.status.value:<8} {r.reason.splitlines()[0] if r.reason else ''}")
+    if len(outcomes) < planned:
+        interrupted = any(o.interrupted for o in outcomes)
+        why = "interrupted" if interrupted else "stopped after the first failed cell (--keep-going goes on)"
+        lines.append(f"{why}: {planned - len(outcomes)} more planned cell(s) not run")
+    return "\n".join(lines)

@@ -1,0 +1,336 @@
+"""resolve: validated profiles + matrix.lock → frozen cells whose every source is pinned.
+
+The matrix says what the user wants (engine versions, CUDA, archs); the lock says what those versions pin
+(torch, companion packages, sdist sha256, git commits). This is the only stage that reads both; plan and
+everything after it see only cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from .engines import Recipe
+from .errors import UserError
+from .lock import LOCK_NAME, Lock, resolve_git_commit
+from .matrix import Matrix, Profile, Selection, matches, selected_profiles
+
+
+def lock_path(m: Matrix) -> Path:
+    return m.path.with_name(LOCK_NAME)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a package's source comes from, pinned: an sdist with its sha256, or a git commit."""
+
+    kind: str  # "sdist" | "git" | "local"
+    url: str = ""
+    sha256: str = ""
+    filename: str = ""
+    repository: str = ""
+    tag: str = ""
+    commit: str = ""
+    subdir: str = "."
+    path: str = ""  # local sources: a directory, passed to BuildKit as a named context
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.commit) if self.kind == "git" else bool(self.sha256)
+
+    @property
+    def ref(self) -> str:
+        if self.kind == "sdist":
+            return f"{self.filename}@sha256:{self.sha256}"
+        if self.kind == "local":
+            return f"local:{Path(self.path).name}@sha256:{self.sha256}"
+        return f"{self.repository}@{self.commit or self.tag + ' (unpinned tag)'}"
+
+
+@dataclass(frozen=True)
+class Package:
+    """One package a cell compiles into a wheel."""
+
+    recipe: Recipe
+    source: Source
+    archs: tuple[int, ...]  # requested archs
+    deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def version(self) -> str:
+        return self.recipe.version
+
+    @property
+    def knobs(self) -> tuple[tuple[str, str], ...]:
+        return self.recipe.knob_values(self.archs)
+
+    @property
+    def built_archs(self) -> tuple[int, ...]:
+        return self.recipe.built_archs(self.archs)
+
+    def unpinned(self) -> list[str]:
+        """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
+        from . import deps
+
+        out = [] if self.source.pinned else [f"source {self.source.ref}"]
+        d = deps.for_package(self)
+        if d:
+            out += [f"CMake dependency {u}" for u in d["unpinned"]]
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    engine: str
+    version: str
+    profile: Profile
+    torch: str
+    archs: tuple[int, ...]
+    packages: tuple[Package, ...]
+    strategies: tuple[str, ...]
+    base_devel: str
+    base_runtime: str
+    image: str  # repository without tag
+    tag: str
+    build_tools: tuple[str, ...] = ()
+
+    @property
+    def engine_recipe(self) -> Recipe:
+        return next(p.recipe for p in self.packages if p.name == self.engine)
+
+    @property
+    def python(self) -> str:
+        return self.profile.python
+
+    @property
+    def cuda(self) -> str:
+        return self.profile.cuda
+
+    @property
+    def ref(self) -> str:
+        return f"{self.image}:{self.tag}"
+
+    def summary(self) -> dict:
+        """The facts programs read about a cell (plan --json, matrix)."""
+        return {
+            "profile": self.profile.name,
+            "engine": self.engine,
+            "version": self.version,
+            "cuda": self.cuda,
+            "torch": self.torch,
+            "python": self.python,
+            "archs": list(self.archs),
+            "image": self.ref,
+        }
+
+
+def _mirror(image: str, mirrors: dict[str, str]) -> str:
+    for prefix, repl in mirrors.items():
+        if image == prefix or image.startswith(prefix + ":") or image.startswith(prefix + "/"):
+            return repl + image[len(prefix) :]
+    return image
+
+
+def _tree_sha256(root: Path) -> str:
+    """Content hash of a source directory: relative paths, modes and bytes of every file."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + oct(f.stat().st_mode & 0o111).encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _source(m: Matrix, lock: Lock, r: Recipe) -> Source:
+    if r.source == "local":
+        root = (m.path.parent / r.source_subdir).resolve()
+        if not root.is_dir():
+            raise UserError(f"{r.name}: local source {root} is not a directory")
+        return Source("local", path=str(root), sha256=_tree_sha256(root))
+    entry = lock.get(r.name, r.version)
+    if r.source == "sdist":
+        if not entry.sdist:
+            raise UserError(f"{LOCK_NAME}: {r.name} {r.version} has no sdist recorded; run `builder lock`")
+        return Source("sdist", url=entry.sdist["url"], sha256=entry.sdist["sha256"], filename=entry.sdist["filename"], subdir=r.source_subdir)
+    g = entry.git
+    return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.source_subdir)
+
+
+def _torch_for(m: Matrix, lock: Lock, engine: Recipe) -> str:
+    if engine.torch_pin == "none":
+        return ""
+    entry = lock.get(engine.name, engine.version)
+    if engine.torch_pin.startswith("via:"):
+        via = engine.torch_pin.split(":", 1)[1]
+        return _torch_for(m, lock, m.knowledge.recipe(via, entry.pins[via]))
+    if not entry.torch:
+        raise UserError(f"{LOCK_NAME}: {engine.name} {engine.version} records no torch pin; run `builder lock`")
+    return entry.torch
+
+
+def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
+              base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
+    version = prof.engines[engine]
+    where = f"profiles.{prof.name}"
+    archs_from = archs_from or f"{where}.archs"
+    kn = m.knowledge
+    eng = kn.recipe(engine, version)
+
+    if Version(prof.cuda) < Version(eng.min_cuda):
+        raise UserError(f"{where}.cuda: {engine} {version} needs CUDA >= {eng.min_cuda}, the profile has {prof.cuda}")
+    # torch: the engine's own pin; a hand-typed one must agree with it
+    torch = _torch_for(m, lock, eng)
+    stated = prof.torch.get(engine) if isinstance(prof.torch, dict) else prof.torch
+    if stated is not None and torch and Version(stated) != Version(torch):
+        raise UserError(
+            f"{where}.torch: {engine} {version} pins torch=={torch} in its own metadata, not {stated}; "
+            f"remove the torch key or set it to {torch}"
+        )
+    locked = lock.get(engine, version) if eng.source != "local" else None
+    pins = locked.pins if locked else {}
+    if locked and locked.requires_python and Version(prof.python + ".0") not in SpecifierSet(locked.requires_python):
+        raise UserError(f"{where}.python: {engine} {version} requires Python {locked.requires_python}, not {prof.python}")
+
+    # the CUDA toolkit must be able to target every arch
+    possible = kn.cuda_archs(prof.cuda)
+    for a in archs:
+        if a not in possible:
+            lo, hi = min(possible), max(possible)
+            raise UserError(
+                f"{archs_from}: arch {a} cannot be targeted by CUDA {prof.cuda} of profile {prof.name} "
+                f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
+            )
+
+    recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
+    if prof.flash_attn:
+        recipes.append(kn.recipe("flash-attn", prof.flash_attn))
+    packages = []
+    for r in recipes:
+        if Version(prof.cuda) < Version(r.min_cuda):
+            raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
+        problems = r.arch_problems(archs)
+        if problems:
+            raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
+        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan else {}
+        packages.append(Package(recipe=r, source=_source(m, lock, r), archs=archs,
+                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
+
+    for s in prof.strategies:
+        why = eng.strategy_problem(s)
+        if why:
+            raise UserError(f"{where}.strategies: {why}")
+
+    py = prof.python.replace(".", "")
+    sm = ".".join(str(a) for a in archs)
+    torch_part = f"-torch{torch}" if torch else ""
+    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
+    bases = {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
+    return Cell(
+        id=cell_id,
+        engine=engine,
+        version=version,
+        profile=prof,
+        torch=torch,
+        archs=archs,
+        packages=tuple(packages),
+        strategies=prof.strategies,
+        base_devel=base_devel or bases["devel"],
+        base_runtime=base_runtime or bases["runtime"],
+        image=f"{m.defaults['registry']}/{engine}",
+        tag=cell_id[len(engine) + 1 :],
+        build_tools=kn.build_tools(),
+    )
+
+
+def select(m: Matrix, sel: Selection, lock: Lock | None = None) -> list[Cell]:
+    """The cells the selectors pick, resolved against matrix.lock (read next to the matrix unless given)."""
+    lock = lock if lock is not None else Lock.load(lock_path(m))
+    profiles = selected_profiles(m, sel)
+
+    cells: list[Cell] = []
+    for prof in profiles:
+        if sel.archs:
+            archs, archs_from = sel.archs, "--arch"
+        elif prof.archs:
+            archs, archs_from = prof.archs, f"profiles.{prof.name}.archs"
+        else:
+            archs, archs_from = tuple(m.defaults["archs"]), "defaults.archs"
+        for engine in prof.engines:
+            if sel.engines and engine not in sel.engines:
+                continue
+            cells.append(make_cell(m, lock, prof, engine, archs, archs_from, sel.base_devel, sel.base_runtime))
+    seen: dict[str, Cell] = {}
+    for c in cells:
+        if c.id in seen:
+            raise UserError(f"two cells share the id {c.id} (profiles {seen[c.id].profile.name} and {c.profile.name})")
+        seen[c.id] = c
+    if sel.only:
+        cells = [c for c in cells if matches(c.id, sel.only)]
+    if sel.skip:
+        cells = [c for c in cells if not matches(c.id, sel.skip)]
+    if not cells:
+        raise UserError("the selection is empty: " + _describe(sel, m))
+    return cells
+
+
+def _describe(sel: Selection, m: Matrix) -> str:
+    parts = []
+    parts.append(f"profile {','.join(sel.profiles) or m.defaults['profile']}")
+    if sel.engines:
+        parts.append(f"engine {','.join(sel.engines)}")
+    if sel.cuda:
+        parts.append(f"cuda {','.join(sel.cuda)}")
+    if sel.only:
+        parts.append(f"only {','.join(sel.only)}")
+    if sel.skip:
+        parts.append(f"skip {','.join(sel.skip)}")
+    return "no cell matches " + ", ".join(parts) + " (see `builder plan --profile all`)"
+
+
+def pin_git_sources(cells: list, echo=print) -> list:
+    """Cells whose git sources (and CMake dependencies) the lock knows only by tag, pinned to the commit the
+    tag names now.
+
+    `build` calls this so a host that reaches the git host builds from a verified commit even before
+    `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
+    refuses it unless --allow-unpinned).
+    """
+    from . import deps
+
+    resolved: dict[tuple[str, str], str] = {}
+
+    def resolve(repository: str, tag: str) -> str:
+        if (repository, tag) not in resolved:
+            commit, why = resolve_git_commit(repository, tag)
+            resolved[(repository, tag)] = commit
+            echo(f"{repository} {tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
+                                            if commit else f"cannot resolve ({why})"))
+        return resolved[(repository, tag)]
+
+    out = []
+    for cell in cells:
+        packages = []
+        for pkg in cell.packages:
+            src = pkg.source
+            if src.kind == "git" and not src.commit:
+                commit = resolve(src.repository, src.tag)
+                if commit:
+                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
+            if pkg.recipe.fetch_plan:
+                pins = dict(pkg.deps_pins)
+                for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
+                    if source not in pins and (commit := resolve(repository, tag)):
+                        pins[source] = commit
+                pkg = dataclasses.replace(pkg, deps_pins=tuple(sorted(pins.items())))
+            packages.append(pkg)
+        out.append(dataclasses.replace(cell, packages=tuple(packages)))
+    return out

@@ -1,0 +1,199 @@
+"""runner: the one loop that executes a plan. For each cell: render its Dockerfile, then run the steps in
+order — package steps once per wheel, then cell steps — and collect one StepResult per step and subject.
+
+The gates live here and only here (GATES): a step runs only when every step it names has passed — for a
+package step, for the same package; for a cell step, for every package of the cell. So nothing is cached
+unless its audit passed and nothing is tagged unless every wheel passed its audit (and, as those steps
+arrive, nothing is published unless smoke passed).
+
+Any exception inside a step becomes that cell's failure with its message (the traceback goes to the cell's
+log). Without --keep-going the run stops at the first failed cell; with it, the failed cell's other wheels
+are still compiled, audited and cached, and the next cells run.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import render
+from .cache import WheelCache
+from .errors import BuilderError, UserError
+from .plan import CellPlan, WheelStep
+from .resolve import Cell
+from .resources import Host
+from .steps import BuildOptions, CellContext, Status, Step, StepResult
+from .steps.audit import AuditStep
+from .steps.cache import CacheStep
+from .steps.compile import CompileStep
+from .steps.image import ImageStep
+
+STEPS: tuple[Step, ...] = (CompileStep(), AuditStep(), CacheStep(), ImageStep())
+
+# step → the steps that must have passed before it runs
+GATES: dict[str, tuple[str, ...]] = {
+    "audit": ("compile",),
+    "cache": ("audit",),  # nothing is cached unless its audit passed
+    "image": ("compile", "audit"),  # nothing is tagged unless every wheel passed
+    "smoke": ("image",),
+    "publish": ("smoke",),  # nothing is published unless smoke passed
+}
+
+
+@dataclass
+class CellOutcome:
+    cell: Cell
+    results: list[StepResult] = field(default_factory=list)
+    seconds: float = 0.0
+    log: Path | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and not any(r.status is Status.FAILED for r in self.results)
+
+    @property
+    def error(self) -> str:
+        failed = next((r for r in self.results if r.status is Status.FAILED), None)
+        return failed.reason.splitlines()[0] if failed and failed.reason else ""
+
+    def artifact(self, step: str, key: str) -> str:
+        return next((r.artifacts.get(key, "") for r in self.results if r.step == step and r.passed), "")
+
+    def packages(self, reused: bool) -> list[str]:
+        by_name = {p.name: p for p in self.cell.packages}
+        return [f"{r.subject}=={by_name[r.subject].version}" for r in self.results
+                if r.step == "compile" and r.passed and r.artifacts.get("reused") is reused]
+
+
+def check_options(plans: list[CellPlan], opts: BuildOptions) -> None:
+    """Refuse bad input before any build starts."""
+    if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
+        raise UserError(f"--ca-bundle: {opts.ca_bundle} is not a file")
+    for name, value in (("--max-jobs", opts.max_jobs), ("--nvcc-threads", opts.nvcc_threads)):
+        if value is not None and value < 1:
+            raise UserError(f"{name}: must be at least 1, got {value}")
+    if opts.source_date_epoch is not None and not opts.source_date_epoch.isdigit():
+        raise UserError(f"SOURCE_DATE_EPOCH: {opts.source_date_epoch!r} is not a Unix timestamp")
+    if not opts.allow_unpinned:
+        unpinned = [
+            f"{p.cell.id}: {w.package.name} {w.package.version}: {what}"
+            for p in plans
+            for w in p.wheels
+            if not w.reuse
+            for what in w.package.unpinned()
+        ]
+        if unpinned:
+            raise UserError(
+                "sources not pinned to a commit (run `builder lock` where the git host is reachable, "
+                "or pass --allow-unpinned to build from the tag):\n  " + "\n  ".join(unpinned)
+            )
+
+
+def gate(step: Step, wheel: WheelStep | None, results: list[StepResult]) -> str | None:
+    """Why `step` may not run (for `wheel`, or for the cell when None), or None when it may."""
+    for need in GATES.get(step.name, ()):
+        prior = [r for r in results if r.step == need and (wheel is None or r.subject == wheel.package.name)]
+        if not prior:
+            return f"{need} did not run"
+        failed = [r.subject for r in prior if not r.passed]
+        if failed:
+            return f"{need} did not pass for {', '.join(failed)}"
+    return None
+
+
+def _work(plan: CellPlan, opts: BuildOptions, cache: WheelCache, host: Host, say, log) -> CellContext:
+    return CellContext(plan=plan, opts=opts, cache=cache, host=host, say=say, log=log)
+
+
+def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
+              host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> list[CellOutcome]:
+    """Run every planned cell (stopping after the first failed one unless keep_going)."""
+    check_options(plans, opts)
+    host = host or Host.detect()
+    outcomes: list[CellOutcome] = []
+    for plan in plans:
+        outcome = run_cell(plan, cache, opts, say, host, steps)
+        outcomes.append(outcome)
+        if outcome.interrupted or (not outcome.ok and not opts.keep_going):
+            break
+    return outcomes
+
+
+def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callable[[str], None], host: Host,
+             steps: tuple[Step, ...] = STEPS) -> CellOutcome:
+    cell = plan.cell
+    outcome = CellOutcome(cell)
+    t0 = time.monotonic()
+    cell_dir = opts.work_dir / cell.id
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)
+    (cell_dir / "context").mkdir(parents=True)
+    (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url))
+    opts.log_dir.mkdir(parents=True, exist_ok=True)
+    outcome.log = opts.log_dir / f"{cell.id}.log"
+    with outcome.log.open("w") as log:
+        ctx = _work(plan, opts, cache, host, say, log)
+        stop = ""  # once set, the remaining steps of the cell are skipped with this reason
+
+        def attempt(step: Step, wheel: WheelStep | None) -> None:
+            nonlocal stop
+            subject = wheel.package.name if wheel else cell.id
+            blocked = stop or gate(step, wheel, outcome.results)
+            if blocked:
+                outcome.results.append(StepResult(step.name, subject, Status.SKIPPED, f"not run: {blocked}"))
+                return
+            started = time.monotonic()
+            try:
+                result = step.run(ctx, wheel)
+            except KeyboardInterrupt:
+                result = StepResult(step.name, subject, Status.FAILED, "interrupted")
+                outcome.interrupted = True
+            except BuilderError as exc:
+                result = StepResult(step.name, subject, Status.FAILED, str(exc))
+            except Exception as exc:  # a step's bug or an unexpected fault: the cell fails, the run goes on
+                log.write(traceback.format_exc())
+                result = StepResult(step.name, subject, Status.FAILED, f"{type(exc).__name__}: {exc}")
+            result.seconds = time.monotonic() - started
+            outcome.results.append(result)
+            if result.status is Status.FAILED:
+                log.write(f"FAILED {step.name} {subject}: {result.reason}\n")
+                say(f"[{cell.id}] FAILED: {result.reason}")
+                if outcome.interrupted:
+                    stop = "interrupted"
+                elif not opts.keep_going:
+                    stop = f"{step.name} failed for {subject}"
+
+        for wheel in plan.wheels:
+            for step in steps:
+                if step.scope == "package":
+                    attempt(step, wheel)
+        for step in steps:
+            if step.scope == "cell":
+                attempt(step, None)
+    outcome.seconds = time.monotonic() - t0
+    return outcome
+
+
+def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
+            host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> None:
+    """Print what run_cells would do — the exact buildx command lines — and run nothing."""
+    check_options(plans, opts)
+    host = host or Host.detect()
+    for plan in plans:
+        ctx = _work(plan, opts, cache, host, say, io.StringIO())
+        say(f"# {plan.cell.id}: `builder render --only {plan.cell.id}` writes {ctx.dockerfile}")
+        for wheel in plan.wheels:
+            for step in steps:
+                if step.scope == "package":
+                    for line in step.dry_run(ctx, wheel):
+                        say(line)
+        for step in steps:
+            if step.scope == "cell":
+                for line in step.dry_run(ctx, None):
+                    say(line)

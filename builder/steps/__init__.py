@@ -1,0 +1,136 @@
+"""The steps of a build, over one small protocol. The runner (builder/runner.py) drives them, in order, for
+each cell; the gates between them live in the runner, not here.
+
+A step has a `name`, a `scope` ("package": once per wheel of the cell; "cell": once per cell) and
+`run(ctx, wheel) -> StepResult` (`wheel` is None for cell steps). A step reports
+failure by returning a failed result or by raising: the runner turns any exception into that cell's
+failure. `dry_run(ctx, wheel)` says what it would do without doing it.
+
+Adding a step (smoke, publish) means one new module here and one entry in runner.STEPS.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol, TextIO
+
+if TYPE_CHECKING:
+    from ..audit import AuditReport
+    from ..cache import CacheHit, WheelCache
+    from ..plan import CellPlan, WheelStep
+    from ..resources import Host
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class StepResult:
+    step: str
+    subject: str  # the package for package steps, the cell id for cell steps
+    status: Status
+    reason: str = ""
+    seconds: float = 0.0
+    artifacts: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.OK
+
+    def to_json(self) -> dict:
+        return {
+            "step": self.step,
+            "subject": self.subject,
+            "status": self.status.value,
+            "reason": self.reason or None,
+            "seconds": round(self.seconds, 1),
+            "artifacts": self.artifacts,
+        }
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    work_dir: Path
+    log_dir: Path
+    index_url: str
+    dry_run: bool = False
+    keep_going: bool = False
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    ca_bundle: Path | None = None
+    allow_unpinned: bool = False
+    source_date_epoch: str | None = None
+    pins_dir: Path | None = None  # runtime-pins/ next to the matrix (see builder/pins.py)
+    refresh_pins: bool = False
+    no_cache: bool = False  # ignore BuildKit's layer cache (the wheel cache still decides what is compiled)
+    echo_build_output: bool = True
+    docker: str = "docker"
+
+
+@dataclass
+class CellContext:
+    """What the steps of one cell share: its plan, where its files go, and what earlier steps produced."""
+
+    plan: CellPlan
+    opts: BuildOptions
+    cache: WheelCache
+    host: Host
+    say: Callable[[str], None]
+    log: TextIO
+    wheels: dict[str, list[Path]] = field(default_factory=dict)  # package → its wheel files, compiled or fetched
+    reused: dict[str, CacheHit] = field(default_factory=dict)  # package → the cache entry its wheels came from
+    audits: dict[str, AuditReport] = field(default_factory=dict)
+
+    @property
+    def cell(self):
+        return self.plan.cell
+
+    @property
+    def dir(self) -> Path:
+        return self.opts.work_dir / self.cell.id
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.dir / "Dockerfile"
+
+    @property
+    def context_dir(self) -> Path:
+        return self.dir / "context"
+
+    def out_dir(self, package: str) -> Path:
+        return self.dir / f"out-{package}"
+
+    def echo(self) -> Callable[[str], None] | None:
+        """Where live build output goes besides the log (None with --quiet)."""
+        return (lambda line: self.say(f"[{self.cell.id}] {line}")) if self.opts.echo_build_output else None
+
+    def note(self, text: str) -> None:
+        """A step line: on the terminal and in the cell's log."""
+        self.say(f"[{self.cell.id}] {text}")
+        self.log.write(f"# {text}\n")
+        self.log.flush()
+
+
+class Step(Protocol):
+    name: str
+    scope: str  # "package" | "cell"
+
+    def run(self, ctx: CellContext, wheel: WheelStep | None) -> StepResult: ...
+
+    def dry_run(self, ctx: CellContext, wheel: WheelStep | None) -> list[str]: ...
+
+
+def common_build_args(ctx: CellContext) -> dict:
+    """The buildx arguments every stage of a cell shares (compile and image steps)."""
+    opts, cell = ctx.opts, ctx.cell
+    args = (("SOURCE_DATE_EPOCH", opts.source_date_epoch),) if opts.source_date_epoch else ()
+    secrets = (("ca", str(opts.ca_bundle)),) if opts.ca_bundle else ()
+    contexts = tuple((f"local-{p.name}", p.source.path) for p in cell.packages if p.source.kind == "local")
+    extra = ("--no-cache",) if opts.no_cache else ()
+    return {"dockerfile": ctx.dockerfile, "context": ctx.context_dir, "build_args": args, "secrets": secrets,
+            "contexts": contexts, "extra": extra}
