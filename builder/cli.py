@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from dataclasses import asdict
 from functools import wraps
@@ -247,6 +248,8 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         return
     runner.check_options(plans, opts)  # bad input is exit 2 even where Docker is missing too
     docker.require_buildx()
+    # CI cancels with SIGTERM: treat it like Ctrl-C, so the running buildx child is stopped and the table printed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     outcomes = runner.run_cells(plans, wheelhouse, opts, lambda s: click.echo(s, err=True))
     if as_json:
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))

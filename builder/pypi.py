@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from .errors import BuilderError, UserError
+from .errors import BuilderError, EnvironmentProblem, UserError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -97,9 +97,11 @@ class SimpleIndex:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
                 return resp.read()
         except urllib.error.HTTPError as exc:
+            if exc.code >= 500:  # the index is down, not the request wrong
+                raise EnvironmentProblem(f"{url}: the index answers HTTP {exc.code}; try again later") from exc
             raise IndexError_(f"{url}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError) as exc:
-            raise IndexError_(f"{url}: {exc}") from exc
+            raise EnvironmentProblem(f"{url}: the index is unreachable ({getattr(exc, 'reason', exc)})") from exc
 
     def files(self, project: str) -> list[DistFile]:
         name = canonicalize_name(project)

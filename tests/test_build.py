@@ -3,7 +3,9 @@ compiled from source by nvcc through the same templates as the engines, on the l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -118,10 +120,22 @@ def test_unchanged_package_is_never_compiled_twice(built_80_90, ca_bundle, docke
     assert first.returncode == 0
     plan = builder("plan", "--matrix", str(MATRIX), "--wheelhouse", str(tmp / "wheelhouse"), "--arch", "80,90", cwd=tmp)
     assert re.search(r"reuse\s+cuda-ext==1\.0\.0", plan.stdout), plan.stdout
-    again = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90"), cwd=tmp)
+    again = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90", "--json"), cwd=tmp)
     assert again.returncode == 0, again.stderr
     assert "reuse cuda-ext==1.0.0" in again.stderr
     assert "--target wheels-cuda-ext" not in (tmp / "logs" / "cuda-ext-1.0.0-cu130-py311-sm80.90.log").read_text()
+    # --json: every step's result; the reused wheel is audited again, not stored again, then tagged
+    (cell,) = json.loads(again.stdout)
+    steps = {s["step"]: s for s in cell["steps"]}
+    assert list(steps) == ["compile", "audit", "cache", "image"]
+    (whl,) = (tmp / "wheelhouse").glob("cuda-ext/*/*.whl")
+    assert steps["compile"]["status"] == "ok" and steps["compile"]["artifacts"]["reused"] is True
+    assert steps["compile"]["artifacts"]["wheels"] == [{"file": whl.name, "sha256": hashlib.sha256(whl.read_bytes()).hexdigest(),
+                                                       "bytes": whl.stat().st_size}]
+    assert steps["audit"]["status"] == "ok" and steps["audit"]["artifacts"]["binaries_with_device_code"] == 1
+    assert steps["cache"]["status"] == "skipped" and steps["cache"]["reason"] == "already in wheelhouse"
+    assert steps["image"]["status"] == "ok" and steps["image"]["artifacts"]["digest"].startswith("sha256:")
+    assert cell["result"] == "ok" and cell["reused"] == ["cuda-ext==1.0.0"] and cell["built"] == []
 
 
 def test_arch_80_only_has_no_sm90_and_the_audit_says_so(local_bases, ca_bundle, tmp_path, docker_engine):
@@ -220,3 +234,20 @@ def test_cmake_dependencies_by_tag_are_refused_unless_allowed(tmp_path):
     assert res.returncode == 2
     assert "vllm 0.33.0: CMake dependency cutlass v4.7.1" in res.stderr
     assert "https://github.com/nvidia/cutlass.git v4.7.1: cannot resolve" in res.stderr  # build tried to pin it
+
+
+def test_a_missing_docker_daemon_is_exit_3_for_build_and_audit(tmp_path):
+    """No daemon at DOCKER_HOST: the environment is missing (3), not bad input (2) nor a failed cell (1)."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    res = subprocess.run([sys.executable, "-m", "builder.cli", *build_args(tmp_path, HOST_CA)], capture_output=True,
+                         text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "the Docker daemon is not reachable" in res.stderr and "scripts/setup-docker.sh" in res.stderr
+    assert not (tmp_path / "work").exists()  # nothing ran
+    audit_res = subprocess.run([sys.executable, "-m", "builder.cli", "audit", "example/some:image", "--arch", "80"],
+                               capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert audit_res.returncode == 3 and "the Docker daemon is not reachable" in audit_res.stderr, audit_res.stderr
+    # bad input still wins: refused (2) before the environment is looked at
+    bad = subprocess.run([sys.executable, "-m", "builder.cli", *build_args(tmp_path, Path("/nonexistent.pem"))],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "--ca-bundle" in bad.stderr

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 
 from builder import matrix as M
@@ -116,20 +115,22 @@ def test_matrix_json_is_github_actions_include_shape():
     assert {"cell", "engine", "version", "archs", "image", "profile"} <= set(data["include"][0])
 
 
-def test_plan_needs_no_docker_and_is_fast(tmp_path):
-    """The whole matrix, as a subprocess with docker removed from PATH."""
-    env = {**os.environ, "PATH": str(tmp_path)}  # no docker (nor anything else) reachable
-    t0 = time.perf_counter()
+def test_plan_needs_no_docker_nor_network(tmp_path):
+    """The whole matrix, as a subprocess with docker (and everything else) removed from PATH and no route
+    to an index: plan asks only the local wheelhouse. Its speed is benchmarks/plan_speed.py's business."""
+    env = {**os.environ, "PATH": str(tmp_path), "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
     res = subprocess.run([sys.executable, "-m", "builder.cli", "plan", "--profile", "all", "--matrix", str(MATRIX)],
                          capture_output=True, text=True, env=env, cwd=REPO)
-    elapsed = time.perf_counter() - t0
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("image ") == 4
-    assert elapsed < 5  # generous bound for a loaded CI host; benchmarks/plan_speed.py prints the real figure
 
 
-def test_every_verb_help_shows_an_example():
+def test_every_verb_help_shows_an_example_and_the_exit_codes():
+    codes = ["0  all ok", "1  a cell failed", "2  bad input, refused before anything ran",
+             "3  the environment is missing or unreachable"]
     for verb in ("plan", "render", "matrix", "lock", "doctor", "build", "audit"):
         res = run_cli(verb, "--help")
         assert res.exit_code == 0 and "Example:" in res.output, verb
-    assert "Example:" in run_cli("--help").output
+        assert all(c in res.output for c in codes), (verb, res.output)
+    top = run_cli("--help").output
+    assert "Example:" in top and all(c in top for c in codes)
