@@ -91,7 +91,6 @@ class Recipe:
     health: str = ""
     ready_log: str = ""
     metrics: tuple[str, ...] = ()
-    cmake_args: str = ""
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
@@ -392,7 +391,6 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         health=merged.get("health", ""),
         ready_log=merged.get("ready_log", ""),
         metrics=tuple(merged.get("metrics", ())),
-        cmake_args=merged.get("cmake_args", ""),
         rust_toolchain=merged.get("rust_toolchain", ""),
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),

@@ -145,7 +145,6 @@ RULE = Table(
         "ready_log": STR,
         "metrics": ListOf(STR),
         # vLLM's setup.py splits $CMAKE_ARGS on whitespace from 0.12 on; unset, it ignores them
-        "cmake_args": OneOf(("split",)),
         "rust_toolchain": STR,
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
