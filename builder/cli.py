@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from dataclasses import asdict
 from functools import wraps
 from pathlib import Path
@@ -47,7 +48,7 @@ class BuilderGroup(click.Group):
             return super().invoke(ctx)
         except BuilderError as exc:
             if ctx.obj and ctx.obj.get("debug"):
-                raise
+                traceback.print_exc()  # the same exit code, with the traceback
             click.secho(f"error: {exc}", fg="red", err=True)
             ctx.exit(exc.exit_code)
 

@@ -251,3 +251,12 @@ def test_a_missing_docker_daemon_is_exit_3_for_build_and_audit(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "builder.cli", *build_args(tmp_path, Path("/nonexistent.pem"))],
                          capture_output=True, text=True, cwd=tmp_path, env=env)
     assert bad.returncode == 2 and "--ca-bundle" in bad.stderr
+
+
+def test_every_external_command_is_logged_with_its_exact_argv(docker_engine, tmp_path):
+    """`builder --debug` prints each docker / git command line (builder/docker.py) before it runs."""
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", "audit", "builder-test/no-such:image", "--arch", "80"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 2 and "no such file, directory or local image" in res.stderr
+    assert "builder.commands: $ docker image inspect --format '{{.Id}}' builder-test/no-such:image" in res.stderr
+    assert "builder.commands: $ docker info --format '{{.ServerVersion}}'" in res.stderr

@@ -111,7 +111,7 @@ def test_the_installed_console_script_exits_2_too(tmp_path):
 def test_debug_flag_keeps_the_traceback():
     res = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", "plan", "--matrix", str(MATRIX), "--arch", "70"],
                          capture_output=True, text=True, cwd=REPO)
-    assert res.returncode != 0 and "Traceback" in res.stderr and "UserError" in res.stderr
+    assert res.returncode == 2 and "Traceback" in res.stderr and "UserError" in res.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [
