@@ -225,9 +225,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     from . import docker, pins, report, runner
     from .steps import BuildOptions
 
-    cells = resolve.pin_git_sources(resolve.select(m, sel), echo=lambda s: click.echo(s, err=True))
-    wheelhouse = _wheelhouse(m, wheelhouse_dir)
-    plans = plan_mod.plan_cells(cells, wheelhouse)
+    cells = resolve.select(m, sel)
     opts = BuildOptions(
         work_dir=Path(work_dir).resolve(),
         log_dir=Path(log_dir).resolve(),
@@ -244,10 +242,14 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         no_cache=no_cache,
         echo_build_output=not quiet,
     )
+    runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
+    cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
+    wheelhouse = _wheelhouse(m, wheelhouse_dir)
+    plans = plan_mod.plan_cells(cells, wheelhouse)
     if dry_run:
         runner.dry_run(plans, wheelhouse, opts, click.echo)
         return
-    runner.check_options(plans, opts)  # bad input is exit 2 even where Docker is missing too
+    runner.check_pins(plans, opts)
     docker.require_buildx()
     # CI cancels with SIGTERM: treat it like Ctrl-C, so the running buildx child is stopped and the table printed
     signal.signal(signal.SIGTERM, signal.default_int_handler)

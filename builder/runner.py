@@ -71,8 +71,8 @@ class CellOutcome:
                 if r.step == "compile" and r.passed and r.artifacts.get("reused") is reused]
 
 
-def check_options(plans: list[CellPlan], opts: BuildOptions) -> None:
-    """Refuse bad input before any build starts."""
+def check_options(opts: BuildOptions) -> None:
+    """Refuse bad option values before anything runs (before git hosts are asked, before Docker)."""
     if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
         raise UserError(f"--ca-bundle: {opts.ca_bundle} is not a file")
     for name, value in (("--max-jobs", opts.max_jobs), ("--nvcc-threads", opts.nvcc_threads)):
@@ -80,6 +80,10 @@ def check_options(plans: list[CellPlan], opts: BuildOptions) -> None:
             raise UserError(f"{name}: must be at least 1, got {value}")
     if opts.source_date_epoch is not None and not opts.source_date_epoch.isdigit():
         raise UserError(f"SOURCE_DATE_EPOCH: {opts.source_date_epoch!r} is not a Unix timestamp")
+
+
+def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
+    """Refuse to compile a source known only by a movable name (a tag), unless allowed."""
     if not opts.allow_unpinned:
         unpinned = [
             f"{p.cell.id}: {w.package.name} {w.package.version}: {what}"
@@ -114,7 +118,8 @@ def _work(plan: CellPlan, opts: BuildOptions, cache: WheelCache, host: Host, say
 def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
               host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> list[CellOutcome]:
     """Run every planned cell (stopping after the first failed one unless keep_going)."""
-    check_options(plans, opts)
+    check_options(opts)
+    check_pins(plans, opts)
     host = host or Host.detect()
     outcomes: list[CellOutcome] = []
     for plan in plans:
@@ -183,7 +188,8 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
 def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
             host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> None:
     """Print what run_cells would do — the exact buildx command lines — and run nothing."""
-    check_options(plans, opts)
+    check_options(opts)
+    check_pins(plans, opts)
     host = host or Host.detect()
     for plan in plans:
         ctx = _work(plan, opts, cache, host, say, io.StringIO())

@@ -42,8 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if DOCKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.docker)
+        if "local_bases" in fixtures:  # the bases come from Debian's archive and PyPI; builds on them pip-install
+            item.add_marker(pytest.mark.network)
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -192,6 +195,34 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRegi
     user, password = "builder", "s3cret-" + os.urandom(6).hex()
     for host in _start_registry(tmp_path_factory.mktemp("auth-registry"), auth=(user, password)):
         yield AuthRegistry(host, user, password)
+
+
+CUDA_FALLBACK = Path("/usr/local/cuda-13.0")
+
+
+def _first_file(candidates) -> Path | None:
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    return None
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> Path:
+    cuda_home = os.environ.get("CUDA_HOME")
+    found = _first_file(
+        [
+            shutil.which("nvcc"),
+            Path(cuda_home, "bin", "nvcc") if cuda_home else None,
+            CUDA_FALLBACK / "bin" / "nvcc",
+        ]
+    )
+    if found is None:
+        pytest.fail(
+            "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda-13.0/bin): these tests compile "
+            "small CUDA libraries and need a CUDA 13 toolkit"
+        )
+    return found
 
 
 @pytest.fixture(scope="session")

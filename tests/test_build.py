@@ -198,6 +198,7 @@ def test_build_refuses_bad_options_before_building(args, message, tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.network  # git ls-remote to the git host
 def test_unpinned_git_sources_are_refused_unless_allowed(tmp_path):
     res = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "sglang", "--dry-run", cwd=tmp_path)
     assert res.returncode == 2
@@ -229,6 +230,7 @@ def test_runtime_dependencies_are_pinned_after_the_first_build(built_80_90, ca_b
     assert pins.read_text() == "packaging==23.2\n"  # used, not rewritten
 
 
+@pytest.mark.network  # git ls-remote to the git host
 def test_cmake_dependencies_by_tag_are_refused_unless_allowed(tmp_path):
     res = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "vllm", "--dry-run", cwd=tmp_path)
     assert res.returncode == 2

@@ -157,6 +157,7 @@ def _cmake_texts(sdist: Path) -> dict[str, str]:
 # --- the real releases ----------------------------------------------------------------------
 
 
+@pytest.mark.network
 def test_vllm_0_33_0_plan(plan_0_33):
     assert _rows(plan_0_33) == VLLM_0_33_0
     assert len(plan_0_33) == 10  # one per name
@@ -176,6 +177,7 @@ def test_vllm_0_33_0_plan(plan_0_33):
     assert not {s.name for s in plan_0_33} & {"onednn", "arm_compute"}
 
 
+@pytest.mark.network
 def test_vllm_0_6_3_plan(plan_0_6_3):
     assert _rows(plan_0_6_3) == VLLM_0_6_3
     by = {s.name: s for s in plan_0_6_3}
@@ -184,6 +186,7 @@ def test_vllm_0_6_3_plan(plan_0_6_3):
     assert by["cutlass"].shallow is True and by["cutlass"].progress is True
 
 
+@pytest.mark.network
 def test_reproducible_means_full_commit(plan_0_33, plan_0_6_3):
     for s in plan_0_33 + plan_0_6_3:
         assert s.reproducible == bool(re.fullmatch(r"[0-9a-f]{40}", s.commit)), s
@@ -191,11 +194,13 @@ def test_reproducible_means_full_commit(plan_0_33, plan_0_6_3):
     assert tags == {("cutlass", "v4.7.1"), ("triton_kernels", "v3.5.1"), ("cutlass", "v3.5.1")}
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("which", ["0.33.0", "0.6.3.post1"])
 def test_every_override_variable_is_consulted_by_the_cmake_code(which, request):
     sdist = request.getfixturevalue("sdist_0_33" if which == "0.33.0" else "sdist_0_6_3")
     plan = request.getfixturevalue("plan_0_33" if which == "0.33.0" else "plan_0_6_3")
     texts = _cmake_texts(sdist)
+    assert len(plan) == {"0.33.0": 10, "0.6.3.post1": 2}[which]  # the loop below checks every source
     for s in plan:
         text = texts[s.cmake_file]
         assert s.repository in text or re.search(r"set\(\s*\w+\s+\"?" + re.escape(s.repository),
@@ -217,6 +222,7 @@ def test_every_override_variable_is_consulted_by_the_cmake_code(which, request):
                                  + r"\}\s*\)", text), s
 
 
+@pytest.mark.network
 def test_setup_py_cmake_args_handling(doc_0_33, doc_0_6_3):
     assert doc_0_33["cmake_args"] == "split-on-whitespace"  # 0.12+: CMAKE_ARGS.split()
     assert doc_0_6_3["cmake_args"] == "ignored"  # up to 0.11: setup.py never reads it
@@ -224,6 +230,7 @@ def test_setup_py_cmake_args_handling(doc_0_33, doc_0_6_3):
     assert cmake_args_mode("cmake_args += shlex.split(os.environ['CMAKE_ARGS'])") == "unknown"
 
 
+@pytest.mark.network
 def test_rust_part_of_0_33(doc_0_33, doc_0_6_3):
     doc = doc_0_33
     assert doc["rust_toolchain"] == "1.95"
@@ -236,6 +243,7 @@ def test_rust_part_of_0_33(doc_0_33, doc_0_6_3):
     assert old["rust_toolchain"] is None and old["cargo_git_sources"] == []
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("version", ["0.33.0", "0.6.3.post1"])
 def test_committed_plan_file_equals_fresh_extraction(version, request):
     suffix = "0_33" if version == "0.33.0" else "0_6_3"
@@ -245,12 +253,14 @@ def test_committed_plan_file_equals_fresh_extraction(version, request):
     assert plan_from_document(committed) == request.getfixturevalue(f"plan_{suffix}")
 
 
+@pytest.mark.network
 def test_tree_and_sdist_give_the_same_plan(sdist_0_6_3, plan_0_6_3, tmp_path):
     with tarfile.open(sdist_0_6_3) as tf:
         tf.extractall(tmp_path, filter="data")
     assert fetch_plan_from_tree(tmp_path / "vllm-0.6.3.post1") == plan_0_6_3
 
 
+@pytest.mark.network
 def test_notes(doc_0_6_3):
     notes = doc_0_6_3["notes"]
     assert any(n.startswith("cutlass: GIT_TAG 'v3.5.1' is a tag or branch") for n in notes)
@@ -261,6 +271,7 @@ def test_notes(doc_0_6_3):
 # --- rendering ------------------------------------------------------------------------------
 
 
+@pytest.mark.network
 def test_render_fetch_script_for_0_33(plan_0_33):
     script = render_fetch_script(plan_0_33)
     assert script.startswith("set -eu\nmkdir -p /opt/vllm-deps\n")
@@ -285,6 +296,7 @@ def test_render_fetch_script_for_0_33(plan_0_33):
     assert subprocess.run(["sh", "-n", "-c", run[4:].replace("\\\n", "")]).returncode == 0
 
 
+@pytest.mark.network
 def test_render_with_pins_verifies_the_pinned_commit(plan_0_6_3):
     pin = "a" * 40
     script = render_fetch_script(plan_0_6_3, "/deps", pins={"cutlass": pin})
@@ -293,6 +305,7 @@ def test_render_with_pins_verifies_the_pinned_commit(plan_0_6_3):
     assert "NOT a commit" not in script
 
 
+@pytest.mark.network
 def test_override_env_0_33(plan_0_33):
     env = override_env(plan_0_33, "/opt/vllm-deps")
     assert env == {
@@ -309,6 +322,7 @@ def test_override_env_0_33(plan_0_33):
     }
 
 
+@pytest.mark.network
 def test_override_env_0_6_3_cannot_use_cmake_args(plan_0_6_3):
     with pytest.raises(UserError, match=r"cutlass \(FETCHCONTENT_SOURCE_DIR_CUTLASS .*ignores"):
         override_env(plan_0_6_3, "/d", cmake_args="ignored")
@@ -323,6 +337,7 @@ def test_override_env_0_6_3_cannot_use_cmake_args(plan_0_6_3):
         override_env(plan_0_6_3, "/a b")
 
 
+@pytest.mark.network
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
 def test_toolchain_file_override_reaches_fetchcontent(plan_0_6_3, tmp_path):
     """CMAKE_TOOLCHAIN_FILE from the environment sets FETCHCONTENT_SOURCE_DIR_CUTLASS: no download."""
@@ -367,8 +382,8 @@ def _commit_repo(path: Path, files: dict[str, str]) -> str:
     return _git("rev-parse", "HEAD", cwd=path)
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_rendered_script_fetches_the_pinned_commits(tmp_path):
+    assert shutil.which("git"), "git is not on PATH: builder lock and the deps stage need it"
     up = tmp_path / "upstream"
     sub = up / "sub"
     sub_commit = _commit_repo(sub, {"s.txt": "sub"})

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+from builder import resources
 from builder.engines import recipe
-from builder.errors import UserError
+from builder.errors import EnvironmentProblem, UserError
 from builder.resources import Host, choose
 
 
@@ -51,6 +55,50 @@ def test_overrides_win_and_warn_when_they_exceed_ram():
     assert "WARNING" not in choose(recipe("flash-attn", "2.8.3"), Host(2, 23.0), max_jobs=1, nvcc_threads=1).why
 
 
+def _mem_available_gb() -> float:
+    (line,) = [ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemAvailable:")]
+    return int(line.split()[1]) / 1024 / 1024
+
+
+def _avphys_gb() -> float:
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1024**3
+
+
 def test_detect_reads_this_host():
+    before = _mem_available_gb()
     h = Host.detect()
-    assert h.cores >= 1 and h.free_gb > 0
+    after = _mem_available_gb()
+    assert h.cores == len(os.sched_getaffinity(0))
+    # rounded to 0.1 GB; other processes may move MemAvailable a little between the reads
+    assert min(before, after) - 0.2 <= h.free_gb <= max(before, after) + 0.2, (h, before, after)
+
+
+def test_detect_reads_the_given_meminfo(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       67108864 kB\nMemFree:         1048576 kB\nMemAvailable:   12897484 kB\n")
+    assert Host.detect(meminfo).free_gb == 12.3
+
+
+@pytest.mark.parametrize("content", [None, "MemTotal:       67108864 kB\n", "MemAvailable:   lots\n"])
+def test_unreadable_meminfo_falls_back_to_free_pages(tmp_path, content):
+    meminfo = tmp_path / "meminfo"
+    if content is not None:
+        meminfo.write_text(content)
+    before = _avphys_gb()
+    h = Host.detect(meminfo)
+    after = _avphys_gb()
+    assert h.cores == len(os.sched_getaffinity(0))
+    assert h.free_gb is not None and min(before, after) - 0.2 <= h.free_gb <= max(before, after) + 0.2, (h, before, after)
+
+
+def test_no_way_to_read_free_memory_needs_explicit_parallelism(tmp_path, monkeypatch):
+    monkeypatch.setattr(resources, "AVPHYS_PAGES", "SC_NO_SUCH_SYSCONF_NAME")
+    h = Host.detect(tmp_path / "missing")
+    assert h.free_gb is None  # never a made-up number
+    with pytest.raises(EnvironmentProblem, match="could not determine this host's free memory.*--max-jobs and --nvcc-threads"):
+        choose(recipe("flash-attn", "2.8.3"), h)
+    p = choose(recipe("flash-attn", "2.8.3"), h, max_jobs=2, nvcc_threads=1)
+    assert (p.max_jobs, p.nvcc_threads) == (2, 1)
+    assert p.why == "MAX_JOBS=2 NVCC_THREADS=1 (given); ~10 GB at peak, free memory unknown"
+    # pure Python needs no RAM estimate at all
+    assert choose(recipe("sglang", "0.5.23"), h).max_jobs == h.cores

@@ -22,7 +22,7 @@ from builder.steps.audit import AuditStep
 from builder.steps.cache import CacheStep
 
 from .helpers import MATRIX as SHIPPED, REPO
-from .test_audit import KERNEL_A, nvcc  # noqa: F401  (nvcc is a fixture: the host's CUDA 13 compiler)
+from .test_audit import KERNEL_A
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST = Host(cores=2, free_gb=16.0)
