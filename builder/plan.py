@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archs as archs_mod
@@ -47,15 +47,20 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
     }
 
 
-def cache_key(cell: Cell, pkg: Package) -> str:
-    blob = json.dumps(key_inputs(cell, pkg), sort_keys=True, separators=(",", ":"))
+def key_of(inputs: dict) -> str:
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def cache_key(cell: Cell, pkg: Package) -> str:
+    return key_of(key_inputs(cell, pkg))
 
 
 @dataclass(frozen=True)
 class WheelStep:
     package: Package
     key: str
+    inputs: dict = field(compare=False, hash=False)  # what the key hashes (recorded with the cached wheel)
     hit: CacheHit | None = None  # the cache entry that already holds this wheel
     looked_up: bool = True  # False when no cache was asked (render needs keys only)
 
@@ -115,9 +120,10 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None) -> list[CellPlan]:
     for cell in cells:
         steps = []
         for pkg in cell.packages:
-            key = cache_key(cell, pkg)
+            inputs = key_inputs(cell, pkg)
+            key = key_of(inputs)
             hit = cache.lookup(pkg.name, key) if cache is not None else None
-            steps.append(WheelStep(pkg, key, hit, looked_up=cache is not None))
+            steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None))
         out.append(CellPlan(cell, tuple(steps)))
     return out
 

@@ -3,7 +3,7 @@ shaped them and what the audit found. (The runner calls this step only after the
 
 from __future__ import annotations
 
-from ..plan import WheelStep, key_inputs
+from ..plan import WheelStep
 from . import CellContext, Status, StepResult
 
 
@@ -22,7 +22,7 @@ class CacheStep:
             "package": pkg.name,
             "version": pkg.version,
             "key": wheel.key,
-            "key_inputs": key_inputs(ctx.cell, pkg),
+            "key_inputs": wheel.inputs,
             "audit": ctx.audits[pkg.name].to_json(),
         })
         ctx.note(f"cached {pkg.name}=={pkg.version} in {entry.store} (key {wheel.short_key})")
