@@ -64,6 +64,13 @@ def _wheelhouse(m, wheelhouse_dir):
     return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(m.path)
 
 
+def _wheelhouse_at(matrix_path, wheelhouse_dir):
+    """The wheelhouse for verbs that need no cells: --wheelhouse, else wheelhouse/ next to the matrix file."""
+    from .cache.local import Wheelhouse
+
+    return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(Path(matrix_path))
+
+
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
 
@@ -262,6 +269,107 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         sys.exit(130)
     if not all(o.ok for o in outcomes) or len(outcomes) < len(plans):
         sys.exit(EXIT_FAILED)
+
+
+@main.group(cls=BuilderGroup, epilog=EXIT_CODES_HELP)
+def wheels():
+    """The wheel cache: list, verify and prune the entries of the local wheelhouse.
+
+    \b
+    Example:
+      builder wheels ls
+      builder wheels verify --quarantine
+      builder wheels prune --unused --profile all --dry-run
+    """
+
+
+@wheels.command("ls")
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@wheelhouse_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def wheels_ls(matrix_path, wheelhouse_dir, as_json):
+    """Every entry: package, version, key, audited archs, size, where, when built.
+
+    \b
+    Example:
+      builder wheels ls --json
+    """
+    from .cache import inventory
+
+    wh = _wheelhouse_at(matrix_path, wheelhouse_dir)
+    found = inventory.entries(wh)
+    if as_json:
+        click.echo(json.dumps([e.to_json() for e in found], indent=2))
+        return
+    for e in found:
+        archs = ",".join(map(str, e.archs)) or "?"
+        click.echo(f"{e.package + '==' + e.version:<28} key {e.key[:16]}  sm {archs:<10} {e.bytes / 1e6:9.1f} MB  "
+                   f"{e.built_at:<20}  {e.path}")
+    click.echo(f"{len(found)} entries in {wh.root}")
+
+
+@wheels.command("verify")
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@wheelhouse_option
+@click.option("--quarantine", "move_aside", is_flag=True, help="Move bad entries to wheelhouse/.quarantine/.")
+def wheels_verify(matrix_path, wheelhouse_dir, move_aside):
+    """Check every entry: each file's sha256 and size against its manifest, then the audit again for the
+    archs it was built for. Exit 1 naming the bad ones.
+
+    \b
+    Example:
+      builder wheels verify
+      builder wheels verify --quarantine
+    """
+    from .cache import inventory
+
+    wh = _wheelhouse_at(matrix_path, wheelhouse_dir)
+    bad = 0
+    found = inventory.entries(wh)
+    for e in found:
+        why = inventory.verify(wh, e)
+        if not why:
+            click.echo(f"ok   {e.package}=={e.version} {e.key[:16]}")
+            continue
+        bad += 1
+        where = inventory.quarantine(wh, e, why) if move_aside else ""
+        click.echo(f"BAD  {e.package}=={e.version} {e.key[:16]}: {why}" + (f" (moved to {where})" if where else ""))
+    click.echo(f"{len(found) - bad} of {len(found)} entries verified")
+    if bad:
+        sys.exit(EXIT_FAILED)
+
+
+@wheels.command("prune")
+@selection_options
+@wheelhouse_option
+@click.option("--unused", is_flag=True, help="Remove entries whose key no selected cell uses (select with --profile all).")
+@click.option("--older-than", type=float, default=None, help="Remove entries built more than this many days ago.")
+@click.option("--leftovers", is_flag=True, help="Remove quarantined entries and temporary directories of dead builds.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run):
+    """Remove entries no cell needs any more.
+
+    \b
+    Example:
+      builder wheels prune --unused --profile all --dry-run
+      builder wheels prune --older-than 30 --leftovers
+    """
+    from .cache import inventory
+
+    if not (unused or older_than is not None or leftovers):
+        raise UserError("wheels prune: say what to remove: --unused, --older-than DAYS and/or --leftovers")
+    if older_than is not None and older_than < 0:
+        raise UserError(f"--older-than: {older_than:g} is negative")
+    wh = _wheelhouse(m, wheelhouse_dir)
+    used = {w.key for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels} if unused else None
+    doomed = [(e.path, why) for e, why in inventory.prunable(wh, used, older_than)]
+    if leftovers:
+        doomed += [(p, "quarantined or left by an interrupted store") for p in inventory.leftovers(wh)]
+    for path, why in doomed:
+        click.echo(f"{'would remove' if dry_run else 'remove'} {path}: {why}")
+        if not dry_run:
+            inventory.remove(path)
+    click.echo(f"{len(doomed)} {'would be ' if dry_run else ''}removed")
 
 
 @main.command("audit")

@@ -66,7 +66,7 @@ class WheelStep:
 
     @property
     def reuse(self) -> bool:
-        return self.hit is not None
+        return self.hit is not None and self.hit.usable
 
     @property
     def action(self) -> str:
@@ -110,7 +110,8 @@ class CellPlan:
             "sass": [archs_mod.sm(a) for a in w.package.built_archs],
             "cache_key": w.key,
             "action": w.action,
-            "cached_in": w.hit.store if w.hit else None,
+            "cached_in": w.hit.store if w.reuse else None,
+            "cache_problem": w.hit.problem if w.hit and not w.reuse else None,
         }
 
 
@@ -122,7 +123,7 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None) -> list[CellPlan]:
         for pkg in cell.packages:
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
-            hit = cache.lookup(pkg.name, key) if cache is not None else None
+            hit = cache.lookup(pkg.name, key, cell.archs) if cache is not None else None
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None))
         out.append(CellPlan(cell, tuple(steps)))
     return out
@@ -146,6 +147,8 @@ def format_plan(plans: list[CellPlan]) -> str:
                 sass = ",".join(map(archs_mod.sm, pkg.built_archs))
             unpinned = pkg.unpinned()
             flag = f"  UNPINNED: {'; '.join(unpinned)}" if unpinned else ""
+            if w.hit is not None and not w.reuse:
+                flag += f"  (cached entry unusable: {w.hit.problem})"
             lines.append(
                 f"  {w.action}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"

@@ -174,13 +174,17 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
                 elif not opts.keep_going:
                     stop = f"{step.name} failed for {subject}"
 
-        for wheel in plan.wheels:
+        try:
+            for wheel in plan.wheels:
+                for step in steps:
+                    if step.scope == "package":
+                        attempt(step, wheel)
+                ctx.release(wheel.package.name)  # the cache key's lock, held from compile to store
             for step in steps:
-                if step.scope == "package":
-                    attempt(step, wheel)
-        for step in steps:
-            if step.scope == "cell":
-                attempt(step, None)
+                if step.scope == "cell":
+                    attempt(step, None)
+        finally:
+            ctx.release()
     outcome.seconds = time.monotonic() - t0
     return outcome
 

@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from builder import matrix as M
 from builder import plan as P
 from builder import resolve
+from builder.cache import file_records
 from builder.cache.local import Wheelhouse
 
 from .helpers import MATRIX, REPO, run_cli
@@ -75,9 +77,17 @@ def test_plan_reports_reuse_for_a_complete_wheelhouse_entry(tmp_path):
     src = tmp_path / "out"
     src.mkdir()
     (src / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK fake wheel for the cache test")
-    wh.store("flash-attn", fa.key, list(src.glob("*.whl")), {"package": "flash-attn"})
+    wheels = list(src.glob("*.whl"))
+    wh.store("flash-attn", fa.key, wheels, {"package": "flash-attn", "files": file_records(wheels),
+                                            "audit": {"ok": True, "archs": [80, 90]}})
     plans = P.plan_cells(cs, wh)
     assert [w.reuse for w in plans[0].wheels] == [False, True]
+    # an entry whose recorded audit failed is no hit (plan says build and why)
+    (Path(plans[0].wheels[1].hit.location) / "builder-wheel.json").write_text(
+        json.dumps({"wheels": [w.name for w in wheels], "files": file_records(wheels), "audit": {"ok": False, "archs": [80, 90]}}))
+    again = P.plan_cells(cs, wh)[0].wheels[1]
+    assert again.reuse is False and again.hit.problem == "its recorded audit did not pass"
+    assert "cached entry unusable: its recorded audit did not pass" in P.format_plan(P.plan_cells(cs, wh))
     # an entry without its manifest (interrupted store) is not a hit
     half = wh.entry_dir("vllm", plans[0].wheels[0].key)
     half.mkdir(parents=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder import archs, matrix, plan, report, resolve, runner
+from builder.cache import file_records
 from builder.cache.local import Wheelhouse
 from builder.errors import CommandError
 from builder.resources import Host
@@ -56,6 +57,7 @@ class FakeCompile:
         if name in self.fail_for:
             raise self.fail_for[name]
         ctx.wheels[name] = [pure_wheel(ctx.out_dir(name), name.replace("-", "_"))]
+        ctx.records[name] = file_records(ctx.wheels[name])
         return StepResult(self.name, name, Status.OK, artifacts={"reused": False})
 
     def dry_run(self, ctx, wheel):
@@ -179,6 +181,7 @@ def test_gates_block_cache_and_image_but_keep_going_still_caches_the_cells_other
                 with zipfile.ZipFile(whl, "a") as zf:
                     zf.write(so, "flash_attn_2_cuda.so")
                 ctx.wheels[name] = [whl]
+                ctx.records[name] = file_records([whl])
                 return StepResult(self.name, name, Status.OK, artifacts={"reused": False})
             return super().run(ctx, wheel)
 
@@ -189,8 +192,8 @@ def test_gates_block_cache_and_image_but_keep_going_still_caches_the_cells_other
     status = {(r.step, r.subject): r for r in out.results}
     assert status[("audit", "flash-attn")].status is Status.OK
     assert status[("cache", "flash-attn")].status is Status.OK
-    assert wh.lookup("flash-attn", p.keys["flash-attn"]) is not None
-    assert wh.lookup("vllm", p.keys["vllm"]) is None
+    assert wh.lookup("flash-attn", p.keys["flash-attn"], (80, 90)).usable
+    assert wh.lookup("vllm", p.keys["vllm"], (80, 90)) is None
     assert status[("image", p.cell.id)].reason == "not run: compile did not pass for vllm" and image.ran == 0
     doc = report.outcome_json(out)
     assert doc["result"] == "failed" and doc["image"] is None

@@ -1,21 +1,40 @@
 """wheelhouse/: the local wheel cache, one directory per (package, cache key) holding the wheels and a
-manifest (builder-wheel.json: key inputs, audit result, wheel names).
+manifest (builder-wheel.json: every file's sha256 and size, the key inputs, the audit result, who built it
+and when).
 
-An entry is written to a temporary directory and renamed into place only once complete, so an
-interrupted build never leaves a half entry that a later plan would call a hit.
+- An entry is written to a temporary directory and renamed into place only once complete, so an
+  interrupted build never leaves a half entry that a later plan would call a hit; temporary directories a
+  killed build left behind are removed by the next store of that key (under the key's lock).
+- Every reuse is verified: the manifest when plan looks (cheap), every file's sha256 when the wheels are
+  fetched. A bad entry is moved to wheelhouse/.quarantine/ (never silently deleted) and rebuilt.
+- `lock(package, key)` is a file lock per key: a second build of the same wheel waits for the first one's
+  compile and then reuses its entry instead of compiling again.
+- Entries follow the umask (shared wheelhouses work for every user of the group).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable, Iterator
 
-from . import CacheHit
+from . import CacheCorrupt, CacheHit, manifest_problem, verify_files
 
 MANIFEST = "builder-wheel.json"
+QUARANTINE = ".quarantine"
+LOCKS = ".locks"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class Wheelhouse:
@@ -27,23 +46,38 @@ class Wheelhouse:
     def entry_dir(self, package: str, key: str) -> Path:
         return self.root / package / key
 
-    def lookup(self, package: str, key: str) -> CacheHit | None:
-        """The complete entry for this key, or None."""
-        d = self.entry_dir(package, key)
-        manifest = d / MANIFEST
-        if not manifest.is_file():
-            return None
+    # -- reading ----------------------------------------------------------------------------------------
+    def read_manifest(self, package: str, key: str) -> dict | None:
+        path = self.entry_dir(package, key) / MANIFEST
         try:
-            meta = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+            return json.loads(path.read_text())
+        except FileNotFoundError:
             return None
-        names = meta.get("wheels", []) if isinstance(meta, dict) else []
-        if not names or not all(isinstance(n, str) and (d / n).is_file() for n in names):
+        except (OSError, ValueError) as exc:
+            return {"__unreadable__": f"{path.name}: {exc}"}
+
+    def lookup(self, package: str, key: str, archs: tuple[int, ...]) -> CacheHit | None:
+        """The entry for this key, or None; an entry that is there but unusable comes back with `problem`."""
+        d = self.entry_dir(package, key)
+        meta = self.read_manifest(package, key)
+        if meta is None:
             return None
-        return CacheHit(self.name, package, key, str(d), tuple(names), meta)
+        problem = meta.get("__unreadable__", "") if isinstance(meta, dict) else ""
+        problem = problem or manifest_problem(meta, archs)
+        names = tuple(meta.get("wheels", ())) if not problem else ()
+        if not problem:
+            for name in names:
+                f = d / name
+                if not f.is_file():
+                    problem = f"{name} is missing"
+                elif f.stat().st_size != meta["files"][name]["bytes"]:
+                    problem = f"{name}: {f.stat().st_size} bytes, the manifest says {meta['files'][name]['bytes']}"
+                if problem:
+                    break
+        return CacheHit(self.name, package, key, str(d), names, meta if isinstance(meta, dict) else {}, problem)
 
     def fetch(self, hit: CacheHit, dest: Path) -> list[Path]:
-        """Hard-link (or copy) the entry's wheels into dest."""
+        """Hard-link (or copy) the entry's wheels into dest, then verify every sha256 against the manifest."""
         dest.mkdir(parents=True, exist_ok=True)
         out = []
         for name in hit.wheels:
@@ -52,27 +86,89 @@ class Wheelhouse:
                 dst.unlink()
             try:
                 os.link(src, dst)
+            except FileNotFoundError:
+                raise CacheCorrupt(f"{self.name} entry {hit.package} {hit.key[:16]}: {name} is missing") from None
             except OSError:
                 shutil.copy2(src, dst)
             out.append(dst)
+        why = verify_files(out, hit.manifest)
+        if why:
+            for f in out:
+                f.unlink(missing_ok=True)
+            raise CacheCorrupt(f"{self.name} entry {hit.package} {hit.key[:16]}: {why}")
         return out
 
+    def entries(self) -> Iterator[tuple[str, str]]:
+        """(package, key) of every entry directory (complete or not), sorted."""
+        if not self.root.is_dir():
+            return
+        for pkg_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for entry in sorted(e for e in pkg_dir.iterdir() if e.is_dir() and not e.name.startswith(".")):
+                yield pkg_dir.name, entry.name
+
+    # -- writing ----------------------------------------------------------------------------------------
     def store(self, package: str, key: str, wheels: list[Path], manifest: dict) -> CacheHit:
-        """Copy the wheels into the entry for this key, atomically."""
+        """Copy the wheels into the entry for this key, atomically, with the manifest."""
         if not wheels:
             raise ValueError(f"nothing to store for {package} (no wheel)")
         final = self.entry_dir(package, key)
         final.parent.mkdir(parents=True, exist_ok=True)
+        self._clean_temporaries(package, key)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
         names = [w.name for w in wheels]
+        mask = _umask()
         try:
             for w in wheels:
-                shutil.copy2(w, tmp / w.name)
-            (tmp / MANIFEST).write_text(json.dumps({**manifest, "wheels": names}, indent=2, sort_keys=True))
+                shutil.copyfile(w, tmp / w.name)
+                os.chmod(tmp / w.name, 0o666 & ~mask)
+            manifest = {**manifest, "wheels": names}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            os.chmod(tmp / MANIFEST, 0o666 & ~mask)
+            os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700
+            why = verify_files([tmp / n for n in names], manifest)
+            if why:  # the copy is not what was audited: never let it become an entry
+                raise CacheCorrupt(f"storing {package} {key[:16]}: {why}")
             if final.exists():
-                shutil.rmtree(final)
+                self.discard(CacheHit(self.name, package, key, str(final), ()), "replaced by a new build")
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return CacheHit(self.name, package, key, str(final), tuple(names), manifest)
+
+    def discard(self, hit: CacheHit, why: str) -> str:
+        """Move an entry to wheelhouse/.quarantine/<package>/<key>-<time>/ with a note saying why; returns
+        where it went."""
+        src = Path(hit.location)
+        if not src.exists():
+            return ""
+        dest = self.root / QUARANTINE / hit.package / f"{hit.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dest)
+        (dest / "QUARANTINED").write_text(why + "\n")
+        return str(dest)
+
+    def _clean_temporaries(self, package: str, key: str) -> None:
+        """Temporary directories of this key left by a build that died mid-store (the caller holds the key's
+        lock, so no live writer owns them)."""
+        for stale in (self.root / package).glob(f".{key[:12]}-*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def lock(self, package: str, key: str, waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Hold the key's file lock; says once (through `waiting`) when another build holds it."""
+        locks = self.root / LOCKS
+        locks.mkdir(parents=True, exist_ok=True)
+        path = locks / f"{package}-{key}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if waiting:
+                    waiting(f"waiting for another build of {package} (key {key[:16]}) to finish")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock

@@ -11,6 +11,7 @@ Adding a step (smoke, publish) means one new module here and one entry in runner
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,7 +85,20 @@ class CellContext:
     log: TextIO
     wheels: dict[str, list[Path]] = field(default_factory=dict)  # package → its wheel files, compiled or fetched
     reused: dict[str, CacheHit] = field(default_factory=dict)  # package → the cache entry its wheels came from
+    records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
     audits: dict[str, AuditReport] = field(default_factory=dict)
+    locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
+
+    def hold(self, package: str, lock: contextlib.AbstractContextManager) -> None:
+        """Keep `lock` until release(package): the runner releases it once the package's steps are done."""
+        stack = self.locks.setdefault(package, contextlib.ExitStack())
+        stack.enter_context(lock)
+
+    def release(self, package: str | None = None) -> None:
+        for name in [package] if package else list(self.locks):
+            stack = self.locks.pop(name, None)
+            if stack:
+                stack.close()
 
     @property
     def cell(self):

@@ -3,8 +3,31 @@ shaped them and what the audit found. (The runner calls this step only after the
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
+import time
+
+from .. import __version__
+from ..cache import MANIFEST_FORMAT
 from ..plan import WheelStep
 from . import CellContext, Status, StepResult
+
+
+def built_by(ctx: CellContext) -> dict:
+    """Who built a wheel, where, when, and with what."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {
+        "user": user,
+        "host": socket.gethostname(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "builder": __version__,
+        "cores": ctx.host.cores,
+        "free_gb": ctx.host.free_gb,
+    }
 
 
 class CacheStep:
@@ -18,12 +41,16 @@ class CacheStep:
             return StepResult(self.name, pkg.name, Status.SKIPPED, f"already in {hit.store}",
                               artifacts={"entry": hit.location})
         entry = ctx.cache.store(pkg.name, wheel.key, ctx.wheels[pkg.name], {
+            "format": MANIFEST_FORMAT,
             "cell": ctx.cell.id,
             "package": pkg.name,
             "version": pkg.version,
             "key": wheel.key,
             "key_inputs": wheel.inputs,
+            "files": ctx.records[pkg.name],
+            "compiled": pkg.recipe.compiled,  # `builder wheels verify` re-checks the device-code rule
             "audit": ctx.audits[pkg.name].to_json(),
+            "built_by": built_by(ctx),
         })
         ctx.note(f"cached {pkg.name}=={pkg.version} in {entry.store} (key {wheel.short_key})")
         return StepResult(self.name, pkg.name, Status.OK, f"stored in {entry.store}", artifacts={"entry": entry.location})

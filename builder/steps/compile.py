@@ -3,22 +3,16 @@ BuildKit (`--target wheels-<package>`) and exported to the cell's work dir."""
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import shlex
+import shutil
 from pathlib import Path
 
 from .. import docker
+from ..cache import CacheCorrupt, file_records
 from ..plan import WheelStep
 from ..resources import Parallelism, choose
 from . import CellContext, Status, StepResult, common_build_args
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.BuildxCall]:
@@ -30,40 +24,69 @@ def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.
     return par, docker.BuildxCall(target=f"wheels-{wheel.package.name}", output=f"type=local,dest={out}", **common)
 
 
-def _wheel_artifacts(wheels: list[Path]) -> dict:
-    return {"wheels": [{"file": w.name, "sha256": sha256_file(w), "bytes": w.stat().st_size} for w in wheels]}
+def _wheel_artifacts(records: dict[str, dict]) -> dict:
+    return {"wheels": [{"file": name, **rec} for name, rec in records.items()]}
 
 
 class CompileStep:
     name = "compile"
     scope = "package"
 
+    def _cached(self, ctx: CellContext, wheel: WheelStep) -> list[Path] | None:
+        """The package's wheels from the cache, verified, or None. A bad entry is reported, taken out of
+        service (the local store quarantines it) and treated as a miss."""
+        pkg = wheel.package
+        hit = ctx.cache.lookup(pkg.name, wheel.key, ctx.cell.archs)
+        if hit is None:
+            return None
+        if hit.usable:
+            try:
+                wheels = ctx.cache.fetch(hit, ctx.out_dir(pkg.name))
+            except CacheCorrupt as exc:
+                hit = dataclasses.replace(hit, problem=str(exc))
+            else:
+                ctx.reused[pkg.name] = hit
+                return wheels
+        where = ctx.cache.discard(hit, hit.problem)
+        ctx.note(f"cache entry of {pkg.name}=={pkg.version} (key {wheel.short_key}) is bad: {hit.problem}; "
+                 f"{'moved to ' + where if where else 'discarded'}; compiling again")
+        return None
+
     def run(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
         pkg = wheel.package
         label = f"{pkg.name}=={pkg.version}"
         out = ctx.out_dir(pkg.name)
-        # asked again: an earlier cell of this run may have stored the same key since plan looked
-        hit = wheel.hit or ctx.cache.lookup(pkg.name, wheel.key)
-        if hit is not None:
-            ctx.note(f"reuse {label} (key {wheel.short_key}, {hit.store})")
-            wheels = ctx.cache.fetch(hit, out)
+        wheels = self._cached(ctx, wheel)
+        if wheels is None:
+            # One compile per key across concurrent builds: hold the key's lock until the wheel is stored
+            # (the runner releases it after the package's steps), then look again — the build we waited for
+            # may have stored it.
+            ctx.hold(pkg.name, ctx.cache.lock(pkg.name, wheel.key, waiting=ctx.note))
+            wheels = self._cached(ctx, wheel)
+        if wheels is not None:
+            hit = ctx.reused[pkg.name]
+            ctx.note(f"reuse {label} (key {wheel.short_key}, {hit.store}; sha256 verified)")
             ctx.wheels[pkg.name] = wheels
-            ctx.reused[pkg.name] = hit
+            ctx.records[pkg.name] = {w.name: hit.manifest["files"][w.name] for w in wheels}  # verified by fetch
             return StepResult(self.name, pkg.name, Status.OK, f"cache hit in {hit.store}",
-                              artifacts={"reused": True, "cached_in": hit.store, **_wheel_artifacts(wheels)})
+                              artifacts={"reused": True, "cached_in": hit.store, **_wheel_artifacts(ctx.records[pkg.name])})
+        if out.exists():
+            shutil.rmtree(out)
         par, call = wheel_call(ctx, wheel)
         ctx.note(f"build {label} (key {wheel.short_key}): {par.why}")
         docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo())
-        wheels = sorted(out.glob("*.whl"))
+        wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
         if not wheels:
             return StepResult(self.name, pkg.name, Status.FAILED,
                               f"the wheels-{pkg.name} stage exported no .whl into {out}")
         ctx.wheels[pkg.name] = wheels
-        return StepResult(self.name, pkg.name, Status.OK, par.why, artifacts={"reused": False, **_wheel_artifacts(wheels)})
+        ctx.records[pkg.name] = file_records(wheels)  # hashed before the audit reads them: what is audited is stored
+        return StepResult(self.name, pkg.name, Status.OK, par.why,
+                          artifacts={"reused": False, **_wheel_artifacts(ctx.records[pkg.name])})
 
     def dry_run(self, ctx: CellContext, wheel: WheelStep) -> list[str]:
         pkg = wheel.package
-        if wheel.hit is not None:
+        if wheel.reuse:
             return [f"# reuse {pkg.name}=={pkg.version} from {wheel.hit.store}: {wheel.hit.location}"]
         par, call = wheel_call(ctx, wheel)
         return [f"# {pkg.name}: {par.why}", shlex.join(call.argv(ctx.opts.docker))]

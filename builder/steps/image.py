@@ -13,6 +13,8 @@ from pathlib import Path
 from .. import docker, pins
 from . import CellContext, Status, StepResult, common_build_args
 
+WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
+
 
 def runtime_call(ctx: CellContext, wheels: Path, metadata: Path) -> docker.BuildxCall:
     common = common_build_args(ctx)
@@ -40,9 +42,13 @@ class ImageStep:
         if stage.exists():
             shutil.rmtree(stage)
         stage.mkdir()
+        sums = []
         for step in ctx.plan.wheels:
             for w in ctx.wheels[step.package.name]:
                 _link_or_copy(w, stage / w.name)
+                sums.append(f"{ctx.records[step.package.name][w.name]['sha256']}  /wheels/{w.name}\n")
+        # The runtime stage checks these before pip sees a wheel: what was audited is what is installed.
+        (stage / WHEEL_SUMS).write_text("".join(sums))
         pins_file = self._pins_file(ctx)
         if pins_file and pins_file.is_file() and not opts.refresh_pins:
             shutil.copy2(pins_file, stage / pins.FILE_IN_CONTEXT)

@@ -195,11 +195,14 @@ RUN apt-get update \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
-# The wheels come from the build context "wheels" (the cell's wheelhouse entries); the constraints keep
-# pip from swapping a compiled package or torch for another build from the index. runtime-pins.txt, when
-# the context has one, pins every pure-Python dependency to what the cell's first build resolved.
+# The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
+# hashes recorded before their audit, checked before pip sees them, so what was audited is what is
+# installed. The constraints keep pip from swapping a compiled package or torch for another build from the
+# index. runtime-pins.txt, when the context has one, pins every pure-Python dependency to what the cell's
+# first build resolved.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flash-attn==2.6.3' > /tmp/constraints.txt \
+    sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flash-attn==2.6.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
  && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
  && rm /tmp/constraints.txt \
