@@ -71,6 +71,44 @@ def _wheelhouse_at(matrix_path, wheelhouse_dir):
     return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(Path(matrix_path))
 
 
+_CACHE_FLAGS = "builder.cache_flags"
+
+
+def cache_options(plan_flag: bool = False):
+    """--cache-remote / --no-remote (and for plan --remote): which remote wheel stores a verb uses. The flags
+    are kept in the click context, so `_cache` finds them without every verb passing them along."""
+
+    def decorate(f):
+        @click.option("--cache-remote", "cache_remotes", multiple=True, metavar="SPEC",
+                      help="A remote wheel store, replacing [defaults.cache] remotes (repeatable): registry (the "
+                           "matrix's registry + /wheels), registry:HOST[:PORT]/REPO or index:URL.")
+        @click.option("--no-remote", is_flag=True, help="The local wheelhouse only: no registry or index look-ups or pushes.")
+        @wraps(f)
+        def wrapper(*args, cache_remotes, no_remote, look_remote=False, **kwargs):
+            click.get_current_context().meta[_CACHE_FLAGS] = (tuple(cache_remotes), no_remote,
+                                                              look_remote or bool(cache_remotes) or not plan_flag)
+            return f(*args, **kwargs)
+
+        if plan_flag:
+            wrapper = click.option("--remote", "look_remote", is_flag=True,
+                                   help="Also look each wheel up in the remote stores (network): local hit / remote "
+                                        "hit (pull) / build. Without it plan asks only the local wheelhouse.")(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def _cache(m, wheelhouse_dir):
+    """The wheel cache of a verb: the wheelhouse, in front of the remote stores its flags or the matrix select."""
+    from .cache.config import selected_remotes
+    from .cache.tiered import cache_for
+
+    ctx = click.get_current_context(silent=True)
+    flags, no_remote, use = ctx.meta.get(_CACHE_FLAGS, ((), False, True)) if ctx else ((), False, True)
+    specs = selected_remotes(m.defaults["cache"]["remotes"], flags, no_remote, m.defaults["registry"])
+    return cache_for(_wheelhouse(m, wheelhouse_dir), specs if use else (), lambda s: click.echo(s, err=True))
+
+
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
 
@@ -133,6 +171,7 @@ def main(ctx, debug):
 @main.command()
 @selection_options
 @wheelhouse_option
+@cache_options(plan_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(m, sel, wheelhouse_dir, as_json):
     """Print every selected cell: image tag, packages it compiles, their cache keys, build or reuse.
@@ -145,7 +184,7 @@ def plan(m, sel, wheelhouse_dir, as_json):
       builder plan --engine sglang --arch 80,90 --json
     """
     cells = resolve.select(m, sel)
-    plans = plan_mod.plan_cells(cells, _wheelhouse(m, wheelhouse_dir))
+    plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir))  # remote look-ups only with --remote
     if as_json:
         click.echo(json.dumps({"cells": [p.to_json() for p in plans]}, indent=2))
     else:
@@ -213,6 +252,7 @@ def matrix_cmd(m, sel):
               help="Resolve the runtime's pure-Python dependencies again instead of using runtime-pins/<cell>.txt.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (wheels already in the wheelhouse are still reused).")
 @click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
+@cache_options()
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON: per cell, every step's result.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
           pins_dir, refresh_pins, no_cache, quiet, as_json):
@@ -251,16 +291,16 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
-    wheelhouse = _wheelhouse(m, wheelhouse_dir)
-    plans = plan_mod.plan_cells(cells, wheelhouse)
+    cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here
+    plans = plan_mod.plan_cells(cells, cache)
     if dry_run:
-        runner.dry_run(plans, wheelhouse, opts, click.echo)
+        runner.dry_run(plans, cache, opts, click.echo)
         return
     runner.check_pins(plans, opts)
     docker.require_buildx()
     # CI cancels with SIGTERM: treat it like Ctrl-C, so the running buildx child is stopped and the table printed
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    outcomes = runner.run_cells(plans, wheelhouse, opts, lambda s: click.echo(s, err=True))
+    outcomes = runner.run_cells(plans, cache, opts, lambda s: click.echo(s, err=True))
     if as_json:
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:
@@ -273,13 +313,16 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
 
 @main.group(cls=BuilderGroup, epilog=EXIT_CODES_HELP)
 def wheels():
-    """The wheel cache: list, verify and prune the entries of the local wheelhouse.
+    """The wheel cache: list, verify and prune the entries of the local wheelhouse; push them to and pull them
+    from the remote stores (an OCI registry, a PEP 503 index: [defaults.cache] or --cache-remote).
 
     \b
     Example:
       builder wheels ls
       builder wheels verify --quarantine
       builder wheels prune --unused --profile all --dry-run
+      builder wheels push --engine vllm --cache-remote registry
+      builder wheels pull --profile all
     """
 
 
@@ -370,6 +413,75 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
         if not dry_run:
             inventory.remove(path)
     click.echo(f"{len(doomed)} {'would be ' if dry_run else ''}removed")
+
+
+def _sync_targets(m, sel, cache, keys):
+    """What `wheels push` / `wheels pull` move: --key entries, else the selected cells' wheels."""
+    from .cache import sync
+    from .cache.tiered import TieredCache
+
+    if not isinstance(cache, TieredCache):
+        raise UserError("no remote wheel store: add remotes to [defaults.cache] in the matrix or pass --cache-remote "
+                        "(e.g. --cache-remote registry or --cache-remote index:http://127.0.0.1:8080/simple)")
+    if keys:
+        known = sync.from_plans(plan_mod.plan_cells(resolve.select(m, matrix_mod.Selection(profiles=("all",))), None))
+        return sync.from_keys(keys, cache, known)
+    return sync.from_plans(plan_mod.plan_cells(resolve.select(m, sel), None))
+
+
+@wheels.command("push")
+@selection_options
+@wheelhouse_option
+@cache_options()
+@click.option("--key", "keys", multiple=True, help="Push this entry (its key, 8+ leading hex characters, or PACKAGE:KEY) "
+                                                   "instead of the selected cells' wheels; repeatable.")
+@click.option("--force", is_flag=True, help="Push even where a remote already holds a good copy.")
+def wheels_push(m, sel, wheelhouse_dir, keys, force):
+    """Push wheelhouse entries to every remote store that takes pushes: each file is verified against its
+    manifest first, an entry a remote already holds is skipped, and where it went (e.g. the registry
+    artifact's digest) is recorded in the local manifest. Exit 1 when a local entry is bad.
+
+    \b
+    Example:
+      builder wheels push --cache-remote registry                # the default profile's wheels
+      builder wheels push --key 3f1c2a9b --cache-remote index:http://127.0.0.1:8080/simple
+    """
+    from .cache import sync
+
+    cache = _cache(m, wheelhouse_dir)
+    targets = _sync_targets(m, sel, cache, keys)
+    if not any(r.push_enabled for r in cache.remotes):
+        raise UserError("wheels push: every selected remote store is pull-only (push = false)")
+    pushed, failed = sync.push(cache, targets, force, click.echo)
+    click.echo(f"{pushed} pushed, {failed} bad, of {len(targets)} entries")
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+@wheels.command("pull")
+@selection_options
+@wheelhouse_option
+@cache_options()
+@click.option("--key", "keys", multiple=True, help="Pull this entry (its key, 8+ leading hex characters, or "
+                                                   "PACKAGE:KEY) instead of the selected cells' wheels; repeatable.")
+def wheels_pull(m, sel, wheelhouse_dir, keys):
+    """Pull the selected cells' wheels (or --key entries) from the remote stores into the wheelhouse: every
+    hash is verified against the manifest before an entry is written. A bad remote copy is reported and left
+    where it is. Exit 1 when a remote copy was bad or a --key entry is in no remote.
+
+    \b
+    Example:
+      builder wheels pull --engine vllm --cache-remote registry
+      builder wheels pull --key cuda-ext:3f1c2a9b
+    """
+    from .cache import sync
+
+    cache = _cache(m, wheelhouse_dir)
+    targets = _sync_targets(m, sel, cache, keys)
+    pulled, missing, bad = sync.pull(cache, targets, click.echo)
+    click.echo(f"{pulled} pulled, {missing} in no remote, {bad} bad, of {len(targets)} entries")
+    if bad or (keys and missing):
+        sys.exit(EXIT_FAILED)
 
 
 @main.command("audit")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import archs as archs_mod
 from . import engines
+from .cache.config import parse_cache_table
 from .engines import Knowledge, did_you_mean
 from .errors import UserError
 
@@ -27,6 +28,7 @@ BUILTIN_DEFAULTS = {
     "base_images": {"devel": "nvidia/cuda:{cuda}-devel-{os}", "runtime": "nvidia/cuda:{cuda}-base-{os}"},
     "mirrors": {},
     "knowledge": [],  # extra engine-knowledge TOML files, relative to the matrix file
+    "cache": {},  # [defaults.cache]: remote wheel stores, see builder/cache/config.py
 }
 _TOP_KEYS = {"defaults", "profiles"}
 _PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images"}
@@ -123,6 +125,7 @@ def load(path: Path) -> Matrix:
 
     extra = tuple(str((path.parent / p).resolve()) for p in _expect(defaults["knowledge"], list, "defaults.knowledge"))
     kn = engines.load_knowledge(extra)
+    defaults["cache"] = parse_cache_table(defaults["cache"], "defaults.cache", defaults["registry"])
     profiles_raw = _expect(raw.get("profiles", {}), dict, "profiles")
     if not profiles_raw:
         raise UserError(f"{path.name}: no [profiles.*] table: nothing to build")

@@ -70,7 +70,9 @@ class WheelStep:
 
     @property
     def action(self) -> str:
-        return "reuse" if self.reuse else "build" if self.looked_up else "unknown"
+        if self.reuse:  # a local hit is reused; a remote one is pulled into the wheelhouse first
+            return "pull" if self.hit.remote else "reuse"
+        return "build" if self.looked_up else "unknown"
 
     @property
     def short_key(self) -> str:
@@ -149,8 +151,10 @@ def format_plan(plans: list[CellPlan]) -> str:
             flag = f"  UNPINNED: {'; '.join(unpinned)}" if unpinned else ""
             if w.hit is not None and not w.reuse:
                 flag += f"  (cached entry unusable: {w.hit.problem})"
+            if w.reuse and w.hit.remote:
+                flag += f"  from {w.hit.location}"
             lines.append(
-                f"  {w.action}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
+                f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"
             )
         lines.append("")

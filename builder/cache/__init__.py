@@ -8,7 +8,9 @@ and never trusted blindly: every file is recorded with its sha256 and size, and 
         back as a hit with `problem` set; plan shows it as "build", the compile step discards it.
     fetch(hit, dest) -> [wheel paths]
         Bring the wheels of a hit into dest and verify each file's sha256 and size against the manifest
-        (streaming). Raises CacheCorrupt on a mismatch; nothing unverified is ever returned.
+        (streaming). Raises CacheCorrupt on a mismatch; nothing unverified is ever returned. A store whose
+        lookup can only see a summary (an index: the manifest travels inside the wheel) completes
+        hit.manifest once the files are verified, so it describes exactly the files returned.
     store(package, key, wheels, manifest) -> CacheHit
         Keep audited wheels (the runner stores only what passed its audit), atomically.
     discard(hit, why)
@@ -17,9 +19,11 @@ and never trusted blindly: every file is recorded with its sha256 and size, and 
         A context manager holding the key's lock from compile to store, so two builds of one wheel compile
         it once (the second waits, then finds the entry).
 
-`local.Wheelhouse` (wheelhouse/ next to the matrix) is the first store; remote stores (an OCI registry, a
-PEP 503 index) implement the same calls, and `tiered.TieredCache` puts them behind the local one
-(pull-through on fetch, write-through on store).
+`local.Wheelhouse` (wheelhouse/ next to the matrix) is the first store; remote stores (`registry.RegistryStore`:
+an OCI registry, one artifact per key; `index.IndexStore`: a PEP 503 index, wheels with a local version label)
+implement the same calls, and `tiered.TieredCache` puts them behind the local one (pull-through on fetch,
+write-through on store). `config` reads which remotes to use ([defaults.cache], --cache-remote) and their
+credentials. A remote that does not answer raises EnvironmentProblem (exit 3), never a silent miss.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class CacheHit:
     wheels: tuple[str, ...]  # wheel file names
     manifest: dict = field(default_factory=dict, compare=False, hash=False)
     problem: str = ""  # set when the entry is there but must not be used (plan: build; compile: discard)
+    remote: bool = False  # a remote store's entry (plan: "pull"); fetching it pulls it into the wheelhouse
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what a store has to say (e.g. a push that failed)
 
     @property
     def usable(self) -> bool:

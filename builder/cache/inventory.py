@@ -12,6 +12,7 @@ from .. import archs as archs_mod
 from ..audit import audit
 from . import CacheHit, manifest_problem, verify_files
 from .local import QUARANTINE, Wheelhouse
+from .tiered import PULLS
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,14 @@ def prunable(wh: Wheelhouse, used_keys: set[str] | None, older_than_days: float 
 
 
 def leftovers(wh: Wheelhouse, stale_after_s: float = 3600) -> list[Path]:
-    """Quarantined entries, and temporary directories of stores that died (older than an hour: a younger
-    one may belong to a build storing right now)."""
+    """Quarantined entries, and temporary directories of stores and pulls that died (older than an hour: a
+    younger one may belong to a build storing right now)."""
     out = sorted((wh.root / QUARANTINE).glob("*/*")) if (wh.root / QUARANTINE).is_dir() else []
     if wh.root.is_dir():
         now = time.time()
+        pulls = wh.root / PULLS  # downloads from a remote store that a killed build left
+        if pulls.is_dir():
+            out += sorted(p for p in pulls.iterdir() if now - p.stat().st_mtime > stale_after_s)
         for pkg in wh.root.iterdir():
             if pkg.is_dir() and not pkg.name.startswith("."):
                 out += sorted(p for p in pkg.iterdir()

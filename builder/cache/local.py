@@ -136,6 +136,21 @@ class Wheelhouse:
             raise
         return CacheHit(self.name, package, key, str(final), tuple(names), manifest)
 
+    def annotate(self, package: str, key: str, extra: dict) -> CacheHit:
+        """Add keys to an entry's manifest (e.g. where a push put it), atomically; the files are untouched."""
+        d = self.entry_dir(package, key)
+        meta = {**json.loads((d / MANIFEST).read_text()), **extra}
+        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}-", dir=d)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(meta, indent=2, sort_keys=True))
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, d / MANIFEST)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return CacheHit(self.name, package, key, str(d), tuple(meta.get("wheels", ())), meta)
+
     def discard(self, hit: CacheHit, why: str) -> str:
         """Move an entry to wheelhouse/.quarantine/<package>/<key>-<time>/ with a note saying why; returns
         where it went."""

@@ -53,7 +53,12 @@ class CacheStep:
             "built_by": built_by(ctx),
         })
         ctx.note(f"cached {pkg.name}=={pkg.version} in {entry.store} (key {wheel.short_key})")
-        return StepResult(self.name, pkg.name, Status.OK, f"stored in {entry.store}", artifacts={"entry": entry.location})
+        for line in entry.notes:  # what remote stores answered; a failed push is a warning, the wheel is cached locally
+            ctx.note(line)
+        remotes = {"remotes": entry.manifest["remotes"]} if entry.manifest.get("remotes") else {}
+        warnings = [n for n in entry.notes if n.startswith("WARNING")]
+        return StepResult(self.name, pkg.name, Status.OK, f"stored in {entry.store}" + (f"; {warnings[0]}" if warnings else ""),
+                          artifacts={"entry": entry.location, **remotes, **({"warnings": warnings} if warnings else {})})
 
     def dry_run(self, ctx: CellContext, wheel: WheelStep) -> list[str]:
         return [] if wheel.hit is not None else [f"# cache {wheel.package.name} under key {wheel.short_key} once audited"]

@@ -49,7 +49,7 @@ class CompileStep:
                 return wheels
         where = ctx.cache.discard(hit, hit.problem)
         ctx.note(f"cache entry of {pkg.name}=={pkg.version} (key {wheel.short_key}) is bad: {hit.problem}; "
-                 f"{'moved to ' + where if where else 'discarded'}; compiling again")
+                 f"{where if hit.remote else 'moved to ' + where if where else 'discarded'}; compiling again")
         return None
 
     def run(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
