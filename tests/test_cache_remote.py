@@ -1,0 +1,630 @@
+"""Remote wheel stores: the images' OCI registry (oras) and a PEP 503 index (twine + pip), pull-through and
+write-through behind the local wheelhouse, against REAL services on 127.0.0.1 started as containers through
+testcontainers (tests/services.py; images built locally from the Debian base). The first part needs no
+service: configuration, relabelled wheels, and a remote that is down."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from builder.cache import CacheCorrupt, file_records
+from builder.cache.config import parse_spec, registry_credentials
+from builder.cache.index import embedded_manifest, label_for, relabel, verify_labelled
+from builder.cache.local import Wheelhouse
+from builder.cache.registry import RegistryStore
+from builder.cache.tiered import PULLS, TieredCache, cache_for
+from builder.errors import EnvironmentProblem, UserError
+
+from .helpers import MATRIX as SHIPPED, REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+KEY = hashlib.sha256(b"cuda-ext test entry").hexdigest()
+ARCHS = (80, 90)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+def make_wheel(dest: Path, payload: bytes = b"\x7fELF fake kernel library", dist: str = "cuda_ext", version: str = "1.0.0") -> Path:
+    """A valid wheel (METADATA, WHEEL, a correct RECORD) carrying `payload` as a library."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{dist}-{version}-cp311-cp311-linux_x86_64.whl"
+    info = f"{dist}-{version}.dist-info"
+    members = {
+        f"{dist}/__init__.py": b"__version__ = '1.0.0'\n",
+        f"{dist}/libsaxpy.so": payload,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: cuda-ext\nVersion: {version}\n\nA test wheel.\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
+    }
+    import base64
+
+    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for n, d in members.items()]
+    members[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    return path
+
+
+def manifest_for(wheels: list[Path], key: str = KEY, audit_ok: bool = True) -> dict:
+    return {"format": 2, "package": "cuda-ext", "version": "1.0.0", "key": key,
+            "key_inputs": {"cuda": "13.0.88", "torch": "2.14.0", "built_archs": [80, 90]},
+            "wheels": [w.name for w in wheels], "files": file_records(wheels), "compiled": False,
+            "audit": {"ok": audit_ok, "archs": [80, 90]}, "built_by": {"at": "2026-11-29T00:00:00Z", "user": "test"}}
+
+
+def rewrite_member(wheel: Path, member_suffix: str, data: bytes, out: Path) -> Path:
+    """A copy of `wheel`, still a valid zip, with one member's content replaced (RECORD left as it was)."""
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info, data if info.filename.endswith(member_suffix) else zin.read(info))
+    return out
+
+
+def matrix_with_cache(tmp: Path, cache_toml: str) -> Path:
+    """The shipped matrix plus a [defaults.cache] table, next to a copy of the lock."""
+    path = tmp / "matrix.toml"
+    path.write_text(SHIPPED.read_text() + "\n[defaults.cache]\n" + cache_toml + "\n")
+    (tmp / "matrix.lock").write_text((REPO / "matrix.lock").read_text())
+    return path
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+# -- configuration ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cache_toml, message", [
+    ('remotes = "registry"', "defaults.cache.remotes: expected a list, got str"),
+    ('remotes = ["s3:bucket"]', "defaults.cache.remotes[0]: 's3:bucket': unknown store kind 's3'"),
+    ('remotes = ["index"]', "defaults.cache.remotes[0]: index needs its URL"),
+    ('remotes = ["index:ftp://host/simple"]', "defaults.cache.remotes[0].url: 'ftp://host/simple' is not an http(s) URL"),
+    ('remotes = ["index:http://u:p@host/simple"]', "put no credentials in the URL"),
+    ('remotes = ["registry:Not A Registry"]', "defaults.cache.remotes[0].url: 'Not A Registry' is not a registry repository"),
+    ('remotes = [{ kind = "index", url = "http://h/simple", push = "yes" }]', "defaults.cache.remotes[0].push: expected true or false"),
+    ('remotes = [{ kind = "registry", upload = "http://h/" }]', "defaults.cache.remotes[0].upload: only an index has an upload URL"),
+    ('remotes = [{ kind = "index", url = "http://h/simple", pull = true }]', "unknown key 'pull'"),
+    ('remotes = ["registry", "registry"]', "defaults.cache.remotes[1]: registry:127.0.0.1:5000/builder/wheels is listed twice"),
+    ('remote = ["registry"]', "defaults.cache: unknown key 'remote'; allowed: remotes"),
+])
+def test_a_bad_cache_table_is_exit_2_naming_the_key(tmp_path, cache_toml, message):
+    res = cli("plan", "--matrix", str(matrix_with_cache(tmp_path, cache_toml)), cwd=tmp_path)
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_cache_specs_in_both_forms():
+    assert parse_spec("registry", "x", "127.0.0.1:5000/builder").url == "127.0.0.1:5000/builder/wheels"
+    spec = parse_spec({"kind": "index", "url": "http://127.0.0.1:8080/simple", "push": False}, "x", "r/b")
+    assert (spec.kind, spec.push, spec.upload) == ("index", False, None)
+    from builder.cache.index import upload_url_for
+
+    assert upload_url_for("http://127.0.0.1:8080/simple/") == "http://127.0.0.1:8080/"
+    assert upload_url_for("https://devpi.example.com/root/dev/+simple/") == "https://devpi.example.com/root/dev/"
+    with pytest.raises(UserError, match="registry, registry:HOST/REPO or index:URL"):
+        parse_spec("oci:x", "--cache-remote oci:x", "r/b")
+
+
+def test_cache_flags_are_checked_before_anything_runs(tmp_path):
+    m = str(FIXTURE / "matrix.toml")
+    res = cli("build", "--matrix", m, "--no-remote", "--cache-remote", "registry", "--work-dir", str(tmp_path / "w"), cwd=tmp_path)
+    assert res.returncode == 2 and "--no-remote and --cache-remote contradict each other" in res.stderr
+    res = cli("plan", "--matrix", m, "--cache-remote", "index:nope", cwd=tmp_path)
+    assert res.returncode == 2 and "is not an http(s) URL" in res.stderr
+    res = cli("wheels", "push", "--matrix", m, "--wheelhouse", str(tmp_path / "wh"), cwd=tmp_path)
+    assert res.returncode == 2 and "no remote wheel store" in res.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_plan_stays_offline_by_default_and_a_down_remote_is_exit_3(tmp_path):
+    """Remotes configured but down: plan (no --remote) neither asks them nor fails; plan --remote and build
+    stop with exit 3 before anything runs, naming the remote and --no-remote; --no-remote builds locally."""
+    port = closed_port()
+    matrix = matrix_with_cache(tmp_path, f'remotes = ["registry:127.0.0.1:{port}/builder/wheels", '
+                                         f'"index:http://127.0.0.1:{port}/simple"]')
+    res = cli("plan", "--matrix", str(matrix), "--wheelhouse", str(tmp_path / "wh"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"build\s+vllm==0\.33\.0", res.stdout)
+    down = cli("plan", "--matrix", str(matrix), "--wheelhouse", str(tmp_path / "wh"), "--remote", cwd=tmp_path)
+    assert down.returncode == 3, down.stderr
+    assert f"cache remote registry 127.0.0.1:{port}/builder/wheels does not answer ([Errno 111] Connection refused)" in down.stderr
+    assert "--no-remote" in down.stderr
+    built = cli("build", "--matrix", str(FIXTURE / "matrix.toml"), "--cache-remote", f"index:http://127.0.0.1:{port}/simple",
+                "--work-dir", str(tmp_path / "work"), "--wheelhouse", str(tmp_path / "wh"), "--dry-run", cwd=tmp_path)
+    assert built.returncode == 3 and f"cache remote index http://127.0.0.1:{port}/simple does not answer" in built.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "wh").exists()
+    local = cli("build", "--matrix", str(FIXTURE / "matrix.toml"), "--no-remote", "--work-dir", str(tmp_path / "work"),
+                "--wheelhouse", str(tmp_path / "wh"), "--dry-run", cwd=tmp_path)
+    assert local.returncode == 0 and "--target wheels-cuda-ext" in local.stdout, local.stderr
+
+
+def test_registry_credentials_come_from_env_or_docker_login_and_are_never_written(tmp_path, monkeypatch):
+    import base64
+
+    monkeypatch.delenv("BUILDER_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("BUILDER_REGISTRY_PASSWORD", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert registry_credentials("127.0.0.1:5000") == (None, "")
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {"127.0.0.1:5000": {"auth": base64.b64encode(b"ci:pw:x").decode()}}}))
+    creds, source = registry_credentials("127.0.0.1:5000")
+    assert creds == ("ci", "pw:x") and "docker login" in source
+    monkeypatch.setenv("BUILDER_REGISTRY_USER", "env-user")
+    with pytest.raises(UserError, match="BUILDER_REGISTRY_PASSWORD is not set but BUILDER_REGISTRY_USER is"):
+        registry_credentials("127.0.0.1:5000")
+    monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "env-pw")
+    assert registry_credentials("127.0.0.1:5000")[0] == ("env-user", "env-pw")
+
+
+# -- relabelled wheels (the index's form) ----------------------------------------------------------------
+def test_relabelled_wheel_is_consistent_and_carries_its_manifest(tmp_path):
+    wheel = make_wheel(tmp_path / "src")
+    manifest = manifest_for([wheel])
+    label = label_for(manifest, KEY)
+    assert label == f"cu130.torch2140.sm80.90.k{KEY[:12]}"
+    out = relabel(wheel, label, manifest, tmp_path)
+    assert out.name == f"cuda_ext-1.0.0+{label}-cp311-cp311-linux_x86_64.whl"
+    (tmp_path / "again").mkdir()
+    assert relabel(wheel, label, manifest, tmp_path / "again").read_bytes() == out.read_bytes()  # deterministic
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        info = f"cuda_ext-1.0.0+{label}.dist-info"
+        assert {f"{info}/METADATA", f"{info}/RECORD", f"{info}/builder-wheel.json"} <= set(names)
+        assert not [n for n in names if n.startswith("cuda_ext-1.0.0.dist-info")]
+        assert f"Version: 1.0.0+{label}\n" in zf.read(f"{info}/METADATA").decode()
+        assert zf.read("cuda_ext/libsaxpy.so") == b"\x7fELF fake kernel library"  # the payload is untouched
+        record = zf.read(f"{info}/RECORD").decode().splitlines()
+        assert len(record) == len(names) and names[-1] == f"{info}/RECORD"
+    meta = verify_labelled(out, "cuda-ext", KEY, ARCHS)
+    assert meta["files"] == manifest["files"] and meta["index"]["original"] == wheel.name
+    assert embedded_manifest(out)["key"] == KEY
+
+
+def test_a_tampered_relabelled_wheel_is_caught(tmp_path):
+    wheel = make_wheel(tmp_path / "src")
+    good = relabel(wheel, label_for(manifest_for([wheel]), KEY), manifest_for([wheel]), tmp_path)
+    for d in ("t4", "t5"):
+        (tmp_path / d).mkdir()
+    cases = {
+        "inside a valid zip": rewrite_member(good, "libsaxpy.so", b"\x7fELF evil", tmp_path / "t1.whl"),
+        "truncated": tmp_path / "t2.whl",
+        "bit-flipped": tmp_path / "t3.whl",
+        "audit failed": relabel(wheel, "x", manifest_for([wheel], audit_ok=False), tmp_path / "t4"),
+        "another key": relabel(wheel, "x", manifest_for([wheel], key="0" * 64), tmp_path / "t5"),
+    }
+    data = good.read_bytes()
+    cases["truncated"].write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 3] ^= 0x01
+    cases["bit-flipped"].write_bytes(bytes(flipped))
+    for what, path in cases.items():
+        with pytest.raises(CacheCorrupt) as err:
+            verify_labelled(path, "cuda-ext", KEY, ARCHS)
+        assert str(err.value), what
+    with pytest.raises(CacheCorrupt, match="libsaxpy.so: sha256"):
+        verify_labelled(cases["inside a valid zip"], "cuda-ext", KEY, ARCHS)
+    with pytest.raises(CacheCorrupt, match="its recorded audit did not pass"):
+        verify_labelled(cases["audit failed"], "cuda-ext", KEY, ARCHS)
+
+
+# -- the registry (real services) ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def service_images(local_bases):
+    from . import services
+
+    return {"registry": services.build_image(services.REGISTRY_IMAGE, services.SERVICES / "registry"),
+            "index": services.build_image(services.INDEX_IMAGE, services.SERVICES / "pypiserver")}
+
+
+@pytest.fixture(scope="module")
+def auth_registry_service(service_images):
+    from . import services
+
+    with services.registry("builder", "pw-" + os.urandom(6).hex()) as svc:
+        yield svc
+
+
+@pytest.fixture
+def registry_env(auth_registry_service, monkeypatch, tmp_path):
+    """Credentials by environment, and an empty DOCKER_CONFIG that must stay empty."""
+    monkeypatch.setenv("BUILDER_REGISTRY_USER", auth_registry_service.user)
+    monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", auth_registry_service.password)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+    (tmp_path / "docker-config").mkdir()
+    yield auth_registry_service
+    assert not list((tmp_path / "docker-config").iterdir()), "credentials must never be written"
+
+
+def stored_entry(tmp: Path, remote: str, payload: bytes = b"\x7fELF fake kernel library", key: str = KEY):
+    """A wheel built and 'audited' (manifest), stored through a TieredCache (wheelhouse + push)."""
+    wheel = make_wheel(tmp / "out", payload)
+    cache = cache_for(Wheelhouse(tmp / "wh-builder"), [parse_spec(remote, "test", "127.0.0.1:1/x")])
+    entry = cache.store("cuda-ext", key, [wheel], manifest_for([wheel], key=key))
+    return cache, entry, wheel
+
+
+def test_registry_push_annotations_digest_and_pull_through_with_basic_auth(registry_env, tmp_path):
+    remote = f"registry:{registry_env.host}/builder/wheels"
+    _, entry, wheel = stored_entry(tmp_path, remote)
+    assert entry.notes and entry.notes[0].startswith("pushed cuda-ext")
+    pushed = entry.manifest["remotes"]["registry"]
+    assert pushed["digest"].startswith("sha256:")
+    assert json.loads((Path(entry.location) / "builder-wheel.json").read_text())["remotes"]["registry"]["digest"] == pushed["digest"]
+    # the OCI manifest: one layer per wheel + the manifest, annotations with key inputs and audit
+    ref = f"http://{registry_env.host}/v2/builder/wheels/cuda-ext/manifests/{KEY}"
+    oci = requests.get(ref, auth=(registry_env.user, registry_env.password),
+                       headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=10)
+    assert oci.headers["Docker-Content-Digest"] == pushed["digest"]
+    ann = oci.json()["annotations"]
+    assert ann["io.builder.key"] == KEY and ann["io.builder.archs"] == "80,90" and ann["io.builder.package"] == "cuda-ext"
+    assert json.loads(ann["io.builder.audit"])["ok"] is True
+    assert json.loads(ann["io.builder.key-inputs"])["cuda"] == "13.0.88"
+    titles = [l["annotations"]["org.opencontainers.image.title"] for l in oci.json()["layers"]]
+    assert titles == [wheel.name, "builder-wheel.json"]
+    # a second machine: empty wheelhouse, the registry only
+    said: list[str] = []
+    other = TieredCache(Wheelhouse(tmp_path / "wh-other"), cache_for(Wheelhouse(tmp_path / "x"), [parse_spec(remote, "t", "")]).remotes, said.append)
+    hit = other.lookup("cuda-ext", KEY, ARCHS)
+    assert hit.remote and hit.usable and hit.store == "registry" and hit.location.endswith("@" + pushed["digest"])
+    paths = other.fetch(hit, tmp_path / "dest")
+    assert [p.read_bytes() for p in paths] == [wheel.read_bytes()]
+    assert hit.manifest["files"][wheel.name]["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    local = other.local.lookup("cuda-ext", KEY, ARCHS)
+    assert local.usable and local.manifest["pulled"]["from"] == f"registry {registry_env.host}/builder/wheels"
+    assert local.manifest["registry"]["digest"] == pushed["digest"]
+    assert any(s.startswith("pulled cuda-ext") and "every sha256 verified" in s for s in said)
+    assert not list((tmp_path / "wh-other" / PULLS).iterdir())
+
+
+def test_registry_credentials_from_docker_login_and_wrong_ones_are_exit_3(auth_registry_service, tmp_path, monkeypatch):
+    import base64
+
+    svc = auth_registry_service
+    monkeypatch.delenv("BUILDER_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("BUILDER_REGISTRY_PASSWORD", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    spec = parse_spec(f"registry:{svc.host}/builder/wheels", "t", "")
+    with pytest.raises(EnvironmentProblem, match=f"asks for credentials: `docker login {svc.host}`"):
+        RegistryStore(spec).lookup("cuda-ext", KEY, ARCHS)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {svc.host: {"auth": base64.b64encode(f"{svc.user}:wrong".encode()).decode()}}}))
+    with pytest.raises(EnvironmentProblem, match="refuses the credentials from docker login"):
+        RegistryStore(spec).lookup("cuda-ext", KEY, ARCHS)
+    config.write_text(json.dumps({"auths": {svc.host: {"auth": base64.b64encode(f"{svc.user}:{svc.password}".encode()).decode()}}}))
+    before = config.read_bytes()
+    RegistryStore(spec).lookup("cuda-ext", "f" * 64, ARCHS)  # logged in: a miss, no error
+    assert config.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def push_raw(svc, key: str, files: dict[str, bytes], tmp: Path) -> None:
+    """Push an artifact by hand (oras, as a person or a broken tool would), replacing the tag."""
+    import oras.provider
+
+    d = tmp / f"raw-{os.urandom(3).hex()}"
+    d.mkdir()
+    paths = []
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        paths.append(str(d / name))
+    client = oras.provider.Registry(hostname=svc.host, insecure=True, auth_backend="basic")
+    client.auth.set_basic_auth(svc.user, svc.password)
+    client.auth.load_configs = lambda *a, **k: None
+    client.push(target=f"{svc.host}/builder/wheels/cuda-ext:{key}", files=paths, disable_path_validation=True, quiet=True)
+
+
+@pytest.mark.parametrize("case", ["tampered inside a valid zip", "truncated", "bit-flipped", "audit failed",
+                                  "blob corrupt on the registry's disk"])
+def test_a_bad_registry_artifact_is_not_used_but_reported_and_healed(registry_env, tmp_path, case):
+    """The compile step's cache path against each corruption: the entry is detected (at lookup or while the
+    download streams), never used, reported as left in the registry; the wheel is rebuilt and its push
+    replaces the artifact — except a blob corrupt on the registry's own disk, which a push cannot replace."""
+    from builder.steps.compile import CompileStep
+
+    svc = registry_env
+    key = hashlib.sha256(case.encode()).hexdigest()
+    remote = f"registry:{svc.host}/builder/wheels"
+    builder_cache, entry, wheel = stored_entry(tmp_path, remote, key=key)
+    good = wheel.read_bytes()
+    meta = json.loads((Path(entry.location) / "builder-wheel.json").read_text())
+    meta.pop("remotes", None)
+    if case == "tampered inside a valid zip":
+        bad = rewrite_member(wheel, "libsaxpy.so", b"\x7fELF evil", tmp_path / "evil.whl").read_bytes()
+        push_raw(svc, key, {wheel.name: bad, "builder-wheel.json": json.dumps(meta).encode()}, tmp_path)
+    elif case == "truncated":
+        push_raw(svc, key, {wheel.name: good[: len(good) // 2], "builder-wheel.json": json.dumps(meta).encode()}, tmp_path)
+    elif case == "bit-flipped":
+        flipped = bytearray(good)
+        flipped[len(good) // 2] ^= 0x10
+        push_raw(svc, key, {wheel.name: bytes(flipped), "builder-wheel.json": json.dumps(meta).encode()}, tmp_path)
+    elif case == "audit failed":
+        push_raw(svc, key, {wheel.name: good, "builder-wheel.json": json.dumps({**meta, "audit": {"ok": False, "archs": [80]}}).encode()}, tmp_path)
+    else:  # flip a byte of the wheel's blob file inside the registry's storage
+        digest = hashlib.sha256(good).hexdigest()
+        blob = f"/var/lib/registry/docker/registry/v2/blobs/sha256/{digest[:2]}/{digest}/data"
+        res = svc.container.exec(["sh", "-c", f"printf 'X' | dd of={blob} bs=1 seek=100 conv=notrunc 2>/dev/null && echo done"])
+        assert b"done" in res.output, res.output
+    # a second machine's build: empty wheelhouse, the registry only; the compile step's cache path
+    cache = cache_for(Wheelhouse(tmp_path / "wh-ci"), [parse_spec(remote, "t", "")])
+    notes: list[str] = []
+
+    class Ctx:  # the part of CellContext the cache path uses
+        reused: dict = {}
+        cell = type("C", (), {"archs": ARCHS})()
+
+        def __init__(self):
+            self.cache = cache
+
+        def out_dir(self, name):
+            return tmp_path / "out-ci"
+
+        def note(self, text):
+            notes.append(text)
+
+    wheel_step = type("W", (), {"key": key, "short_key": key[:16],
+                                "package": type("P", (), {"name": "cuda-ext", "version": "1.0.0"})()})()
+    assert CompileStep()._cached(Ctx(), wheel_step) is None, "a bad remote entry must not be used"
+    (note,) = notes
+    assert "cache entry of cuda-ext==1.0.0" in note and "is bad:" in note and "compiling again" in note
+    assert f"left in registry {svc.host}/builder/wheels (builder never deletes remote data)" in note
+    assert not (tmp_path / "wh-ci" / "cuda-ext").exists() or not list((tmp_path / "wh-ci" / "cuda-ext").iterdir())
+    assert not list((tmp_path / "out-ci").glob("*")) if (tmp_path / "out-ci").exists() else True
+    assert cache.lookup("cuda-ext", key, ARCHS) is None  # skipped for the rest of this run
+    # the rebuild is stored and written through
+    rebuilt = cache.store("cuda-ext", key, [wheel], manifest_for([wheel], key=key))
+    assert rebuilt.notes[0].startswith("pushed cuda-ext")
+    fresh = cache_for(Wheelhouse(tmp_path / "wh-next"), [parse_spec(remote, "t", "")])
+    hit = fresh.lookup("cuda-ext", key, ARCHS)
+    if case == "blob corrupt on the registry's disk":
+        assert "a push cannot replace a blob the registry already has" in note
+        with pytest.raises(CacheCorrupt, match="the registry serves other bytes under the blob digest"):
+            fresh.fetch(hit, tmp_path / "out-next")
+    else:
+        assert hit.usable, hit.problem
+        assert [p.read_bytes() for p in fresh.fetch(hit, tmp_path / "out-next")] == [good]
+
+
+def big_entry(tmp: Path, size: int) -> tuple[Path, dict]:
+    wheel = make_wheel(tmp / "big", os.urandom(size))
+    return wheel, manifest_for([wheel])
+
+
+def test_registry_down_mid_pull_leaves_the_wheelhouse_intact_and_nothing_half_written(service_images, tmp_path, monkeypatch):
+    """The registry is killed once the blob download has started (64 MB: far more than socket buffers hold):
+    a clear exit-3 error naming the remote, no entry, no temporary files; the other entry is untouched."""
+    from . import services
+
+    with services.registry() as svc:
+        remote = parse_spec(f"registry:{svc.host}/builder/wheels", "t", "")
+        wheel, manifest = big_entry(tmp_path, 64 << 20)
+        cache_for(Wheelhouse(tmp_path / "wh-builder"), [remote]).store("cuda-ext", KEY, [wheel], manifest)
+        wh = Wheelhouse(tmp_path / "wh")
+        other_wheel = make_wheel(tmp_path / "other", b"other")
+        wh.store("cuda-ext", "e" * 64, [other_wheel], manifest_for([other_wheel], key="e" * 64))
+        before = {p: p.read_bytes() for p in (tmp_path / "wh").rglob("*") if p.is_file()}
+        cache = cache_for(wh, [remote])
+        hit = cache.lookup("cuda-ext", KEY, ARCHS)
+        assert hit.usable and hit.remote
+        real = RegistryStore._request
+
+        def kill_once_streaming(self, client, url, method, **kw):
+            resp = real(self, client, url, method, **kw)
+            if kw.get("stream"):
+                svc.kill()
+            return resp
+
+        monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", "10")
+        monkeypatch.setattr(RegistryStore, "_request", kill_once_streaming)
+        with pytest.raises(EnvironmentProblem) as err:
+            cache.fetch(hit, tmp_path / "dest")
+        msg = str(err.value)
+        assert f"pulling cuda-ext (key {KEY[:16]}) from registry {svc.host}/builder/wheels failed" in msg
+        assert "stopped during the download" in msg and "Nothing was written to the wheelhouse" in msg
+        after = {p: p.read_bytes() for p in (tmp_path / "wh").rglob("*") if p.is_file()}
+        assert after == before  # the other entry as it was; no new entry, no .part, nothing in .pulls
+        assert wh.lookup("cuda-ext", KEY, ARCHS) is None and wh.lookup("cuda-ext", "e" * 64, ARCHS).usable
+        assert not list((tmp_path / "dest").glob("*"))
+
+
+# -- the index (real pypiserver) -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def index_service(service_images):
+    from . import services
+
+    with services.index("uploader", "pw-" + os.urandom(6).hex()) as svc:
+        yield svc
+
+
+def test_index_upload_with_a_local_label_pip_install_outside_builder_and_pull(index_service, tmp_path, monkeypatch):
+    svc = index_service
+    monkeypatch.setenv("BUILDER_INDEX_USER", svc.user)
+    monkeypatch.setenv("BUILDER_INDEX_PASSWORD", svc.password)
+    url = f"http://{svc.host}/simple"
+    _, entry, wheel = stored_entry(tmp_path, f"index:{url}")
+    label = f"cu130.torch2140.sm80.90.k{KEY[:12]}"
+    assert entry.notes[0].startswith("pushed cuda-ext") and label in entry.notes[0]
+    # pushing again is a no-op (same bytes already there)
+    again = cache_for(Wheelhouse(tmp_path / "wh-builder"), [parse_spec(f"index:{url}", "t", "")])
+    assert again.store("cuda-ext", KEY, [wheel], manifest_for([wheel])).notes[0].startswith("pushed")
+    # people outside builder: pip install by exact local version (and a plain ==1.0.0 finds it too)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--target", str(target),
+                          "--index-url", url + "/", f"cuda-ext==1.0.0+{label}"], capture_output=True, text=True,
+                         env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    (dist_info,) = target.glob("cuda_ext-*.dist-info")
+    assert dist_info.name == f"cuda_ext-1.0.0+{label}.dist-info"
+    assert (target / "cuda_ext" / "libsaxpy.so").read_bytes() == b"\x7fELF fake kernel library"
+    # uploads need the login; reading does not
+    monkeypatch.setenv("BUILDER_INDEX_PASSWORD", "wrong")
+    other = make_wheel(tmp_path / "o", b"other payload")
+    refused = cache_for(Wheelhouse(tmp_path / "wh-2"), [parse_spec(f"index:{url}", "t", "")]).store(
+        "cuda-ext", "d" * 64, [other], manifest_for([other], key="d" * 64))
+    assert refused.notes[0].startswith("WARNING: pushing cuda-ext") and "refused the upload" in refused.notes[0]
+    assert Wheelhouse(tmp_path / "wh-2").lookup("cuda-ext", "d" * 64, ARCHS).usable  # still cached locally
+    # another machine pulls into an empty wheelhouse
+    monkeypatch.delenv("BUILDER_INDEX_USER")
+    monkeypatch.delenv("BUILDER_INDEX_PASSWORD")
+    cache = cache_for(Wheelhouse(tmp_path / "wh-ci"), [parse_spec(f"index:{url}", "t", "")])
+    hit = cache.lookup("cuda-ext", KEY, ARCHS)
+    assert hit.remote and hit.usable and hit.store == "index"
+    (path,) = cache.fetch(hit, tmp_path / "dest")
+    assert path.name == f"cuda_ext-1.0.0+{label}-cp311-cp311-linux_x86_64.whl"
+    local = cache.local.lookup("cuda-ext", KEY, ARCHS)
+    assert local.usable and local.manifest["index"]["original_wheels"] == [wheel.name]
+    assert hit.manifest["files"][path.name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_tampered_index_wheel_is_detected_and_an_index_that_allows_it_is_healed(service_images, tmp_path, monkeypatch):
+    from . import services
+
+    with services.index(overwrite=True) as svc:
+        url = f"http://{svc.host}/simple"
+        _, entry, wheel = stored_entry(tmp_path, f"index:{url}")
+        name = f"cuda_ext-1.0.0+{label_for(entry.manifest, KEY)}-cp311-cp311-linux_x86_64.whl"
+        assert name in entry.notes[0]
+        # replace the file on the index's disk by a wheel tampered inside a valid zip
+        good = Path(tmp_path / "good.whl")
+        cache = cache_for(Wheelhouse(tmp_path / "wh-a"), [parse_spec(f"index:{url}", "t", "")])
+        hit = cache.lookup("cuda-ext", KEY, ARCHS)
+        good.write_bytes(requests.get(hit.manifest["index"]["files"][name]["url"], timeout=10).content)
+        evil = rewrite_member(good, "libsaxpy.so", b"\x7fELF evil", tmp_path / name)
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(evil, arcname=name)
+        assert svc.container.get_wrapped_container().put_archive("/srv/packages", buf.getvalue())
+        cache = cache_for(Wheelhouse(tmp_path / "wh-b"), [parse_spec(f"index:{url}", "t", "")])
+        hit = cache.lookup("cuda-ext", KEY, ARCHS)
+        with pytest.raises(CacheCorrupt, match="libsaxpy.so: sha256"):
+            cache.fetch(hit, tmp_path / "dest")
+        assert "remove" in cache.discard(hit, "tampered") and Wheelhouse(tmp_path / "wh-b").lookup("cuda-ext", KEY, ARCHS) is None
+        # the rebuild's push replaces it (this index allows overwrites); the next pull is good
+        rebuilt = cache.store("cuda-ext", KEY, [wheel], manifest_for([wheel]))
+        assert rebuilt.notes[0].startswith("pushed"), rebuilt.notes
+        fresh = cache_for(Wheelhouse(tmp_path / "wh-c"), [parse_spec(f"index:{url}", "t", "")])
+        (path,) = fresh.fetch(fresh.lookup("cuda-ext", KEY, ARCHS), tmp_path / "dest2")
+        assert path.read_bytes() == good.read_bytes()
+
+
+def test_an_index_that_refuses_overwrites_is_reported_not_fatal(index_service, tmp_path, monkeypatch):
+    svc = index_service
+    monkeypatch.setenv("BUILDER_INDEX_USER", svc.user)
+    monkeypatch.setenv("BUILDER_INDEX_PASSWORD", svc.password)
+    url = f"http://{svc.host}/simple"
+    key = "c" * 64
+    stored_entry(tmp_path, f"index:{url}", key=key)
+    _, second, _ = stored_entry(tmp_path / "b", f"index:{url}", payload=b"\x7fELF different build", key=key)
+    assert second.notes[0].startswith("WARNING") and "refuses to replace it" in second.notes[0], second.notes
+
+
+# -- end to end: builder build with the fixture cell ----------------------------------------------------
+@pytest.fixture(scope="module")
+def e2e(service_images, tmp_path_factory):
+    from . import services
+
+    tmp = tmp_path_factory.mktemp("e2e")
+    with services.registry("ci", "pw-" + os.urandom(6).hex()) as reg, services.index() as idx:
+        env = {"BUILDER_REGISTRY_USER": reg.user, "BUILDER_REGISTRY_PASSWORD": reg.password,
+               "DOCKER_CONFIG": str(tmp / "docker-config")}
+        yield tmp, reg, idx, env
+
+
+def build(tmp: Path, wheelhouse: str, *extra: str, env: dict) -> subprocess.CompletedProcess[str]:
+    return cli("build", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / wheelhouse),
+               "--work-dir", str(tmp / "work"), "--log-dir", str(tmp / f"logs-{wheelhouse}"), "--pins-dir", str(tmp / "pins"),
+               "--ca-bundle", str(HOST_CA), "--quiet", "--json", *extra, cwd=tmp, env=env)
+
+
+CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+REF = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
+
+
+def test_pull_into_an_empty_wheelhouse_then_build_with_zero_compiles(e2e, docker_engine):
+    tmp, reg, idx, env = e2e
+    registry = f"registry:{reg.host}/builder-test/wheels"
+    first = build(tmp, "wh-builder", "--cache-remote", registry, env=env)
+    assert first.returncode == 0, first.stderr
+    (cell,) = json.loads(first.stdout)
+    cache_step = next(s for s in cell["steps"] if s["step"] == "cache")
+    assert cache_step["status"] == "ok" and cache_step["artifacts"]["remotes"]["registry"]["digest"].startswith("sha256:")
+    assert "pushed cuda-ext" in first.stderr
+    assert next(s for s in cell["steps"] if s["step"] == "compile")["artifacts"]["reused"] is False
+    # the same wheel into the index too, by key (people outside builder install it from there)
+    entry = next((tmp / "wh-builder" / "cuda-ext").iterdir())
+    pushed = cli("wheels", "push", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / "wh-builder"),
+                 "--cache-remote", f"index:http://{idx.host}/simple", "--key", entry.name[:12], cwd=tmp, env=env)
+    assert pushed.returncode == 0 and "1 pushed, 0 bad, of 1 entries" in pushed.stdout, pushed.stdout + pushed.stderr
+    # plan on an empty wheelhouse: network-free says build; --remote says pull from the registry
+    plan = cli("plan", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / "wh-ci"), cwd=tmp, env=env)
+    assert re.search(r"build\s+cuda-ext==1\.0\.0", plan.stdout), plan.stdout
+    plan = cli("plan", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / "wh-ci"), "--remote",
+               "--cache-remote", registry, "--json", cwd=tmp, env=env)
+    (pkg,) = json.loads(plan.stdout)["cells"][0]["packages"]
+    assert pkg["action"] == "pull" and pkg["cached_in"] == "registry", pkg
+    # each store alone, into an empty wheelhouse: zero compiles, the image built from the pulled wheel
+    for store, spec in (("registry", registry), ("index", f"index:http://{idx.host}/simple")):
+        res = build(tmp, f"wh-{store}", "--cache-remote", spec, env=env)
+        assert res.returncode == 0, res.stderr
+        (cell,) = json.loads(res.stdout)
+        compile_ = next(s for s in cell["steps"] if s["step"] == "compile")
+        assert compile_["artifacts"]["reused"] is True and compile_["artifacts"]["cached_in"] == store
+        assert cell["built"] == [] and cell["result"] == "ok"
+        assert "--target wheels-cuda-ext" not in (tmp / f"logs-wh-{store}" / f"{CELL}.log").read_text()
+        assert f"pulled cuda-ext (key {entry.name[:16]})" in res.stderr
+        assert Wheelhouse(tmp / f"wh-{store}").lookup("cuda-ext", entry.name, ARCHS).usable
+        shown = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", REF, "-c",
+                                "import importlib.metadata as m; print(m.version('cuda-ext'))"],
+                               capture_output=True, text=True)
+        version = shown.stdout.strip()
+        assert version == "1.0.0" if store == "registry" else version.startswith("1.0.0+cu130.sm80.90.k"), version
+    # wheels pull by cell selection into another empty wheelhouse, then verify it
+    pulled = cli("wheels", "pull", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / "wh-pull"),
+                 "--cache-remote", registry, cwd=tmp, env=env)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+    verified = cli("wheels", "verify", "--matrix", str(FIXTURE / "matrix.toml"), "--wheelhouse", str(tmp / "wh-pull"), cwd=tmp)
+    assert verified.returncode == 0 and "1 of 1 entries verified" in verified.stdout, verified.stdout
+    assert not (tmp / "docker-config" / "config.json").exists()  # credentials are read, never written
+
+
+def test_concurrent_pulls_of_one_key_leave_one_good_entry(registry_env, tmp_path):
+    """Two builds pulling the same key into one wheelhouse at once: both get verified wheels, one entry."""
+    remote = f"registry:{registry_env.host}/builder/wheels"
+    key = "a1" * 32
+    stored_entry(tmp_path, remote, key=key)
+    results, errors = [], []
+
+    def pull(i):
+        try:
+            cache = cache_for(Wheelhouse(tmp_path / "shared"), [parse_spec(remote, "t", "")])
+            with cache.lock("cuda-ext", key):
+                hit = cache.lookup("cuda-ext", key, ARCHS)
+                results.append(cache.fetch(hit, tmp_path / f"dest{i}"))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pull, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and len(results) == 2
+    assert [p.name for p in (tmp_path / "shared" / "cuda-ext").iterdir()] == [key]
