@@ -261,9 +261,21 @@ def stored_entry(tmp: Path, remote: str, payload: bytes = b"\x7fELF fake kernel 
     return cache, entry, wheel
 
 
-def test_registry_push_annotations_digest_and_pull_through_with_basic_auth(registry_env, tmp_path):
+def test_registry_push_annotations_digest_and_pull_through_with_basic_auth(registry_env, tmp_path, monkeypatch):
     remote = f"registry:{registry_env.host}/builder/wheels"
+    statuses: list[int] = []
+    real_send = requests.adapters.HTTPAdapter.send
+
+    def send(self, request, **kw):
+        resp = real_send(self, request, **kw)
+        statuses.append(resp.status_code)
+        return resp
+
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", send)
     _, entry, wheel = stored_entry(tmp_path, remote)
+    # after the one probe of /v2/, Basic credentials go with every request: a registry answers a large upload's
+    # 401 by closing the connection mid-body, so no request may be sent without them
+    assert statuses[0] == 401 and 401 not in statuses[1:], statuses
     assert entry.notes and entry.notes[0].startswith("pushed cuda-ext")
     pushed = entry.manifest["remotes"]["registry"]
     assert pushed["digest"].startswith("sha256:")
@@ -411,10 +423,13 @@ def test_registry_down_mid_pull_leaves_the_wheelhouse_intact_and_nothing_half_wr
     a clear exit-3 error naming the remote, no entry, no temporary files; the other entry is untouched."""
     from . import services
 
-    with services.registry() as svc:
+    with services.registry("mid", "pull") as svc:  # with auth: a 64 MB upload must carry its credentials up front
+        monkeypatch.setenv("BUILDER_REGISTRY_USER", "mid")
+        monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "pull")
         remote = parse_spec(f"registry:{svc.host}/builder/wheels", "t", "")
         wheel, manifest = big_entry(tmp_path, 64 << 20)
-        cache_for(Wheelhouse(tmp_path / "wh-builder"), [remote]).store("cuda-ext", KEY, [wheel], manifest)
+        pushed = cache_for(Wheelhouse(tmp_path / "wh-builder"), [remote]).store("cuda-ext", KEY, [wheel], manifest)
+        assert pushed.notes[0].startswith("pushed"), pushed.notes
         wh = Wheelhouse(tmp_path / "wh")
         other_wheel = make_wheel(tmp_path / "other", b"other")
         wh.store("cuda-ext", "e" * 64, [other_wheel], manifest_for([other_wheel], key="e" * 64))

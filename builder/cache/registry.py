@@ -108,6 +108,10 @@ class RegistryStore:
         client.auth.load_configs = lambda *a, **k: None  # credentials come from config.registry_credentials only
         if creds is not None:
             client.auth.set_basic_auth(*creds)
+            if backend == "basic":
+                # send them with every request: oras would first send each one without, and a registry answers
+                # a large blob upload's 401 by closing the connection mid-body ("Connection aborted")
+                client.session.auth = creds
         if resp.status_code == 401:
             check = self._request(client, f"{self.scheme}://{self.host}/v2/", "GET")
             if check.status_code in (401, 403):
