@@ -623,7 +623,8 @@ def test_pull_into_an_empty_wheelhouse_then_build_with_zero_compiles(e2e, docker
 
 
 def test_concurrent_pulls_of_one_key_leave_one_good_entry(registry_env, tmp_path):
-    """Two builds pulling the same key into one wheelhouse at once: both get verified wheels, one entry."""
+    """Builds pulling the same key into one wheelhouse at once (the compile step's first look holds no lock):
+    each gets verified wheels, one entry, nothing quarantined."""
     remote = f"registry:{registry_env.host}/builder/wheels"
     key = "a1" * 32
     stored_entry(tmp_path, remote, key=key)
@@ -632,14 +633,18 @@ def test_concurrent_pulls_of_one_key_leave_one_good_entry(registry_env, tmp_path
     def pull(i):
         try:
             cache = cache_for(Wheelhouse(tmp_path / "shared"), [parse_spec(remote, "t", "")])
-            with cache.lock("cuda-ext", key):
-                hit = cache.lookup("cuda-ext", key, ARCHS)
-                results.append(cache.fetch(hit, tmp_path / f"dest{i}"))
+            hit = cache.lookup("cuda-ext", key, ARCHS)
+            barrier.wait(timeout=30)
+            results.append(cache.fetch(hit, tmp_path / f"dest{i}"))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=pull, args=(i,)) for i in range(2)]
+    barrier = threading.Barrier(4)
+    threads = [threading.Thread(target=pull, args=(i,)) for i in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert not errors and len(results) == 2
+    assert not errors and len(results) == 4, errors
     assert [p.name for p in (tmp_path / "shared" / "cuda-ext").iterdir()] == [key]
+    assert Wheelhouse(tmp_path / "shared").lookup("cuda-ext", key, ARCHS).usable
+    assert not (tmp_path / "shared" / ".quarantine").exists()  # no good entry was replaced by another pull
+    assert all(r[0].read_bytes() == results[0][0].read_bytes() for r in results)

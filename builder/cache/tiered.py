@@ -87,7 +87,7 @@ class TieredCache:
                     "or --no-remote to compile instead") from None
             size = sum(w.stat().st_size for w in wheels)
             manifest = {**hit.manifest, "pulled": {"from": remote.label, "location": hit.location, "at": now()}}
-            entry = self.local.store(hit.package, hit.key, wheels, manifest)
+            entry = self._store_pulled(hit, wheels, manifest)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         seconds = time.monotonic() - started
@@ -98,6 +98,20 @@ class TieredCache:
         hit.manifest.clear()
         hit.manifest.update(entry.manifest)  # the hit now describes exactly the files handed out
         return self.local.fetch(entry, dest)
+
+    def _store_pulled(self, hit: CacheHit, wheels: list[Path], manifest: dict) -> CacheHit:
+        """Store what was pulled, unless a concurrent build (pulling or compiling the same key without this
+        process's lock) got there first: then its entry is used."""
+        for attempt in (1, 2):
+            there = self.local.lookup(hit.package, hit.key, ())
+            if there is not None and there.usable:
+                return there
+            try:
+                return self.local.store(hit.package, hit.key, wheels, manifest)
+            except OSError:  # the other store renamed its entry into place between our look and our rename
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- writing ------------------------------------------------------------------------------------------
     def store(self, package: str, key: str, wheels: list[Path], manifest: dict) -> CacheHit:
