@@ -251,11 +251,15 @@ def matrix_cmd(m, sel):
 @click.option("--refresh-pins", is_flag=True,
               help="Resolve the runtime's pure-Python dependencies again instead of using runtime-pins/<cell>.txt.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (wheels already in the wheelhouse are still reused).")
+@click.option("--no-smoke", is_flag=True,
+              help="Skip the smoke step (shown skipped in the table and --json; nothing of the cell can then be published).")
+@click.option("--smoke-model", default="tiny", show_default=True,
+              help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy weights).")
 @click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
 @cache_options()
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON: per cell, every step's result.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
-          pins_dir, refresh_pins, no_cache, quiet, as_json):
+          pins_dir, refresh_pins, no_cache, quiet, as_json, no_smoke=False, smoke_model="tiny"):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
     tag the runtime image.
 
@@ -287,6 +291,8 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / pins.DIR_NAME,
         refresh_pins=refresh_pins,
         no_cache=no_cache,
+        smoke=not no_smoke,
+        smoke_model=smoke_model,
         echo_build_output=not quiet,
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
@@ -584,6 +590,11 @@ def doctor(registry, matrix_path, as_json):
                 click.echo(f"     {'':<22} fix: {c.fix}")
     if not all(c.ok for c in checks):
         sys.exit(EXIT_ENVIRONMENT)
+
+
+from .smoke.command import smoke as smoke_command  # noqa: E402 - the verb lives with its stage (builder/smoke/)
+
+main.add_command(smoke_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -55,6 +55,9 @@ class Strategy:
     versions: SpecifierSet
     why_not: str
     flags: tuple[str, ...]
+    expect: tuple[tuple[str, object], ...] = ()  # smoke L2: dotted path in the parsed args -> value
+    k: int = 0  # draft tokens per draft (smoke L3: draft tokens = drafts x k), 0 when not a fixed ratio
+    drafter: str = ""  # the default drafter checkpoint ({drafter} in the flags)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Recipe:
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
+    smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
@@ -338,7 +342,8 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     for rule in pkg["rules"]:
         if v in SpecifierSet(rule["versions"]):  # ranges were checked when the knowledge was loaded
             matched = True
-            merged.update({k: val for k, val in rule.items() if k != "versions"})
+            merged.update({k: val for k, val in rule.items() if k not in ("versions", "smoke")})
+            merged["smoke"] = {**merged.get("smoke", {}), **rule.get("smoke", {})}  # key by key
     if not matched:
         ranges = " | ".join(r["versions"] for r in pkg["rules"])
         raise UserError(f"{name} {version}: no engine knowledge for this version (known ranges: {ranges})")
@@ -357,7 +362,8 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     )
     builds = merged.get("builds_archs", {})
     strategies = {
-        sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]))
+        sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]),
+                        expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""))
         for sname, s in pkg.get("strategies", {}).items()
     }
     return Recipe(
@@ -394,6 +400,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         rust_toolchain=merged.get("rust_toolchain", ""),
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
+        smoke=merged.get("smoke", {}),
         strategies=strategies,
     )
 

@@ -19,11 +19,34 @@ def outcome_json(o: CellOutcome) -> dict:
         "error": o.error or None,
         "log": str(o.log) if o.log else None,
         "steps": [r.to_json() for r in o.results],
+        "smoke": smoke_json(o),
     }
 
 
+def _smoke_result(o: CellOutcome):
+    return next((r for r in o.results if r.step == "smoke"), None)
+
+
+def smoke_json(o: CellOutcome) -> dict | None:
+    """The smoke step's status and reason (skipped with --no-smoke says so), or None when it did not exist."""
+    r = _smoke_result(o)
+    return None if r is None else {"status": r.status.value, "reason": r.reason or None,
+                                   "report": r.artifacts.get("report")}
+
+
+def smoke_cell(o: CellOutcome) -> str:
+    """The smoke column: ok, FAILED, or skipped with its reason's first words."""
+    r = _smoke_result(o)
+    if r is None:
+        return "-"
+    if r.status is Status.SKIPPED:
+        why = (r.reason or "").removeprefix("skipped: ").removeprefix("not run: ").split(" (")[0]
+        return f"skipped: {why}"
+    return "ok" if r.status is Status.OK else "FAILED"
+
+
 def format_table(outcomes: list[CellOutcome], planned: int) -> str:
-    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused")]
+    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused", "smoke")]
     for o in outcomes:
         digest = o.artifact("image", "digest")
         rows.append((
@@ -34,10 +57,14 @@ def format_table(outcomes: list[CellOutcome], planned: int) -> str:
             (digest[:19] + "…") if digest else "-",
             ", ".join(o.packages(reused=False)) or "-",
             ", ".join(o.packages(reused=True)) or "-",
+            smoke_cell(o),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip() for row in rows]
     for o in outcomes:
+        smoke = _smoke_result(o)
+        if o.ok and smoke is not None and smoke.status is not Status.FAILED and smoke.reason:
+            lines.append(f"{o.cell.id}: smoke {smoke.status.value}: {smoke.reason.splitlines()[0]}")
         if o.ok:
             continue
         lines.append(f"{o.cell.id}: {o.error} (log: {o.log})")

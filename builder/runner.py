@@ -32,8 +32,9 @@ from .steps.audit import AuditStep
 from .steps.cache import CacheStep
 from .steps.compile import CompileStep
 from .steps.image import ImageStep
+from .steps.smoke import SmokeStep
 
-STEPS: tuple[Step, ...] = (CompileStep(), AuditStep(), CacheStep(), ImageStep())
+STEPS: tuple[Step, ...] = (CompileStep(), AuditStep(), CacheStep(), ImageStep(), SmokeStep())
 
 # step → the steps that must have passed before it runs
 GATES: dict[str, tuple[str, ...]] = {

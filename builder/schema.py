@@ -113,7 +113,31 @@ KNOB = Table(
 # A literal edit of one source file, when building against a torch in `when_torch` (any torch without it).
 PATCH = Table(required={"file": STR, "replace": STR, "with": STR}, optional={"when_torch": VERSION_RANGE})
 
-STRATEGY = Table(required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)})
+STRATEGY = Table(
+    required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)},
+    # smoke: what the engine's parser must resolve the flags to (dotted attribute paths; a key with
+    # "@resolved" is the engine's own name resolution), draft tokens per draft, the default drafter
+    optional={"expect": TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
+              "k": INT, "drafter": STR},
+)
+
+# What smoke needs to run an engine version (builder/smoke/): how it serves, how its own parser is reached,
+# and which counters prove speculative decoding ran. Rules merge this table key by key.
+SMOKE = Table(optional={
+    "serve_args": ListOf(STR),  # {host} {port}: where it listens
+    "dummy_load": ListOf(STR),  # a checkpoint without weights (random weights)
+    "tiny_args": ListOf(STR),  # for the generated tiny model: small context and memory
+    "completions": STR,  # the OpenAI completions path
+    "server_info": STR,  # a path echoing the resolved server arguments
+    "args_class": STR,  # module:Class with add_cli_args(parser) and from_cli_args(namespace)
+    "parser": ListOf(STR),  # module:Parser factories, the first importable one is used
+    "model_flag": STR,
+    "cpu_env": TableOf(STR),  # the environment its parser needs on a host without a GPU
+    "name_resolver": Table(required={"attr": STR, "call": STR}),  # the engine's own resolution of a value
+    "spec_metrics": Table(optional={"drafts": STR, "draft_tokens": STR, "accepted": STR, "accept_length": STR}),
+    "imports": ListOf(STR),  # more modules that must import (besides serve_modules)
+    "jit_tools": ListOf(STR),  # programs its run-time kernel compilation calls
+})
 
 # where the torch pin comes from: the package's own metadata, the engine that pins the package, no torch, or
 # the metadata of another package ("via:vllm": SGLang 0.3.x runs on the vLLM it pins)
@@ -148,6 +172,7 @@ RULE = Table(
         "rust_toolchain": STR,
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
+        "smoke": SMOKE,
     },
 )
 

@@ -43,7 +43,7 @@ CASES = [
     ("arch-in-matrix-below-75", edit("archs = [80, 90]", "archs = [61, 80]"), ["plan"],
      ["defaults.archs: arch 61 cannot be targeted by CUDA 13.0.3"]),
     ("strategy-engine-cannot-run", edit("strategies = []", 'strategies = ["MTP2"]'), ["plan", "--profile", "cu121"],
-     ["MTP2 cannot run on vllm 0.6.3.post1", "versions that can: vllm>=0.28"]),
+     ["MTP2 cannot run on vllm 0.6.3.post1", "versions that can: vllm>=0.17"]),
     ("unknown-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "DFLASH2"]'), ["plan"],
      ["unknown strategy 'DFLASH2'", "did you mean 'DFlash2'"]),
     ("duplicate-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "MTP2"]'), ["plan"],

@@ -71,6 +71,8 @@ class BuildOptions:
     no_cache: bool = False  # ignore BuildKit's layer cache (the wheel cache still decides what is compiled)
     echo_build_output: bool = True
     docker: str = "docker"
+    smoke: bool = True  # run the smoke step (build --no-smoke: skipped, and nothing can be published)
+    smoke_model: str = "tiny"  # what smoke serves: a local checkpoint directory or the generated tiny model
 
 
 @dataclass

@@ -1,0 +1,202 @@
+"""`builder smoke IMAGE|CELL`: the layered proof as a verb (builder/cli.py registers it)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from .. import archs as archs_mod
+from .. import matrix as matrix_mod
+from .. import resolve
+from ..engines import STRATEGIES
+from ..errors import EXIT_FAILED, UserError
+from .report import LAYERS
+
+EPILOG = """\b
+Exit codes:
+  0  every layer asked for passed or was skipped with a reason
+  1  a layer failed
+  2  bad input, refused before anything ran
+  3  the environment is missing (no Docker daemon for an image)"""
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def parse_strategies(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        return default
+    if value.strip().lower() == "all":
+        return STRATEGIES
+    names = []
+    for v in _split(value):
+        match = next((s for s in STRATEGIES if s.lower() == v.lower()), None)
+        if match is None:
+            from ..engines import did_you_mean
+
+            raise UserError(f"--strategy: {v!r} is not a strategy{did_you_mean(v, STRATEGIES)}; "
+                            f"known: {', '.join(STRATEGIES)}, or all")
+        names.append(match)
+    return tuple(dict.fromkeys(names))
+
+
+def parse_layers(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return LAYERS
+    layers = tuple(v.upper() for v in _split(value))
+    bad = [v for v in layers if v not in LAYERS]
+    if bad:
+        raise UserError(f"--layers: {', '.join(bad)} unknown; layers are {', '.join(LAYERS)}")
+    return tuple(x for x in LAYERS if x in layers)
+
+
+def parse_env(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or not key:
+            raise UserError(f"--env {v!r}: write NAME=VALUE")
+        out[key] = val
+    return out
+
+
+def find_cell(m, sel, target: str):
+    """A cell by id (any profile of the matrix), or the cell an image's io.builder.cell label names."""
+    cells = resolve.select(m, sel)
+    by_id = {c.id: c for c in cells}
+    if target in by_id:
+        return by_id[target], None
+    if not sel.profiles:  # the target may be a cell of another profile
+        try:
+            every = resolve.select(m, matrix_mod.Selection(**{**sel.__dict__, "profiles": ("all",)}))
+            by_id.update({c.id: c for c in every})
+        except UserError:
+            pass
+        if target in by_id:
+            return by_id[target], None
+    if ":" in target or "/" in target:  # an image reference
+        return None, target
+    raise UserError(f"{target}: neither a cell of {m.path} nor an image reference; cells: {', '.join(sorted(by_id)) or 'none'}")
+
+
+@click.command("smoke", epilog=EPILOG)
+@click.argument("target")
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False),
+              help="The matrix the cell comes from.")
+@click.option("--profile", multiple=True, help="Profiles to look in (default: the matrix's default, then all).")
+@click.option("--arch", "arch", default=None, help="SM archs of the cell, e.g. 80,90 (as given to build).")
+@click.option("--strategy", "strategy", default=None,
+              help="MTP2,MTP7,DFlash2 or all (default: the cell's strategies).")
+@click.option("--model", "model", default="tiny", show_default=True,
+              help="A local checkpoint directory, or 'tiny': a generated Qwen3.5-class FP8 model served with dummy weights.")
+@click.option("--drafter", default=None, help="The DFlash2 drafter (default: the tiny drafter with --model tiny, else the data's).")
+@click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,L2 (default: all; L3 needs a GPU).")
+@click.option("--launcher", type=click.Choice(["auto", "docker", "process"]), default="auto", show_default=True,
+              help="docker: a container of the image; process: the engine installed for --python on this host (no Docker).")
+@click.option("--python", "python", default="python3", show_default=True,
+              help="The interpreter whose environment holds the engine (process launcher).")
+@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
+              help="auto: use the GPUs when nvidia-smi finds some (else L3 is skipped); none: run L3 without GPUs "
+                   "(CPU engines, test doubles).")
+@click.option("--boot-timeout", type=float, default=900.0, show_default=True, help="Seconds the engine may take to become ready.")
+@click.option("--port", type=int, default=None, help="Port on 127.0.0.1 for the engine (default: a free one).")
+@click.option("--engine-args", default="", help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
+@click.option("--report-dir", type=click.Path(file_okay=False), default="logs/smoke", show_default=True,
+              help="smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table.")
+def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, launcher, python, gpus, boot_timeout,
+          port, engine_args, env, report_dir, as_json):
+    """Prove that an image (or an engine install) of a cell serves the model under each strategy, in layers:
+    L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
+    import and the audit passes inside the image; L2 the engine's own argument parser resolves each strategy's
+    flags to the intended config; L3 (GPU host) boot, one completion, speculative decoding seen to run, with
+    boot time, TTFT, latency and tokens/s. Results per image x strategy x layer: pass / fail / skip with
+    the reason; JSON and JUnit XML reports.
+
+    \b
+    Example:
+      builder smoke vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90 --strategy all
+      builder smoke 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --layers L0,L1,L2
+      # a GPU host without Docker, vLLM installed for python3:
+      builder smoke vllm-0.26.0-cu130-torch2.11.0-py312-sm90 --matrix tests/fixtures/gpu-host/matrix.toml \\
+          --launcher process --strategy MTP2,MTP7 --model tiny
+    """
+    from . import Model, SmokeOptions, detect_gpu, report, smoke_image, smoke_process
+    from .launch import docker_client
+
+    sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
+                               profiles=tuple(p for v in profile for p in _split(v)))
+    m = matrix_mod.load(Path(matrix_path))
+    cell, image = find_cell(m, sel, target)
+    layer_list = parse_layers(layers)
+    extra_env = parse_env(env)
+    try:
+        extra_args = tuple(shlex.split(engine_args))
+    except ValueError as exc:
+        raise UserError(f"--engine-args: {exc}") from None
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"--port: {port} is not a TCP port")
+    if boot_timeout <= 0:
+        raise UserError(f"--boot-timeout: must be positive, got {boot_timeout:g}")
+    if launcher == "auto":
+        launcher = "docker"
+    if launcher == "process" and image is not None:
+        raise UserError(f"--launcher process runs a cell's engine installed on this host; {target} is an image: "
+                        "name the cell id instead")
+    client = None
+    if launcher == "docker":
+        client = docker_client()  # exit 3 when the daemon does not answer
+        if image is None:
+            image = cell.ref
+        try:
+            labels = client.images.get(image).labels or {}
+        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+            raise UserError(f"{image}: no such local image (build it with `builder build`, or pull it first)") from None
+        if cell is None:
+            label = labels.get("io.builder.cell")
+            if not label:
+                raise UserError(f"{image} carries no io.builder.cell label: it was not built by builder")
+            cell, _ = find_cell(m, sel, label)
+            if cell is None:
+                raise UserError(f"{image} is labelled cell {label}, which {m.path} does not have")
+    strategies = parse_strategies(strategy, cell.strategies)
+    have_gpu, why_no_gpu, gpu_arch = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
+    if gpus == "all" and not have_gpu:
+        raise UserError(f"--gpus all: {why_no_gpu}")
+    out_dir = Path(report_dir).resolve() / cell.id
+    opts = SmokeOptions(
+        strategies=strategies,
+        model=Model.resolve(model, drafter),
+        layers=layer_list,
+        gpus=have_gpu,
+        l3_without_gpu=gpus == "none",
+        no_gpu_reason=why_no_gpu,
+        gpu_arch=gpu_arch,
+        boot_timeout=boot_timeout,
+        port=port,
+        extra_args=extra_args,
+        extra_env=extra_env,
+        log_dir=out_dir,
+    )
+    say = (lambda s: click.echo(s, err=True))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # CI cancels with SIGTERM: stop the engine too
+    if launcher == "docker":
+        rep = smoke_image(cell, image, opts, say, client=client)
+    else:
+        rep = smoke_process(cell, python, opts, say, extra_env=extra_env)
+    js, xml = report.write([rep], out_dir)
+    if as_json:
+        click.echo(json.dumps(rep.to_json(), indent=2))
+    else:
+        click.echo(report.table([rep]))
+        click.echo(f"reports: {js} {xml}")
+    if not rep.ok:
+        sys.exit(EXIT_FAILED)
+

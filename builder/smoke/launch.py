@@ -1,0 +1,288 @@
+"""Where the engine runs for smoke: a container of the image (the `docker` SDK, GPUs through device requests)
+or a plain process in a Python environment (a GPU host without Docker). Both run the same probe and the same
+launch line; only how a path, the host address and the GPUs reach the engine differs.
+
+The engine is always stopped and its container removed: Server.stop() runs from a `finally`, so a failure,
+a timeout and Ctrl-C (SIGTERM is turned into KeyboardInterrupt by the CLI) all end it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import EnvironmentProblem, UserError
+
+log = logging.getLogger("builder.commands")
+
+PROBE = Path(__file__).with_name("probe.py")
+MARK = "BUILDER-PROBE-RESULT: "
+
+
+@dataclass
+class ProbeRun:
+    returncode: int
+    output: str  # stdout and stderr together
+
+    def result(self) -> dict | None:
+        import json
+
+        for line in reversed(self.output.splitlines()):
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK):])
+        return None
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join(self.output.strip().splitlines()[-n:])
+
+
+class Server(Protocol):
+    log_path: Path
+
+    def exit_code(self) -> int | None: ...  # None while it runs
+
+    def stop(self) -> None: ...
+
+
+class Launcher(Protocol):
+    name: str
+    host: str  # the address the engine binds to
+    gpus: bool
+
+    def where(self, path: Path) -> str: ...  # how a host path (mounted read-only) reaches the engine
+
+    def probe(self, command: str, spec: dict, env: dict[str, str], timeout: float) -> ProbeRun: ...
+
+    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> Server: ...
+
+
+# -- a plain process ---------------------------------------------------------------------------------------
+@dataclass
+class ProcessServer:
+    proc: subprocess.Popen
+    log_path: Path
+    _log: object = None
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(self.proc.pid, sig)  # the engine and every worker it started
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        else:
+            try:  # workers the engine left behind in its process group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._log is not None:
+            self._log.close()
+
+
+@dataclass
+class ProcessLauncher:
+    """Runs the engine's launch line in a Python environment of this host (no Docker): `python` is its
+    interpreter; a console script (`vllm`) is looked up beside it, then on PATH."""
+
+    python: str = "python3"
+    name: str = "process"
+    host: str = "127.0.0.1"
+    gpus: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def where(self, path: Path) -> str:
+        return str(Path(path).resolve())
+
+    def _env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**os.environ, **self.extra_env, **env}
+
+    def _resolve(self, argv: list[str]) -> list[str]:
+        first = argv[0]
+        if first in ("python", "python3"):
+            return [self.python, *argv[1:]]
+        beside = Path(self.python).parent / first if os.sep in self.python else None
+        found = str(beside) if beside and beside.is_file() else shutil.which(first)
+        if not found:
+            raise UserError(f"{first}: not found beside {self.python} or on PATH (install the engine in that "
+                            "environment, or put its bin/ on PATH)")
+        return [found, *argv[1:]]
+
+    def probe(self, command: str, spec: dict, env: dict[str, str], timeout: float) -> ProbeRun:
+        import json
+
+        argv = [self.python, str(PROBE), command, json.dumps(spec)]
+        log.debug("$ %s %s %s <spec>", self.python, PROBE, command)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env))
+        except FileNotFoundError:
+            raise UserError(f"--python {self.python}: not found") from None
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
+            return ProbeRun(124, out + f"\nprobe {command} timed out after {timeout:g}s")
+        return ProbeRun(proc.returncode, proc.stdout + proc.stderr)
+
+    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ProcessServer:
+        argv = self._resolve(argv)
+        log.debug("$ %s", shlex.join(argv))
+        out = open(log_path, "w")
+        out.write(f"$ {shlex.join(argv)}\n")
+        out.flush()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self._env(env), start_new_session=True)
+        return ProcessServer(proc, log_path, out)
+
+
+# -- a container -------------------------------------------------------------------------------------------
+def docker_client():
+    try:
+        import docker as docker_sdk
+    except ImportError:
+        raise EnvironmentProblem("the `docker` Python package is missing: pip install docker "
+                                 "(it is a dependency of builder; reinstall builder)") from None
+    try:
+        client = docker_sdk.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and requests' errors
+        raise EnvironmentProblem(f"the Docker daemon is not reachable: {exc}\n"
+                                 "fix: run scripts/setup-docker.sh (as root); `builder doctor` says more") from None
+    return client
+
+
+@dataclass
+class ContainerServer:
+    container: object
+    log_path: Path
+    _thread: threading.Thread | None = None
+
+    def exit_code(self) -> int | None:
+        try:
+            self.container.reload()
+        except Exception:  # noqa: BLE001 - gone
+            return -1
+        if self.container.status in ("exited", "dead"):
+            return self.container.attrs.get("State", {}).get("ExitCode", -1)
+        return None
+
+    def stop(self) -> None:
+        try:
+            self.container.stop(timeout=15)
+        except Exception:  # noqa: BLE001 - already stopped or gone
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        try:
+            self.container.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@dataclass
+class DockerLauncher:
+    """Runs the engine in a container of `image` (never pulled). GPUs, when asked for, go through a device
+    request for every GPU; host paths are mounted read-only under /smoke/."""
+
+    image: str
+    gpus: bool = False
+    name: str = "docker"
+    host: str = "0.0.0.0"
+    client: object = None
+    mounts: dict[str, str] = field(default_factory=dict)  # host path -> path in the container
+
+    def __post_init__(self):
+        if self.client is None:
+            self.client = docker_client()
+
+    def where(self, path: Path) -> str:
+        host = str(Path(path).resolve())
+        if host not in self.mounts:
+            self.mounts[host] = f"/smoke/m{len(self.mounts)}/{Path(host).name}"
+        return self.mounts[host]
+
+    def _kwargs(self, env: dict[str, str]) -> dict:
+        import docker as docker_sdk
+
+        volumes = {h: {"bind": c, "mode": "ro"} for h, c in self.mounts.items()}
+        kw = {"environment": env, "volumes": volumes, "detach": True}
+        if self.gpus:
+            kw["device_requests"] = [docker_sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return kw
+
+    def _run(self, entrypoint: list[str], args: list[str], env: dict[str, str], **extra):
+        """Start a container named builder-smoke-<random>; one the daemon refused to start is removed."""
+        name = f"builder-smoke-{uuid.uuid4().hex[:12]}"
+        log.debug("docker run --name %s %s (SDK) --entrypoint %s %s", name, self.image, entrypoint, args[:3])
+        try:
+            return self.client.containers.run(self.image, command=args, entrypoint=entrypoint, name=name,
+                                              labels={"io.builder.smoke": "1"}, **self._kwargs(env), **extra)
+        except Exception:
+            try:  # a failed start leaves the container in state "created"
+                self.client.containers.get(name).remove(force=True)
+            except Exception:  # noqa: BLE001 - never created
+                pass
+            raise
+
+    def probe(self, command: str, spec: dict, env: dict[str, str], timeout: float) -> ProbeRun:
+        import json
+
+        probe = self.where(PROBE)
+        c = self._run(["python3"], [probe, command, json.dumps(spec)], env, network_mode="none")
+        try:
+            try:
+                code = c.wait(timeout=timeout).get("StatusCode", -1)
+            except Exception:  # noqa: BLE001 - the SDK raises requests' ConnectionError on a read timeout
+                c.kill()
+                code = 124
+            out = c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            if code == 124:
+                out += f"\nprobe {command} timed out after {timeout:g}s"
+            return ProbeRun(code, out)
+        finally:
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ContainerServer:
+        try:
+            c = self._run([argv[0]], argv[1:], env, ports={f"{port}/tcp": ("127.0.0.1", port)})
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: port taken, no GPU runtime, ...
+            raise StartFailed(f"the container did not start: {getattr(exc, 'explanation', None) or exc}") from None
+        server = ContainerServer(c, log_path)
+
+        def pump():
+            with open(log_path, "wb") as out:
+                out.write(f"$ docker run {self.image} {shlex.join(argv)}\n".encode())
+                try:
+                    for chunk in c.logs(stream=True, follow=True):
+                        out.write(chunk)
+                        out.flush()
+                except Exception:  # noqa: BLE001 - the container went away
+                    pass
+
+        server._thread = threading.Thread(target=pump, daemon=True)
+        server._thread.start()
+        time.sleep(0.2)
+        return server
+
+
+class StartFailed(Exception):
+    """The engine could not be started at all (its container was refused)."""
+

@@ -1,0 +1,604 @@
+"""The four smoke layers for one image (or Python environment) of a cell, read from the engine data.
+
+- L0 metadata: the image's labels name the cell, and the engine, torch, CUDA and Python versions inside equal
+  the plan.
+- L1 inside: the engine, its serving modules and every compiled extension of the cell's packages import (or,
+  for a library that needs the NVIDIA driver, are known to need it); the audit of those files passes for the
+  cell's archs; the engine's own runtime checks (e.g. vLLM's has_flashinfer()) pass; the tools its JIT paths
+  need are on PATH.
+- L2 per strategy: the engine's own argument parser accepts the strategy's flags and resolves them to the
+  values the data expects (and, where the data names one, the engine's own name resolution accepts the
+  value: SGLang's parser lets any --speculative-algorithm through).
+- L3 per strategy, on a GPU host: boot with the model read-only and hub access off, wait for readiness while
+  the log streams to a file, one completion must return text, speculative decoding must be seen to run
+  (counters rise, draft tokens = drafts × K where the data says so, the server's own view of its
+  speculative settings), with boot time, time to first token, latency and output tokens/s.
+
+A layer runs only when the lower layers that were asked for passed (for L2/L3: for the same strategy); a
+strategy the engine version cannot run is refused from the data, with the data's reason, before L2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from .. import archs as archs_mod
+from ..engines import Strategy
+from ..resolve import Cell
+from . import tinymodel
+from .launch import Launcher, ProbeRun, StartFailed
+from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
+
+HUB_OFF = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+PROMPT = "The capital of France is"
+
+
+@dataclass(frozen=True)
+class Model:
+    target: Path
+    drafter: str | Path | None = None  # a local drafter directory, or None for the data's default
+    tiny: bool = False
+
+    @property
+    def has_weights(self) -> bool:
+        return any(self.target.glob("*.safetensors")) or any(self.target.glob("*.bin"))
+
+    @classmethod
+    def resolve(cls, spec: str, drafter: str | None = None, cache_dir: Path | None = None) -> "Model":
+        from ..errors import UserError
+
+        if spec == "tiny":
+            tm = tinymodel.ensure(cache_dir)
+            return cls(tm.target, Path(drafter) if drafter else tm.drafter, tiny=True)
+        target = Path(spec)
+        if not (target / "config.json").is_file():
+            raise UserError(f"--model {spec}: not a model directory (no config.json); give a local checkpoint "
+                            "or 'tiny' (hub access is off during smoke)")
+        d = Path(drafter) if drafter and Path(drafter).is_dir() else drafter
+        return cls(target.resolve(), d)
+
+
+@dataclass
+class SmokeOptions:
+    strategies: tuple[str, ...]
+    model: Model
+    layers: tuple[str, ...] = LAYERS
+    gpus: bool = False  # start the engine with the GPUs (L3 is skipped without them unless forced)
+    l3_without_gpu: bool = False  # --gpus none: run L3 anyway (CPU engines, test doubles)
+    no_gpu_reason: str = "this host has no NVIDIA GPU"
+    gpu_arch: int | None = None
+    boot_timeout: float = 900.0
+    request_timeout: float = 300.0
+    port: int | None = None
+    extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path = Path("logs/smoke")
+    probe_timeout: float = 600.0
+    max_tokens: int = 64
+
+
+# -- small helpers -----------------------------------------------------------------------------------------
+def _same_version(found: str | None, planned: str) -> bool:
+    if found is None:
+        return False
+    try:
+        return Version(found).public == Version(planned).public
+    except InvalidVersion:
+        return found == planned
+
+
+def _major_minor(v: str | None) -> str:
+    return ".".join((v or "").split(".")[:2])
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something listens on (or holds) 127.0.0.1:port; connections left in TIME_WAIT do not count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _probe_failure(run: ProbeRun, what: str) -> str:
+    return f"the {what} probe did not report (exit {run.returncode}):\n{run.tail()}"
+
+
+# -- L0 ----------------------------------------------------------------------------------------------------
+LABEL_FIELDS = (("io.builder.cell", "id"), ("io.builder.engine", "engine"), ("io.builder.engine.version", "version"),
+                ("io.builder.cuda", "cuda"), ("io.builder.torch", "torch"), ("io.builder.python", "python"))
+
+
+def l0(cell: Cell, launcher: Launcher, labels: dict | None, opts: SmokeOptions) -> Result:
+    problems, seen = [], {}
+    if labels is not None:
+        if "io.builder.cell" not in labels:
+            return Result("L0", None, FAIL, "the image carries no io.builder.* labels: it was not built by builder")
+        for label, attr in LABEL_FIELDS:
+            want = str(getattr(cell, attr))
+            if labels.get(label, "") != want:
+                problems.append(f"label {label} is {labels.get(label)!r}, the plan says {want!r}")
+        want_archs = ",".join(map(str, cell.archs))
+        if labels.get("io.builder.archs") != want_archs:
+            problems.append(f"label io.builder.archs is {labels.get('io.builder.archs')!r}, the plan says {want_archs!r}")
+    dists = {p.recipe.pypi: p.version for p in cell.packages}
+    run = launcher.probe("env", {"dists": sorted(dists), "torch": bool(cell.torch)}, {}, opts.probe_timeout)
+    env = run.result()
+    if env is None or "error" in env:
+        return Result("L0", None, FAIL, _probe_failure(run, "env") if env is None else env["error"])
+    for dist, want in sorted(dists.items()):
+        found = env["dists"].get(dist)
+        seen[dist] = found
+        if not _same_version(found, want):
+            problems.append(f"{dist} {found or 'is not installed'}{'' if found is None else ''}, the plan says {want}")
+    if _major_minor(env["python"]) != cell.python:
+        problems.append(f"Python {env['python']}, the plan says {cell.python}")
+    seen["python"] = env["python"]
+    if cell.torch:
+        seen["torch"], seen["torch_cuda"] = env.get("torch"), env.get("torch_cuda")
+        if env.get("torch_error") or not _same_version(env.get("torch"), cell.torch):
+            problems.append(f"torch {env.get('torch') or env.get('torch_error')}, the plan says {cell.torch}")
+        if _major_minor(env.get("torch_cuda")) != _major_minor(cell.cuda):
+            problems.append(f"torch is built for CUDA {env.get('torch_cuda')}, the plan says {cell.cuda}")
+    else:
+        cuda = env.get("cuda_env") or ""
+        majors = {f.split(".so.")[1].split(".")[0] for f in env.get("libcudart", [])}
+        seen["cuda"] = cuda or ",".join(sorted(majors)) or None
+        if cuda and _major_minor(cuda) != _major_minor(cell.cuda):
+            problems.append(f"CUDA_VERSION {cuda}, the plan says {cell.cuda}")
+        elif not cuda and majors and cell.cuda.split(".")[0] not in majors:
+            problems.append(f"libcudart.so.{','.join(sorted(majors))}, the plan says CUDA {cell.cuda}")
+    if problems:
+        return Result("L0", None, FAIL, "\n".join(problems), figures=seen)
+    where = "labels and versions" if labels is not None else "versions (no image: the process launcher has no labels)"
+    return Result("L0", None, PASS, f"{where} match the plan", figures=seen)
+
+
+# -- L1 ----------------------------------------------------------------------------------------------------
+def l1(cell: Cell, launcher: Launcher, opts: SmokeOptions, audit_files) -> Result:
+    eng = cell.engine_recipe
+    smoke = eng.smoke
+    modules = list(dict.fromkeys([cell.engine.replace("-", "_"), *getattr(eng, "serve_modules", ()),
+                                  *smoke.get("imports", [])]))
+    compiled = [p for p in cell.packages if p.recipe.compiled]
+    spec = {"torch": bool(cell.torch), "modules": modules, "dists": [p.recipe.pypi for p in compiled],
+            "checks": list(getattr(eng, "runtime_checks", ())), "tools": list(smoke.get("jit_tools", []))}
+    env = dict(smoke.get("cpu_env", {})) if not launcher.gpus else {}
+    run = launcher.probe("imports", spec, env, opts.probe_timeout)
+    res = run.result()
+    if res is None or "error" in res:
+        return Result("L1", None, FAIL, _probe_failure(run, "imports") if res is None else res["error"])
+    problems, notes, figures = [], [], {}
+    for mod, (status, detail) in res["modules"].items():
+        if status != "ok":
+            problems.append(f"import {mod}: {detail}")
+    by = {}
+    for e in res["extensions"]:
+        by.setdefault(e["status"], []).append(e)
+    for e in by.get("failed", []):
+        problems.append(f"{e['dist']}: {e['file'] or ''} does not load: {e['detail']}")
+    if by.get("needs-driver"):
+        names = ", ".join(e["file"] for e in by["needs-driver"])
+        if launcher.gpus:
+            problems += [f"{e['file']} does not load even with the GPUs: {e['detail']}" for e in by["needs-driver"]]
+        else:
+            notes.append(f"{len(by['needs-driver'])} need the NVIDIA driver (libcuda), absent here: {names}")
+    figures["extensions_loaded"] = len(by.get("ok", []))
+    figures["extensions_for_other_pythons"] = len(by.get("other-python", []))
+    for c in res["checks"]:
+        if c["error"]:
+            problems.append(f"runtime check failed: {c['error']}")
+    for tool, path in res["tools"].items():
+        if not path:
+            problems.append(f"{tool} is not on PATH: the engine's JIT kernels need it")
+    # the audit of what is installed: every binary of the cell's compiled packages, for the cell's archs
+    if compiled:
+        report = audit_files(res["so_files"], list(cell.archs))
+        figures["binaries_audited"] = len(report.binaries)
+        figures["binaries_with_device_code"] = sum(1 for b in report.binaries if b.has_device_code)
+        for b in report.failures:
+            problems.append(f"audit: {b.path}: {b.status}")
+    if problems:
+        return Result("L1", None, FAIL, "\n".join(problems + notes), figures=figures)
+    what = f"{', '.join(modules)} import; {figures['extensions_loaded']} compiled extensions load"
+    if compiled:
+        what += f"; audit passes for {', '.join(map(archs_mod.sm, cell.archs))} ({figures['binaries_with_device_code']} binaries with device code)"
+    if notes:
+        what += "; " + "; ".join(notes)
+    return Result("L1", None, PASS, what, figures=figures)
+
+
+# -- L2 ----------------------------------------------------------------------------------------------------
+def placeholders(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int = 0) -> dict[str, str]:
+    model = opts.model
+    drafter = model.drafter if model.drafter is not None else strategy.drafter
+    if isinstance(drafter, Path):
+        drafter = launcher.where(drafter)
+    return {"model": launcher.where(model.target), "drafter": str(drafter or ""), "host": launcher.host,
+            "port": str(port)}
+
+
+def strategy_argv(strategy: Strategy, values: dict[str, str]) -> list[str]:
+    return [_fill(f, values) for f in strategy.flags]
+
+
+def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Strategy]) -> list[Result]:
+    smoke = cell.engine_recipe.smoke
+    if not smoke.get("args_class"):
+        return [Result("L2", s.name, SKIP, f"the engine data names no argument parser for {cell.engine} {cell.version}")
+                for s in strategies]
+    cases, read = [], {}
+    for s in strategies:
+        values = placeholders(cell, launcher, opts, s)
+        read[s.name] = {k: (_fill(v, values) if isinstance(v, str) else v) for k, v in s.expect}
+        argv = [smoke.get("model_flag", "--model"), values["model"], *strategy_argv(s, values)]
+        cases.append({"name": s.name, "argv": argv, "read": [k for k in read[s.name] if "@" not in k]})
+    spec = {"args_class": smoke["args_class"], "parser": list(smoke.get("parser", ["argparse:ArgumentParser"])),
+            "cases": cases, "name_resolver": smoke.get("name_resolver")}
+    env = dict(smoke.get("cpu_env", {})) if not launcher.gpus else {}
+    for s in strategies:
+        env.update(dict(getattr(s, "env", ())))
+    t0 = time.monotonic()
+    run = launcher.probe("parse", spec, {**env, **HUB_OFF}, opts.probe_timeout)
+    res = run.result()
+    secs = (time.monotonic() - t0) / max(1, len(strategies))
+    if res is None or "error" in res:
+        why = _probe_failure(run, "parse") if res is None else f"the engine's parser could not be built: {res['error']}"
+        return [Result("L2", s.name, FAIL, why, secs) for s in strategies]
+    out = []
+    for s, case in zip(strategies, res["cases"]):
+        argv = " ".join(case["argv"][2:])
+        if not case["ok"]:
+            out.append(Result("L2", s.name, FAIL, f"the engine's parser refuses {argv}: {case['error']}", secs))
+            continue
+        got = case["resolved"]
+        wrong = [f"{k} = {got.get(k)!r}, expected {v!r}" for k, v in read[s.name].items() if got.get(k) != v]
+        if wrong:
+            out.append(Result("L2", s.name, FAIL, f"{argv} resolves to the wrong config: " + "; ".join(wrong), secs,
+                              figures={"resolved": got}))
+        else:
+            shown = ", ".join(f"{k}={v}" for k, v in got.items())
+            out.append(Result("L2", s.name, PASS, f"resolved: {shown}", secs, figures={"resolved": got}))
+    return out
+
+
+# -- L3 ----------------------------------------------------------------------------------------------------
+def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace") if exc.fp else ""
+    except (OSError, ValueError) as exc:
+        return 0, str(exc)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {metric name: sum over its label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if m:
+            try:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            except ValueError:
+                pass
+    return out
+
+
+def _completion(base: str, path: str, model_name: str, max_tokens: int, timeout: float) -> dict:
+    """One streamed completion: text, TTFT, latency and token count (from usage, else the chunk count)."""
+    body = {"model": model_name, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    ttft, text, chunks, usage = None, "", 0, None
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        for raw in resp:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            msg = json.loads(data)
+            if msg.get("usage"):
+                usage = msg["usage"]
+            for choice in msg.get("choices") or []:
+                piece = choice.get("text") or ""
+                if piece:
+                    chunks += 1
+                    text += piece
+                    if ttft is None:
+                        ttft = time.monotonic() - t0
+    latency = time.monotonic() - t0
+    tokens = (usage or {}).get("completion_tokens") or chunks
+    return {"text": text, "ttft_s": ttft, "latency_s": latency, "output_tokens": tokens}
+
+
+def _models_name(base: str) -> str | None:
+    code, body = _get(base + "/v1/models")
+    if code == 200:
+        try:
+            return json.loads(body)["data"][0]["id"]
+        except (ValueError, KeyError, IndexError):
+            return None
+    return None
+
+
+def _find(obj, key):
+    """A key anywhere in nested JSON (SGLang's server info is flat; be lenient about nesting)."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            found = _find(v, key)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for v in obj:
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def _log_tail(path: Path, n: int = 25) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def engine_argv(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> list[str]:
+    eng = cell.engine_recipe
+    smoke = eng.smoke
+    values = placeholders(cell, launcher, opts, strategy, port)
+    argv = [_fill(a, values) for a in eng.launch]
+    argv += [_fill(a, values) for a in smoke.get("serve_args", [])]
+    if not opts.model.has_weights:
+        argv += list(smoke.get("dummy_load", []))
+    if opts.model.tiny:
+        argv += list(smoke.get("tiny_args", []))
+    argv += strategy_argv(strategy, values)
+    argv += list(opts.extra_args)
+    return argv
+
+
+def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -> Result:
+    eng = cell.engine_recipe
+    smoke = eng.smoke
+    if not eng.launch or not eng.health:
+        return Result("L3", strategy.name, SKIP, f"the engine data has no launch line or health path for {cell.engine} {cell.version}")
+    port = opts.port or free_port()
+    if port_in_use(port):
+        return Result("L3", strategy.name, FAIL, f"port {port} on 127.0.0.1 is in use: the engine could not be "
+                      "reached there (pick another with --port, or stop what listens on it)")
+    opts.log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
+    argv = engine_argv(cell, launcher, opts, strategy, port)
+    env = {**HUB_OFF, **dict(getattr(strategy, "env", ())), **opts.extra_env}
+    base = f"http://127.0.0.1:{port}"
+    figures: dict = {"port": port}
+    t0 = time.monotonic()
+    try:
+        server = launcher.start(argv, env, port, log_path)
+    except StartFailed as exc:
+        return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
+
+    def fail(why: str, tail: bool = True) -> Result:
+        text = why + (f"\nlast lines of the engine log:\n{_log_tail(log_path)}" if tail else "")
+        return Result("L3", strategy.name, FAIL, text, time.monotonic() - t0, figures=figures, log=str(log_path))
+
+    try:
+        # readiness: health 200 before the deadline, or the engine's exit, or the deadline
+        deadline = t0 + opts.boot_timeout
+        status = 0
+        while True:
+            code = server.exit_code()
+            if code is not None:
+                return fail(f"the engine exited with code {code} during boot")
+            status, _ = _get(base + eng.health, timeout=5)
+            if status == 200:
+                break
+            if time.monotonic() > deadline:
+                return fail(f"not ready after {opts.boot_timeout:g}s: GET {eng.health} answered "
+                            f"{status or 'nothing'} (last status)")
+            time.sleep(1.0)
+        figures["boot_s"] = round(time.monotonic() - t0, 1)
+        if eng.ready_log:  # the engine's own "ready" line, a moment after health answers
+            for _ in range(10):
+                figures["ready_log_seen"] = eng.ready_log in log_path.read_text(errors="replace")
+                if figures["ready_log_seen"]:
+                    break
+                time.sleep(0.5)
+        name = _models_name(base) or launcher.where(opts.model.target)
+        completions = smoke.get("completions", "/v1/completions")
+        try:  # warm-up: the first request compiles graphs / JIT kernels
+            _completion(base, completions, name, 4, opts.request_timeout)
+        except (OSError, ValueError) as exc:
+            return fail(f"the warm-up completion failed: {exc}")
+        before = parse_metrics(_get(base + "/metrics")[1])
+        try:
+            done = _completion(base, completions, name, opts.max_tokens, opts.request_timeout)
+        except (OSError, ValueError) as exc:
+            return fail(f"the completion failed: {exc}")
+        code, metrics_text = _get(base + "/metrics")
+        after = parse_metrics(metrics_text) if code == 200 else {}
+        figures.update({
+            "ttft_s": round(done["ttft_s"], 3) if done["ttft_s"] is not None else None,
+            "latency_s": round(done["latency_s"], 3),
+            "output_tokens": done["output_tokens"],
+            "output_tokens_per_s": round(done["output_tokens"] / done["latency_s"], 1) if done["latency_s"] else None,
+            "output_text": done["text"][:120],
+        })
+        if not done["text"].strip():
+            return fail("the completion returned no text", tail=False)
+        problems = []
+        m = smoke.get("spec_metrics", {})
+        if code != 200 and m:
+            problems.append(f"GET /metrics answered {code or 'nothing'}")
+
+        def delta(key: str) -> float | None:
+            name = m.get(key)
+            if not name:
+                return None
+            if name not in after:
+                problems.append(f"{name} is not on /metrics")
+                return None
+            return after[name] - before.get(name, 0.0)
+
+        drafts, draft_tokens, accepted = delta("drafts"), delta("draft_tokens"), delta("accepted")
+        for key, value in (("drafts", drafts), ("draft_tokens", draft_tokens), ("accepted_tokens", accepted)):
+            if value is not None:
+                figures[key] = int(value)
+        if drafts is not None and drafts <= 0:
+            problems.append(f"speculative decoding did not run: {m['drafts']} did not rise ({before.get(m['drafts'], 0):g} "
+                            f"before the completion, {after.get(m['drafts'], 0):g} after)")
+        if drafts and draft_tokens is not None and strategy.k and draft_tokens != drafts * strategy.k:
+            problems.append(f"{m['draft_tokens']} rose by {draft_tokens:g}, expected {drafts:g} drafts x K={strategy.k}")
+        if draft_tokens:
+            figures["acceptance_rate"] = round((accepted or 0) / draft_tokens, 3)
+        if m.get("accept_length"):
+            value = after.get(m["accept_length"])
+            if value is None or value <= 0:
+                problems.append(f"{m['accept_length']} did not move (got {value})")
+            else:
+                figures["accept_length"] = value
+        if smoke.get("server_info"):
+            code, body = _get(base + smoke["server_info"])
+            try:
+                info = json.loads(body) if code == 200 else None
+            except ValueError:
+                info = None
+            if info is None:
+                problems.append(f"GET {smoke['server_info']} answered {code or 'nothing'}")
+            else:
+                values = placeholders(cell, launcher, opts, strategy, port)
+                for key, want in strategy.expect:
+                    if "@" in key or "." in key:
+                        continue
+                    want = _fill(want, values) if isinstance(want, str) else want
+                    got = _find(info, key)
+                    if got != want:
+                        problems.append(f"{smoke['server_info']}: {key} = {got!r}, expected {want!r}")
+        text = log_path.read_text(errors="replace")
+        for line in getattr(strategy, "forbid_log", ()):
+            if line in text:
+                problems.append(f"the engine log says {line!r}: the strategy did not take effect")
+        if problems:
+            return fail("\n".join(problems))
+        why = f"ready in {figures['boot_s']:g}s; {done['output_tokens']} tokens"
+        if eng.ready_log and not figures.get("ready_log_seen"):
+            why += f" (note: the data's ready line {eng.ready_log!r} is not in the log)"
+        if drafts is not None:
+            why += f"; {int(drafts)} drafts" + (f", {int(draft_tokens)} draft tokens (= {int(drafts)} x {strategy.k})"
+                                                  if draft_tokens is not None and strategy.k else "")
+        return Result("L3", strategy.name, PASS, why, time.monotonic() - t0, figures=figures, log=str(log_path))
+    finally:
+        server.stop()
+
+
+# -- one image ---------------------------------------------------------------------------------------------
+def run(cell: Cell, launcher: Launcher, opts: SmokeOptions, labels: dict | None, subject: str,
+        audit_files, say=lambda s: None) -> SmokeReport:
+    rep = SmokeReport(subject=subject, cell=cell.id, launcher=launcher.name, strategies=tuple(opts.strategies))
+    t_all = time.monotonic()
+    eng = cell.engine_recipe
+    asked = set(opts.layers)
+
+    def blocked(layer: str, strategy: str | None) -> str | None:
+        for lower in LAYERS[: LAYERS.index(layer)]:
+            if lower not in asked:
+                continue
+            for subj in (None, strategy) if strategy else (None,):
+                r = rep.get(lower, subj)
+                if r is not None and r.status != PASS:
+                    return f"not run: {lower}{' ' + subj if subj else ''} did not pass"
+        return None
+
+    def timed(layer: str, fn, *args) -> Result:
+        t0 = time.monotonic()
+        r = fn(*args)
+        r.seconds = r.seconds or time.monotonic() - t0
+        say(f"[{cell.id}] {layer}{' ' + r.strategy if r.strategy else ''}: {r.status} {r.reason.splitlines()[0] if r.reason else ''}")
+        return r
+
+    for layer, fn, args in (("L0", l0, (cell, launcher, labels, opts)),
+                            ("L1", l1, (cell, launcher, opts, audit_files))):
+        if layer not in asked:
+            rep.add(Result(layer, None, SKIP, f"not asked for (--layers {','.join(opts.layers)})"))
+        elif (why := blocked(layer, None)):
+            rep.add(Result(layer, None, SKIP, why))
+        else:
+            rep.add(timed(layer, fn, *args))
+
+    runnable: list[Strategy] = []
+    refused: dict[str, str] = {}
+    for name in opts.strategies:
+        problem = eng.strategy_problem(name)
+        if problem:
+            refused[name] = problem
+        else:
+            runnable.append(eng.strategy(name))
+    for name, why in refused.items():
+        for layer in ("L2", "L3"):
+            rep.add(Result(layer, name, SKIP, f"refused by the engine data: {why}"))
+
+    if "L2" not in asked:
+        for s in runnable:
+            rep.add(Result("L2", s.name, SKIP, f"not asked for (--layers {','.join(opts.layers)})"))
+    else:
+        ready = [s for s in runnable if not blocked("L2", s.name)]
+        for s in runnable:
+            if s not in ready:
+                rep.add(Result("L2", s.name, SKIP, blocked("L2", s.name) or ""))
+        if ready:
+            for r in l2(cell, launcher, opts, ready):
+                say(f"[{cell.id}] L2 {r.strategy}: {r.status} {r.reason.splitlines()[0] if r.reason else ''}")
+                rep.add(r)
+
+    for s in runnable:
+        if "L3" not in asked:
+            rep.add(Result("L3", s.name, SKIP, f"not asked for (--layers {','.join(opts.layers)})"))
+        elif not launcher.gpus and not opts.l3_without_gpu:
+            rep.add(Result("L3", s.name, SKIP, f"skipped because {opts.no_gpu_reason}"))
+        elif (why := blocked("L3", s.name)):
+            rep.add(Result("L3", s.name, SKIP, why))
+        elif launcher.gpus and opts.gpu_arch and archs_mod.sass_substitute(opts.gpu_arch, cell.archs) is None:
+            rep.add(Result("L3", s.name, SKIP, f"this host's GPU is {archs_mod.sm(opts.gpu_arch)}, which the cell's "
+                                               f"archs ({', '.join(map(archs_mod.sm, cell.archs))}) do not cover"))
+        else:
+            say(f"[{cell.id}] L3 {s.name}: starting {cell.engine} ({launcher.name})")
+            rep.add(timed("L3", l3, cell, launcher, opts, s))
+    rep.seconds = time.monotonic() - t_all
+    return rep
+

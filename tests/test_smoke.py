@@ -1,0 +1,281 @@
+"""builder smoke without Docker and without a GPU: the generated tiny model, the engine data smoke reads, the
+reports, and every layer — L3's failure handling included — through the process launcher against the stand-in
+engine server (tests/fixtures/smoke/stand_in: a TEST DOUBLE, not an engine) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from builder import matrix as matrix_mod
+from builder import resolve
+from builder.engines import Strategy, recipe
+from builder.smoke import Model, SmokeOptions, layers, report, smoke_process, tinymodel
+from builder.smoke.launch import ProcessLauncher
+
+from .helpers import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "smoke"
+MATRIX = FIXTURE / "matrix.toml"
+STAND_IN = FIXTURE / "stand_in"
+CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
+
+
+@pytest.fixture(scope="module")
+def cell():
+    if f"{sys.version_info.major}.{sys.version_info.minor}" != "3.11":
+        pytest.fail("the stand-in cell says Python 3.11 (the local Debian base's): run the tests with Python 3.11")
+    m = matrix_mod.load(MATRIX)
+    return next(c for c in resolve.select(m, matrix_mod.Selection()) if c.id == CELL)
+
+
+@pytest.fixture
+def tiny(tmp_path_factory) -> tinymodel.TinyModel:
+    return tinymodel.ensure(tmp_path_factory.getbasetemp() / "models")
+
+
+def opts(tmp_path: Path, tiny, mode: str = "ok", **kw) -> SmokeOptions:
+    base = dict(strategies=("MTP2", "MTP7"), model=Model(tiny.target, tiny.drafter, tiny=True), l3_without_gpu=True,
+                boot_timeout=10, log_dir=tmp_path / "logs", extra_env={"STAND_IN_MODE": mode})
+    base.update(kw)
+    return SmokeOptions(**base)
+
+
+def stand_in_env() -> dict[str, str]:
+    return {"PYTHONPATH": str(STAND_IN)}
+
+
+def run_stand_in(cell, o: SmokeOptions) -> report.SmokeReport:
+    return smoke_process(cell, sys.executable, o, extra_env=stand_in_env())
+
+
+def builder(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+# -- the tiny model ----------------------------------------------------------------------------------------
+def test_tiny_model_is_qwen35_block_fp8_with_one_mtp_layer_and_every_quantized_linear_a_multiple_of_128(tiny):
+    cfg = json.loads((tiny.target / "config.json").read_text())
+    text, q = cfg["text_config"], cfg["quantization_config"]
+    assert cfg["architectures"] == ["Qwen3_5ForConditionalGeneration"] and cfg["model_type"] == "qwen3_5"
+    assert text["mtp_num_hidden_layers"] == 1
+    assert text["layer_types"] == ["linear_attention", "full_attention"]
+    assert q == {**q, "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    h, kd, vd = text["hidden_size"], text["linear_key_head_dim"], text["linear_value_head_dim"]
+    hd, heads, kv = text["head_dim"], text["num_attention_heads"], text["num_key_value_heads"]
+    shapes = {  # (out, in) of every linear that block FP8 quantizes
+        "q_proj (with its output gate)": (heads * hd * 2, h), "k_proj": (kv * hd, h), "v_proj": (kv * hd, h),
+        "o_proj": (h, heads * hd), "gate/up_proj": (text["intermediate_size"], h), "down_proj": (h, text["intermediate_size"]),
+        "in_proj_qkv": (2 * text["linear_num_key_heads"] * kd + text["linear_num_value_heads"] * vd, h),
+        "in_proj_z": (text["linear_num_value_heads"] * vd, h), "out_proj": (h, text["linear_num_value_heads"] * vd),
+        "mtp.fc": (h, 2 * h),
+    }
+    for name, (n, k) in shapes.items():
+        assert n % 128 == 0 and k % 128 == 0, (name, n, k)
+    # what cannot be block-quantized stays BF16: in_proj_a/b output the value-head count
+    assert text["linear_num_value_heads"] % 128 != 0
+    skip = set(q["modules_to_not_convert"])
+    assert {"lm_head", "model.language_model.embed_tokens", "model.language_model.layers.0.linear_attn.in_proj_a",
+            "model.language_model.layers.0.linear_attn.in_proj_b", "model.visual.blocks.0.attn.qkv"} <= skip
+    assert not any("layers.1.linear_attn" in s for s in skip)  # layer 1 is full attention
+    rope = text["rope_parameters"]
+    assert sum(rope["mrope_section"]) * 2 == int(hd * rope["partial_rotary_factor"])
+    # SGLang reads these at start for the multimodal architecture
+    assert (tiny.target / "preprocessor_config.json").is_file()
+    assert (tiny.target / "video_preprocessor_config.json").is_file()
+
+
+def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exactly(tiny):
+    tokenizers = pytest.importorskip("tokenizers", reason="the test extra brings tokenizers")
+    cfg = json.loads((tiny.target / "config.json").read_text())
+    tok = tokenizers.Tokenizer.from_file(str(tiny.target / "tokenizer.json"))
+    assert tok.get_vocab_size(with_added_tokens=True) == cfg["text_config"]["vocab_size"] == 1024
+    text = "The capital of France is Paris. def main(): return 0 — ünïcödé"
+    ids = tok.encode(text).ids
+    assert tok.decode(ids) == text
+    assert len(ids) < len(text.encode())  # the merges learnt something
+    assert tok.token_to_id("<|image_pad|>") == cfg["image_token_id"]
+    assert tok.token_to_id("<|im_end|>") == cfg["text_config"]["eos_token_id"]
+    tc = json.loads((tiny.target / "tokenizer_config.json").read_text())
+    assert "<|im_start|>" in tc["chat_template"] and tc["eos_token"] == "<|im_end|>"
+
+
+def test_tiny_dflash2_drafter_reads_the_targets_layers_in_blocks_of_8(tiny):
+    d = json.loads((tiny.drafter / "config.json").read_text())
+    t = json.loads((tiny.target / "config.json").read_text())["text_config"]
+    assert d["architectures"] == ["DFlash2DraftModel"] and d["block_size"] == 8
+    assert all(0 <= i < t["num_hidden_layers"] for i in d["dflash_config"]["target_layer_ids"])
+    assert d["hidden_size"] == t["hidden_size"] and d["vocab_size"] == t["vocab_size"]
+    assert 0 <= d["dflash_config"]["mask_token_id"] < d["vocab_size"]
+
+
+def test_tiny_model_is_deterministic_and_written_once(tmp_path):
+    a, b = tinymodel.ensure(tmp_path / "x"), tinymodel.ensure(tmp_path / "x")
+    assert a == b and a.target.parent.name.endswith(tinymodel.digest())
+    other = tinymodel.write(tmp_path / "y")
+    for f in a.target.iterdir():
+        assert (other.target / f.name).read_bytes() == f.read_bytes()
+
+
+# -- the engine data smoke reads ---------------------------------------------------------------------------
+def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_its_source_says():
+    for version in ("0.17.0", "0.26.0", "0.33.0"):
+        for name in ("MTP2", "MTP7"):
+            assert recipe("vllm", version).strategy_problem(name) is None, (version, name)
+    why = recipe("vllm", "0.16.0").strategy_problem("MTP7")
+    assert "vllm>=0.17" in why and "0.17.0" in why
+    assert recipe("vllm", "0.26.0").strategy_problem("DFlash2")  # DFlash2 still needs >= 0.28
+
+
+def test_every_runnable_strategy_says_what_the_engines_parser_must_resolve_it_to():
+    v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
+    assert dict(v.strategy("MTP7").expect) == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
+    assert v.strategy("MTP2").k == 2 and v.strategy("MTP7").k == 7
+    assert dict(v.strategy("DFlash2").expect)["speculative_config.method"] == "dflash"
+    assert dict(s.strategy("MTP2").expect) == {
+        "speculative_algorithm": "EAGLE", "speculative_algorithm@resolved": "EAGLE",
+        "speculative_draft_model_path": "{model}", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 3}
+    assert dict(s.strategy("MTP7").expect)["speculative_num_draft_tokens"] == 8
+    assert dict(s.strategy("DFlash2").expect)["speculative_algorithm@resolved"] == "DFLASH"
+    for r in (v, s):
+        assert r.smoke["args_class"] and "{port}" in r.smoke["serve_args"] and r.smoke["spec_metrics"]["drafts"]
+    assert s.smoke["name_resolver"]["call"].endswith("SpeculativeAlgorithm.from_string")
+    assert v.smoke["cpu_env"] == {"VLLM_TARGET_DEVICE": "cpu"}
+
+
+# -- all four layers against the stand-in, through the process launcher ------------------------------------
+def test_every_layer_passes_on_a_working_server_and_the_reports_say_so(cell, tiny, tmp_path):
+    rep = run_stand_in(cell, opts(tmp_path, tiny))
+    assert rep.ok, report.table([rep])
+    assert [(r.layer, r.strategy, r.status) for r in rep.results] == [
+        ("L0", None, "pass"), ("L1", None, "pass"), ("L2", "MTP2", "pass"), ("L2", "MTP7", "pass"),
+        ("L3", "MTP2", "pass"), ("L3", "MTP7", "pass")]
+    l3 = rep.get("L3", "MTP7")
+    f = l3.figures
+    assert f["drafts"] > 0 and f["draft_tokens"] == 7 * f["drafts"]
+    assert f["output_tokens"] == 64 and f["boot_s"] >= 1 and f["ttft_s"] is not None and f["latency_s"] > 0
+    assert f["ready_log_seen"] is True and f["output_text"].startswith("Paris")
+    assert Path(l3.log).is_file() and "--speculative-config" in Path(l3.log).read_text()
+    assert not layers.port_in_use(f["port"])  # the engine was stopped
+    js, xml = report.write([rep], tmp_path / "out")
+    data = json.loads(js.read_text())[0]
+    assert data["result"] == "ok" and len(data["results"]) == 6
+    suite = ET.parse(xml).getroot().find("testsuite")
+    assert suite.get("tests") == "6" and suite.get("failures") == "0"
+    assert [c.get("name").split(":")[0] for c in suite.findall("testcase")] == [
+        "L0 image", "L1 image", "L2 MTP2", "L2 MTP7", "L3 MTP2", "L3 MTP7"]
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("never-ready", "not ready after 4s: GET /health answered 503"),
+    ("crash", "the engine exited with code 3 during boot"),
+    ("empty", "the completion returned no text"),
+    ("flat-counters", "speculative decoding did not run: standin:spec_decode_num_drafts_total did not rise"),
+    ("wrong-k", "rose by 96, expected 32 drafts x K=2"),
+])
+def test_l3_fails_with_the_reason_and_always_stops_the_engine(cell, tiny, tmp_path, mode, expected):
+    rep = run_stand_in(cell, opts(tmp_path, tiny, mode, strategies=("MTP2",), boot_timeout=4))
+    r = rep.get("L3", "MTP2")
+    assert r.status == "fail" and expected in r.reason, r.reason
+    assert rep.get("L2", "MTP2").status == "pass" and not rep.ok
+    if mode == "crash":
+        assert "crashes during boot, as asked" in r.reason  # the log tail comes with it
+    if "port" in r.figures:
+        assert not layers.port_in_use(r.figures["port"])
+
+
+def test_l3_fails_when_the_port_is_taken(cell, tiny, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rep = run_stand_in(cell, opts(tmp_path, tiny, strategies=("MTP2",), port=port))
+    r = rep.get("L3", "MTP2")
+    assert r.status == "fail" and f"port {port} on 127.0.0.1 is in use" in r.reason
+
+
+def test_l2_negative_controls_fail_in_the_engines_own_parser(cell, tiny, tmp_path):
+    """The flags popular recipes use do not exist; a wrong value parses but resolves to the wrong config."""
+    launcher = ProcessLauncher(python=sys.executable, gpus=False, extra_env=stand_in_env())
+    cases = [
+        Strategy("enable-mtp7", None, "-", ("--enable-mtp7",), expect=(("speculative_config.num_speculative_tokens", 7),)),
+        Strategy("mtp2-chunk", None, "-", ("--mtp2-chunk-size", "2")),
+        Strategy("wrong-k", None, "-", ("--speculative-config", '{"method":"mtp","num_speculative_tokens":3}'),
+                 expect=(("speculative_config.num_speculative_tokens", 7),)),
+        Strategy("bad-method", None, "-", ("--speculative-config", '{"method":"mtp2"}')),
+    ]
+    res = {r.strategy: r for r in layers.l2(cell, launcher, opts(tmp_path, tiny), cases)}
+    assert "unrecognized arguments: --enable-mtp7" in res["enable-mtp7"].reason
+    assert "unrecognized arguments: --mtp2-chunk-size 2" in res["mtp2-chunk"].reason
+    assert "num_speculative_tokens = 3, expected 7" in res["wrong-k"].reason
+    assert "unsupported speculative method 'mtp2'" in res["bad-method"].reason
+    assert all(r.status == "fail" for r in res.values())
+
+
+def test_a_strategy_the_version_cannot_run_is_refused_from_the_data_before_l2(cell, tiny, tmp_path):
+    rep = run_stand_in(cell, opts(tmp_path, tiny, strategies=("DFlash2",)))
+    for layer in ("L2", "L3"):
+        r = rep.get(layer, "DFlash2")
+        assert r.status == "skip" and "refused by the engine data" in r.reason and "no DFlash2 before 2.0" in r.reason
+    assert rep.ok
+
+
+def test_a_failed_lower_layer_skips_the_layers_above_it(cell, tiny, tmp_path):
+    # no PYTHONPATH: the stand-in engine is not installed for this interpreter, so L0 fails
+    rep = smoke_process(cell, sys.executable, opts(tmp_path, tiny))
+    assert rep.get("L0", None).status == "fail" and "stand-in-engine is not installed" in rep.get("L0", None).reason
+    for r in rep.results[1:]:
+        assert r.status == "skip" and "L0 did not pass" in r.reason
+
+
+def test_l3_is_skipped_without_a_gpu_unless_asked_to_run_without_one(cell, tiny, tmp_path):
+    rep = run_stand_in(cell, opts(tmp_path, tiny, l3_without_gpu=False, no_gpu_reason="this host has no NVIDIA GPU"))
+    assert rep.get("L3", "MTP2").reason == "skipped because this host has no NVIDIA GPU"
+    assert rep.get("L2", "MTP2").status == "pass"
+
+
+# -- the verb --------------------------------------------------------------------------------------------
+def test_smoke_verb_writes_json_and_junit_and_exits_0(tmp_path):
+    res = builder("smoke", CELL, "--matrix", str(MATRIX), "--launcher", "process", "--python", sys.executable,
+                  "--gpus", "none", "--report-dir", str(tmp_path), "--strategy", "MTP2", "--json",
+                  env={**stand_in_env(), "BUILDER_CACHE_DIR": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(res.stdout)
+    assert data["cell"] == CELL and data["result"] == "ok" and data["launcher"] == "process"
+    assert {(r["layer"], r["status"]) for r in data["results"]} == {("L0", "pass"), ("L1", "pass"), ("L2", "pass"), ("L3", "pass")}
+    assert (tmp_path / CELL / "smoke.json").is_file() and (tmp_path / CELL / "smoke.xml").is_file()
+
+
+def test_smoke_verb_exits_1_and_prints_the_table_with_the_reason(tmp_path):
+    res = builder("smoke", CELL, "--matrix", str(MATRIX), "--launcher", "process", "--python", sys.executable,
+                  "--gpus", "none", "--report-dir", str(tmp_path), "--strategy", "MTP2", "--boot-timeout", "5",
+                  "--env", "STAND_IN_MODE=never-ready", env={**stand_in_env(), "BUILDER_CACHE_DIR": str(tmp_path / "c")})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "L3 MTP2     fail  not ready after 5s" in res.stdout
+    assert f"{CELL}  MTP2      pass  pass  pass  FAIL" in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "MPT2"], "--strategy: 'MPT2' is not a strategy (did you mean 'MTP2'?)"),
+    (["--layers", "L0,L5"], "--layers: L5 unknown"),
+    (["--env", "NOEQUALS"], "--env 'NOEQUALS': write NAME=VALUE"),
+    (["--port", "70000"], "--port: 70000 is not a TCP port"),
+    (["--model", "/nonexistent"], "--model /nonexistent: not a model directory"),
+])
+def test_smoke_verb_refuses_bad_input_with_exit_2(args, message, tmp_path):
+    res = builder("smoke", CELL, "--matrix", str(MATRIX), "--launcher", "process", "--report-dir", str(tmp_path), *args)
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_smoke_verb_names_the_cells_when_the_target_is_neither_a_cell_nor_an_image(tmp_path):
+    res = builder("smoke", "no-such-cell", "--matrix", str(MATRIX), "--launcher", "process")
+    assert res.returncode == 2 and f"cells: {CELL}" in res.stderr
