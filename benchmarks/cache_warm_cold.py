@@ -105,8 +105,11 @@ def main() -> None:
             members_per_gb = (time.perf_counter() - t) / (labelled.stat().st_size / 1e9)
             pusher = cache_for(Wheelhouse(work / "wh-big"), [parse_spec(remote, "bench", "")])
             t = time.perf_counter()
-            pusher.store("big-ext", bkey, [big], meta)
+            note = pusher.store("big-ext", bkey, [big], meta).notes[0]
             push_s = time.perf_counter() - t
+            if not note.startswith("pushed"):
+                logs = b"".join(reg.container.get_logs()).decode(errors="replace")
+                sys.exit(f"{note}\nregistry log (tail):\n" + "\n".join(logs.splitlines()[-8:]))
             puller = cache_for(Wheelhouse(work / "wh-big2"), [parse_spec(remote, "bench", "")])
             t = time.perf_counter()
             bhit = puller.lookup("big-ext", bkey, (80, 90))
