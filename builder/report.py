@@ -64,7 +64,7 @@ def format_table(outcomes: list[CellOutcome], planned: int) -> str:
     for o in outcomes:
         smoke = _smoke_result(o)
         if o.ok and smoke is not None and smoke.status is not Status.FAILED and smoke.reason:
-            lines.append(f"{o.cell.id}: smoke {smoke.status.value}: {smoke.reason.splitlines()[0]}")
+            lines.append(f"{o.cell.id}: smoke {smoke.status.value}: {smoke.reason.splitlines()[0].removeprefix('skipped: ')}")
         if o.ok:
             continue
         lines.append(f"{o.cell.id}: {o.error} (log: {o.log})")

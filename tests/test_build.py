@@ -127,7 +127,7 @@ def test_unchanged_package_is_never_compiled_twice(built_80_90, ca_bundle, docke
     # --json: every step's result; the reused wheel is audited again, not stored again, then tagged
     (cell,) = json.loads(again.stdout)
     steps = {s["step"]: s for s in cell["steps"]}
-    assert list(steps) == ["compile", "audit", "cache", "image"]
+    assert list(steps)[:5] == ["compile", "audit", "cache", "image", "smoke"]
     (whl,) = (tmp / "wheelhouse").glob("cuda-ext/*/*.whl")
     assert steps["compile"]["status"] == "ok" and steps["compile"]["artifacts"]["reused"] is True
     assert steps["compile"]["artifacts"]["wheels"] == [{"file": whl.name, "sha256": hashlib.sha256(whl.read_bytes()).hexdigest(),
@@ -136,6 +136,23 @@ def test_unchanged_package_is_never_compiled_twice(built_80_90, ca_bundle, docke
     assert steps["cache"]["status"] == "skipped" and steps["cache"]["reason"] == "already in wheelhouse"
     assert steps["image"]["status"] == "ok" and steps["image"]["artifacts"]["digest"].startswith("sha256:")
     assert cell["result"] == "ok" and cell["reused"] == ["cuda-ext==1.0.0"] and cell["built"] == []
+    # smoke ran on the tagged image: labels and versions (L0), imports and the audit inside it (L1)
+    assert steps["smoke"]["status"] == "ok" and cell["smoke"]["status"] == "ok"
+    layers = {(x["layer"], x["status"]) for x in steps["smoke"]["artifacts"]["layers"]}
+    assert {("L0", "pass"), ("L1", "pass")} <= layers
+    assert Path(steps["smoke"]["artifacts"]["junit"]).is_file()
+
+
+def test_no_smoke_is_shown_skipped_with_the_reason(built_80_90, ca_bundle, docker_engine):
+    tmp, first = built_80_90
+    assert first.returncode == 0
+    row = next(line for line in first.stdout.splitlines() if line.startswith("cuda-ext-1.0.0-cu130-py311-sm80.90"))
+    assert row.rstrip().endswith(" ok"), row  # the smoke column of the first build
+    res = builder(*build_args(tmp, ca_bundle[0], "--arch", "80,90", "--no-smoke"), cwd=tmp)
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if line.startswith("cuda-ext-1.0.0-cu130-py311-sm80.90"))
+    assert "skipped: --no-smoke" in row, res.stdout
+    assert "cuda-ext-1.0.0-cu130-py311-sm80.90: smoke skipped: --no-smoke (nothing of this cell may be published)" in res.stdout
 
 
 def test_arch_80_only_has_no_sm90_and_the_audit_says_so(local_bases, ca_bundle, tmp_path, docker_engine):

@@ -63,7 +63,7 @@ class SmokeReport:
         """One line: what passed, what failed, what was skipped (the build's step reason)."""
         counts = {s: sum(r.status == s for r in self.results) for s in (PASS, FAIL, SKIP)}
         first = next((r for r in self.results if r.failed), None)
-        text = f"smoke {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped"
+        text = f"layers: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped"
         if first:
             text += f"; {first.layer}{' ' + first.strategy if first.strategy else ''}: {first.reason.splitlines()[0]}"
         else:
