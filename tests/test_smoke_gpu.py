@@ -1,0 +1,57 @@
+"""On a real GPU: `builder smoke` boots the tiny FP8 model (Qwen3.5 architecture, one MTP layer, dummy weights)
+under MTP2 and MTP7 and sees speculative decoding run — L0 to L3 through the process launcher, the way the H200
+test host runs it (no Docker there: vLLM 0.26.0 is installed from wheels for the host's python3; see the
+README, "Smoke").
+
+BUILDER_SMOKE_PYTHON: the interpreter whose environment has vLLM (default python3).
+BUILDER_SMOKE_ENGINE_ARGS / BUILDER_SMOKE_ENV (NAME=VALUE,...): extra engine flags and environment; the defaults
+are what the minimal wheel set (no FlashInfer, no DeepGEMM) needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from builder.smoke import detect_gpu
+
+from .helpers import REPO
+
+HAVE_GPU, NO_GPU, _ARCH = detect_gpu()
+CELL = "vllm-0.26.0-cu130-torch2.11.0-py312-sm90"
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not HAVE_GPU and NO_GPU.startswith("this host has no NVIDIA GPU"), reason=f"skipped because {NO_GPU}"),
+]
+
+
+def test_l0_to_l3_boot_the_tiny_fp8_model_under_mtp2_and_mtp7(tmp_path):
+    if not HAVE_GPU:  # nvidia-smi is there but fails: a broken driver is no reason to skip
+        pytest.fail(f"nvidia-smi is on PATH but does not work: {NO_GPU}")
+    python = os.environ.get("BUILDER_SMOKE_PYTHON", "python3")
+    found = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True)
+    if found.returncode != 0 or found.stdout.strip() != "0.26.0":
+        pytest.fail(f"{python} has no vLLM 0.26.0 ({(found.stdout + found.stderr).strip()[-300:]}): install it "
+                    "as the README's Smoke section says, or point BUILDER_SMOKE_PYTHON at an environment that has it")
+    engine_args = os.environ.get("BUILDER_SMOKE_ENGINE_ARGS", "--enforce-eager --gdn-prefill-backend triton")
+    env_args = []
+    for pair in filter(None, os.environ.get("BUILDER_SMOKE_ENV", "VLLM_USE_DEEP_GEMM=0,VLLM_USE_FLASHINFER_SAMPLER=0").split(",")):
+        env_args += ["--env", pair]
+    res = subprocess.run(
+        [sys.executable, "-m", "builder.cli", "smoke", CELL, "--matrix", str(REPO / "tests/fixtures/gpu-host/matrix.toml"),
+         "--launcher", "process", "--python", python, "--model", "tiny", "--strategy", "MTP2,MTP7",
+         "--engine-args", engine_args, *env_args, "--boot-timeout", "600", "--report-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=1800)
+    print(res.stderr[-5000:])
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
+    rep = json.loads(res.stdout)
+    assert all(r["status"] == "pass" for r in rep["results"]), rep["results"]
+    for name, k in (("MTP2", 2), ("MTP7", 7)):
+        f = next(r for r in rep["results"] if r["layer"] == "L3" and r["strategy"] == name)["figures"]
+        print(name, json.dumps(f))
+        assert f["drafts"] > 0 and f["draft_tokens"] == k * f["drafts"], f  # speculative decoding ran, K per draft
+        assert f["output_tokens"] == 64 and f["output_text"].strip() and f["ttft_s"] is not None
