@@ -101,5 +101,6 @@ def test_sglang_0523_parser_and_name_resolution_and_dflash2_is_no_algorithm(tiny
     assert res["DFlash2"].figures["resolved"]["speculative_num_draft_tokens"] == 8
     # its parser lets DFLASH2 through; SGLang's own name resolution does not
     assert res["DFLASH2"].status == "fail" and "Unknown speculative algorithm name: DFLASH2" in res["DFLASH2"].reason
+    assert res["DFLASH2"].reason.startswith("the engine's own name resolution refuses")  # parsing alone let it through
     assert res["MTP"].status == "fail" and "MTP" in res["MTP"].reason
     assert res["--enable-dflash2"].status == "fail" and "unrecognized arguments: --enable-dflash2" in res["--enable-dflash2"].reason

@@ -273,7 +273,9 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
     for s, case in zip(strategies, res["cases"]):
         argv = " ".join(case["argv"][2:])
         if not case["ok"]:
-            out.append(Result("L2", s.name, FAIL, f"the engine's parser refuses {argv}: {case['error']}", secs))
+            who = ("the engine's own name resolution refuses" if case.get("stage") == "resolve"
+                   else "the engine's parser refuses")
+            out.append(Result("L2", s.name, FAIL, f"{who} {argv}: {case['error']}", secs))
             continue
         got = case["resolved"]
         wrong = [f"{k} = {got.get(k)!r}, expected {v!r}" for k, v in read[s.name].items() if got.get(k) != v]

@@ -218,7 +218,7 @@ def cmd_parse(spec):
         return out
     resolver = spec.get("name_resolver")
     for case in spec["cases"]:
-        res = {"name": case["name"], "argv": case["argv"], "ok": False, "error": None, "resolved": {}}
+        res = {"name": case["name"], "argv": case["argv"], "ok": False, "error": None, "resolved": {}, "stage": "parse"}
         err = io.StringIO()
         try:
             parser = make_parser()
@@ -232,6 +232,7 @@ def cmd_parse(spec):
                 except (KeyError, AttributeError):
                     res["resolved"][key] = "<missing>"
             if resolver:
+                res["stage"] = "resolve"
                 value = _read_back(args, resolver["attr"])
                 resolved = _call(resolver["call"])(value)
                 res["resolved"][resolver["attr"] + "@resolved"] = _read_back(resolved, "name") \
