@@ -54,6 +54,7 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -215,6 +216,14 @@ class _StreamReader(_Reader):
                 del self._buf[: len(self._buf) - keep]
         start = offset - (self._pos - len(self._buf))
         return bytes(self._buf[start : start + size])
+
+    def drain(self) -> None:
+        """Read the member to its end, so zipfile checks its CRC-32 (raising BadZipFile on a mismatch)."""
+        if self._stream is None:
+            self._restart()
+        assert self._stream is not None
+        while self._stream.read(self._CHUNK):
+            pass
 
     def close(self) -> None:
         if self._stream is not None:
@@ -493,6 +502,17 @@ class AuditReport:
     def failures(self) -> list[BinaryReport]:
         return [b for b in self.binaries if not b.ok]
 
+    @property
+    def errors(self) -> list[BinaryReport]:
+        """Binaries that could not be read (corrupt, unreadable): nothing is known about them."""
+        return [b for b in self.binaries if b.error]
+
+    @property
+    def proven(self) -> bool:
+        """Every binary covers every arch, and at least one carries device code: something was proven. (A
+        target with no device code at all passes `ok` — a pure-Python wheel — but proves nothing.)"""
+        return self.ok and self.has_device_code
+
     def binary(self, path: str) -> BinaryReport:
         for b in self.binaries:
             if b.path == path:
@@ -504,9 +524,28 @@ class AuditReport:
             "target": self.target,
             "archs": list(self.archs),
             "ok": self.ok,
+            "proven": self.proven,
             "binaries_with_device_code": sum(b.has_device_code for b in self.binaries),
             "binaries": [b.to_json() for b in self.binaries],
         }
+
+
+# What reading a corrupt or unreadable input raises: a bad CRC or a broken zip (BadZipFile), bad deflate data
+# (zlib.error), a truncated member (EOFError), an encrypted or unsupported member (RuntimeError,
+# NotImplementedError), a file that cannot be opened or read (OSError).
+READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError, OSError)
+
+
+def _read_error(exc: BaseException) -> str:
+    if isinstance(exc, zipfile.BadZipFile):
+        return f"corrupt: {exc}"
+    if isinstance(exc, zlib.error):
+        return f"corrupt: its compressed data is damaged ({exc})"
+    if isinstance(exc, EOFError):
+        return f"corrupt: truncated ({exc})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot read: {exc.strerror}"
+    return f"cannot read: {type(exc).__name__}: {exc}"
 
 
 def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tuple[int, ...]) -> BinaryReport:
@@ -516,6 +555,8 @@ def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tupl
         return BinaryReport(path, (), (), note="not an ELF file")
     except FatbinFormatError as exc:
         return BinaryReport(path, (), (), error=str(exc))
+    except READ_ERRORS as exc:
+        return BinaryReport(path, (), (), error=f"{path}: {_read_error(exc)}")
     if not entries:
         return BinaryReport(path, (), ())
     results = tuple(ArchResult(a, *arch_is_covered(entries, a)) for a in archs)
@@ -529,10 +570,11 @@ def _is_shared_lib(name: str) -> bool:
 def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...]) -> list[BinaryReport]:
     try:
         zf = zipfile.ZipFile(wheel)
-    except (zipfile.BadZipFile, OSError) as exc:
+        raw = open(wheel, "rb")
+    except READ_ERRORS as exc:
         return [BinaryReport(label, (), (), error=f"{label}: not a readable wheel ({exc})")]
     reports = []
-    with zf, open(wheel, "rb") as raw:
+    with zf, raw:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
             if info.is_dir() or not _is_shared_lib(info.filename):
                 continue
@@ -541,13 +583,36 @@ def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...]) -> list[Binary
             def read(info: zipfile.ZipInfo = info, member: str = member) -> list[FatbinEntry]:
                 reader = _zip_member_reader(zf, info, raw)
                 try:
-                    return _fatbin_entries(reader, member)
+                    try:
+                        entries = _fatbin_entries(reader, member)
+                    except (NotElfError, FatbinFormatError):
+                        _check_crc(reader, info)  # a corrupt member is a corrupt member, not "not an ELF file"
+                        raise
+                    _check_crc(reader, info)
+                    return entries
                 finally:
                     if isinstance(reader, _StreamReader):
                         reader.close()
 
             reports.append(_binary_report(member, read, archs))
     return reports
+
+
+def _check_crc(reader: _Reader, info: zipfile.ZipInfo) -> None:
+    """The whole member matches the CRC-32 the zip records (BadZipFile else): what was read is what was
+    packed. A deflated member is read to its end (zipfile checks the CRC there); a stored one is summed."""
+    if isinstance(reader, _StreamReader):
+        reader.drain()
+        return
+    crc, pos = 0, 0
+    while pos < reader.size:
+        chunk = reader.read_at(pos, min(1 << 20, reader.size - pos))
+        if not chunk:
+            raise EOFError(f"{info.filename}: truncated at byte {pos}")
+        crc = zlib.crc32(chunk, crc)
+        pos += len(chunk)
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
 
 
 def _audit_file(path: Path, label: str, archs: tuple[int, ...]) -> list[BinaryReport]:
@@ -562,7 +627,11 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
     path = Path(target)
     report = AuditReport(str(target), wanted)
     if path.is_dir():
-        for root, dirs, files in os.walk(path):
+        def unreadable(exc: OSError) -> None:  # os.walk would skip an unreadable directory without a word
+            where = Path(exc.filename).relative_to(path).as_posix() if exc.filename else str(path)
+            report.binaries.append(BinaryReport(where or ".", (), (), error=f"{where or path}: {_read_error(exc)}"))
+
+        for root, dirs, files in os.walk(path, onerror=unreadable):
             dirs.sort()
             for name in sorted(files):
                 full = Path(root, name)
@@ -581,9 +650,13 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
             raise UserError(f"audit: {target}: not a wheel (not a zip archive)")
         report.binaries.extend(_audit_wheel(path, path.name, wanted))
         return report
-    with open(path, "rb") as fh:
-        if fh.read(4) != b"\x7fELF":
-            raise UserError(f"audit: {target}: not an ELF file, a wheel or a directory")
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise UserError(f"audit: {target}: cannot read: {exc.strerror or exc}") from None
+    if magic != b"\x7fELF":
+        raise UserError(f"audit: {target}: not an ELF file, a wheel or a directory")
     report.binaries.extend(_audit_file(path, str(target), wanted))
     return report
 
@@ -607,6 +680,7 @@ def audit_image(image: str, archs: list[int]) -> AuditReport:
         with tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory(prefix="builder-audit-") as tmp:
             proc = docker.popen(export, stdout=subprocess.PIPE, stderr=err)
             stream_error: Exception | None = None
+            read_all = False
             try:
                 assert proc.stdout is not None
                 with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
@@ -631,10 +705,17 @@ def audit_image(image: str, archs: list[int]) -> AuditReport:
                         )
                         report.binaries.append(seen[name])
                         local.unlink()
+                read_all = True
             except (tarfile.TarError, OSError) as exc:
                 stream_error = exc
             finally:
                 if proc.stdout is not None:
+                    if read_all:  # the tar reader stops at the end-of-archive block: read the padding
+                        try:              # after it too, or docker export dies of SIGPIPE (exit -13)
+                            while proc.stdout.read(1 << 16):
+                                pass
+                        except OSError:
+                            pass
                     proc.stdout.close()
                 rc = proc.wait()
             if rc != 0 or stream_error is not None:
@@ -697,7 +778,9 @@ def format_report(report: AuditReport, *, verbose: bool = False) -> str:
         lines.append("no shared libraries found")
     elif not n_dev and not report.failures:
         lines.append("no binary carries device code")
-    if report.ok:
+    if report.ok and not n_dev:
+        lines.append(f"NOTHING PROVEN: no binary carries device code, so nothing shows that {wanted} are covered")
+    elif report.ok:
         lines.append(f"OK: {n_dev} binaries with device code cover {wanted}")
     else:
         lines.append(f"FAILED: {len(report.failures)} of {len(report.binaries)} binaries fail the audit")

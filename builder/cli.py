@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
@@ -16,18 +17,21 @@ import click
 
 from . import __version__
 from . import archs as archs_mod
+from . import grammar
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from . import render as render_mod
 from . import resolve
-from .errors import EXIT_ENVIRONMENT, EXIT_FAILED, BuilderError, UserError
+from .errors import EXIT_ENVIRONMENT, EXIT_FAILED, BuilderError, Interrupted, UserError
+from .globs import Glob
 
 EXIT_CODES_HELP = """\b
 Exit codes (the same for every verb):
   0  all ok
   1  a cell failed (compile, audit, image) or a check failed
   2  bad input, refused before anything ran
-  3  the environment is missing or unreachable (no Docker daemon, no buildx, registry or index down)"""
+  3  the environment is missing or unreachable (no Docker daemon, no buildx, registry or index down)
+  130/143  interrupted by SIGINT/SIGTERM (the running docker child is stopped and waited for)"""
 
 
 class BuilderCommand(click.Command):
@@ -45,12 +49,49 @@ class BuilderGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with _SIGNALS:
+                return super().invoke(ctx)
         except BuilderError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()  # the same exit code, with the traceback
             click.secho(f"error: {exc}", fg="red", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:  # outside a build step (a step's interrupt is in the closing table)
+            signum = getattr(exc, "signum", signal.SIGINT)
+            click.secho(f"error: interrupted by {signal.Signals(signum).name}", fg="red", err=True)
+            ctx.exit(128 + signum)
+
+
+class _SignalHandlers:
+    """While a verb runs, SIGINT and SIGTERM (what CI runners and `timeout` send) raise Interrupted: the
+    running docker child is stopped (builder/docker.py), the closing table printed, and the exit code is
+    128 + the signal (130, 143). The previous handlers come back afterwards."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        self.received = None
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
+
+
+_SIGNALS = _SignalHandlers()
 
 
 def wheelhouse_option(f):
@@ -128,6 +169,12 @@ def selection_options(f):
     @click.option("--base-runtime", default=None, help="Runtime base image for every selected cell.")
     @wraps(f)
     def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, base_devel, base_runtime, **kwargs):
+        for flag, value in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
+            if value is not None:
+                grammar.check(grammar.image_ref, value, flag)
+        for flag, globs in (("--only", only), ("--skip", skip)):
+            for pattern in globs:
+                Glob(pattern, flag)  # a malformed glob is refused here, before the matrix is read
         sel = matrix_mod.Selection(
             engines=_split(engine),
             archs=archs_mod.parse(arch) if arch is not None else None,
@@ -183,12 +230,16 @@ def plan(m, sel, wheelhouse_dir, as_json):
       builder plan --profile all
       builder plan --engine sglang --arch 80,90 --json
     """
+    from . import epoch
+
     cells = resolve.select(m, sel)
+    stamp = epoch.resolve(m)
     plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir))  # remote look-ups only with --remote
     if as_json:
-        click.echo(json.dumps({"cells": [p.to_json() for p in plans]}, indent=2))
+        click.echo(json.dumps({"cells": [p.to_json() for p in plans], "source_date_epoch": stamp.to_json()}, indent=2))
     else:
         click.echo(plan_mod.format_plan(plans), nl=False)
+        click.echo(f"SOURCE_DATE_EPOCH={stamp.value} for every build (reproducible wheels), from {stamp.origin}")
 
 
 @main.command()
@@ -273,10 +324,13 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
       builder build --only 'vllm-0.33.0-*' --dry-run
       builder build --profile all --keep-going --ca-bundle /etc/ssl/certs/ca-certificates.crt
     """
-    from . import docker, pins, report, runner
+    from . import docker, epoch, pins, report, runner
     from .steps import BuildOptions
 
+    if ca_bundle == "":
+        raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
     cells = resolve.select(m, sel)
+    stamp = epoch.resolve(m)
     opts = BuildOptions(
         work_dir=Path(work_dir).resolve(),
         log_dir=Path(log_dir).resolve(),
@@ -287,7 +341,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         nvcc_threads=nvcc_threads,
         ca_bundle=Path(ca_bundle).resolve() if ca_bundle else None,
         allow_unpinned=allow_unpinned,
-        source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
+        source_date_epoch=stamp.value,
         pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / pins.DIR_NAME,
         refresh_pins=refresh_pins,
         no_cache=no_cache,
@@ -303,16 +357,19 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         runner.dry_run(plans, cache, opts, click.echo)
         return
     runner.check_pins(plans, opts)
+    runner.check_writable(plans, opts, _wheelhouse(m, wheelhouse_dir))  # read-only wheelhouse, log dir under a file: exit 2
     docker.require_buildx()
-    # CI cancels with SIGTERM: treat it like Ctrl-C, so the running buildx child is stopped and the table printed
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    click.echo(f"SOURCE_DATE_EPOCH={stamp.value} (from {stamp.origin})", err=True)
     outcomes = runner.run_cells(plans, cache, opts, lambda s: click.echo(s, err=True))
     if as_json:
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:
         click.echo(report.format_table(outcomes, len(plans)))
     if any(o.interrupted for o in outcomes):
-        sys.exit(130)
+        signum = _SIGNALS.received or signal.SIGINT
+        for reason in [r.reason for o in outcomes for r in o.results if r.reason.startswith("interrupted by")]:
+            click.secho(f"error: {reason}", fg="red", err=True)
+        sys.exit(128 + signum)
     if not all(o.ok for o in outcomes) or len(outcomes) < len(plans):
         sys.exit(EXIT_FAILED)
 
@@ -495,9 +552,14 @@ def wheels_pull(m, sel, wheelhouse_dir, keys):
 @click.option("--arch", "arch", required=True, help="SM archs every binary must run on, e.g. 80,90.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verbose", "-v", is_flag=True, help="List binaries without device code too.")
-def audit_cmd(target, arch, as_json, verbose):
+@click.option("--allow-no-device-code", is_flag=True,
+              help="Pass a target in which no binary carries device code (a pure-Python wheel); by default that "
+                   "proves nothing and fails.")
+def audit_cmd(target, arch, as_json, verbose, allow_no_device_code):
     """List SASS archs and PTX of every .so in a WHEEL, IMAGE or DIR; exit 1 naming the file and the
-    missing arch when a requested arch is covered neither by SASS nor by JIT-able PTX.
+    missing arch when a requested arch is covered neither by SASS nor by JIT-able PTX, and exit 1 when no
+    binary carries device code at all (nothing proven; --allow-no-device-code for a pure-Python target).
+    A corrupt or unreadable input (a bad CRC, a file that cannot be read) is exit 2, naming the file.
 
     Reads the ELF .nv_fatbin section in Python: no CUDA toolkit needed.
 
@@ -511,9 +573,14 @@ def audit_cmd(target, arch, as_json, verbose):
     from .audit import audit, audit_image, format_report
 
     archs = list(archs_mod.parse(arch))
-    if Path(target).exists():
+    grammar.check(grammar.path_argument, target, "audit")
+    if Path(target).exists() or Path(target).is_symlink():
         report = audit(target, archs)
     else:
+        try:
+            grammar.image_ref(target)
+        except ValueError:  # neither a path nor an image: refused without asking Docker
+            raise UserError(f"{target}: no such file, directory or local image (and not an image reference)") from None
         if not docker.image_exists(target):  # exit 3 when the daemon does not answer
             raise UserError(f"{target}: no such file, directory or local image (pull the image first)")
         report = audit_image(target, archs)
@@ -521,7 +588,14 @@ def audit_cmd(target, arch, as_json, verbose):
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(format_report(report, verbose=verbose))
+    if report.errors:
+        raise UserError(f"audit: {len(report.errors)} of {len(report.binaries)} binaries could not be read: "
+                        + "; ".join(b.error for b in report.errors[:3]) + (" ..." if len(report.errors) > 3 else ""))
     if not report.ok:
+        sys.exit(EXIT_FAILED)
+    if not report.has_device_code and not allow_no_device_code:
+        click.secho(f"error: audit: nothing proven: no binary in {target} carries device code "
+                    "(--allow-no-device-code for a pure-Python target)", fg="red", err=True)
         sys.exit(EXIT_FAILED)
 
 
@@ -546,6 +620,8 @@ def lock(m, sel, index_url, check):
     if sel.archs or sel.only or sel.skip or sel.base_devel or sel.base_runtime:
         raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "
                         "(use --profile, --engine or --cuda)")
+    if index_url is not None:
+        grammar.check(grammar.url, index_url, "--index")
     profiles = matrix_mod.selected_profiles(m, sel, default_all=True)
     old = Lock.load(resolve.lock_path(m))
     lock_path = old.path
@@ -577,7 +653,11 @@ def doctor(registry, matrix_path, as_json):
     """
     from .doctor import run_checks
 
-    if registry is None and Path(matrix_path).is_file():
+    if registry is not None:
+        host = re.sub(r"^https?://", "", registry).rstrip("/")
+        grammar.check(grammar.registry_host, host, "--registry")
+        registry = host
+    elif Path(matrix_path).is_file():
         registry = matrix_mod.load(Path(matrix_path)).defaults["registry"].split("/")[0]
     checks = run_checks(registry)
     if as_json:

@@ -73,15 +73,18 @@ def popen(argv: list[str], **kwargs) -> subprocess.Popen:
 def stream(argv: list[str], logfile: TextIO, echo: Callable[[str], None] | None, env: dict | None = None) -> float:
     """Run a command, writing its argv and every output line to the log (and to echo, live).
 
-    Returns the seconds taken; raises CommandError with the output tail when it fails. If builder is
-    interrupted, the child (and the BuildKit solve it drives) is stopped too, not left running.
+    Returns the seconds taken; raises CommandError with the output tail when it fails. The child runs in a
+    process group of its own (the docker CLI and the buildx plugin it starts): if builder is interrupted
+    (SIGINT, SIGTERM, any exception), the whole group gets SIGINT — buildx cancels its BuildKit solve — and
+    is waited for; what is still alive after STOP_GRACE seconds is killed. What was stopped, and how, is
+    written to the log and attached to the exception as `stopped`.
     """
     t0 = time.monotonic()
     logfile.write(f"$ {shlex.join(argv)}\n")
     logfile.flush()
     tail: list[str] = []
     proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                 env={**os.environ, **(env or {})})
+                 env={**os.environ, **(env or {})}, process_group=0)
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -91,21 +94,99 @@ def stream(argv: list[str], logfile: TextIO, echo: Callable[[str], None] | None,
             if echo:
                 echo(line.rstrip("\n"))
         rc = proc.wait()
-    except BaseException:
-        proc.send_signal(signal.SIGINT)  # buildx cancels its build on SIGINT
+    except BaseException as exc:
+        how = stop_group(proc)
+        what = f"{shlex.join(argv[:3])} ... {_target(argv)}(pid {proc.pid}): {how}"
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            logfile.write(f"\n# interrupted: stopped {what}\n")
+            logfile.flush()
+        except (OSError, ValueError):
+            pass
+        try:
+            exc.stopped = what
+        except AttributeError:
+            pass
         raise
+    finally:
+        proc.stdout.close()
     logfile.flush()
     if rc != 0:
         raise CommandError(argv, rc, "\n".join(tail))
     return time.monotonic() - t0
 
 
+STOP_GRACE = 15.0  # seconds buildx gets to cancel its build after SIGINT before the group is killed
+
+
+def _target(argv: list[str]) -> str:
+    return f"--target {argv[argv.index('--target') + 1]} " if "--target" in argv[:-1] else ""
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, read from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("latin-1")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
+
+
+def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE) -> str:
+    """SIGINT to the child's process group, wait for every member, SIGKILL what outlives `grace`; says how it
+    went. A second interrupt while waiting kills the group at once."""
+    pgid = proc.pid
+    t0 = time.monotonic()
+
+    def signal_group(sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    signal_group(signal.SIGINT)  # buildx cancels its build on SIGINT
+    killed = False
+    deadline = t0 + grace
+    while True:
+        try:
+            if proc.poll() is not None and not group_members(pgid):
+                break
+            if time.monotonic() > deadline and not killed:
+                signal_group(signal.SIGKILL)
+                killed = True
+                deadline = time.monotonic() + grace
+            elif killed and time.monotonic() > deadline:
+                return f"still running {time.monotonic() - t0:.1f}s after SIGKILL (pids {group_members(pgid)})"
+            time.sleep(0.05)
+        except KeyboardInterrupt:  # interrupted again while waiting: no more grace
+            signal_group(signal.SIGKILL)
+            killed = True
+    seconds = time.monotonic() - t0
+    return f"killed after {seconds:.1f}s (it outlived SIGINT)" if killed else f"exited {seconds:.1f}s after SIGINT"
+
+
 # -- docker buildx build --------------------------------------------------------------------------------
+def csv_options(**pairs: str) -> str:
+    """key=value pairs for the options buildx reads as one CSV record (--output, --secret, --cache-to):
+    a value holding ',' or '"' is quoted the CSV way, so a path like `build,dest=/elsewhere` stays one path
+    instead of adding a key. A newline cannot be carried at all and is refused."""
+    fields = []
+    for key, value in pairs.items():
+        value = str(value)
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"{key}={value!r}: a newline cannot be passed to buildx")
+        field = f"{key}={value}"
+        fields.append('"' + field.replace('"', '""') + '"' if any(c in field for c in ',"') else field)
+    return ",".join(fields)
+
+
 @dataclass(frozen=True)
 class BuildxCall:
     dockerfile: Path
@@ -127,7 +208,7 @@ class BuildxCall:
         for k, v in self.contexts:
             argv += ["--build-context", f"{k}={v}"]
         for k, v in self.secrets:
-            argv += ["--secret", f"id={k},src={v}"]
+            argv += ["--secret", csv_options(id=k, src=v)]
         if self.output:
             argv += ["--output", self.output]
         for t in self.tags:
@@ -144,6 +225,8 @@ class BuildxCall:
 def require_buildx(docker: str = "docker") -> None:
     """Raise EnvironmentProblem (exit 3) unless the daemon answers and `docker buildx` works."""
     code, out, err = probe([docker, "buildx", "version"], timeout=30)
+    if code == 127:
+        raise EnvironmentProblem(f"{docker}: command not found: Docker is not installed or not on PATH\nfix: {SETUP_FIX}")
     if code != 0:
         why = (err or out).strip() or f"{docker} buildx version exited {code}"
         raise EnvironmentProblem(f"docker buildx is not usable: {why}\nfix: {SETUP_FIX}")
@@ -152,6 +235,8 @@ def require_buildx(docker: str = "docker") -> None:
 
 def require_daemon(docker: str = "docker") -> None:
     code, out, err = probe([docker, "info", "--format", "{{.ServerVersion}}"], timeout=30)
+    if code == 127:
+        raise EnvironmentProblem(f"{docker}: command not found: Docker is not installed or not on PATH\nfix: {SETUP_FIX}")
     if code != 0:
         why = (err or out).strip() or f"{docker} info exited {code}"
         raise EnvironmentProblem(f"the Docker daemon is not reachable: {why.splitlines()[-1]}\nfix: {SETUP_FIX}")
@@ -186,6 +271,13 @@ def remove_container(cid: str, docker: str = "docker") -> None:
 
 
 # -- git ------------------------------------------------------------------------------------------------
+def git_last_commit_time(directory: Path) -> str:
+    """Unix time of the last commit of the git repository holding `directory` ("" when there is none)."""
+    code, out, _ = probe(["git", "-C", str(directory), "log", "-1", "--format=%ct"], timeout=30)
+    out = out.strip()
+    return out if code == 0 and out.isascii() and out.isdigit() else ""
+
+
 def git_ls_remote(repository: str, *refs: str, timeout: float = 30) -> tuple[int, str, str]:
     """(returncode, stdout, stderr) of `git ls-remote`; never prompts for credentials."""
     argv = ["git", "ls-remote", repository, *refs]

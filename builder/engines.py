@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import archs as archs_mod
-from . import schema
+from . import files, schema
 from .errors import UserError
 
 STRATEGIES = ("MTP2", "MTP7", "DFlash2")
@@ -169,12 +169,7 @@ class Recipe:
 
 
 def _read_toml(path) -> dict:
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such engine knowledge file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: malformed TOML: {exc}") from None
+    return files.load_toml(Path(path), "engine knowledge file")
 
 
 class Knowledge:
@@ -256,6 +251,11 @@ class _KnowledgeChecker:
             case schema.TableOf():
                 self._expect(isinstance(value, dict), value, kind, path)
                 for key, item in value.items():
+                    if kind.key is not None:
+                        try:
+                            kind.key.parse(key)
+                        except ValueError as exc:
+                            self._fail(path, f"key {reprlib.repr(key)} {exc}; expected {kind.key.noun}")
                     self.check(item, kind.value, _key_path(path, key))
             case schema.ListOf():
                 self._expect(isinstance(value, list), value, kind, path)
@@ -269,8 +269,10 @@ class _KnowledgeChecker:
                 self._expect(isinstance(value, str), value, kind, path)
                 try:
                     kind.parse(value)
-                except ValueError:
-                    self._fail(path, f"{value!r} is not {kind.noun}")
+                except ValueError as exc:
+                    if kind.explain:  # the grammar's reason says what is wrong with the value
+                        self._fail(path, f"{reprlib.repr(value)} {exc}; expected {kind.noun}")
+                    self._fail(path, f"{reprlib.repr(value)} is not {kind.noun}")
             case schema.OneOf():
                 self._expect(isinstance(value, str), value, kind, path)
                 if kind.ref_prefix and value.startswith(kind.ref_prefix):
@@ -314,6 +316,11 @@ class _KnowledgeChecker:
 
     def _fail(self, path: str, problem: str):
         raise UserError(f"{self.file}: {path}: {problem}" if path else f"{self.file}: {problem}")
+
+
+def check_file(file: str, data: dict, shape, packages: tuple[str, ...] = ()) -> None:
+    """Check a parsed TOML file against a schema shape (UserError naming the file, key path and expectation)."""
+    _KnowledgeChecker(file, packages).check(data, shape)
 
 
 def _key_path(path: str, key: str) -> str:

@@ -5,6 +5,8 @@
   2  bad input — refused before anything ran (UserError)
   3  the environment is missing or unreachable: no Docker daemon, no buildx, a tool not installed,
      a registry or index that does not answer (EnvironmentProblem)
+  130, 143  interrupted by SIGINT / SIGTERM (128 + the signal, as shells report it): the running docker
+     buildx child was stopped and waited for, and the closing table says what was interrupted (Interrupted)
 
 CommandError carries the argv, exit code and output tail of an external command that failed.
 """
@@ -12,6 +14,7 @@ CommandError carries the argv, exit code and output tail of an external command 
 from __future__ import annotations
 
 import shlex
+import signal
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,6 +38,24 @@ class EnvironmentProblem(BuilderError):
     """Something the host must provide is missing or unreachable (Docker daemon, buildx, a registry)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached builder. A KeyboardInterrupt, so every `except Exception` lets it through;
+    the runner records it as the interrupted step's result and the CLI exits 128 + the signal number."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        self.signum = int(signum)
+        super().__init__(signal.Signals(self.signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(exc: BaseException) -> str:
+    """SIGINT / SIGTERM for an interrupt (a plain KeyboardInterrupt is Ctrl-C: SIGINT)."""
+    return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
 
 
 class CommandError(BuilderError):

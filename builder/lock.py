@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tomllib
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
-from . import docker
-from .engines import Knowledge, load_knowledge
+from . import docker, files, schema
+from .engines import Knowledge, check_file, load_knowledge
 from .errors import UserError
 from .pypi import SimpleIndex
 
@@ -45,14 +45,12 @@ class Lock:
 
     @classmethod
     def load(cls, path: Path) -> "Lock":
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return cls(path, {"format": LOCK_FORMAT, "packages": {}})
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise UserError(f"{path}: not valid TOML ({exc}); regenerate it with `builder lock`") from None
+        data = files.load_toml(path, "lock file", fix="; regenerate it with `builder lock`")
         if data.get("format") != LOCK_FORMAT:
-            raise UserError(f"{path}: lock format {data.get('format')!r}, expected {LOCK_FORMAT}; run `builder lock`")
+            raise UserError(f"{path}: lock format {reprlib.repr(data.get('format'))}, expected {LOCK_FORMAT}; run `builder lock`")
+        check_file(str(path), data, schema.LOCK)
         return cls(path, data)
 
     def get(self, name: str, version: str) -> Locked:

@@ -7,17 +7,17 @@ resolve.py turns profiles + matrix.lock into cells.
 
 from __future__ import annotations
 
-import fnmatch
 import re
-import tomllib
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archs as archs_mod
-from . import engines
+from . import engines, files, grammar
 from .cache.config import parse_cache_table
 from .engines import Knowledge, did_you_mean
 from .errors import UserError
+from .globs import Glob
 
 BUILTIN_DEFAULTS = {
     "profile": "cu130",
@@ -29,7 +29,15 @@ BUILTIN_DEFAULTS = {
     "mirrors": {},
     "knowledge": [],  # extra engine-knowledge TOML files, relative to the matrix file
     "cache": {},  # [defaults.cache]: remote wheel stores, see builder/cache/config.py
+    # SOURCE_DATE_EPOCH for every build (reproducible wheels); unset: the last commit of the matrix's repository
+    "source_date_epoch": None,
+    # CI runner labels per job kind (`builder matrix` hands them to .github/workflows/images.yml): engine compiles
+    # need many cores and hours, so cells that compile CUDA code go to large self-hosted runners
+    "runners": {"compile": ["self-hosted", "linux", "x64", "builder-compile"], "light": ["ubuntu-latest"],
+                "gpu": ["self-hosted", "linux", "x64", "gpu"]},
 }
+_RUNNER_KINDS = {"compile", "light", "gpu"}
+BASE_PLACEHOLDERS = ("cuda", "os")
 _TOP_KEYS = {"defaults", "profiles"}
 _PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images"}
 _BASE_KEYS = {"devel", "runtime"}
@@ -78,15 +86,10 @@ class Selection:
 
 
 # -- parsing helpers ------------------------------------------------------------------------------------
-def expand_braces(pattern: str) -> list[str]:
-    m = re.search(r"\{([^{}]*)\}", pattern)
-    if not m:
-        return [pattern]
-    return [x for alt in m.group(1).split(",") for x in expand_braces(pattern[: m.start()] + alt + pattern[m.end() :])]
-
-
 def matches(cell_id: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(cell_id, p) for pat in patterns for p in expand_braces(pat))
+    """Whether a cell id matches any of the globs (`*`, `?`, `[...]`, `{a,b}`), matched without expanding
+    the braces: linear in the pattern and the id, however many `{a,b}` groups there are."""
+    return any(Glob(p).match(cell_id) for p in patterns)
 
 
 def _check_keys(table: dict, allowed: set[str], where: str) -> None:
@@ -96,36 +99,72 @@ def _check_keys(table: dict, allowed: set[str], where: str) -> None:
 
 
 def _expect(value, kind, where: str):
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise UserError(f"{where}: expected {names}, got {type(value).__name__} {value!r}")
+        raise UserError(f"{where}: expected {names}, got {type(value).__name__} {grammar.describe(value)}")
+    return value
+
+
+def _base_template(value, where: str) -> str:
+    """A base-image template: an image reference once {cuda} and {os} are filled in."""
+    _expect(value, str, where)
+    try:
+        fields = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise UserError(f"{where}: {grammar.describe(value)}: bad placeholder ({exc}); write {{cuda}} or {{os}}, "
+                        "and {{ }} for a literal brace") from None
+    for _, name, spec, conv in fields:
+        if name is None:
+            continue
+        if name not in BASE_PLACEHOLDERS or spec or conv:
+            raise UserError(f"{where}: {grammar.describe(value)}: unknown placeholder {{{name}{'!' + conv if conv else ''}"
+                            f"{':' + spec if spec else ''}}}; known: {{cuda}}, {{os}}")
+    grammar.check(grammar.image_ref, value.format(cuda="13.0.3", os="ubuntu24.04"), where)
     return value
 
 
 # -- loading --------------------------------------------------------------------------------------------
 def load(path: Path) -> Matrix:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise UserError(f"{path}: no such matrix file (use --matrix PATH)")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: malformed TOML: {exc}") from None
+    raw = files.load_toml(path, "matrix file")
     _check_keys(raw, _TOP_KEYS, path.name)
     defaults = {**BUILTIN_DEFAULTS, **_expect(raw.get("defaults", {}), dict, "defaults")}
     _check_keys(defaults, set(BUILTIN_DEFAULTS), "defaults")
     defaults["base_images"] = {**BUILTIN_DEFAULTS["base_images"], **_expect(defaults["base_images"], dict, "defaults.base_images")}
     _check_keys(defaults["base_images"], _BASE_KEYS, "defaults.base_images")
-    _expect(defaults["mirrors"], dict, "defaults.mirrors")
+    for key, value in defaults["base_images"].items():
+        _base_template(value, f"defaults.base_images.{key}")
+    for prefix, repl in _expect(defaults["mirrors"], dict, "defaults.mirrors").items():
+        grammar.check(grammar.image_name, prefix, f"defaults.mirrors: key {grammar.describe(prefix)}")
+        grammar.check(grammar.image_name, _expect(repl, str, f"defaults.mirrors.{prefix}"), f"defaults.mirrors.{prefix}")
     archs_mod.from_list(defaults["archs"], "defaults.archs")
     for key in ("profile", "registry", "index", "model"):
         _expect(defaults[key], str, f"defaults.{key}")
-    if not re.fullmatch(r"[a-z0-9.:_/-]+", defaults["registry"]):
-        raise UserError(f"defaults.registry: {defaults['registry']!r} is not a registry/repository prefix like 127.0.0.1:5000/builder")
+    if not grammar._NAME_RE.fullmatch(defaults["registry"]) or len(defaults["registry"]) > 200:
+        raise UserError(f"defaults.registry: {grammar.describe(defaults['registry'])} is not a registry/repository "
+                        "prefix like 127.0.0.1:5000/builder")
+    grammar.check(grammar.url, defaults["index"], "defaults.index")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?", defaults["model"], re.ASCII):
+        raise UserError(f"defaults.model: {grammar.describe(defaults['model'])} is not a model id like Qwen/Qwen3.8-27B-FP8")
+    if defaults["source_date_epoch"] is not None:
+        grammar.check(grammar.source_date_epoch, defaults["source_date_epoch"], "defaults.source_date_epoch")
 
-    extra = tuple(str((path.parent / p).resolve()) for p in _expect(defaults["knowledge"], list, "defaults.knowledge"))
+    knowledge = _expect(defaults["knowledge"], list, "defaults.knowledge")
+    for i, p in enumerate(knowledge):
+        _expect(p, str, f"defaults.knowledge[{i}]")
+        grammar.check(grammar.line, p, f"defaults.knowledge[{i}]")
+    extra = tuple(str((path.parent / p).resolve()) for p in knowledge)
     kn = engines.load_knowledge(extra)
     defaults["cache"] = parse_cache_table(defaults["cache"], "defaults.cache", defaults["registry"])
+    defaults["runners"] = {**BUILTIN_DEFAULTS["runners"], **_expect(defaults["runners"], dict, "defaults.runners")}
+    _check_keys(defaults["runners"], _RUNNER_KINDS, "defaults.runners")
+    for kind, labels in defaults["runners"].items():
+        if not _expect(labels, list, f"defaults.runners.{kind}") or not all(
+                isinstance(x, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", x, re.ASCII) for x in labels):
+            raise UserError(f"defaults.runners.{kind}: {grammar.describe(labels)} is not a list of runner labels "
+                            'like ["self-hosted", "linux", "x64"]')
     profiles_raw = _expect(raw.get("profiles", {}), dict, "profiles")
     if not profiles_raw:
         raise UserError(f"{path.name}: no [profiles.*] table: nothing to build")
@@ -142,40 +181,45 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         if key not in p:
             raise UserError(f"{where}: missing key {key!r}")
     cuda = _expect(p["cuda"], str, f"{where}.cuda")
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", cuda):
-        raise UserError(f"{where}.cuda: {cuda!r} is not a CUDA version like 13.0.3")
+    if not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", cuda, re.ASCII):
+        raise UserError(f"{where}.cuda: {grammar.describe(cuda)} is not a CUDA version like 13.0.3")
     if ".".join(cuda.split(".")[:2]) not in kn.known_cuda():
         raise UserError(f"{where}.cuda: CUDA {cuda} is unknown to this toolkit (known: {', '.join(kn.known_cuda())})")
     python = _expect(p["python"], str, f"{where}.python")
-    if not re.fullmatch(r"3\.\d+", python):
-        raise UserError(f"{where}.python: {python!r} is not a Python version like 3.12")
+    if not re.fullmatch(r"3\.[0-9]+", python, re.ASCII):
+        raise UserError(f"{where}.python: {grammar.describe(python)} is not a Python version like 3.12")
+    grammar.check(grammar.os_tag, _expect(p["os"], str, f"{where}.os"), f"{where}.os")
     engs = _expect(p["engines"], dict, f"{where}.engines")
     if not engs:
         raise UserError(f"{where}.engines: empty: name at least one engine, e.g. {{ vllm = \"0.33.0\" }}")
     for eng, ver in engs.items():
         if eng not in kn.engine_names():
             raise UserError(f"{where}.engines: unknown engine {eng!r}{did_you_mean(eng, kn.engine_names())}; known: {', '.join(kn.engine_names())}")
-        _expect(ver, str, f"{where}.engines.{eng}")
+        grammar.check(grammar.version, _expect(ver, str, f"{where}.engines.{eng}"), f"{where}.engines.{eng}")
         kn.recipe(eng, ver)  # unknown version range → error naming it
     torch = p.get("torch")
     if isinstance(torch, dict):
         for eng, ver in torch.items():
             if eng not in engs:
                 raise UserError(f"{where}.torch: {eng!r} is not an engine of this profile ({', '.join(engs)})")
-            _expect(ver, str, f"{where}.torch.{eng}")
+            grammar.check(grammar.version, _expect(ver, str, f"{where}.torch.{eng}"), f"{where}.torch.{eng}")
     elif torch is not None:
-        _expect(torch, str, f"{where}.torch")
+        grammar.check(grammar.version, _expect(torch, str, f"{where}.torch"), f"{where}.torch")
     fa = p.get("flash_attn")
     if fa is not None:
-        kn.recipe("flash-attn", _expect(fa, str, f"{where}.flash_attn"))
+        grammar.check(grammar.version, _expect(fa, str, f"{where}.flash_attn"), f"{where}.flash_attn")
+        kn.recipe("flash-attn", fa)
     strategies = tuple(_expect(p.get("strategies", []), list, f"{where}.strategies"))
     for s in strategies:
         if s not in engines.STRATEGIES:
             raise UserError(f"{where}.strategies: unknown strategy {s!r}{did_you_mean(str(s), engines.STRATEGIES)}; known: {', '.join(engines.STRATEGIES)}")
     if len(set(strategies)) != len(strategies):
         raise UserError(f"{where}.strategies: a strategy is listed twice: {list(strategies)}")
-    bases = {**defaults["base_images"], **_expect(p.get("base_images", {}), dict, f"{where}.base_images")}
-    _check_keys(bases, _BASE_KEYS, f"{where}.base_images")
+    own = _expect(p.get("base_images", {}), dict, f"{where}.base_images")
+    _check_keys(own, _BASE_KEYS, f"{where}.base_images")
+    for key, value in own.items():
+        _base_template(value, f"{where}.base_images.{key}")
+    bases = {**defaults["base_images"], **own}
     return Profile(
         name=name,
         cuda=cuda,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import TYPE_CHECKING
 
 import jinja2
 
 from . import __version__, deps, templates
 from . import archs as archs_mod
+from .errors import UserError
 from .resolve import Cell, Package
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "version": r.version,
         "template": r.template,
         "source": pkg.source,
-        "env": env_knobs + list(r.build_env),
+        "env": [(k, dockerfile_quoted(v, expand=True)) for k, v in env_knobs + list(r.build_env)],
         "cmake_defines": cmake_defines,
         "knobs": pkg.knobs,
         "built_archs": [archs_mod.sm(a) for a in pkg.built_archs],
@@ -87,16 +90,49 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "packages": [package_context(p, cell.torch) for p in cell.packages],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
         "import_name": cell.engine.replace("-", "_"),
-        "labels": labels(cell, keys),
+        "labels": [(k, dockerfile_quoted(v)) for k, v in labels(cell, keys)],
         "entrypoint": entrypoint(cell),
     }
+
+
+def dockerfile_quoted(value: str, expand: bool = False) -> str:
+    """Text for inside a double-quoted Dockerfile value (`LABEL k="..."`, `ENV K="..."`): backslashes and
+    double quotes escaped, and `$` too unless the value may expand variables (ENV). The grammars keep such
+    characters out of every value already; this keeps a slipped one from ending the quoted word."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    return out if expand else out.replace("$", "\\$")
+
+
+def _refuse_control_characters(value, cell_id: str, path: str = "context") -> None:
+    """The last guard before text becomes a Dockerfile: no value may hold a newline or another control
+    character (a newline would start a new instruction). The values were checked by their grammar where they
+    were read, so this only fires on a path that skipped a check — and then names it, instead of rendering."""
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise UserError(f"refusing to render {cell_id}: {path} = {value[:60]!r}... holds a newline or control "
+                            "character; it would inject Dockerfile instructions")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_control_characters(k, cell_id, f"{path} key")
+            _refuse_control_characters(v, cell_id, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _refuse_control_characters(v, cell_id, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _refuse_control_characters(getattr(value, f.name), cell_id, f"{path}.{f.name}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
 
 def render(plan: CellPlan, index_url: str) -> str:
     """The Dockerfile of one planned cell; its labels carry the cache keys plan computed."""
     cell = plan.cell
+    ctx = context(cell, index_url, plan.keys)
+    _refuse_control_characters(ctx, cell.id)
     try:
-        text = templates.environment().get_template(templates.ENTRY_TEMPLATE).render(**context(cell, index_url, plan.keys))
+        text = templates.environment().get_template(templates.ENTRY_TEMPLATE).render(**ctx)
     except jinja2.UndefinedError as exc:  # a template bug, not a user error: keep the traceback
         raise RuntimeError(f"template uses an undefined value while rendering {cell.id}: {exc}") from exc
     # collapse runs of blank lines left by control blocks

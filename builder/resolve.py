@@ -15,6 +15,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from . import grammar
 from .engines import Recipe
 from .errors import UserError
 from .lock import LOCK_NAME, Lock, resolve_git_commit
@@ -155,7 +156,12 @@ def _source(m: Matrix, lock: Lock, r: Recipe) -> Source:
         root = (m.path.parent / r.source_subdir).resolve()
         if not root.is_dir():
             raise UserError(f"{r.name}: local source {root} is not a directory")
-        return Source("local", path=str(root), sha256=_tree_sha256(root))
+        grammar.check(grammar.path_argument, str(root), f"{r.name}: local source")
+        try:
+            digest = _tree_sha256(root)
+        except OSError as exc:
+            raise UserError(f"{r.name}: local source {root}: cannot read {exc.filename or ''}: {exc.strerror or exc}") from None
+        return Source("local", path=str(root), sha256=digest)
     entry = lock.get(r.name, r.version)
     if r.source == "sdist":
         if not entry.sdist:
@@ -210,6 +216,9 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
                 f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
             )
 
+    missing = [c for c in eng.companions if c not in pins]
+    if missing:
+        raise UserError(f"{LOCK_NAME}: {engine} {version} records no pin for {', '.join(missing)}; run `builder lock`")
     recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
     if prof.flash_attn:
         recipes.append(kn.recipe("flash-attn", prof.flash_attn))
@@ -234,6 +243,15 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     torch_part = f"-torch{torch}" if torch else ""
     cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
     bases = {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
+    for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too
+        grammar.check(grammar.image_ref, ref, f"{where}.base_images.{k} (after {{cuda}}, {{os}} and mirrors)")
+    tag = cell_id[len(engine) + 1 :]
+    try:
+        grammar.image_tag(tag)
+        grammar.image_name(f"{m.defaults['registry']}/{engine}")
+    except ValueError as exc:
+        raise UserError(f"{where}: the image {m.defaults['registry']}/{engine}:{tag} of cell {cell_id} is no valid "
+                        f"image reference ({exc})") from None
     return Cell(
         id=cell_id,
         engine=engine,
@@ -246,7 +264,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         base_devel=base_devel or bases["devel"],
         base_runtime=base_runtime or bases["runtime"],
         image=f"{m.defaults['registry']}/{engine}",
-        tag=cell_id[len(engine) + 1 :],
+        tag=tag,
         build_tools=kn.build_tools(),
     )
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import io
 import shutil
+import ssl
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import render
+from . import files, grammar, render
 from .cache import WheelCache
-from .errors import BuilderError, UserError
+from .errors import BuilderError, UserError, signal_name
 from .plan import CellPlan, WheelStep
 from .resolve import Cell
 from .resources import Host
@@ -74,13 +75,49 @@ class CellOutcome:
 
 def check_options(opts: BuildOptions) -> None:
     """Refuse bad option values before anything runs (before git hosts are asked, before Docker)."""
-    if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
-        raise UserError(f"--ca-bundle: {opts.ca_bundle} is not a file")
+    if opts.ca_bundle is not None:
+        check_ca_bundle(opts.ca_bundle)
     for name, value in (("--max-jobs", opts.max_jobs), ("--nvcc-threads", opts.nvcc_threads)):
         if value is not None and value < 1:
             raise UserError(f"{name}: must be at least 1, got {value}")
-    if opts.source_date_epoch is not None and not opts.source_date_epoch.isdigit():
-        raise UserError(f"SOURCE_DATE_EPOCH: {opts.source_date_epoch!r} is not a Unix timestamp")
+        if value is not None and value > 4096:
+            raise UserError(f"{name}: must be at most 4096, got {value}")
+    if opts.source_date_epoch is not None:
+        grammar.check(grammar.source_date_epoch, opts.source_date_epoch, "SOURCE_DATE_EPOCH")
+    for flag, path in (("--work-dir", opts.work_dir), ("--log-dir", opts.log_dir), ("--pins-dir", opts.pins_dir)):
+        if path is not None:
+            grammar.check(grammar.path_argument, str(path), flag)
+
+
+def check_ca_bundle(path: Path) -> None:
+    """The CA bundle is a readable file of PEM certificates that OpenSSL loads — checked here, not found out
+    after the apt stage as "No matching distribution found"."""
+    grammar.check(grammar.path_argument, str(path), "--ca-bundle")
+    if not path.is_file():
+        why = "no such file" if not path.exists() else "a directory" if path.is_dir() else "a FIFO, socket or device"
+        raise UserError(f"--ca-bundle: {path} is not a file ({why})")
+    text = files.read_text(path, "CA bundle (--ca-bundle / BUILDER_CA_BUNDLE)")
+    if not text.strip():
+        raise UserError(f"--ca-bundle: {path} is empty; pass a PEM file of CA certificates")
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UserError(f"--ca-bundle: {path} holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)")
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, ValueError, OSError) as exc:
+        raise UserError(f"--ca-bundle: {path}: OpenSSL cannot load its certificates ({exc})") from None
+
+
+def check_writable(plans: list[CellPlan], opts: BuildOptions, cache: WheelCache) -> None:
+    """Every directory the build will write is writable, before anything runs: the work and log dirs, the
+    wheelhouse when a wheel will be stored, the pins dir when a cell's runtime pins will be recorded."""
+    files.writable_dir(opts.work_dir, "--work-dir")
+    files.writable_dir(opts.log_dir, "--log-dir")
+    root = getattr(cache, "root", None)
+    if root is not None and any(not w.reuse for p in plans for w in p.wheels):
+        files.writable_dir(Path(root), "--wheelhouse")
+    if opts.pins_dir is not None and any(opts.refresh_pins or not (opts.pins_dir / f"{p.cell.id}.txt").is_file()
+                                         for p in plans):
+        files.writable_dir(opts.pins_dir, "--pins-dir")
 
 
 def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
@@ -98,6 +135,21 @@ def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
                 "sources not pinned to a commit (run `builder lock` where the git host is reachable, "
                 "or pass --allow-unpinned to build from the tag):\n  " + "\n  ".join(unpinned)
             )
+
+
+def os_error(exc: OSError) -> str:
+    """An OSError as one line: the path(s) and the OS's own words."""
+    paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    why = exc.strerror or str(exc)
+    return f"{paths}: {why}" if paths else why
+
+
+def _try_write(log, text: str) -> None:
+    """Write to the cell's log unless the log itself is what failed (a full disk)."""
+    try:
+        log.write(text)
+    except (OSError, ValueError):
+        pass
 
 
 def gate(step: Step, wheel: WheelStep | None, results: list[StepResult]) -> str | None:
@@ -121,6 +173,7 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
     """Run every planned cell (stopping after the first failed one unless keep_going)."""
     check_options(opts)
     check_pins(plans, opts)
+    check_writable(plans, opts, cache)
     host = host or Host.detect()
     outcomes: list[CellOutcome] = []
     for plan in plans:
@@ -137,13 +190,20 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
     outcome = CellOutcome(cell)
     t0 = time.monotonic()
     cell_dir = opts.work_dir / cell.id
-    if cell_dir.exists():
-        shutil.rmtree(cell_dir)
-    (cell_dir / "context").mkdir(parents=True)
-    (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url))
-    opts.log_dir.mkdir(parents=True, exist_ok=True)
+    try:  # a filesystem fault here (work or log dir under a file, disk full) fails the cell, naming the path
+        if cell_dir.exists():
+            shutil.rmtree(cell_dir)
+        (cell_dir / "context").mkdir(parents=True)
+        (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url))
+        opts.log_dir.mkdir(parents=True, exist_ok=True)
+        log_file = (opts.log_dir / f"{cell.id}.log").open("w")
+    except OSError as exc:
+        outcome.results.append(StepResult("prepare", cell.id, Status.FAILED, f"cannot prepare the cell: {os_error(exc)}"))
+        say(f"[{cell.id}] FAILED: {outcome.results[-1].reason}")
+        outcome.seconds = time.monotonic() - t0
+        return outcome
     outcome.log = opts.log_dir / f"{cell.id}.log"
-    with outcome.log.open("w") as log:
+    with log_file as log:
         ctx = _work(plan, opts, cache, host, say, log)
         stop = ""  # once set, the remaining steps of the cell are skipped with this reason
 
@@ -157,18 +217,26 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
             started = time.monotonic()
             try:
                 result = step.run(ctx, wheel)
-            except KeyboardInterrupt:
-                result = StepResult(step.name, subject, Status.FAILED, "interrupted")
+            except KeyboardInterrupt as exc:
+                stopped = getattr(exc, "stopped", "")
+                result = StepResult(step.name, subject, Status.FAILED,
+                                    f"interrupted by {signal_name(exc)} during {step.name} of {subject}"
+                                    + (f": stopped {stopped}" if stopped else ""))
                 outcome.interrupted = True
             except BuilderError as exc:
                 result = StepResult(step.name, subject, Status.FAILED, str(exc))
+            except OSError as exc:  # a filesystem fault (read-only or full disk): the path and the OS's words
+                _try_write(log, traceback.format_exc())
+                why = os_error(exc) if exc.filename else f"{type(exc).__name__}: {exc}"
+                result = StepResult(step.name, subject, Status.FAILED, f"{step.name} of {subject}: {why}"
+                                    if exc.filename else why)
             except Exception as exc:  # a step's bug or an unexpected fault: the cell fails, the run goes on
-                log.write(traceback.format_exc())
+                _try_write(log, traceback.format_exc())
                 result = StepResult(step.name, subject, Status.FAILED, f"{type(exc).__name__}: {exc}")
             result.seconds = time.monotonic() - started
             outcome.results.append(result)
             if result.status is Status.FAILED:
-                log.write(f"FAILED {step.name} {subject}: {result.reason}\n")
+                _try_write(log, f"FAILED {step.name} {subject}: {result.reason}\n")
                 say(f"[{cell.id}] FAILED: {result.reason}")
                 if outcome.interrupted:
                     stop = "interrupted"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from . import grammar
 from .archs import KNOB_FORMATS
 
 
@@ -37,10 +38,42 @@ class Parsed:
 
     parse: Callable[[str], object]
     noun: str
+    plural: str = ""
+    explain: bool = False  # add the parser's reason to the message (the grammar's reasons are written for users)
 
 
 VERSION = Parsed(Version, 'a version like "12.8"')
 VERSION_RANGE = Parsed(SpecifierSet, 'a version range like ">=0.6,<0.7"')
+
+def _grammar(rule, noun: str, plural: str = "") -> Parsed:
+    return Parsed(rule, noun, plural or noun, explain=True)
+
+
+def _template(name: str) -> str:
+    from .templates import TEMPLATE_DIR
+
+    grammar.package_name(name)
+    if not (TEMPLATE_DIR / "packages" / f"{name}.j2").is_file():
+        known = sorted(p.stem for p in (TEMPLATE_DIR / "packages").glob("*.j2"))
+        raise ValueError(f"no dockerfiles/packages/{name}.j2; known: {', '.join(known)}")
+    return name
+
+
+# Strings that reach a Dockerfile or a command line are checked by their grammar (builder/grammar.py)
+ENV_NAME = _grammar(grammar.identifier, "a variable name like TORCH_CUDA_ARCH_LIST")
+LINE = _grammar(grammar.line, "a string on one line", "strings on one line")
+QUOTABLE = _grammar(grammar.quotable, "a string on one line without a single quote",
+                    "strings on one line without a single quote")
+ENV_VALUE = _grammar(grammar.double_quotable, 'a string on one line without " or \\')
+REL_PATH = _grammar(grammar.relative_path, "a relative path inside the source tree")
+SUBDIR = _grammar(grammar.subdir, "a directory path without spaces or shell characters")
+GIT_URL = _grammar(grammar.git_url, "a git URL like https://github.com/org/repo")
+TOKEN = _grammar(grammar.token, "a plain word (letters, digits, . _ + / - { } :)")
+PYPI_NAME = _grammar(grammar.pypi_name, "a PyPI project name")
+TEMPLATE = _grammar(_template, "a template of dockerfiles/packages/")
+PACKAGE_KEY = _grammar(grammar.package_name, "a package name like flash-attn (lowercase letters, digits, single '-')")
+CUDA_KEY = _grammar(lambda v: grammar.cuda_version(v) if v.count(".") == 1 else grammar.cuda_version("x"),
+                    'a CUDA major.minor like "13.0"')
 
 
 @dataclass(frozen=True)
@@ -77,6 +110,7 @@ class TableOf:
     """A table whose keys the file chooses (package names, CUDA versions, variables), all values of one type."""
 
     value: Scalar | Table
+    key: Parsed | None = None  # the grammar of its keys, when they reach a Dockerfile
 
     @property
     def noun(self) -> str:
@@ -105,13 +139,13 @@ ARCHS = ListOf(INT)
 
 KNOB = Table(
     required={"format": OneOf(KNOB_FORMATS)},
-    optional={"env": STR, "cmake": STR, "accepted": ARCHS, "threshold": INT},
+    optional={"env": ENV_NAME, "cmake": ENV_NAME, "accepted": ARCHS, "threshold": INT},
     exactly_one_of=("env", "cmake"),  # the environment variable or the CMake define the knob sets
     required_when={"threshold": ("format", "switch-below")},
 )
 
 # A literal edit of one source file, when building against a torch in `when_torch` (any torch without it).
-PATCH = Table(required={"file": STR, "replace": STR, "with": STR}, optional={"when_torch": VERSION_RANGE})
+PATCH = Table(required={"file": REL_PATH, "replace": QUOTABLE, "with": QUOTABLE}, optional={"when_torch": VERSION_RANGE})
 
 STRATEGY = Table(
     required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)},
@@ -148,19 +182,19 @@ RULE = Table(
     required={"versions": VERSION_RANGE},
     optional={
         "source": OneOf(("sdist", "git", "local")),
-        "source_subdir": STR,
-        "git_repository": STR,
-        "git_tag": STR,
+        "source_subdir": SUBDIR,
+        "git_repository": GIT_URL,
+        "git_tag": TOKEN,
         "min_cuda": VERSION,
         "min_arch": INT,
         "min_cmake": VERSION,
-        "build_requirements": STR,
-        "build_requirements_list": ListOf(STR),
-        "build_command": STR,
-        "build_env": TableOf(STR),
+        "build_requirements": REL_PATH,
+        "build_requirements_list": ListOf(QUOTABLE),
+        "build_command": LINE,
+        "build_env": TableOf(ENV_VALUE, key=ENV_NAME),
         "arch_knobs": ListOf(KNOB),
         "builds_archs": Table(optional={"always": ARCHS, "switch": ARCHS}),
-        "compile_threads_define": STR,
+        "compile_threads_define": ENV_NAME,
         "torch_pin": TORCH_PIN,
         "pin_extras": ListOf(STR),
         "companions": ListOf(PackageName()),
@@ -169,7 +203,7 @@ RULE = Table(
         "ready_log": STR,
         "metrics": ListOf(STR),
         # vLLM's setup.py splits $CMAKE_ARGS on whitespace from 0.12 on; unset, it ignores them
-        "rust_toolchain": STR,
+        "rust_toolchain": TOKEN,
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
         "smoke": SMOKE,
@@ -178,9 +212,9 @@ RULE = Table(
 
 PACKAGE = Table(
     required={
-        "pypi": STR,
+        "pypi": PYPI_NAME,
         "kind": OneOf(("engine", "kernels")),
-        "template": STR,
+        "template": TEMPLATE,
         "torch_pin": TORCH_PIN,
         "mem_gb_per_nvcc_thread": NUMBER,
         "rules": ListOf(RULE),
@@ -195,14 +229,38 @@ PACKAGE = Table(
 
 CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR})
 
-BUILD_TOOLS = Table(required={"pip": ListOf(STR), "cmake": STR})
+PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
+BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 
-BUILT_IN = Table(required={"packages": TableOf(PACKAGE), "cuda": TableOf(CUDA), "build_tools": BUILD_TOOLS})
+BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
+                           "build_tools": BUILD_TOOLS})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
 EXTRA = Table(optional={
-    "packages": TableOf(PACKAGE),
-    "cuda": TableOf(CUDA),
+    "packages": TableOf(PACKAGE, key=PACKAGE_KEY),
+    "cuda": TableOf(CUDA, key=CUDA_KEY),
     "build_tools": Table(optional=BUILD_TOOLS.required),
 })
+
+
+# -- matrix.lock -------------------------------------------------------------------------------------------
+# Written by `builder lock`, but a file like any other: every value that reaches a Dockerfile is checked too.
+SHA256 = _grammar(grammar.sha256, "a sha256 (64 lowercase hex digits)")
+COMMIT = _grammar(grammar.commit, 'a git commit (40 hex digits) or "" while unresolved')
+URL = _grammar(grammar.url, "an http(s) URL")
+FILENAME = _grammar(grammar.filename, "a plain file name")
+PIN_VERSION = _grammar(grammar.version, "a version like 2.14.0")
+PYTHON_RANGE = _grammar(lambda v: v and grammar.version_range(v), 'a version range like ">=3.11" (or "")')
+LOCK_KEY = _grammar(lambda k: (grammar.package_name(k.partition("==")[0]), grammar.version(k.partition("==")[2])),
+                    'name==version, like "vllm==0.33.0"')
+LOCK_GIT = Table(required={"repository": GIT_URL, "tag": TOKEN, "commit": COMMIT}, optional={"unresolved": STR})
+LOCK_ENTRY = Table(optional={
+    "requires_python": PYTHON_RANGE,
+    "torch": PIN_VERSION,
+    "pins": TableOf(PIN_VERSION, key=PACKAGE_KEY),
+    "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
+    "git": LOCK_GIT,
+    "deps": TableOf(LOCK_GIT, key=TOKEN),
+})
+LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY)})

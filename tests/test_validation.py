@@ -93,7 +93,8 @@ def test_bad_input_is_refused_with_exit_2(case, tmp_path):
 
 def test_lock_without_entry_says_run_lock(tmp_path):
     path = write_matrix(tmp_path, GOOD)
-    (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "x"\nurl = "x"\nsha256 = "x"\n')
+    (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "flash_attn-2.8.3.tar.gz"\n'
+                                          'url = "https://files.example/flash_attn-2.8.3.tar.gz"\nsha256 = "' + "0" * 64 + '"\n')
     res = run_cli("plan", "--matrix", str(path))
     assert res.exit_code == 2
     assert "no entry for vllm==0.33.0; run `builder lock`" in res.output
@@ -196,7 +197,7 @@ BAD_KNOWLEDGE = [
     ("patch-when-torch-not-a-range", PACKAGE_X + 'patches = [{ when_torch = "2.13+", file = "a", replace = "b", with = "c" }]\n',
      ["more.toml: packages.x.rules[0].patches[0].when_torch: '2.13+' is not a version range"]),
     ("build-env-value-not-a-string", PACKAGE_X + "build_env = { X_FORCE = true }\n",
-     ["more.toml: packages.x.rules[0].build_env.X_FORCE: expected a string, got a boolean True"]),
+     ["more.toml: packages.x.rules[0].build_env.X_FORCE: expected a string on one line without \" or \\, got a boolean True"]),
     ("min-cuda-not-a-version", PACKAGE_X + 'min_cuda = "twelve"\n',
      ["more.toml: packages.x.rules[0].min_cuda: 'twelve' is not a version like \"12.8\""]),
 ]

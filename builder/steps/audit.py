@@ -23,6 +23,10 @@ class AuditStep:
         ctx.note(f"audit {label}:\n{format_report(report)}")
         summary = {"ok": report.ok, "binaries_with_device_code": sum(b.has_device_code for b in report.binaries),
                    "missing": {b.path: [archs_mod.sm(a) for a in b.missing] for b in report.failures}}
+        if report.errors:
+            return StepResult(self.name, pkg.name, Status.FAILED,
+                              f"audit failed for {label}: {report.errors[0].error}; not cached, not tagged",
+                              artifacts=summary)
         if not report.ok:
             return StepResult(self.name, pkg.name, Status.FAILED,
                               f"audit failed for {label}: the wheel misses requested archs (see above); not cached, not tagged",

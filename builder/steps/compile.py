@@ -21,7 +21,7 @@ def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.
     common = common_build_args(ctx)
     common["build_args"] += (("MAX_JOBS", str(par.max_jobs)), ("NVCC_THREADS", str(par.nvcc_threads)))
     out = ctx.out_dir(wheel.package.name)
-    return par, docker.BuildxCall(target=f"wheels-{wheel.package.name}", output=f"type=local,dest={out}", **common)
+    return par, docker.BuildxCall(target=f"wheels-{wheel.package.name}", output=docker.csv_options(type="local", dest=out), **common)
 
 
 def _wheel_artifacts(records: dict[str, dict]) -> dict:

@@ -1,0 +1,108 @@
+"""Reading the files a user hands builder (matrix.toml, matrix.lock, knowledge files) and checking the
+directories it will write to — every fault a one-line UserError naming the path, never a traceback or a hang.
+
+- a file that is missing, a directory, a FIFO or device (reading one would block), unreadable, absurdly
+  large, not UTF-8, not TOML, or nested deeper than any real file is refused;
+- an output directory must exist as a writable directory or be creatable under one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import tomllib
+from pathlib import Path
+
+from .errors import UserError
+
+MAX_BYTES = 16 << 20  # no matrix, lock or knowledge file comes near this
+MAX_DEPTH = 32  # tables and arrays nested deeper than this are no data builder reads
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of a regular UTF-8 file, or a UserError saying what is wrong with it."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path}: is a directory, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{path}: not a regular file (a FIFO, socket or device); the {what} must be a file")
+    if st.st_size > MAX_BYTES:
+        raise UserError(f"{path}: {st.st_size} bytes; a {what} is never that large")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+
+
+def _depth(value, limit: int) -> int:
+    """Nesting depth of a parsed TOML value, stopping early past `limit`."""
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return d
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def load_toml(path: Path, what: str, fix: str = "") -> dict:
+    """A TOML file as a dict, or a UserError: file faults (read_text), malformed TOML, absurd nesting."""
+    text = read_text(path, what)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: malformed TOML: {exc}{fix}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a {what}") from None
+    if _depth(data, MAX_DEPTH) > MAX_DEPTH:
+        raise UserError(f"{path}: tables or arrays nested more than {MAX_DEPTH} deep; not a {what}")
+    return data
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """Refuse (UserError) an output directory that cannot be written: a file in its place or above it, a
+    read-only or unwritable ancestor. Creates nothing: a probe file in the nearest existing directory is
+    removed again."""
+    path = Path(path)
+    probe_dir = path
+    while True:
+        try:
+            st = probe_dir.stat()
+        except FileNotFoundError:
+            if probe_dir.parent == probe_dir:
+                raise UserError(f"{what}: {path}: no existing directory above it") from None
+            probe_dir = probe_dir.parent
+            continue
+        except NotADirectoryError:
+            probe_dir = probe_dir.parent
+            continue
+        except OSError as exc:
+            raise UserError(f"{what}: {path}: cannot use it: {exc.strerror or exc}") from None
+        break
+    if not stat.S_ISDIR(st.st_mode):
+        if probe_dir == path:
+            raise UserError(f"{what}: {path} is a file, not a directory")
+        raise UserError(f"{what}: {path} cannot be created: {probe_dir} is a file, not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".builder-write-check-", dir=probe_dir)
+    except OSError as exc:
+        where = path if probe_dir == path else f"{path} (in {probe_dir})"
+        raise UserError(f"{what}: cannot write to {where}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(name)
