@@ -327,6 +327,59 @@ def test_a_signal_stops_the_buildx_child_and_its_compile_and_says_what_was_inter
     assert "# interrupted: stopped docker buildx build" in log
 
 
+def test_a_signal_outside_a_build_step_is_exit_143_with_one_line_and_writes_nothing(tmp_path):
+    """`builder lock` waiting on an index that accepts and never answers (a socket on 127.0.0.1): SIGTERM
+    ends it at once with exit 143 and one line, no traceback, and matrix.lock is not rewritten."""
+    import shutil
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.extend(server.accept() for _ in range(1)), daemon=True).start()
+    shutil.copy(REPO / "matrix.toml", tmp_path / "matrix.toml")
+    shutil.copy(REPO / "matrix.lock", tmp_path / "matrix.lock")
+    before = (tmp_path / "matrix.lock").read_bytes()
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "lock", "--matrix", str(tmp_path / "matrix.toml"),
+                             "--profile", "cu130", "--engine", "vllm", "--index", f"http://127.0.0.1:{server.getsockname()[1]}/simple"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"})
+    try:
+        _wait_for(lambda: held, 60, "lock to connect to the index")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        server.close()
+    assert proc.returncode == 143, out + err
+    assert time.monotonic() - t0 < 10
+    assert err.strip().splitlines() == ["error: interrupted by SIGTERM"], err
+    assert (tmp_path / "matrix.lock").read_bytes() == before
+
+
+def test_label_and_env_values_are_escaped_for_the_dockerfile_parser(docker_engine, tmp_path):
+    """What render writes inside LABEL k="..." / ENV K="...": BuildKit reads back exactly the value."""
+    from builder.render import dockerfile_quoted
+
+    value = 'a "quoted" \\ back$slash ${HOME}'
+    (tmp_path / "Dockerfile").write_text(
+        f'FROM scratch\nLABEL io.test="{dockerfile_quoted(value)}"\nENV T="{dockerfile_quoted("x $y", expand=True)}"\n')
+    tag = f"builder-hardening-label:{uuid.uuid4().hex[:12]}"
+    res = subprocess.run(["docker", "buildx", "build", "-q", "--load", "-t", tag, str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    try:
+        labels = json.loads(subprocess.run(["docker", "image", "inspect", tag, "--format", "{{json .Config.Labels}}"],
+                                           capture_output=True, text=True, check=True).stdout)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+    assert labels["io.test"] == value
+
+
 # -- 8. selectors ------------------------------------------------------------------------------------------------
 
 def test_globs_with_many_brace_groups_match_in_linear_time():
