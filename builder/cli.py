@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from . import archs as archs_mod
-from . import grammar
+from . import files, grammar
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from . import render as render_mod
@@ -56,6 +56,12 @@ class BuilderGroup(click.Group):
                 traceback.print_exc()  # the same exit code, with the traceback
             click.secho(f"error: {exc}", fg="red", err=True)
             ctx.exit(exc.exit_code)
+        except OSError as exc:  # a filesystem fault no check foresaw: the path and the OS's words, not a traceback
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+            click.secho(f"error: {paths + ': ' if paths else ''}{exc.strerror or exc}", fg="red", err=True)
+            ctx.exit(EXIT_FAILED)
         except KeyboardInterrupt as exc:  # outside a build step (a step's interrupt is in the closing table)
             signum = getattr(exc, "signum", signal.SIGINT)
             click.secho(f"error: interrupted by {signal.Signals(signum).name}", fg="red", err=True)
@@ -263,6 +269,7 @@ def render(m, sel, out_dir):
             click.echo(text, nl=False)
         return
     out = Path(out_dir)
+    files.writable_dir(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     for cell, text in texts:
         (out / f"{cell.id}.Dockerfile").write_text(text)

@@ -410,6 +410,8 @@ CASES: list[Case] = [
     Case("log-dir-under-a-file", "fs", [*BUILD, "--log-dir", "{tmp}/afile/logs"], files={"afile": "x"}, expect=("--log-dir", "is a file")),
     Case("pins-dir-under-a-file", "fs", [*BUILD, "--pins-dir", "{tmp}/afile/pins"], files={"afile": "x"}, expect=("--pins-dir", "is a file")),
     Case("wheelhouse-under-a-file", "fs", [*BUILD, "--wheelhouse", "{tmp}/afile/wh"], files={"afile": "x"}, expect=("--wheelhouse", "is a file")),
+    Case("render-out-under-a-file", "fs", ["render", *M, "--out", "{tmp}/afile/out"], files={"afile": "x"},
+         expect=("--out", "afile is a file")),
     Case("wheelhouse-read-only", "fs", [*BUILD, "--wheelhouse", "{tmp}/ro"], files={"ro": lambda p: (p.mkdir(), p.chmod(0o555))},
          as_nobody=True, expect=("--wheelhouse", "cannot write", "Permission denied")),
     Case("log-dir-read-only", "fs", [*BUILD, "--log-dir", "{tmp}/ro/logs"], files={"ro": lambda p: (p.mkdir(), p.chmod(0o555))},
