@@ -289,3 +289,32 @@ def git_ls_remote(repository: str, *refs: str, timeout: float = 30) -> tuple[int
     except subprocess.TimeoutExpired:
         return 124, "", f"git ls-remote {repository}: timed out after {timeout:g}s"
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def git_fetch_commit(repository: str, commit: str, dest: Path, timeout: float = 600) -> tuple[int, str]:
+    """(returncode, error text) of checking out exactly `commit` of `repository` into the empty directory `dest`
+    (a depth-1 fetch of that commit, verified); never prompts for credentials."""
+    env = {"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dest)}
+    for var in ("GIT_SSL_CAINFO", "SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        if os.environ.get(var):
+            env[var] = os.environ[var]
+    steps = [
+        ["git", "init", "-q", str(dest)],
+        ["git", "-C", str(dest), "fetch", "-q", "--depth", "1", repository, commit],
+        ["git", "-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "-q", "FETCH_HEAD"],
+        ["git", "-C", str(dest), "rev-parse", "HEAD"],
+    ]
+    out = ""
+    for argv in steps:
+        try:
+            proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, env=env)
+        except FileNotFoundError:
+            return 127, "git: command not found"
+        except subprocess.TimeoutExpired:
+            return 124, f"{' '.join(argv[:4])}: timed out after {timeout:g}s"
+        if proc.returncode != 0:
+            return proc.returncode, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        out = proc.stdout.strip()
+    if out != commit:
+        return 1, f"fetched {out or 'nothing'}, not {commit}"
+    return 0, ""

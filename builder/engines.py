@@ -55,6 +55,8 @@ class Strategy:
     versions: SpecifierSet
     why_not: str
     flags: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # the engine's environment under this strategy
+    forbid_log: tuple[str, ...] = ()  # log lines that mean the strategy did not take effect
     expect: tuple[tuple[str, object], ...] = ()  # smoke L2: dotted path in the parsed args -> value
     k: int = 0  # draft tokens per draft (smoke L3: draft tokens = drafts x k), 0 when not a fixed ratio
     drafter: str = ""  # the default drafter checkpoint ({drafter} in the flags)
@@ -80,7 +82,7 @@ class Recipe:
     min_cuda: str = "0"
     min_arch: int = 0
     min_cmake: str = ""
-    build_requirements: str = ""
+    build_requirements: tuple[str, ...] = ()  # requirements files of the source tree
     build_requirements_list: tuple[str, ...] = ()
     build_command: str = ""
     build_env: tuple[tuple[str, str], ...] = ()
@@ -97,6 +99,15 @@ class Recipe:
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
+    setuptools_scm: bool = False  # version from git: the build pretends the pinned version
+    git_submodules: tuple[str, ...] = ()
+    companion_versions: tuple[tuple[str, str], ...] = ()  # companions its metadata does not pin
+    install_extras: tuple[str, ...] = ()
+    serve_modules: tuple[str, ...] = ()
+    runtime_jit: bool = False
+    runtime_checks: tuple[str, ...] = ()
+    fetch_overrides: tuple[tuple[str, str], ...] = ()
+    builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
     smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
@@ -114,6 +125,16 @@ class Recipe:
         if any(k.format == "switch-below" and k.value(archs) == "ON" for k in self.arch_knobs):
             out |= set(self.builds_switch)
         return tuple(sorted(out))
+
+    def built_sass(self, archs: tuple[int, ...], cuda: str) -> tuple[str, ...]:
+        """Every SASS name the build emits with this CUDA: the selected archs plus what the package builds
+        regardless of them (builds_extra_sass), e.g. sm_90a and the Blackwell code of sglang-kernel."""
+        names = {archs_mod.sm(a) for a in self.built_archs(archs)}
+        if self.compiled and cuda:
+            fits = [(Version(m), s) for m, s in self.builds_extra_sass if Version(cuda) >= Version(m)]
+            if fits:
+                names |= set(max(fits)[1])
+        return tuple(sorted(names, key=lambda n: (int(re.sub(r"\D", "", n)), n)))
 
     def arch_problems(self, archs: tuple[int, ...]) -> list[str]:
         """Why the requested archs cannot be built as asked (empty when they can)."""
@@ -194,6 +215,11 @@ class Knowledge:
         if mm not in table:
             raise UserError(f"CUDA {cuda}: unknown to this toolkit; known: {', '.join(table)}")
         return tuple(table[mm]["archs"])
+
+    def runtime_jit(self, cuda: str) -> dict | None:
+        """What a runtime image needs to compile kernels at run time with this CUDA (None: nothing known)."""
+        mm = ".".join(cuda.split(".")[:2])
+        return self.data["cuda"].get(mm, {}).get("runtime_jit")
 
     def build_tools(self) -> tuple[str, ...]:
         tools = self.data["build_tools"]
@@ -370,6 +396,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     builds = merged.get("builds_archs", {})
     strategies = {
         sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]),
+                        env=tuple(sorted(s.get("env", {}).items())), forbid_log=tuple(s.get("forbid_log", ())),
                         expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""))
         for sname, s in pkg.get("strategies", {}).items()
     }
@@ -390,7 +417,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         min_cuda=merged.get("min_cuda", "0"),
         min_arch=merged.get("min_arch", 0),
         min_cmake=merged.get("min_cmake", ""),
-        build_requirements=merged.get("build_requirements", ""),
+        build_requirements=tuple(merged.get("build_requirements", ())),
         build_requirements_list=tuple(merged.get("build_requirements_list", ())),
         build_command=merged.get("build_command", ""),
         build_env=tuple(sorted(merged.get("build_env", {}).items())),
@@ -407,6 +434,15 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         rust_toolchain=merged.get("rust_toolchain", ""),
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
+        setuptools_scm=merged.get("setuptools_scm", False),
+        git_submodules=tuple(merged.get("git_submodules", ())),
+        companion_versions=tuple(sorted(merged.get("companion_versions", {}).items())),
+        install_extras=tuple(merged.get("install_extras", ())),
+        serve_modules=tuple(merged.get("serve_modules", ())),
+        runtime_jit=merged.get("runtime_jit", False),
+        runtime_checks=tuple(merged.get("runtime_checks", ())),
+        fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
+        builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

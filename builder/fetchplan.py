@@ -45,6 +45,7 @@ __all__ = [
     "fetch_plan_from_tree",
     "fetch_plan_from_sdist",
     "plan_document",
+    "plan_document_from_tree",
     "render_fetch_script",
     "cmake_overrides_file",
     "dockerfile_run",
@@ -346,7 +347,7 @@ def _wanted(rel: str) -> bool:
     return (
         name == "CMakeLists.txt"
         or name.endswith(".cmake")
-        or rel in ("setup.py", "rust-toolchain.toml", "rust-toolchain", "Cargo.lock",
+        or rel in ("setup.py", "pyproject.toml", "rust-toolchain.toml", "rust-toolchain", "Cargo.lock",
                    "rust/Cargo.lock")
     )
 
@@ -1135,14 +1136,18 @@ def fetch_plan_from_sdist(path: Path, *, context: Mapping[str, str] | None = Non
 # ---------------------------------------------------------------------------------------------
 
 
-def cmake_args_mode(setup_py: str | None) -> str:
+def cmake_args_mode(setup_py: str | None, pyproject: str | None = None) -> str:
     """How the engine's setup.py passes $CMAKE_ARGS to cmake.
 
     "ignored": setup.py never reads it (vLLM up to 0.11), so -D cache variables cannot reach
     the configure; "split-on-whitespace": appended after str.split() (vLLM 0.12+), no shell
     quoting; "unknown": mentioned in a way this check does not recognise; "no-setup.py".
+    Without a setup.py, a pyproject.toml whose build backend is scikit-build-core gives
+    "scikit-build-core": defines reach cmake as pip's -Ccmake.define.NAME=VALUE.
     """
     if setup_py is None:
+        if pyproject and re.search(r"""build-backend\s*=\s*["']scikit_build_core\.build["']""", pyproject):
+            return "scikit-build-core"
         return "no-setup.py"
     if "CMAKE_ARGS" not in setup_py:
         return "ignored"
@@ -1231,14 +1236,25 @@ def _jsonable(src: ExternalSource) -> dict:
 def plan_document(sdist: Path, *, engine: str, version: str) -> dict:
     """Everything the fetch stage needs to know about one engine release, as plain data."""
     sdist = Path(sdist)
-    tree = _Tree.from_sdist(sdist)
+    return _document(_Tree.from_sdist(sdist), engine, version,
+                     {"sdist": {"filename": sdist.name, "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}})
+
+
+def plan_document_from_tree(root: Path, *, engine: str, version: str, repository: str, commit: str,
+                            subdir: str = ".") -> dict:
+    """The same for a git source: `root` is the checkout of `commit`, the package lives in `subdir` of it."""
+    tree = _Tree.from_dir(Path(root) / subdir if subdir not in ("", ".") else Path(root))
+    return _document(tree, engine, version,
+                     {"git": {"repository": repository, "commit": commit, "subdir": subdir}})
+
+
+def _document(tree: _Tree, engine: str, version: str, origin: dict) -> dict:
     plan = _plan(tree)
-    mode = cmake_args_mode(tree.read("setup.py"))
+    mode = cmake_args_mode(tree.read("setup.py"), tree.read("pyproject.toml"))
     return {
         "engine": engine,
         "version": version,
-        "sdist": {"filename": sdist.name,
-                  "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()},
+        **origin,
         "target": "cuda",
         "cmake_args": mode,
         "sources": [_jsonable(s) for s in plan],

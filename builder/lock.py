@@ -103,7 +103,8 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
         entry["requires_python"] = meta.requires_python or ""
         pins = {}
         for comp in r.companions:
-            pin = meta.pin(kn.recipe_pypi(comp), r.pin_extras)
+            # a companion its metadata does not pin (SGLang 0.3.x's flashinfer) has its version in the engine data
+            pin = meta.pin(kn.recipe_pypi(comp), r.pin_extras) or dict(r.companion_versions).get(comp)
             if pin is None:
                 raise UserError(f"{name} {version}: its metadata pins no exact {comp} version")
             pins[comp] = pin
@@ -162,6 +163,34 @@ def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict,
     return target
 
 
+def refresh_fetch_plan_git(name: str, version: str, git: dict, subdir: str, echo=print) -> Path | None:
+    """Read the external sources a git source's CMake files download, at the locked commit, into
+    data/fetchplans/ (None, said on `echo`, when the commit is unknown or cannot be fetched)."""
+    import tempfile
+
+    from . import deps, fetchplan
+
+    target = deps.plan_path(name, version)
+    commit = git.get("commit", "")
+    if not commit:
+        echo(f"  {name} {version}: fetch plan not read: the commit of {git.get('tag', '?')} is unknown")
+        return None
+    if target.is_file() and fetchplan.load_plan_file(target).get("git", {}).get("commit") == commit:
+        return target
+    with tempfile.TemporaryDirectory(prefix="builder-plan-") as tmp:
+        code, why = docker.git_fetch_commit(git["repository"], commit, Path(tmp))
+        if code != 0:
+            echo(f"  {name} {version}: fetch plan not read: cannot fetch {git['repository']} {commit} ({why})")
+            return None
+        doc = fetchplan.plan_document_from_tree(Path(tmp), engine=name, version=version,
+                                                repository=git["repository"], commit=commit, subdir=subdir)
+    fetchplan.write_plan_file(doc, target)
+    deps._plan_doc.cache_clear()
+    deps.deps_context.cache_clear()
+    echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
+    return target
+
+
 def lock_dep_tags(name: str, version: str, echo=print) -> dict:
     """Commits for the sources an engine's CMake names by tag (the fetch plan says which)."""
     from . import deps
@@ -207,6 +236,9 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
         if r.fetch_plan and "sdist" in entry:
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)
             entry["deps"] = lock_dep_tags(name, version, echo)
+        elif r.fetch_plan and "git" in entry:
+            if refresh_fetch_plan_git(name, version, entry["git"], r.source_subdir, echo):
+                entry["deps"] = lock_dep_tags(name, version, echo)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
             note += f" UNPINNED ({entry['git']['unresolved']})"

@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import archs as archs_mod
 from . import deps, templates
 from .cache import CacheHit, WheelCache
 from .cache.local import Wheelhouse
@@ -109,7 +108,7 @@ class CellPlan:
             "pinned": not unpinned,
             "unpinned": unpinned,
             "knobs": dict(w.package.knobs),
-            "sass": [archs_mod.sm(a) for a in w.package.built_archs],
+            "sass": list(w.package.built_sass),
             "cache_key": w.key,
             "action": w.action,
             "cached_in": w.hit.store if w.reuse else None,
@@ -146,7 +145,7 @@ def format_plan(plans: list[CellPlan]) -> str:
                 knobs, sass = "pure Python", "-"
             else:
                 knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
-                sass = ",".join(map(archs_mod.sm, pkg.built_archs))
+                sass = ",".join(pkg.built_sass)
             unpinned = pkg.unpinned()
             flag = f"  UNPINNED: {'; '.join(unpinned)}" if unpinned else ""
             if w.hit is not None and not w.reuse:

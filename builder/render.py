@@ -24,24 +24,33 @@ def _sed_literal(text: str, replacement: bool = False) -> str:
     return "".join("\\" + c if c in special else c for c in text)
 
 
+def scm_pretend_variable(dist: str) -> str:
+    """setuptools-scm's per-distribution override of the version it would read from git."""
+    return "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_" + re.sub(r"[-_.]+", "_", dist).upper()
+
+
 def package_context(pkg: Package, torch: str = "") -> dict:
     r = pkg.recipe
     env_knobs = [(k.env, k.value(pkg.archs)) for k in r.arch_knobs if k.env]
     cmake_defines = [(k.cmake, k.value(pkg.archs)) for k in r.arch_knobs if k.cmake]
+    scm = [(scm_pretend_variable(r.pypi), r.version)] if r.setuptools_scm else []
+    dep = deps.for_package(pkg)
     return {
         "name": r.name,
+        "dist": r.pypi,
         "version": r.version,
         "template": r.template,
         "source": pkg.source,
-        "env": [(k, dockerfile_quoted(v, expand=True)) for k, v in env_knobs + list(r.build_env)],
-        "cmake_defines": cmake_defines,
+        "submodules": list(r.git_submodules),
+        "env": [(k, dockerfile_quoted(v, expand=True)) for k, v in env_knobs + list(r.build_env) + scm],
+        "cmake_defines": cmake_defines + (dep["cmake_defines"] if dep else []),
         "knobs": pkg.knobs,
-        "built_archs": [archs_mod.sm(a) for a in pkg.built_archs],
-        "build_requirements": r.build_requirements,
+        "built_archs": list(pkg.built_sass),
+        "build_requirements": list(r.build_requirements),
         "build_requirements_list": list(r.build_requirements_list),
         "build_command": r.build_command,
         "compile_threads_define": r.compile_threads_define,
-        "deps": deps.for_package(pkg),
+        "deps": dep,
         "rust_toolchain": r.rust_toolchain,
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
@@ -77,9 +86,24 @@ def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
     for p in cell.packages:
         out.append((f"io.builder.package.{p.name}.version", p.version))
         out.append((f"io.builder.package.{p.name}.source", p.source.ref))
-        out.append((f"io.builder.package.{p.name}.sass", ",".join(map(archs_mod.sm, p.built_archs))))
+        out.append((f"io.builder.package.{p.name}.sass", ",".join(p.built_sass)))
         out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
     return out
+
+
+def runtime_requirements(cell: Cell) -> list[str]:
+    """Shell words for the runtime's pip install besides torch and the wheels.
+
+    The engine's extras (the wheel alone lacks sglang[srt]'s server dependencies) are asked of the wheel
+    file itself, `"<file>.whl[srt]"`: pip ignores an explicit file when `sglang[srt]` is asked by name and
+    refuses the pair when both are given, so naming the file is the only form that installs the compiled
+    wheel with its extras. Then the run-time JIT toolchain, if the engine needs one."""
+    r = cell.engine_recipe
+    out = []
+    if r.install_extras:
+        stem = re.sub(r"[-_.]+", "_", r.pypi).lower()
+        out.append(f'"$(echo /wheels/{stem}-[0-9]*.whl)[{",".join(r.install_extras)}]"')
+    return out + [f"'{req}'" for req in (cell.runtime_jit["pip"] if cell.runtime_jit else [])]
 
 
 def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
@@ -90,6 +114,10 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "packages": [package_context(p, cell.torch) for p in cell.packages],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
         "import_name": cell.engine.replace("-", "_"),
+        "requirements": runtime_requirements(cell),
+        "runtime_jit": cell.runtime_jit,
+        "serve_modules": list(cell.engine_recipe.serve_modules),
+        "runtime_checks": list(cell.engine_recipe.runtime_checks),
         "labels": [(k, dockerfile_quoted(v)) for k, v in labels(cell, keys)],
         "entrypoint": entrypoint(cell),
     }

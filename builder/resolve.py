@@ -61,6 +61,7 @@ class Package:
     source: Source
     archs: tuple[int, ...]  # requested archs
     deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
+    cuda: str = ""  # the cell's CUDA (what a package builds beyond its knobs can depend on it)
 
     @property
     def name(self) -> str:
@@ -77,6 +78,11 @@ class Package:
     @property
     def built_archs(self) -> tuple[int, ...]:
         return self.recipe.built_archs(self.archs)
+
+    @property
+    def built_sass(self) -> tuple[str, ...]:
+        """Every SASS name the wheel will carry (sm_90a and the like included): what plan and labels show."""
+        return self.recipe.built_sass(self.archs, self.cuda)
 
     def unpinned(self) -> list[str]:
         """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
@@ -104,6 +110,8 @@ class Cell:
     image: str  # repository without tag
     tag: str
     build_tools: tuple[str, ...] = ()
+    # what the runtime needs to compile kernels at run time (engine data runtime_jit + the CUDA table), or None
+    runtime_jit: dict | None = dataclasses.field(default=None, compare=False, hash=False)
 
     @property
     def engine_recipe(self) -> Recipe:
@@ -230,8 +238,13 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan else {}
-        packages.append(Package(recipe=r, source=_source(m, lock, r), archs=archs,
+        packages.append(Package(recipe=r, source=_source(m, lock, r), archs=archs, cuda=prof.cuda,
                                 deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
+
+    jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
+    if eng.runtime_jit and jit is None:
+        raise UserError(f"{where}.cuda: {engine} {version} compiles kernels at run time (nvcc in the image) and CUDA "
+                        f"{prof.cuda} has no runtime_jit entry in the engine knowledge (no nvcc wheels known for it)")
 
     for s in prof.strategies:
         why = eng.strategy_problem(s)
@@ -266,6 +279,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         image=f"{m.defaults['registry']}/{engine}",
         tag=tag,
         build_tools=kn.build_tools(),
+        runtime_jit=jit,
     )
 
 

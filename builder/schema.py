@@ -7,6 +7,7 @@ A type here is a description, not code that runs: `noun` is how messages spell t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ class Parsed:
 VERSION = Parsed(Version, 'a version like "12.8"')
 VERSION_RANGE = Parsed(SpecifierSet, 'a version range like ">=0.6,<0.7"')
 
+
 def _grammar(rule, noun: str, plural: str = "") -> Parsed:
     return Parsed(rule, noun, plural or noun, explain=True)
 
@@ -74,6 +76,16 @@ TEMPLATE = _grammar(_template, "a template of dockerfiles/packages/")
 PACKAGE_KEY = _grammar(grammar.package_name, "a package name like flash-attn (lowercase letters, digits, single '-')")
 CUDA_KEY = _grammar(lambda v: grammar.cuda_version(v) if v.count(".") == 1 else grammar.cuda_version("x"),
                     'a CUDA major.minor like "13.0"')
+PIN_VERSION_DATA = _grammar(grammar.version, "a version like 0.1.6")
+
+
+def _sass_name(value: str) -> str:
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", value):
+        raise ValueError("write sm_90, sm_90a or sm_100f")
+    return value
+
+
+SASS_NAME = _grammar(_sass_name, "a SASS name like sm_90a", "SASS names like sm_90a")
 
 
 @dataclass(frozen=True)
@@ -149,9 +161,11 @@ PATCH = Table(required={"file": REL_PATH, "replace": QUOTABLE, "with": QUOTABLE}
 
 STRATEGY = Table(
     required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)},
-    # smoke: what the engine's parser must resolve the flags to (dotted attribute paths; a key with
-    # "@resolved" is the engine's own name resolution), draft tokens per draft, the default drafter
-    optional={"expect": TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
+    # the environment the engine runs under for this strategy, and log lines that mean it did not take effect
+    optional={"env": TableOf(ENV_VALUE, key=ENV_NAME), "forbid_log": ListOf(STR),
+              # smoke: what the engine's parser must resolve the flags to (dotted attribute paths; a key with
+              # "@resolved" is the engine's own name resolution), draft tokens per draft, the default drafter
+              "expect": TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
               "k": INT, "drafter": STR},
 )
 
@@ -188,7 +202,7 @@ RULE = Table(
         "min_cuda": VERSION,
         "min_arch": INT,
         "min_cmake": VERSION,
-        "build_requirements": REL_PATH,
+        "build_requirements": ListOf(REL_PATH),  # requirements files in the source tree, read in this order
         "build_requirements_list": ListOf(QUOTABLE),
         "build_command": LINE,
         "build_env": TableOf(ENV_VALUE, key=ENV_NAME),
@@ -206,7 +220,22 @@ RULE = Table(
         "rust_toolchain": TOKEN,
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
+        # -- what issue 7 found missing (see builder/data/engines.toml for the evidence per key) --
+        # the source takes its version from git through setuptools-scm: the build sets
+        # SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> to the pinned version
+        "setuptools_scm": BOOL,
+        "git_submodules": ListOf(REL_PATH),  # submodules the build reads (fetched at the commit's gitlinks)
+        # companions the package's metadata does not pin, with the version it needs
+        "companion_versions": TableOf(PIN_VERSION_DATA, key=PACKAGE_KEY),
+        "install_extras": ListOf(TOKEN),  # extras the runtime installs the engine with (sglang[srt])
+        "serve_modules": ListOf(TOKEN),  # modules serving imports: the image check finds each of them
+        "runtime_jit": BOOL,  # kernels compile at run time: the runtime gets the CUDA table's runtime_jit
+        "runtime_checks": ListOf(QUOTABLE),  # Python statements the image must run without error
         "smoke": SMOKE,
+        # FetchContent sources whose override is CMake's FETCHCONTENT_SOURCE_DIR_<NAME>, not the engine's variable
+        "fetch_overrides": TableOf(OneOf(("fetchcontent",)), key=TOKEN),
+        # SASS built whatever the knobs say, by CUDA version: complete sets, the highest min_cuda <= CUDA applies
+        "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
     },
 )
 
@@ -227,7 +256,9 @@ PACKAGE = Table(
     },
 )
 
-CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR})
+# runtime_jit: what an engine that compiles kernels at run time needs in its runtime image for this CUDA
+RUNTIME_JIT = Table(required={"pip": ListOf(QUOTABLE), "apt": ListOf(TOKEN), "root": REL_PATH})
+CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_jit": RUNTIME_JIT})
 
 PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})

@@ -23,8 +23,8 @@ from builder.engines import recipe
         ("flash-attn", "2.7.3", (80, 90), {"FLASH_ATTN_CUDA_ARCHS": "80;90"}, (80, 90)),
         ("flash-attn", "2.8.3", (90,), {"FLASH_ATTN_CUDA_ARCHS": "90"}, (90,)),
         ("flash-attn", "2.8.3", (80, 90, 100, 120), {"FLASH_ATTN_CUDA_ARCHS": "80;90;100;120"}, (80, 90, 100, 120)),
-        # sglang-kernel (CMake era): hard-coded; ENABLE_BELOW_SM90 adds sm_80 + sm_89
-        ("sglang-kernel", "0.4.10", (80, 90), {"ENABLE_BELOW_SM90": "ON"}, (80, 89, 90)),
+        # sglang-kernel (CMake era): hard-coded; ENABLE_BELOW_SM90 adds sm_80 + sm_89 (+ sm_86 in FA3's flash_ops)
+        ("sglang-kernel", "0.4.10", (80, 90), {"ENABLE_BELOW_SM90": "ON"}, (80, 86, 89, 90)),
         ("sglang-kernel", "0.4.10", (90,), {"ENABLE_BELOW_SM90": "OFF"}, (90,)),
         # SGLang itself is Python: nothing to translate, no device code
         ("sglang", "0.5.23", (80, 90), {}, ()),
@@ -41,6 +41,22 @@ def test_arch_translation(package, version, archs, knobs, sass):
 def test_flash_attn_always_forces_the_source_build():
     for v in ("2.6.3", "2.8.3"):
         assert dict(recipe("flash-attn", v).build_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
+
+
+@pytest.mark.parametrize(
+    "cuda, archs, sass",
+    [
+        # what the 0.4.10 x86_64 wheel on PyPI (nvcc 13.0.88, torch 2.14.1) holds across its .so files
+        ("13.0.3", (80, 90), ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_103a", "sm_120a")),
+        ("13.0.3", (90,), ("sm_90", "sm_90a", "sm_100f", "sm_103a", "sm_120a")),
+        ("12.4.1", (90,), ("sm_90", "sm_90a")),
+    ],
+)
+def test_sglang_kernel_says_what_it_builds_beyond_the_asked_archs(cuda, archs, sass):
+    """sm_90a and the Blackwell code come with the CUDA version whatever --arch says: plan and labels show it."""
+    assert recipe("sglang-kernel", "0.4.10").built_sass(archs, cuda) == sass
+    # a package without such extras shows exactly its selected archs
+    assert recipe("vllm", "0.33.0").built_sass((80, 90), cuda) == ("sm_80", "sm_90")
 
 
 def test_sglang_kernel_threads_knob_and_cmake_floor():

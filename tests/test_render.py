@@ -106,7 +106,11 @@ def test_stage_structure(cell_index):
     runtime = text.split("AS runtime", 1)[1]
     # the runtime stage installs only wheels (from the "wheels" context) + torch, never compiles
     assert "--mount=type=bind,from=wheels,target=/wheels" in runtime
-    assert "nvcc" not in runtime and "setup.py" not in runtime and "build-essential" not in runtime
+    assert "setup.py" not in runtime and "build-essential" not in runtime and "pip wheel" not in runtime
+    # nvcc only where the engine compiles kernels at run time (engine data runtime_jit), and then it is checked
+    assert ("nvcc" in runtime) == bool(cell.runtime_jit)
+    if cell.runtime_jit:
+        assert "ENV CUDA_HOME=/opt/cuda-jit" in runtime and "nvcc --shared" in runtime
     assert f"torch=={cell.torch}" in runtime
     # the CA bundle is only ever a secret mount, never copied
     assert "COPY" not in text.replace("COPY --from=", "")
@@ -181,13 +185,15 @@ def test_base_image_mirrors_rewrite_the_base_args(tmp_path):
 def test_vllm_external_sources_are_fetched_in_their_own_stage(cell_prefix, plan_file):
     """Every repository vLLM's CMake would download is fetched at its pinned ref in deps-vllm, and the
     build stage points the override variable at it, so the compile needs no network."""
+    from builder import deps as deps_mod
     from builder import fetchplan
 
     m, cells = shipped_cells()
     cell = next(c for c in cells if c.id.startswith(cell_prefix))
     text = render_cell(cell, m.defaults["index"])
     doc = fetchplan.load_plan_file(REPO / "builder" / "data" / "fetchplans" / plan_file)
-    plan = fetchplan.plan_from_document(doc)
+    overrides = tuple(n for n, _ in cell.engine_recipe.fetch_overrides)
+    plan = deps_mod.with_fetchcontent_overrides(fetchplan.plan_from_document(doc), overrides, cell.id)
     assert plan, "a vLLM release without external sources would be news"
     deps = text.split("AS deps-vllm", 1)[1].split("\nFROM ", 1)[0]
     build = text.split("AS build-vllm", 1)[1].split("\nFROM ", 1)[0]

@@ -63,16 +63,18 @@ ARG PIP_INDEX_URL
 COPY --from=src-sglang /src /src
 WORKDIR /src
 
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=secret,id=ca \
     with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.3.2"), "built %s %s, the lock pins sglang 0.3.2" % (n, v)'
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang
 COPY --from=build-sglang /wheels/ /
@@ -86,7 +88,7 @@ RUN --mount=type=secret,id=ca \
  && tar -xzf /tmp/vllm-0.5.5.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.5.5.tar.gz
 # ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
-# Plan read from the sdist's CMake files (vllm-0.5.5.json):
+# Plan read from its release's CMake files (vllm-0.5.5.json):
 #   cutlass: https://github.com/nvidia/cutlass.git @ 06b21349bcf6ddf6a1686a47a137ad1446579db9
 FROM toolchain AS deps-vllm
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -124,19 +126,64 @@ WORKDIR /src
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
 ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; grep -vE '^\s*(#|$|-)' requirements-build.txt; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel --dist-dir /wheels \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.5.5"), "built %s %s, the lock pins vllm 0.5.5" % (n, v)'
 # ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-vllm
 COPY --from=build-vllm /wheels/ /
+# ---- source of flashinfer 0.1.6: git https://github.com/flashinfer-ai/flashinfer ---------------------
+FROM toolchain AS src-flashinfer
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
+# UNPINNED: `builder lock` could not resolve tag v0.1.6 to a commit; the commit fetched is
+# recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
+RUN --mount=type=secret,id=ca \
+    git init -q /src \
+ && with-ca git -C /src fetch -q --depth 1 https://github.com/flashinfer-ai/flashinfer refs/tags/v0.1.6 \
+ && git -C /src checkout -q FETCH_HEAD \
+ && git -C /src rev-parse HEAD > /src/.builder-commit
+# the submodules its build reads, at the commits this checkout records
+RUN --mount=type=secret,id=ca \
+    with-ca git -C /src submodule update -q --init --depth 1 -- 3rdparty/cutlass \
+ && ! git -C /src submodule status -- 3rdparty/cutlass | grep -v '^ '
+# ---- build-flashinfer: flashinfer 0.1.6 → wheel, SASS for sm_80, sm_90 -------
+FROM torch AS build-flashinfer
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
+ARG MAX_JOBS=2
+ARG NVCC_THREADS=1
+ARG SOURCE_DATE_EPOCH
+ARG PIP_INDEX_URL
+ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
+COPY --from=src-flashinfer /src /src
+WORKDIR /src/python
+
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
+ && cat /tmp/build-requirements.txt \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flashinfer") and Version(v.public) == Version("0.1.6"), "built %s %s, the lock pins flashinfer 0.1.6" % (n, v)'
+# ---- wheels-flashinfer: only the wheel, exported to wheelhouse/ with --output type=local -----------
+FROM scratch AS wheels-flashinfer
+COPY --from=build-flashinfer /wheels/ /
 # ---- source of flash-attn 2.6.3: sdist pinned by sha256 -----------------------------
 FROM toolchain AS src-flash-attn
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -159,16 +206,20 @@ ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
 
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
+ && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
@@ -202,11 +253,13 @@ ARG PIP_INDEX_URL
 # first build resolved.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
- && printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flash-attn==2.6.3' > /tmp/constraints.txt \
+ && printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
+ && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
+# what serving imports must be in the image (engine data serve_modules): a missing one fails here, not at boot
+RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm", "fastapi", "uvicorn", "uvloop", "zmq", "interegular", "outlines", "aiohttp"] if importlib.util.find_spec(m) is None]; assert not missing, "sglang imports these when serving, the image lacks them: %s" % missing'
 LABEL org.opencontainers.image.title="sglang 0.3.2"
 LABEL org.opencontainers.image.version="0.3.2"
 LABEL org.opencontainers.image.description="sglang 0.3.2 compiled for sm_80, sm_90"
@@ -222,13 +275,17 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="b5e604d1beceaad91d3ac7c4ffc72e87ccfceed18388c848d43fad95ef9d0759"
+LABEL io.builder.package.sglang.cache-key="e5bf35079075d04a6fe0f2244ffdd1471c364a93afc0aa0a936ae09e476da605"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="b39250207240b58acb954a51ec9b7c79b33297d85b7f7ff97bb71484c938c71b"
+LABEL io.builder.package.vllm.cache-key="5f368c3c55b4050a3c4bf4c6dbf48eb605d5068546c03fe246840edaef0ca5d2"
+LABEL io.builder.package.flashinfer.version="0.1.6"
+LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
+LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
+LABEL io.builder.package.flashinfer.cache-key="a971a70d30704fb7d57e8032ec19bf590ba434acc2939bacdefa7f7208bc5b23"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="a51bee9d6a733f8336405f4c47bd11ee36c25acbd910cf2399b77a6ca506d4bf"
+LABEL io.builder.package.flash-attn.cache-key="5970c06e413159c75eb03654ecb050eba9e852400810bfef54950b292d960500"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -62,27 +62,28 @@ ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
+ENV SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG="0.5.23"
 COPY --from=src-sglang /src /src
 WORKDIR /src/python
 
-# the checkout must be the release the lock names
-RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.5.23", "found %s, want 0.5.23" % (m and m.group(1))'
 # its Rust extensions need cargo (crates come from crates.io during this step)
 ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/cargo PATH=/opt/cargo/bin:$PATH
 RUN --mount=type=secret,id=ca \
     with-ca curl -fsSL -o /tmp/rustup-init.sh https://sh.rustup.rs \
  && with-ca sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal --default-toolchain 1.95 \
  && rm /tmp/rustup-init.sh
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 RUN --mount=type=secret,id=ca \
     with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.5.23"), "built %s %s, the lock pins sglang 0.5.23" % (n, v)'
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang
 COPY --from=build-sglang /wheels/ /
@@ -97,9 +98,23 @@ RUN --mount=type=secret,id=ca \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
  && git -C /src checkout -q FETCH_HEAD \
  && git -C /src rev-parse HEAD > /src/.builder-commit
-# ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_89, sm_90 -----
-# Archs are hard-coded in its CMakeLists: sm_90 (+ sm_90a/FA3 on CUDA >= 12.4) always, sm_80/sm_89 only with
-# ENABLE_BELOW_SM90. Its nvcc runs --threads=32 unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
+# ---- deps-sglang-kernel: what sglang-kernel's own build would download, fetched at the pinned commits ----
+# UNPINNED: sglang-kernel 0.4.10: no fetch plan (source commit unknown); run `builder lock` where the git host answers. This stage stops the build.
+FROM toolchain AS deps-sglang-kernel
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# the lines are written to fetch.sh verbatim: their $(...) expand when fetch.sh runs, not here
+# hadolint ignore=SC2016
+RUN mkdir -p /opt/deps \
+ && printf '%s\n' \
+      'echo '"'"'sglang-kernel 0.4.10: no fetch plan (source commit unknown); run `builder lock` where the git host answers'"'"' >&2' \
+      'exit 1' \
+      > /opt/deps/fetch.sh
+RUN --mount=type=secret,id=ca \
+    with-ca sh /opt/deps/fetch.sh
+# ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100f, sm_103a, sm_120a -----
+# Archs are hard-coded in its CMakeLists: sm_90 always, sm_80/sm_89 (sm_86 in FA3) only with ENABLE_BELOW_SM90,
+# and more by CUDA version whatever the switch says (engine data builds_extra_sass). Its nvcc runs --threads=32
+# unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
 FROM torch AS build-sglang-kernel
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
@@ -110,19 +125,22 @@ ARG PIP_INDEX_URL
 COPY --from=src-sglang-kernel /src /src
 WORKDIR /src/sgl-kernel
 
-# the checkout must be the release the lock names
-RUN python -c 'import re, pathlib; t = pathlib.Path("pyproject.toml").read_text(); m = re.search(r"(?m)^version\s*=\s*\"([^\"]+)\"", t); assert m and m.group(1) == "0.4.10", "found %s, want 0.4.10" % (m and m.group(1))'
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# the compile reads the fetched sources instead of downloading them
+COPY --from=deps-sglang-kernel /opt/deps /opt/deps
+
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
       -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang-kernel") and Version(v.public) == Version("0.4.10"), "built %s %s, the lock pins sglang-kernel 0.4.10" % (n, v)'
 # ---- wheels-sglang-kernel: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang-kernel
 COPY --from=build-sglang-kernel /wheels/ /
@@ -153,16 +171,20 @@ RUN grep -qF -- '-std=c++17' setup.py \
  && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
  && ! grep -qF -- '-std=c++17' setup.py
 
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
+ && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
@@ -189,6 +211,12 @@ RUN apt-get update \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
+# sglang 0.5.23 compiles kernels at first use (FlashInfer, DeepGEMM, ...): the JIT needs a host
+# C++ compiler next to nvcc and ninja (pip, below). Versions follow the pinned base image, as for python above.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++ \
+ && rm -rf /var/lib/apt/lists/*
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. The constraints keep pip from swapping a compiled package or torch for another build from the
@@ -198,9 +226,22 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl \
+ && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
+# nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
+# a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
+RUN root="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13" \
+ && test -x "$root/bin/nvcc" \
+ && for lib in "$root"/lib/libcudart.so.*; do ln -sfn "${lib##*/}" "$root/lib/libcudart.so"; done \
+ && test -e "$root/lib/libcudart.so" \
+ && ln -sfn lib "$root/lib64" \
+ && ln -sfn "$root" /opt/cuda-jit
+ENV CUDA_HOME=/opt/cuda-jit PATH=/opt/cuda-jit/bin:$PATH
+RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
+ && nvcc --shared -Xcompiler -fPIC -o /tmp/jit.so /tmp/jit.cu \
+ && ninja --version \
+ && rm -f /tmp/jit.cu /tmp/jit.so
 LABEL org.opencontainers.image.title="sglang 0.5.23"
 LABEL org.opencontainers.image.version="0.5.23"
 LABEL org.opencontainers.image.description="sglang 0.5.23 compiled for sm_80, sm_90"
@@ -216,13 +257,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="9a1570735ee308ee0693ee307a418cd94f2ee567b09b7ff05712b19d387f228a"
+LABEL io.builder.package.sglang.cache-key="c106a516eef7d419fab84c1a1367b4d5d0863b30cfc24a8c8513b03fe1ac6f67"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_89,sm_90"
-LABEL io.builder.package.sglang-kernel.cache-key="9034c8f346fda464c8a85e3306df3a8141dc2a8fcd875ef596498b2e7a740b9e"
+LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_86,sm_89,sm_90,sm_90a,sm_100f,sm_103a,sm_120a"
+LABEL io.builder.package.sglang-kernel.cache-key="8e5609ae2a98cccedc3bcf34634f6d02d2b937706e4e4bd070180c82e98e74b3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="b7610ff1b7ec9dedd709be703327dd5606444319bba883a68a2dbc9694e6046d"
+LABEL io.builder.package.flash-attn.cache-key="fe81ba3c0a601f8148acb947400d0b0fe81da89dc121cc0835c7efb18c8c62bf"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -53,7 +53,7 @@ RUN --mount=type=secret,id=ca \
  && tar -xzf /tmp/vllm-0.33.0.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.33.0.tar.gz
 # ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
-# Plan read from the sdist's CMake files (vllm-0.33.0.json):
+# Plan read from its release's CMake files (vllm-0.33.0.json):
 #   cutlass: https://github.com/nvidia/cutlass.git @ v4.7.1 (a tag, not a commit: the fetch prints what it resolved to)
 #   triton_kernels: https://github.com/triton-lang/triton.git @ v3.5.1 (a tag, not a commit: the fetch prints what it resolved to)
 #   deepgemm: https://github.com/vllm-project/DeepGEMM.git @ 0820030756945b2daec208e8e8255268360f337d
@@ -174,11 +174,13 @@ ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
+ENV VLLM_REQUIRE_RUST_FRONTEND="1"
 COPY --from=src-vllm /src /src
 WORKDIR /src
 
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
+ENV CMAKE_ARGS="-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/opt/deps/vllm-flash-attn"
 ENV DEEPGEMM_SRC_DIR="/opt/deps/deepgemm"
 ENV DEEPSELECT_SRC_DIR="/opt/deps/deepselect"
 ENV FLASH_KDA_SRC_DIR="/opt/deps/flashkda"
@@ -188,19 +190,23 @@ ENV QUTLASS_SRC_DIR="/opt/deps/qutlass"
 ENV TML_FA4_SRC_DIR="/opt/deps/tml_fa4"
 ENV TRITON_KERNELS_SRC_DIR="/opt/deps/triton_kernels/python/triton_kernels/triton_kernels"
 ENV VLLM_CUTLASS_SRC_DIR="/opt/deps/cutlass"
-ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
 COPY --from=deps-vllm /opt/rust /opt/rust
 ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$PATH CARGO_NET_OFFLINE=true
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; grep -vE '^\s*(#|$|-)' requirements/build.txt; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^\s*(#|$|-)/d' requirements/build/cuda.txt >> /tmp/build-requirements.in \
+ && sed -E '/^\s*(#|$|-)/d' requirements/build/rust.txt >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel --dist-dir /wheels \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.33.0"), "built %s %s, the lock pins vllm 0.33.0" % (n, v)'
 # ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-vllm
 COPY --from=build-vllm /wheels/ /
@@ -231,16 +237,20 @@ RUN grep -qF -- '-std=c++17' setup.py \
  && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
  && ! grep -qF -- '-std=c++17' setup.py
 
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
+ && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
@@ -267,6 +277,12 @@ RUN apt-get update \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
+# vllm 0.33.0 compiles kernels at first use (FlashInfer, DeepGEMM, ...): the JIT needs a host
+# C++ compiler next to nvcc and ninja (pip, below). Versions follow the pinned base image, as for python above.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++ \
+ && rm -rf /var/lib/apt/lists/*
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. The constraints keep pip from swapping a compiled package or torch for another build from the
@@ -276,9 +292,24 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.14.0' 'vllm==0.33.0' 'flash-attn==2.8.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.0 /wheels/*.whl \
+ && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.0 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
+# nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
+# a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
+RUN root="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13" \
+ && test -x "$root/bin/nvcc" \
+ && for lib in "$root"/lib/libcudart.so.*; do ln -sfn "${lib##*/}" "$root/lib/libcudart.so"; done \
+ && test -e "$root/lib/libcudart.so" \
+ && ln -sfn lib "$root/lib64" \
+ && ln -sfn "$root" /opt/cuda-jit
+ENV CUDA_HOME=/opt/cuda-jit PATH=/opt/cuda-jit/bin:$PATH
+RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
+ && nvcc --shared -Xcompiler -fPIC -o /tmp/jit.so /tmp/jit.cu \
+ && ninja --version \
+ && rm -f /tmp/jit.cu /tmp/jit.so
+# the engine's own view of the image (engine data runtime_checks)
+RUN python -c 'from vllm.utils.flashinfer import has_flashinfer; assert has_flashinfer(), "vLLM turns FlashInfer off: no nvcc (CUDA_HOME) or ninja"'
 LABEL org.opencontainers.image.title="vllm 0.33.0"
 LABEL org.opencontainers.image.version="0.33.0"
 LABEL org.opencontainers.image.description="vllm 0.33.0 compiled for sm_80, sm_90"
@@ -294,9 +325,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="ea6c9e23752b8e71d50ca1f7ca4054ef2f914b3296935f2d1457b9780b0d4529"
+LABEL io.builder.package.vllm.cache-key="b7c556dc00e0eae7cc903f83865ad4e1ef2a14e1ffc0c55ac7b9c17b73675f0e"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="086ba0c10243291a4fd4134fafa9d336495c7cc94f3c5f1a15e2de08ff57d350"
+LABEL io.builder.package.flash-attn.cache-key="702a3b67efae283193f61e4f64ab7c1fe1f60365adb9a430125a7649a3f9c9c6"
 ENTRYPOINT ["vllm", "serve"]

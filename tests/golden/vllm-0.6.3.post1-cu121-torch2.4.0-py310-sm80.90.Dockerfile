@@ -53,7 +53,7 @@ RUN --mount=type=secret,id=ca \
  && tar -xzf /tmp/vllm-0.6.3.post1.tar.gz --strip-components=1 -C /src \
  && rm /tmp/vllm-0.6.3.post1.tar.gz
 # ---- deps-vllm: what vllm's own build would download, fetched at the pinned commits ----
-# Plan read from the sdist's CMake files (vllm-0.6.3.post1.json):
+# Plan read from its release's CMake files (vllm-0.6.3.post1.json):
 #   cutlass: https://github.com/nvidia/cutlass.git @ v3.5.1 (a tag, not a commit: the fetch prints what it resolved to)
 #   vllm-flash-attn: https://github.com/vllm-project/flash-attention.git @ 013f0c4fc47e6574060879d9734c1df8c5c273bd
 FROM toolchain AS deps-vllm
@@ -102,16 +102,20 @@ WORKDIR /src
 COPY --from=deps-vllm /opt/deps /opt/deps
 ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; grep -vE '^\s*(#|$|-)' requirements-build.txt; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && sed -E '/^\s*(#|$|-)/d' requirements-build.txt >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel --dist-dir /wheels \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.6.3.post1"), "built %s %s, the lock pins vllm 0.6.3.post1" % (n, v)'
 # ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-vllm
 COPY --from=build-vllm /wheels/ /
@@ -137,16 +141,20 @@ ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
 
-# build requirements: the package's own (pyproject, requirements file), never a second torch
+# build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
+# file the engine data names but the source lacks stops the build here
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    { build-requires; echo 'psutil==7.0.0'; echo 'einops==0.8.1'; } \
-      | grep -vE '^torch([^a-z_-]|$)' > /tmp/build-requirements.txt \
+    build-requires > /tmp/build-requirements.in \
+ && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
+ && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
+ && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
- && ls -l /wheels
+ && ls -l /wheels \
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
@@ -200,9 +208,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="ea5e0f5e8b5cdc19d9a7c1a9ecb559157f4bbab122081218cc3f7ddc8bb71e57"
+LABEL io.builder.package.vllm.cache-key="5367e1eceddcd906c9760f6175bc084c892845b00189e397953eb5cee5340ddf"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="a51bee9d6a733f8336405f4c47bd11ee36c25acbd910cf2399b77a6ca506d4bf"
+LABEL io.builder.package.flash-attn.cache-key="5970c06e413159c75eb03654ecb050eba9e852400810bfef54950b292d960500"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
