@@ -1,0 +1,252 @@
+"""Git sources against a local repository with SGLang's layout (GitHub cannot be reached here).
+
+SGLang >= 0.5.11 and sglang-kernel publish no sdist: builder builds them from the git repository at the release
+commit. What breaks such a build is the layout, so the repository made here reproduces it (the real check needs
+the git host: see the README):
+
+- python/pyproject.toml takes its version from git through setuptools-scm ([tool.setuptools_scm] root "..",
+  version_file, fallback_version "0.0.0.dev0"), and the build fetches one commit with depth 1 and no tags: the
+  rendered build stage must pretend the pinned version, and its wheel check must refuse a dev-version wheel;
+- sgl-kernel/ is a scikit-build-core project whose CMakeLists FetchContent-downloads its dependencies by URL with
+  a hash: `builder lock` reads them at the locked commit into a fetch plan, the deps stage fetches them, and the
+  compile is pointed at the checkouts through FETCHCONTENT_SOURCE_DIR_<NAME> as -Ccmake.define.
+
+The Docker test runs the real rendered SGLang 0.5.23 stages (source-git, build-sglang, wheels-sglang) with the
+repository URL and commit of the local repository, no torch (the stand-in has no extension) and no Rust toolchain
+(rustup's server is unreachable here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from builder import deps, fetchplan, lock, plan, render
+from builder.docker import BuildxCall, stream
+from builder.matrix import Selection, load
+from builder.resolve import select
+
+from .helpers import MATRIX, REPO
+
+LOCAL = REPO / "tests" / "fixtures" / "local-engines" / "matrix.toml"
+
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+VERSION = "0.5.23"
+CUTLASS_TGZ = b"not really cutlass, but bytes with a hash"
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61.0", "setuptools-scm>=8.0", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "sglang"
+dynamic = ["version"]
+requires-python = ">=3.10"
+
+[tool.setuptools.packages.find]
+include = ["sglang*"]
+
+[tool.setuptools_scm]
+root = ".."
+version_file = "sglang/_version.py"
+# Allow editable installs even when .git metadata is not available.
+fallback_version = "0.0.0.dev0"
+"""
+
+KERNEL_CMAKE = """\
+cmake_minimum_required(VERSION 3.26 FATAL_ERROR)
+project(sgl-kernel LANGUAGES CXX CUDA)
+include(FetchContent)
+FetchContent_Declare(
+    repo-cutlass
+    URL https://example.invalid/cutlass-4.2.1.tar.gz
+    URL_HASH SHA256={sha}
+)
+FetchContent_Populate(repo-cutlass)
+FetchContent_Declare(
+    repo-fmt
+    GIT_REPOSITORY https://github.com/fmtlib/fmt
+    GIT_TAG        553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28
+    GIT_SHALLOW    OFF
+)
+FetchContent_Populate(repo-fmt)
+"""
+
+KERNEL_PYPROJECT = """\
+[build-system]
+requires = ["scikit-build-core>=0.10"]
+build-backend = "scikit_build_core.build"
+
+[project]
+name = "sglang-kernel"
+version = "0.4.10"
+"""
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> tuple[Path, str]:
+    """A repository with SGLang's layout, the release tagged v0.5.23 and one commit after it (so a clone's
+    describe would not even give the release); returns (path, commit of the tag)."""
+    root = tmp_path_factory.mktemp("sglang-repo") / "sglang"
+    (root / "python" / "sglang").mkdir(parents=True)
+    (root / "python" / "pyproject.toml").write_text(PYPROJECT)
+    (root / "python" / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
+    (root / "python" / "sglang" / "version.py").write_text(
+        "try:\n    from sglang._version import __version__\nexcept ImportError:\n    __version__ = '0.0.0.dev0'\n")
+    (root / "sgl-kernel").mkdir()
+    (root / "sgl-kernel" / "CMakeLists.txt").write_text(
+        KERNEL_CMAKE.format(sha=hashlib.sha256(CUTLASS_TGZ).hexdigest()))
+    (root / "sgl-kernel" / "pyproject.toml").write_text(KERNEL_PYPROJECT)
+    git("init", "-q", "-b", "main", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "release", cwd=root)
+    git("tag", "-a", f"v{VERSION}", "-m", f"v{VERSION}", cwd=root)
+    commit = git("rev-parse", "HEAD", cwd=root)
+    (root / "README.md").write_text("after the release\n")
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "after", cwd=root)
+    return root, commit
+
+
+# --------------------------------------------------------------------------- lock: the fetch plan of a git source
+
+
+def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path, monkeypatch):
+    root, commit = repo
+    monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
+    deps._plan_doc.cache_clear()
+    deps.deps_context.cache_clear()
+    said: list[str] = []
+    git_entry = {"repository": f"file://{root}", "tag": f"v{VERSION}", "commit": commit}
+    try:
+        path = lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, "sgl-kernel", said.append)
+        assert path == tmp_path / "sglang-kernel-0.4.10.json", said
+        doc = fetchplan.load_plan_file(path)
+        assert doc["git"] == {"repository": f"file://{root}", "commit": commit, "subdir": "sgl-kernel"}
+        # scikit-build-core: the overrides reach CMake as pip config settings
+        assert doc["cmake_args"] == "scikit-build-core"
+        by_name = {s["name"]: s for s in doc["sources"]}
+        assert set(by_name) == {"repo-cutlass", "repo-fmt"}
+        cutlass = by_name["repo-cutlass"]
+        assert cutlass["kind"] == "url" and cutlass["reproducible"]
+        assert cutlass["url_hash"] == f"SHA256={hashlib.sha256(CUTLASS_TGZ).hexdigest()}"
+        assert cutlass["override_var"] == "FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS" and cutlass["override_builtin"]
+
+        ctx = deps.deps_context("sglang-kernel", "0.4.10")
+        assert ctx["missing"] == "" and ctx["env"] == []
+        assert ctx["cmake_defines"] == [("FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS", "/opt/deps/repo-cutlass"),
+                                        ("FETCHCONTENT_SOURCE_DIR_REPO-FMT", "/opt/deps/repo-fmt")]
+        script = "\n".join(ctx["script_lines"])
+        assert "sha256sum -c -" in script and "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28" in script
+        # the same commit again: the plan is kept, nothing fetched
+        assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, "sgl-kernel", said.append) == path
+    finally:
+        deps._plan_doc.cache_clear()
+        deps.deps_context.cache_clear()
+
+
+def test_a_git_source_without_a_readable_plan_is_unpinned_and_its_deps_stage_stops(repo, tmp_path, monkeypatch):
+    monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
+    said: list[str] = []
+    unknown = {"repository": "https://github.com/sgl-project/sglang", "tag": "v0.5.23", "commit": ""}
+    assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", unknown, "sgl-kernel", said.append) is None
+    assert "commit of v0.5.23 is unknown" in said[-1]
+    m = load(MATRIX)
+    (cell,) = select(m, Selection(profiles=("cu130",), engines=("sglang",)))
+    kernel = next(p for p in cell.packages if p.name == "sglang-kernel")
+    assert any("no fetch plan" in u for u in kernel.unpinned())
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    stage = text.split("AS deps-sglang-kernel", 1)[1].split("\nFROM ", 1)[0]
+    assert "'exit 1'" in stage and "UNPINNED: sglang-kernel 0.4.10: no fetch plan" in text
+
+
+# --------------------------------------------------------------------------- Docker: the rendered SGLang stages
+
+
+def _local_cell(m, root: Path, commit: str, *, setuptools_scm: bool):
+    """The SGLang 0.5.23 cell on the local base (engine data and lock as shipped), its source pointed at the local
+    repository (inside the toolchain image), without torch and without the Rust toolchain the stand-in does not
+    need."""
+    (cell,) = select(m, Selection(profiles=("local-sglang",)))
+    pkg = next(p for p in cell.packages if p.name == "sglang")
+    recipe = dataclasses.replace(pkg.recipe, rust_toolchain="", setuptools_scm=setuptools_scm)
+    source = dataclasses.replace(pkg.source, repository=f"file:///srv/{root.name}", commit=commit)
+    pkg = dataclasses.replace(pkg, recipe=recipe, source=source)
+    return dataclasses.replace(cell, torch="", packages=(pkg,))
+
+
+def _build(tmp: Path, text: str, root: Path, local_bases, target: str, out: Path) -> tuple[int, str]:
+    context = tmp / "context"
+    context.mkdir(exist_ok=True)
+    dockerfile = tmp / "Dockerfile"
+    dockerfile.write_text(text)
+    secrets = (("ca", str(HOST_CA)),) if HOST_CA.is_file() else ()
+    base = (("BASE_DEVEL_IMAGE", local_bases["cuda_devel"]), ("BASE_RUNTIME_IMAGE", local_bases["cuda_base"]))
+    # 1. the rendered toolchain stage as an image; 2. it plus the repository at /srv; 3. that image stands in for
+    # the toolchain stage of the same Dockerfile, so the rendered source stage fetches from the repository
+    tag = f"builder-test/toolchain-with-repo:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    log = (tmp / "build.log").open("a")
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    stream(BuildxCall(dockerfile=dockerfile, context=context, target="toolchain", build_args=base, secrets=secrets,
+                      tags=(f"{tag}-base",), load=True).argv(), log, echo)
+    repo_ctx = tmp / "repo-context"
+    if not repo_ctx.exists():
+        repo_ctx.mkdir()
+        shutil.copytree(root, repo_ctx / root.name, symlinks=True)
+    (tmp / "Dockerfile.repo").write_text(f"FROM {tag}-base AS repo\nCOPY {root.name} /srv/{root.name}\n")
+    stream(BuildxCall(dockerfile=tmp / "Dockerfile.repo", context=repo_ctx, target="repo", tags=(tag,), load=True)
+           .argv(), log, echo)
+    call = BuildxCall(dockerfile=dockerfile, context=context, target=target, build_args=base, secrets=secrets,
+                      contexts=(("toolchain", f"docker-image://{tag}"),), output=f"type=local,dest={out}")
+    proc = subprocess.run(call.argv(), capture_output=True, text=True)
+    log.write(proc.stdout + proc.stderr)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_the_rendered_sglang_stages_build_the_pinned_version_from_a_setuptools_scm_checkout(
+        repo, local_bases, tmp_path):
+    root, commit = repo
+    m = load(LOCAL)
+    cell = _local_cell(m, root, commit, setuptools_scm=True)
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    assert f'ENV SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG="{VERSION}"' in text
+    assert "WORKDIR /src/python" in text
+    out = tmp_path / "out"
+    code, output = _build(tmp_path, text, root, local_bases, "wheels-sglang", out)
+    assert code == 0, output[-4000:]
+    (wheel,) = sorted(out.glob("*.whl"))
+    assert wheel.name == f"sglang-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as z:
+        assert f"__version__ = version = '{VERSION}'" in z.read("sglang/_version.py").decode()
+
+
+def test_without_the_pretended_version_the_wheel_check_stops_a_dev_version_build(repo, local_bases, tmp_path):
+    """What issue 7 found: a depth-1 fetch of the commit has no tag, so setuptools-scm makes a dev version
+    (0.1.devN+g<commit> from the git metadata here; its fallback_version 0.0.0.dev0 without any) — the build
+    stage's wheel check refuses it instead of handing the runtime a wheel that sglang==0.5.23 rejects."""
+    root, commit = repo
+    m = load(LOCAL)
+    cell = _local_cell(m, root, commit, setuptools_scm=False)
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION" not in text
+    code, output = _build(tmp_path, text, root, local_bases, "wheels-sglang", tmp_path / "out")
+    assert code != 0
+    built = re.search(rf"AssertionError: built sglang (\S+), the lock pins sglang {re.escape(VERSION)}", output)
+    assert built, output[-3000:]
+    assert Version(built.group(1)).is_devrelease and Version(built.group(1)) != Version(VERSION)
