@@ -454,11 +454,29 @@ def test_two_compiles_of_the_same_sources_give_the_same_wheel_bytes(local_bases,
         res = subprocess.run([sys.executable, "-m", "builder.cli", "build", "--matrix", str(m), "--arch", "80",
                               "--wheelhouse", str(tmp / f"wh{jobs}"), "--work-dir", str(tmp / f"w{jobs}"),
                               "--log-dir", str(tmp / f"l{jobs}"), "--pins-dir", str(tmp / f"p{jobs}"), "--max-jobs", jobs,
-                              "--ca-bundle", str(hc.HOST_CA), "--quiet", "--json"],
+                              "--ca-bundle", str(hc.HOST_CA), "--quiet", "--json", "--no-smoke"],
                              capture_output=True, text=True, cwd=tmp, env=env)
         assert res.returncode == 0, res.stderr[-3000:]
         (cell,) = json.loads(res.stdout)
         compile_ = next(s for s in cell["steps"] if s["step"] == "compile")
         assert compile_["artifacts"]["reused"] is False
         digests.append(compile_["artifacts"]["wheels"])
-    assert digests[0] == digests[1]
+    assert digests[0] == digests[1], _zip_differences(*(next((tmp / f"wh{j}").rglob("*.whl")) for j in ("1", "2")))
+
+
+def _zip_differences(a: Path, b: Path) -> str:
+    """Which members of two wheels differ, and how (content, timestamp, order): what a mismatch is made of."""
+    import zipfile
+
+    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        ia, ib = za.infolist(), zb.infolist()
+        out = [] if [i.filename for i in ia] == [i.filename for i in ib] else \
+            [f"member order/names: {[i.filename for i in ia]} vs {[i.filename for i in ib]}"]
+        for x in ia:
+            y = next((i for i in ib if i.filename == x.filename), None)
+            if y is None:
+                continue
+            for attr in ("CRC", "date_time", "external_attr", "compress_type", "file_size"):
+                if getattr(x, attr) != getattr(y, attr):
+                    out.append(f"{x.filename}: {attr} {getattr(x, attr)} vs {getattr(y, attr)}")
+    return "wheels differ: " + ("; ".join(out) or "only in the zip structure")
