@@ -447,9 +447,20 @@ def test_two_compiles_of_the_same_sources_give_the_same_wheel_bytes(local_bases,
     empty wheelhouses, SOURCE_DATE_EPOCH from the matrix: byte-identical wheels, zip timestamps included."""
     tmp = hc.make_fixture(tmp_path)
     m = tmp / "fx" / "matrix.toml"
-    m.write_text(m.read_text().replace("[defaults]\n", f"[defaults]\nsource_date_epoch = {1_700_000_000 + uuid.uuid4().int % 10**6}\n"))
+    registry = f"127.0.0.1:5000/hardening-repro-{uuid.uuid4().hex[:10]}"  # its own: this test does tag an image
+    m.write_text(m.read_text().replace("[defaults]\n", f"[defaults]\nsource_date_epoch = {1_700_000_000 + uuid.uuid4().int % 10**6}\n")
+                 .replace(hc.REGISTRY, registry))
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
     digests = []
+    tagged = [f"{registry}/cuda-ext:1.0.0-cu130-py311-sm80"]
+    try:
+        _build_twice(tmp, m, env, digests)
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", *tagged], capture_output=True)
+    assert digests[0] == digests[1], _zip_differences(*(next((tmp / f"wh{j}").rglob("*.whl")) for j in ("1", "2")))
+
+
+def _build_twice(tmp: Path, m: Path, env: dict, digests: list) -> None:
     for jobs in ("1", "2"):
         res = subprocess.run([sys.executable, "-m", "builder.cli", "build", "--matrix", str(m), "--arch", "80",
                               "--wheelhouse", str(tmp / f"wh{jobs}"), "--work-dir", str(tmp / f"w{jobs}"),
@@ -461,7 +472,6 @@ def test_two_compiles_of_the_same_sources_give_the_same_wheel_bytes(local_bases,
         compile_ = next(s for s in cell["steps"] if s["step"] == "compile")
         assert compile_["artifacts"]["reused"] is False
         digests.append(compile_["artifacts"]["wheels"])
-    assert digests[0] == digests[1], _zip_differences(*(next((tmp / f"wh{j}").rglob("*.whl")) for j in ("1", "2")))
 
 
 def _zip_differences(a: Path, b: Path) -> str:
