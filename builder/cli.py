@@ -286,7 +286,10 @@ def matrix_cmd(m, sel):
       builder matrix --profile all   # → {"include": [{"cell": ..., "engine": ..., ...}]}
     """
     cells = resolve.select(m, sel)
-    include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs))} for c in cells]
+    runners = m.defaults["runners"]  # cells that compile CUDA code need large runners; smoke needs a GPU
+    include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs)),
+                "runner": runners["compile" if any(p.recipe.compiled for p in c.packages) else "light"],
+                "gpu_runner": runners["gpu"]} for c in cells]
     click.echo(json.dumps({"include": include}))
 
 
