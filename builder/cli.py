@@ -293,6 +293,49 @@ def matrix_cmd(m, sel):
     click.echo(json.dumps({"include": include}))
 
 
+_BUILD_HOST = "builder.build_host"
+
+
+def build_host_options(f):
+    """--builder / --layer-cache / --provenance: where BuildKit builds and what it shares. Kept in the click
+    context (like cache_options), so `_build_host` finds them without every verb passing them along."""
+
+    @click.option("--builder", "buildx_builder", default=None, metavar="NAME",
+                  help="The buildx builder to build on (`docker buildx ls`; a docker context name is one): another "
+                       "machine, a remote BuildKit. Default: the current one.")
+    @click.option("--layer-cache", default=lambda: os.environ.get("BUILDER_LAYER_CACHE"), metavar="REPO",
+                  help="Share BuildKit's layer cache through a registry repository (--cache-from/--cache-to "
+                       "type=registry, mode=max): 'registry' is the matrix's registry + /buildcache. Env: BUILDER_LAYER_CACHE.")
+    @click.option("--provenance", is_flag=True,
+                  help="Attach BuildKit's SLSA provenance attestation (mode=max) to the runtime image. It holds build "
+                       "times, so an attested image's digest differs per build; the image manifest itself does not.")
+    @wraps(f)
+    def wrapper(*args, buildx_builder, layer_cache, provenance, **kwargs):
+        click.get_current_context().meta[_BUILD_HOST] = (buildx_builder, layer_cache, provenance)
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+def _build_host(m) -> dict:
+    """BuildOptions fields from build_host_options (and, under `builder publish`, its target)."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx else {}
+    builder, layer_cache, provenance = meta.get(_BUILD_HOST, (None, None, False))
+    if builder is not None:
+        grammar.check(grammar.path_argument, builder, "--builder")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", builder):
+            raise UserError(f"--builder: {builder!r} is not a builder name (letters, digits, '_', '.', '-')")
+    if layer_cache == "registry":
+        layer_cache = f"{m.defaults['registry']}/buildcache"
+    if layer_cache:
+        grammar.check(grammar.image_name, layer_cache, "--layer-cache")
+    from .publish import META
+
+    return {"builder": builder, "layer_cache": layer_cache or None,
+            "attest": ("type=provenance,mode=max",) if provenance else (), "publish": meta.get(META)}
+
+
 @main.command()
 @selection_options
 @wheelhouse_option
@@ -318,6 +361,7 @@ def matrix_cmd(m, sel):
               help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy weights).")
 @click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
 @cache_options()
+@build_host_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON: per cell, every step's result.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
           pins_dir, refresh_pins, no_cache, quiet, as_json, no_smoke=False, smoke_model="tiny"):
@@ -358,6 +402,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         smoke=not no_smoke,
         smoke_model=smoke_model,
         echo_build_output=not quiet,
+        **_build_host(m),
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
@@ -375,12 +420,17 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:
         click.echo(report.format_table(outcomes, len(plans)))
+    published = None
+    if opts.publish is not None:  # `builder publish`: the aliases, images.json, the pull lines (builder/release.py)
+        from .release import after_publish
+
+        published = after_publish(m, cells, plans, outcomes, opts)
     if any(o.interrupted for o in outcomes):
         signum = _SIGNALS.received or signal.SIGINT
         for reason in [r.reason for o in outcomes for r in o.results if r.reason.startswith("interrupted by")]:
             click.secho(f"error: {reason}", fg="red", err=True)
         sys.exit(128 + signum)
-    if not all(o.ok for o in outcomes) or len(outcomes) < len(plans):
+    if not all(o.ok for o in outcomes) or len(outcomes) < len(plans) or (published is not None and not published.ok):
         sys.exit(EXIT_FAILED)
 
 
@@ -640,6 +690,10 @@ def lock(m, sel, index_url, check):
     fresh = run_lock(m.raw, Lock(lock_path, start), index_url or m.defaults["index"],
                      echo=lambda s: click.echo(s, err=True), kn=m.knowledge,
                      profiles=tuple(p.name for p in profiles), engines=sel.engines)
+    from .lock import lock_base_images
+
+    lock_base_images(fresh, [ref for p in profiles for ref in resolve.base_refs(m, p).values()],
+                     echo=lambda s: click.echo(s, err=True))  # FROM name@sha256:... in every rendered Dockerfile
     if check:
         if comparable(fresh.data) != comparable(old.data):
             raise BuilderError(f"{LOCK_NAME} is out of date: run `builder lock`")
@@ -685,6 +739,10 @@ def doctor(registry, matrix_path, as_json):
 from .smoke.command import smoke as smoke_command  # noqa: E402 - the verb lives with its stage (builder/smoke/)
 
 main.add_command(smoke_command)
+
+from .release import register as register_release_verbs  # noqa: E402 - publish, verify-repro, serve (builder/release.py)
+
+register_release_verbs(main, build, selection_options, BuilderCommand)
 
 
 if __name__ == "__main__":  # pragma: no cover

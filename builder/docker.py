@@ -7,6 +7,7 @@ A tool that is not installed is an environment problem (exit 3), not a failed ce
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
@@ -200,9 +201,26 @@ class BuildxCall:
     load: bool = False
     metadata_file: Path | None = None
     extra: tuple[str, ...] = field(default_factory=tuple)
+    builder: str | None = None  # a buildx builder (or docker context) other than the current one
+    # BuildKit's layer cache in a registry: (repository, tag prefix); the tag is "<prefix>-<target>"
+    layer_cache: tuple[str, str] | None = None
+    attest: tuple[str, ...] | None = None  # None: buildx's default; () none at all; ("type=provenance,mode=max",)
+
+    def cache_ref(self) -> str:
+        repo, prefix = self.layer_cache
+        tag = f"{prefix}-{self.target}"
+        if len(tag) > 128:  # the longest tag a registry takes
+            import hashlib
+
+            tag = f"{tag[:100]}-{hashlib.sha256(tag.encode()).hexdigest()[:16]}"
+        return f"{repo}:{tag}"
 
     def argv(self, docker: str = "docker") -> list[str]:
         argv = [docker, "buildx", "build", "--progress=plain", "-f", str(self.dockerfile), "--target", self.target]
+        if self.builder and is_context(self.builder, docker):  # buildx refuses --builder for a context's builder
+            argv[1:1] = ["--context", self.builder]
+        elif self.builder:
+            argv += ["--builder", self.builder]
         for k, v in self.build_args:
             argv += ["--build-arg", f"{k}={v}"]
         for k, v in self.contexts:
@@ -217,9 +235,23 @@ class BuildxCall:
             argv.append("--load")
         if self.metadata_file:
             argv += ["--metadata-file", str(self.metadata_file)]
+        if self.layer_cache:
+            ref = self.cache_ref()
+            argv += ["--cache-from", csv_options(type="registry", ref=ref),
+                     "--cache-to", csv_options(type="registry", ref=ref, mode="max", **{"ignore-error": "true"})]
+        if self.attest is not None:
+            argv += ["--provenance=false", "--sbom=false"] if not self.attest else [
+                x for a in self.attest for x in ("--attest", a)]
         argv += list(self.extra)
         argv.append(str(self.context))
         return argv
+
+
+@functools.cache
+def is_context(name: str, docker: str = "docker") -> bool:
+    """Whether NAME is a docker context (another engine: its builder is reached with `docker --context NAME
+    buildx`) rather than a buildx builder instance (`--builder NAME`)."""
+    return probe([docker, "context", "inspect", name], timeout=30)[0] == 0
 
 
 def require_buildx(docker: str = "docker") -> None:
@@ -268,6 +300,133 @@ def create_container(image: str, docker: str = "docker") -> str:
 
 def remove_container(cid: str, docker: str = "docker") -> None:
     probe([docker, "rm", "-f", cid], timeout=60)
+
+
+# -- OCI archives and registries: docker load, skopeo ---------------------------------------------------
+def load_archive(archive: Path, docker: str = "docker", timeout: float = 3600) -> str:
+    """`docker load` an OCI archive into the daemon; with the containerd image store the image keeps the
+    archive's manifest digest as its id. Returns docker's output ("Loaded image: REF")."""
+    return run([docker, "load", "--input", str(archive)], timeout=timeout).stdout
+
+
+def image_id(ref: str, docker: str = "docker") -> str:
+    """The local image's id (its manifest digest in the containerd image store), "" when there is none."""
+    code, out, _ = probe([docker, "image", "inspect", "--format", "{{.Id}}", ref], timeout=60)
+    return out.strip() if code == 0 else ""
+
+
+def repo_digest(ref: str, docker: str = "docker") -> str:
+    """The manifest digest under which the local daemon knows image REF (its RepoDigests entry for REF's
+    name), "" when it has none: what `FROM REF@digest` resolves to on this host."""
+    import json
+
+    code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], timeout=60)
+    if code != 0:
+        return ""
+    name = ref.split("@")[0]
+    name = name.rsplit(":", 1)[0] if name.rfind(":") > name.rfind("/") else name
+    short = name.removeprefix("docker.io/").removeprefix("library/")
+    for entry in json.loads(out or "null") or []:
+        repo, _, digest = entry.partition("@")
+        if repo.removeprefix("docker.io/").removeprefix("library/") == short and digest.startswith("sha256:"):
+            return digest
+    return ""
+
+
+def image_labels(ref: str, docker: str = "docker") -> dict[str, str] | None:
+    """The labels of a local image; None when the daemon has no such image."""
+    import json
+
+    code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .Config.Labels}}", ref], timeout=60)
+    return (json.loads(out or "null") or {}) if code == 0 else None
+
+
+def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tuple[str, ...] = (),
+             mounts: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = (), name: str | None = None,
+             ipc: str | None = None, docker: str = "docker") -> list[str]:
+    """`docker run --rm` of IMAGE with its ENTRYPOINT and ARGS: GPUs ("all" or "device=0,1"), published ports
+    ("127.0.0.1:8000:8000"), read-only bind mounts (host path, container path), environment."""
+    argv = [docker, "run", "--rm"]
+    if name:
+        argv += ["--name", name]
+    if gpus:
+        argv += ["--gpus", gpus]
+    if ipc:
+        argv += ["--ipc", ipc]
+    for p in ports:
+        argv += ["-p", p]
+    for src, dst in mounts:
+        argv += ["-v", f"{src}:{dst}:ro"]
+    for k, v in env:
+        argv += ["-e", f"{k}={v}"]
+    return argv + [image, *args]
+
+
+def _auth_fd(credentials: dict[str, tuple[str, str]]) -> int:
+    """An in-memory file (memfd, never on disk) holding a containers-auth.json for `credentials` (host →
+    (user, password)); its path for the child is /proc/self/fd/N."""
+    import base64
+    import json
+
+    fd = os.memfd_create("builder-registry-auth", os.MFD_CLOEXEC)
+    doc = {"auths": {host: {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+                     for host, (user, password) in credentials.items()}}
+    os.write(fd, json.dumps(doc).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def skopeo(args: list[str], *, credentials: dict[str, tuple[str, str]] | None = None,
+           timeout: float = 3600, binary: bool = False) -> subprocess.CompletedProcess:
+    """Run `skopeo ARGS`. Credentials reach it through an in-memory auth file: never on its command line (which
+    is logged and visible in ps), never written to disk. A non-zero exit raises CommandError. With binary,
+    stdout is bytes (a manifest, whose digest is of its exact bytes)."""
+    fd = _auth_fd(credentials) if credentials else None
+    argv = ["skopeo", args[0], *(["--authfile", f"/proc/self/fd/{fd}"] if fd is not None else []), *args[1:]]
+    try:
+        proc = subprocess.run(_logged(argv), capture_output=True, text=not binary, timeout=timeout, check=False,
+                              pass_fds=(fd,) if fd is not None else ())
+    except FileNotFoundError:
+        raise EnvironmentProblem("skopeo: command not found (publishing copies OCI archives with it)\n"
+                                 "fix: apt-get install skopeo (scripts/setup-docker.sh installs it)") from None
+    except subprocess.TimeoutExpired:
+        raise CommandError(argv, 124, f"timed out after {timeout:g}s (i/o timeout)") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if proc.returncode != 0:
+        out = proc.stdout + proc.stderr
+        raise CommandError(argv, proc.returncode, out.decode(errors="replace") if binary else out)
+    return proc
+
+
+def _tls(flag: str, verify: bool) -> list[str]:
+    return [f"--{flag}={'true' if verify else 'false'}"]
+
+
+def skopeo_copy_args(src: str, dest: str, *, src_tls_verify: bool = True, dest_tls_verify: bool = True,
+                     all_images: bool = False, digestfile: Path | None = None) -> list[str]:
+    """`skopeo copy` keeping every digest (an image that would have to be converted is refused, not changed)."""
+    args = ["copy", "--preserve-digests", "--retry-times", "0"]
+    if src.startswith("docker://"):
+        args += _tls("src-tls-verify", src_tls_verify)
+    if dest.startswith("docker://"):
+        args += _tls("dest-tls-verify", dest_tls_verify)
+    if all_images:
+        args.append("--all")
+    if digestfile is not None:
+        args += ["--digestfile", str(digestfile)]
+    return args + [src, dest]
+
+
+def skopeo_inspect_args(ref: str, *, tls_verify: bool = True) -> list[str]:
+    """What a registry says about REF (its config's labels among it), nothing pulled."""
+    return ["inspect", "--retry-times", "0", *_tls("tls-verify", tls_verify), ref]
+
+
+def skopeo_inspect_raw_args(ref: str, *, tls_verify: bool = True) -> list[str]:
+    """The manifest a registry serves for REF, byte for byte (its sha256 is the digest under that name)."""
+    return ["inspect", "--raw", "--retry-times", "0", *_tls("tls-verify", tls_verify), ref]
 
 
 # -- git ------------------------------------------------------------------------------------------------

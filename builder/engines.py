@@ -216,6 +216,12 @@ class Knowledge:
             raise UserError(f"CUDA {cuda}: unknown to this toolkit; known: {', '.join(table)}")
         return tuple(table[mm]["archs"])
 
+    def nvcc_append_flags(self, cuda: str) -> tuple[str, ...]:
+        """Flags every nvcc call of a build gets (NVCC_APPEND_FLAGS) with this CUDA: what makes its objects
+        reproducible."""
+        mm = ".".join(cuda.split(".")[:2])
+        return tuple(self.data["cuda"].get(mm, {}).get("nvcc_append_flags", ()))
+
     def runtime_jit(self, cuda: str) -> dict | None:
         """What a runtime image needs to compile kernels at run time with this CUDA (None: nothing known)."""
         mm = ".".join(cuda.split(".")[:2])

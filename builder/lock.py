@@ -69,6 +69,11 @@ class Lock:
             deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
         )
 
+    def pinned_base(self, ref: str) -> str:
+        """REF@sha256:... when the lock records the digest of base image REF, else REF unchanged."""
+        entry = self.data.get("base_images", {}).get(ref, {})
+        return f"{ref}@{entry['digest']}" if entry.get("digest") and "@" not in ref else ref
+
     def write(self) -> None:
         header = (
             "# Written by `builder lock` from the packages' own published metadata. Do not edit by hand:\n"
@@ -78,9 +83,16 @@ class Lock:
 
 
 def comparable(data):
-    """Lock data without the reasons a tag stayed unresolved (their wording is the git client's, per host)."""
+    """Lock data without the reasons a tag stayed unresolved (their wording is the git client's, per host), without
+    where a base image's digest was read, and without base images no digest is known for."""
     if isinstance(data, dict):
-        return {k: comparable(v) for k, v in data.items() if k != "unresolved"}
+        out = {k: comparable(v) for k, v in data.items() if k != "unresolved"}
+        if isinstance(out.get("base_images"), dict):
+            out["base_images"] = {k: {"digest": v.get("digest")} for k, v in out["base_images"].items()
+                                  if isinstance(v, dict) and v.get("digest")}
+            if not out["base_images"]:
+                del out["base_images"]
+        return out
     return data
 
 
@@ -203,6 +215,41 @@ def lock_dep_tags(name: str, version: str, echo=print) -> dict:
             out[source]["unresolved"] = why
             echo(f"  {name} {version}: CMake dependency {source} {tag} UNPINNED ({why})")
     return out
+
+
+def base_image_digest(ref: str) -> tuple[str, str, str]:
+    """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest
+    (`skopeo inspect --raw`: the digest of exactly what the tag names, an index for a multi-platform image),
+    else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never moves."""
+    from .cache.config import is_loopback
+    from .errors import CommandError
+
+    if "@" in ref:
+        return ref.split("@", 1)[1], "the reference itself", ""
+    name = ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
+    first = name.split("/")[0]
+    host = first if "/" in name and ("." in first or ":" in first or first == "localhost") else "docker.io"
+    args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host.rsplit(":", 1)[0]))
+    try:
+        raw = docker.skopeo(args, timeout=60, binary=True).stdout
+        return "sha256:" + hashlib.sha256(raw).hexdigest(), f"registry {host}", ""
+    except (CommandError, UserError) as exc:
+        why = (str(exc).strip().splitlines() or ["?"])[-1][:200]
+    local = docker.repo_digest(ref)
+    if local:
+        return local, "the local Docker daemon", ""
+    return "", "", f"not in its registry ({why}) nor in the local Docker daemon"
+
+
+def lock_base_images(lock: Lock, refs: list[str], echo=print) -> Lock:
+    """Record the digest of every base image the selected profiles build FROM."""
+    table = lock.data.setdefault("base_images", {})
+    for ref in sorted(set(refs)):
+        digest, where, why = base_image_digest(ref)
+        table[ref] = {"digest": digest, "from": where} if digest else {"digest": "", "unresolved": why}
+        echo(f"locked base {ref}@{digest} (from {where})" if digest else f"base {ref} UNPINNED: {why}")
+    lock.data["base_images"] = dict(sorted(table.items()))
+    return lock
 
 
 def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowledge | None = None,

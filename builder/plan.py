@@ -36,6 +36,7 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "knobs": [list(k) for k in pkg.knobs],
         "built_archs": list(pkg.built_archs),
         "build_env": [list(e) for e in r.build_env],
+        "nvcc_append_flags": list(pkg.nvcc_flags),
         "build_command": r.build_command,
         "build_requirements": [r.build_requirements, *r.build_requirements_list],
         "build_tools": list(cell.build_tools),

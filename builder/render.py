@@ -42,7 +42,8 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "template": r.template,
         "source": pkg.source,
         "submodules": list(r.git_submodules),
-        "env": [(k, dockerfile_quoted(v, expand=True)) for k, v in env_knobs + list(r.build_env) + scm],
+        "env": [(k, dockerfile_quoted(v, expand=True)) for k, v in env_knobs + list(r.build_env) + scm
+                + ([("NVCC_APPEND_FLAGS", " ".join(pkg.nvcc_flags))] if pkg.nvcc_flags else [])],
         "cmake_defines": cmake_defines + (dep["cmake_defines"] if dep else []),
         "knobs": pkg.knobs,
         "built_archs": list(pkg.built_sass),

@@ -62,6 +62,7 @@ class Package:
     archs: tuple[int, ...]  # requested archs
     deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
     cuda: str = ""  # the cell's CUDA (what a package builds beyond its knobs can depend on it)
+    nvcc_flags: tuple[str, ...] = ()  # NVCC_APPEND_FLAGS of its compile (engine data, per CUDA): reproducible objects
 
     @property
     def name(self) -> str:
@@ -191,6 +192,11 @@ def _torch_for(m: Matrix, lock: Lock, engine: Recipe) -> str:
     return entry.torch
 
 
+def base_refs(m: Matrix, prof: Profile) -> dict[str, str]:
+    """The profile's base images ("devel", "runtime") by name, after {cuda}, {os} and the mirrors."""
+    return {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
+
+
 def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
               base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
     version = prof.engines[engine]
@@ -239,6 +245,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan else {}
         packages.append(Package(recipe=r, source=_source(m, lock, r), archs=archs, cuda=prof.cuda,
+                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled else (),
                                 deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
 
     jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
@@ -255,9 +262,10 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     sm = ".".join(str(a) for a in archs)
     torch_part = f"-torch{torch}" if torch else ""
     cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
-    bases = {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
+    bases = base_refs(m, prof)
     for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too
         grammar.check(grammar.image_ref, ref, f"{where}.base_images.{k} (after {{cuda}}, {{os}} and mirrors)")
+    bases = {k: lock.pinned_base(ref) for k, ref in bases.items()}  # ref@sha256:... once `builder lock` resolved it
     tag = cell_id[len(engine) + 1 :]
     try:
         grammar.image_tag(tag)

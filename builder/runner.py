@@ -33,9 +33,15 @@ from .steps.audit import AuditStep
 from .steps.cache import CacheStep
 from .steps.compile import CompileStep
 from .steps.image import ImageStep
+from .steps.publish import PublishStep
 from .steps.smoke import SmokeStep
 
-STEPS: tuple[Step, ...] = (CompileStep(), AuditStep(), CacheStep(), ImageStep(), SmokeStep())
+STEPS: tuple[Step, ...] = (CompileStep(), AuditStep(), CacheStep(), ImageStep(), SmokeStep(), PublishStep())
+
+
+def steps_for(opts: BuildOptions) -> tuple[Step, ...]:
+    """Every step for `builder publish` (opts.publish set); for build, all but publish."""
+    return STEPS if opts.publish is not None else tuple(s for s in STEPS if s.name != "publish")
 
 # step → the steps that must have passed before it runs
 GATES: dict[str, tuple[str, ...]] = {
@@ -169,8 +175,9 @@ def _work(plan: CellPlan, opts: BuildOptions, cache: WheelCache, host: Host, say
 
 
 def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
-              host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> list[CellOutcome]:
+              host: Host | None = None, steps: tuple[Step, ...] | None = None) -> list[CellOutcome]:
     """Run every planned cell (stopping after the first failed one unless keep_going)."""
+    steps = steps or steps_for(opts)
     check_options(opts)
     check_pins(plans, opts)
     check_writable(plans, opts, cache)
@@ -259,8 +266,9 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
 
 
 def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
-            host: Host | None = None, steps: tuple[Step, ...] = STEPS) -> None:
+            host: Host | None = None, steps: tuple[Step, ...] | None = None) -> None:
     """Print what run_cells would do — the exact buildx command lines — and run nothing."""
+    steps = steps or steps_for(opts)
     check_options(opts)
     check_pins(plans, opts)
     host = host or Host.detect()

@@ -258,7 +258,14 @@ PACKAGE = Table(
 
 # runtime_jit: what an engine that compiles kernels at run time needs in its runtime image for this CUDA
 RUNTIME_JIT = Table(required={"pip": ListOf(QUOTABLE), "apt": ListOf(TOKEN), "root": REL_PATH})
-CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_jit": RUNTIME_JIT})
+def _nvcc_flag(value) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9._,-]+)?", value, re.ASCII):
+        raise ValueError("is not an nvcc option like -objtemp")
+    return value
+
+
+CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_jit": RUNTIME_JIT,
+                                                  "nvcc_append_flags": ListOf(_grammar(_nvcc_flag, "an nvcc option like -objtemp"))})
 
 PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
@@ -294,4 +301,13 @@ LOCK_ENTRY = Table(optional={
     "git": LOCK_GIT,
     "deps": TableOf(LOCK_GIT, key=TOKEN),
 })
-LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY)})
+def _image_digest(value) -> str:
+    if value != "" and not (isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", value, re.ASCII)):
+        raise ValueError("is not an image digest (sha256: and 64 lowercase hex digits)")
+    return value
+
+
+IMAGE_DIGEST = _grammar(_image_digest, 'an image digest like "sha256:<64 hex>" (or "" while unresolved)')
+LOCK_BASE = Table(required={"digest": IMAGE_DIGEST}, optional={"from": STR, "unresolved": STR})
+LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
+                                                 "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})

@@ -200,8 +200,12 @@ def test_dry_run_prints_the_exact_buildx_commands(tmp_path):
     assert "--build-arg MAX_JOBS=3 --build-arg NVCC_THREADS=1" in wheel
     assert f"--secret id=ca,src={HOST_CA}" in wheel and f"--secret id=ca,src={HOST_CA}" in runtime
     assert "--build-context local-cuda-ext=" in wheel
-    assert "--target runtime" in runtime and f"--build-context wheels={tmp_path}/w/" in runtime and "--load" in runtime
-    assert "--tag 127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90" in runtime
+    assert "--target runtime" in runtime and f"--build-context wheels={tmp_path}/w/" in runtime
+    # the runtime image is an OCI archive with rewritten timestamps (reproducible), then loaded as it is
+    assert f"--output type=oci,dest={tmp_path}/w/" in runtime and "rewrite-timestamp=true" in runtime
+    assert "--load" not in runtime and "--provenance=false --sbom=false" in runtime
+    assert f"docker load --input {tmp_path}/w/cuda-ext-1.0.0-cu130-py311-sm80.90/image.oci.tar" in res.stdout
+    assert "name=127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90" in runtime  # the tag docker load gives
     assert not (tmp_path / "w").exists() and not (tmp_path / "wh").exists()  # nothing ran, nothing written
 
 

@@ -73,6 +73,10 @@ class BuildOptions:
     docker: str = "docker"
     smoke: bool = True  # run the smoke step (build --no-smoke: skipped, and nothing can be published)
     smoke_model: str = "tiny"  # what smoke serves: a local checkpoint directory or the generated tiny model
+    builder: str | None = None  # --builder: the buildx builder (or docker context) that builds
+    layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
+    attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
+    publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
 
 
 @dataclass
@@ -149,4 +153,5 @@ def common_build_args(ctx: CellContext) -> dict:
     contexts = tuple((f"local-{p.name}", p.source.path) for p in cell.packages if p.source.kind == "local")
     extra = ("--no-cache",) if opts.no_cache else ()
     return {"dockerfile": ctx.dockerfile, "context": ctx.context_dir, "build_args": args, "secrets": secrets,
-            "contexts": contexts, "extra": extra}
+            "contexts": contexts, "extra": extra, "builder": opts.builder,
+            "layer_cache": (opts.layer_cache, cell.id) if opts.layer_cache else None}

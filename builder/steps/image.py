@@ -1,6 +1,8 @@
 """image: the slim runtime image of a cell, built from exactly the cell's audited wheels (a BuildKit named
-context), loaded and tagged. Also records the runtime's resolved pure-Python dependencies on the first
-build of a cell (runtime-pins/<cell>.txt) and installs exactly those on later builds."""
+context), exported as an OCI archive with every timestamp rewritten to SOURCE_DATE_EPOCH (the same sources give
+the same digest), then loaded into the daemon and tagged — the loaded image keeps the archive's digest, so what
+smoke runs and what publish pushes is one image, byte for byte. Also records the runtime's resolved pure-Python
+dependencies on the first build of a cell (runtime-pins/<cell>.txt) and installs exactly those on later builds."""
 
 from __future__ import annotations
 
@@ -10,16 +12,23 @@ import shlex
 import shutil
 from pathlib import Path
 
-from .. import docker, pins
+from .. import docker, oci, pins
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
+ARCHIVE = "image.oci.tar"  # in the cell's work dir: what the publish step pushes
+
+
+def archive_path(ctx: CellContext) -> Path:
+    return ctx.dir / ARCHIVE
 
 
 def runtime_call(ctx: CellContext, wheels: Path, metadata: Path) -> docker.BuildxCall:
     common = common_build_args(ctx)
     common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
-    return docker.BuildxCall(target="runtime", tags=(ctx.cell.ref,), load=True, metadata_file=metadata, **common)
+    # rewrite-timestamp works with the OCI exporter on every driver (with type=image the docker driver refuses it)
+    output = docker.csv_options(type="oci", dest=archive_path(ctx), name=ctx.cell.ref, **{"rewrite-timestamp": "true"})
+    return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -57,12 +66,28 @@ class ImageStep:
         ctx.note(f"runtime image {cell.ref}")
         docker.stream(runtime_call(ctx, stage, metadata).argv(opts.docker), ctx.log, ctx.echo())
         meta = json.loads(metadata.read_text()) if metadata.exists() else {}
-        digest = meta.get("containerimage.digest", "")
+        archive = archive_path(ctx)
+        with oci.Archive(archive) as a:
+            image = a.image()
+        digest = image.digest
+        if meta.get("containerimage.digest", digest) != digest:
+            return StepResult(self.name, cell.id, Status.FAILED, f"the build reported {meta['containerimage.digest']}, "
+                                                                 f"its OCI archive holds {digest}")
+        ctx.note(f"load {archive} ({digest})")
+        docker.load_archive(archive, opts.docker)
+        loaded = docker.image_id(cell.ref, opts.docker)
+        if loaded != digest:
+            return StepResult(self.name, cell.id, Status.FAILED,
+                              f"{cell.ref} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
+                              "needs the containerd image store: scripts/setup-docker.sh turns it on)")
         if pins_file and (opts.refresh_pins or not pins_file.is_file()):
             pins.record(cell.ref, cell, pins_file)
             ctx.note(f"recorded the resolved runtime dependencies in {pins_file}")
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
-                          artifacts={"image": cell.ref, "digest": digest})
+                          artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
+                                     "archive": str(archive), "attestations": list(image.attestations)})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
-        return [shlex.join(runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json").argv(ctx.opts.docker))]
+        call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")
+        return [shlex.join(call.argv(ctx.opts.docker)),
+                shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]

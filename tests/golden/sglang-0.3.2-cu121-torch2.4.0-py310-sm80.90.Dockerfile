@@ -14,12 +14,15 @@ RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev git curl ccache build-essential \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.10 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -232,17 +235,25 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
 FROM ${BASE_RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
+# Reproducible layers: no RUN writes a .pyc (each would hold its source's install-time mtime; pip installs
+# with --no-compile); the last RUN compiles them all with source hashes instead. ARGs reach the RUNs, not the
+# image's config.
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
 # with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.10 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -255,11 +266,15 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
+ && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # what serving imports must be in the image (engine data serve_modules): a missing one fails here, not at boot
 RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm", "fastapi", "uvicorn", "uvloop", "zmq", "interegular", "outlines", "aiohttp"] if importlib.util.find_spec(m) is None]; assert not missing, "sglang imports these when serving, the image lacks them: %s" % missing'
+# bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
+# time, and the image is never modified in place. A file that does not compile (a template, another Python's
+# syntax) is skipped, as pip itself does.
+RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
 LABEL org.opencontainers.image.title="sglang 0.3.2"
 LABEL org.opencontainers.image.version="0.3.2"
 LABEL org.opencontainers.image.description="sglang 0.3.2 compiled for sm_80, sm_90"
@@ -275,17 +290,17 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="e5bf35079075d04a6fe0f2244ffdd1471c364a93afc0aa0a936ae09e476da605"
+LABEL io.builder.package.sglang.cache-key="e69143f5cca45cc76da286e813889c6f68533058ee6d785e683920a7aa9c6042"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="5f368c3c55b4050a3c4bf4c6dbf48eb605d5068546c03fe246840edaef0ca5d2"
+LABEL io.builder.package.vllm.cache-key="8ff1da25344db1c4a6ea599c4d5940382e103d495362778729c3680d06db2d3b"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
-LABEL io.builder.package.flashinfer.cache-key="a971a70d30704fb7d57e8032ec19bf590ba434acc2939bacdefa7f7208bc5b23"
+LABEL io.builder.package.flashinfer.cache-key="1881d1a505f2907a6985ff30364d27cf5a52f0a1721da0e0aaf355a5530d2ae7"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="5970c06e413159c75eb03654ecb050eba9e852400810bfef54950b292d960500"
+LABEL io.builder.package.flash-attn.cache-key="abe3051a9afe966e63d08d8c35a38ae46230e98a3723b30957edb7e3287669f0"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

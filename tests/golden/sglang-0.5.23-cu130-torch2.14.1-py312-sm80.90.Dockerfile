@@ -14,12 +14,15 @@ RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev git curl ccache build-essential \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.12 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -122,6 +125,7 @@ ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
+ENV NVCC_APPEND_FLAGS="-objtemp"
 COPY --from=src-sglang-kernel /src /src
 WORKDIR /src/sgl-kernel
 
@@ -163,6 +167,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
+ENV NVCC_APPEND_FLAGS="-objtemp"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
 # setup.py: '-std=c++17' → '-std=c++20' for torch >=2.13 (why: builder/data/engines.toml);
@@ -197,17 +202,25 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
 FROM ${BASE_RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
+# Reproducible layers: no RUN writes a .pyc (each would hold its source's install-time mtime; pip installs
+# with --no-compile); the last RUN compiles them all with source hashes instead. ARGs reach the RUNs, not the
+# image's config.
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
 # with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.12 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -216,7 +229,7 @@ ARG PIP_INDEX_URL
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends g++ \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. The constraints keep pip from swapping a compiled package or torch for another build from the
@@ -226,7 +239,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
+ && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
@@ -242,6 +255,10 @@ RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
  && nvcc --shared -Xcompiler -fPIC -o /tmp/jit.so /tmp/jit.cu \
  && ninja --version \
  && rm -f /tmp/jit.cu /tmp/jit.so
+# bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
+# time, and the image is never modified in place. A file that does not compile (a template, another Python's
+# syntax) is skipped, as pip itself does.
+RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
 LABEL org.opencontainers.image.title="sglang 0.5.23"
 LABEL org.opencontainers.image.version="0.5.23"
 LABEL org.opencontainers.image.description="sglang 0.5.23 compiled for sm_80, sm_90"
@@ -257,13 +274,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="c106a516eef7d419fab84c1a1367b4d5d0863b30cfc24a8c8513b03fe1ac6f67"
+LABEL io.builder.package.sglang.cache-key="05474657d30f93383ce572a2d63d2fd4412c4912e7af3e08aee2fb2ef2a8784f"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_86,sm_89,sm_90,sm_90a,sm_100f,sm_103a,sm_120a"
-LABEL io.builder.package.sglang-kernel.cache-key="8e5609ae2a98cccedc3bcf34634f6d02d2b937706e4e4bd070180c82e98e74b3"
+LABEL io.builder.package.sglang-kernel.cache-key="e9e0bf12a3fa336de89a67976504bf15b89f2a2c0e9f44d85274d83f54a28ac4"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="fe81ba3c0a601f8148acb947400d0b0fe81da89dc121cc0835c7efb18c8c62bf"
+LABEL io.builder.package.flash-attn.cache-key="f902a95a6d681be05bc6d272508000fa5f461e0eefcf0001b7f6e302b15353ae"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -14,12 +14,15 @@ RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv python3.12-dev git curl ccache build-essential \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.12 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -175,6 +178,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
 ENV VLLM_REQUIRE_RUST_FRONTEND="1"
+ENV NVCC_APPEND_FLAGS="-objtemp"
 COPY --from=src-vllm /src /src
 WORKDIR /src
 
@@ -229,6 +233,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
+ENV NVCC_APPEND_FLAGS="-objtemp"
 COPY --from=src-flash-attn /src /src
 WORKDIR /src
 # setup.py: '-std=c++17' → '-std=c++20' for torch >=2.13 (why: builder/data/engines.toml);
@@ -263,17 +268,25 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
 FROM ${BASE_RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
+# Reproducible layers: no RUN writes a .pyc (each would hold its source's install-time mtime; pip installs
+# with --no-compile); the last RUN compiles them all with source hashes instead. ARGs reach the RUNs, not the
+# image's config.
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
 # with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.12 python3.12-venv \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.12 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -282,7 +295,7 @@ ARG PIP_INDEX_URL
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends g++ \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. The constraints keep pip from swapping a compiled package or torch for another build from the
@@ -292,7 +305,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.14.0' 'vllm==0.33.0' 'flash-attn==2.8.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.14.0 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
+ && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.14.0 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
@@ -310,6 +323,10 @@ RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
  && rm -f /tmp/jit.cu /tmp/jit.so
 # the engine's own view of the image (engine data runtime_checks)
 RUN python -c 'from vllm.utils.flashinfer import has_flashinfer; assert has_flashinfer(), "vLLM turns FlashInfer off: no nvcc (CUDA_HOME) or ninja"'
+# bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
+# time, and the image is never modified in place. A file that does not compile (a template, another Python's
+# syntax) is skipped, as pip itself does.
+RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
 LABEL org.opencontainers.image.title="vllm 0.33.0"
 LABEL org.opencontainers.image.version="0.33.0"
 LABEL org.opencontainers.image.description="vllm 0.33.0 compiled for sm_80, sm_90"
@@ -325,9 +342,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="b7c556dc00e0eae7cc903f83865ad4e1ef2a14e1ffc0c55ac7b9c17b73675f0e"
+LABEL io.builder.package.vllm.cache-key="e9bd02597810c2385a321a61b8983d49dce677ace210585eabf2150b4b360c98"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="702a3b67efae283193f61e4f64ab7c1fe1f60365adb9a430125a7649a3f9c9c6"
+LABEL io.builder.package.flash-attn.cache-key="f049bd72fad2d355ca434481588be4b28ff99a7249c1d8582655428a4223c416"
 ENTRYPOINT ["vllm", "serve"]

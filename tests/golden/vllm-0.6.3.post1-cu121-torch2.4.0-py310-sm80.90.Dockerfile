@@ -14,12 +14,15 @@ RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv python3.10-dev git curl ccache build-essential \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.10 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -167,17 +170,25 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
 FROM ${BASE_RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
+# Reproducible layers: no RUN writes a .pyc (each would hold its source's install-time mtime; pip installs
+# with --no-compile); the last RUN compiles them all with source hashes instead. ARGs reach the RUNs, not the
+# image's config.
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
 # with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
-# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror
+# apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
+# apt's lists, binary caches and logs go in the same layer: they differ on every run (reproducible images);
+# so does the bytecode ensurepip compiles (it records each source's install time)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3.10 python3.10-venv \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
  && python3.10 -m venv /opt/venv \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
@@ -190,9 +201,13 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && printf '%s\n' 'torch==2.4.0' 'vllm==0.6.3.post1' 'flash-attn==2.6.3' > /tmp/constraints.txt \
  && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
+ && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
  && rm /tmp/constraints.txt \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
+# bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
+# time, and the image is never modified in place. A file that does not compile (a template, another Python's
+# syntax) is skipped, as pip itself does.
+RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
 LABEL org.opencontainers.image.title="vllm 0.6.3.post1"
 LABEL org.opencontainers.image.version="0.6.3.post1"
 LABEL org.opencontainers.image.description="vllm 0.6.3.post1 compiled for sm_80, sm_90"
@@ -208,9 +223,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="5367e1eceddcd906c9760f6175bc084c892845b00189e397953eb5cee5340ddf"
+LABEL io.builder.package.vllm.cache-key="ee48a23b4fe9affbdca0934bf0cb5824a9b6609a048d807a3e02f18669eb882a"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="5970c06e413159c75eb03654ecb050eba9e852400810bfef54950b292d960500"
+LABEL io.builder.package.flash-attn.cache-key="abe3051a9afe966e63d08d8c35a38ae46230e98a3723b30957edb7e3287669f0"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]

@@ -1,0 +1,202 @@
+"""OCI image archives (what `docker buildx build --output type=oci,dest=FILE` writes): the image digest, its
+layers, and — when two builds of the same cell differ — which files differ in which layer.
+
+Pure Python (tarfile, gzip, json): `builder verify-repro` and the publish step read archives without Docker.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UserError
+
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+ATTESTATION_TYPE = "attestation-manifest"  # vnd.docker.reference.type of BuildKit's attestation manifests
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of a layer, as far as reproducibility goes."""
+
+    path: str
+    kind: str  # file | dir | symlink | hardlink | other
+    mode: int
+    uid: int
+    gid: int
+    mtime: int
+    size: int
+    sha256: str  # of the contents (files), the link target (links), "" otherwise
+    xattrs: tuple[tuple[str, str], ...] = ()
+
+    def differences(self, other: "Entry") -> list[str]:
+        out = []
+        for what in ("kind", "mode", "uid", "gid", "mtime", "size", "sha256", "xattrs"):
+            a, b = getattr(self, what), getattr(other, what)
+            if a != b:
+                shown = (f"{a:o} → {b:o}" if what == "mode" else
+                         f"{str(a)[:12]} → {str(b)[:12]}" if what == "sha256" else f"{a} → {b}")
+                out.append(f"{what} {shown}")
+        return out
+
+
+@dataclass(frozen=True)
+class Image:
+    """One image of an archive: its top digest (what a registry serves under the tag), the platform manifest
+    digest, the config and the layer descriptors in order."""
+
+    digest: str  # the archive's top-level descriptor: an index when attestations are attached
+    manifest_digest: str  # the image manifest itself
+    config: dict
+    layers: tuple[dict, ...]
+    attestations: tuple[str, ...] = ()  # digests of attestation manifests (provenance, SBOM)
+
+
+class Archive:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self._tar = tarfile.open(self.path)
+        except (OSError, tarfile.TarError) as exc:
+            raise UserError(f"{self.path}: not a readable OCI archive ({exc})") from None
+        self._names = {m.name.lstrip("./"): m for m in self._tar.getmembers()}
+
+    def close(self) -> None:
+        self._tar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def read(self, name: str) -> bytes:
+        member = self._names.get(name)
+        if member is None:
+            raise UserError(f"{self.path}: no {name} in the OCI archive")
+        fh = self._tar.extractfile(member)
+        if fh is None:
+            raise UserError(f"{self.path}: {name} is not a file")
+        return fh.read()
+
+    def blob(self, digest: str) -> bytes:
+        algo, _, hexpart = digest.partition(":")
+        data = self.read(f"blobs/{algo}/{hexpart}")
+        if algo == "sha256" and hashlib.sha256(data).hexdigest() != hexpart:
+            raise UserError(f"{self.path}: blob {digest[:19]}… does not match its digest")
+        return data
+
+    def json_blob(self, digest: str) -> dict:
+        return json.loads(self.blob(digest))
+
+    def image(self) -> Image:
+        """The one image of the archive (BuildKit's OCI exporter writes exactly one top descriptor)."""
+        index = json.loads(self.read("index.json"))
+        manifests = index.get("manifests") or []
+        if len(manifests) != 1:
+            raise UserError(f"{self.path}: expected one image in index.json, found {len(manifests)}")
+        top = manifests[0]
+        digest = top["digest"]
+        manifest_digest, attestations = digest, []
+        if top.get("mediaType") in INDEX_TYPES:
+            inner = self.json_blob(digest)
+            images = []
+            for d in inner.get("manifests", []):
+                if (d.get("annotations") or {}).get("vnd.docker.reference.type") == ATTESTATION_TYPE:
+                    attestations.append(d["digest"])
+                else:
+                    images.append(d["digest"])
+            if len(images) != 1:
+                raise UserError(f"{self.path}: expected one platform image in the index, found {len(images)}")
+            manifest_digest = images[0]
+        manifest = self.json_blob(manifest_digest)
+        return Image(digest=digest, manifest_digest=manifest_digest, config=self.json_blob(manifest["config"]["digest"]),
+                     layers=tuple(manifest.get("layers", [])), attestations=tuple(attestations))
+
+    def layer_entries(self, descriptor: dict) -> dict[str, Entry]:
+        data = self.blob(descriptor["digest"])
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        elif data[:4] == b"\x28\xb5\x2f\xfd":
+            raise UserError(f"{self.path}: layer {descriptor['digest'][:19]}… is zstd-compressed; "
+                            "builder reads gzip and uncompressed layers")
+        return entries_of(data)
+
+
+def entries_of(layer_tar: bytes) -> dict[str, Entry]:
+    import io
+
+    out: dict[str, Entry] = {}
+    with tarfile.open(fileobj=io.BytesIO(layer_tar)) as tar:
+        for m in tar:
+            if m.isreg():
+                kind, digest = "file", hashlib.sha256(tar.extractfile(m).read()).hexdigest()
+            elif m.issym() or m.islnk():
+                kind, digest = ("symlink" if m.issym() else "hardlink"), hashlib.sha256(m.linkname.encode()).hexdigest()
+            elif m.isdir():
+                kind, digest = "dir", ""
+            else:
+                kind, digest = "other", ""
+            xattrs = tuple(sorted((k, v) for k, v in (m.pax_headers or {}).items() if k.startswith("SCHILY.xattr.")))
+            path = "/" + m.name.lstrip("./").rstrip("/")
+            out[path] = Entry(path, kind, m.mode, m.uid, m.gid, int(m.mtime), m.size, digest, xattrs)
+    return out
+
+
+def digest_of(path: Path) -> str:
+    """The top digest of an OCI archive (the digest a registry serves after a digest-preserving copy)."""
+    with Archive(path) as a:
+        return a.image().digest
+
+
+def _layer_name(i: int, history: list[dict]) -> str:
+    """"layer 3 (RUN apt-get update ...)" — the Dockerfile step that made layer i, from the config history."""
+    made = [h for h in history if not h.get("empty_layer")]
+    step = made[i].get("created_by", "") if i < len(made) else ""
+    step = step.replace("/bin/sh -c ", "").replace("|", " ").strip()
+    return f"layer {i + 1}" + (f" ({step[:90]}{'…' if len(step) > 90 else ''})" if step else "")
+
+
+def diff(a_path: Path, b_path: Path, limit: int = 40) -> list[str]:
+    """Human-readable differences between two archives of the same build: the config fields that differ,
+    then per layer the files that were added, removed or changed (and how). Empty when they are equal."""
+    out: list[str] = []
+    with Archive(a_path) as a, Archive(b_path) as b:
+        ia, ib = a.image(), b.image()
+        if ia.digest == ib.digest:
+            return []
+        ca = {k: v for k, v in ia.config.items() if k != "rootfs"}
+        cb = {k: v for k, v in ib.config.items() if k != "rootfs"}
+        for key in sorted(set(ca) | set(cb)):
+            if ca.get(key) != cb.get(key):
+                out.append(f"config: {key} differs")
+        if len(ia.attestations) or len(ib.attestations):
+            out.append(f"attestations: {len(ia.attestations)} vs {len(ib.attestations)} manifests (provenance holds "
+                       "build times: an attested index is never bit-for-bit reproducible)")
+        history = ia.config.get("history", [])
+        if len(ia.layers) != len(ib.layers):
+            out.append(f"layers: {len(ia.layers)} vs {len(ib.layers)}")
+        for i, (la, lb) in enumerate(zip(ia.layers, ib.layers)):
+            if la["digest"] == lb["digest"]:
+                continue
+            ea, eb = a.layer_entries(la), b.layer_entries(lb)
+            lines = []
+            for path in sorted(set(ea) | set(eb)):
+                if path not in eb:
+                    lines.append(f"  - {path} (only in the first build)")
+                elif path not in ea:
+                    lines.append(f"  + {path} (only in the second build)")
+                else:
+                    why = ea[path].differences(eb[path])
+                    if why:
+                        lines.append(f"  ~ {path}: {', '.join(why)}")
+            head = f"{_layer_name(i, history)}: {la['digest'][:19]}… vs {lb['digest'][:19]}…"
+            if not lines:
+                lines = ["  (same files, different tar encoding: order or headers)"]
+            out.append(f"{head}, {len(lines)} file(s) differ")
+            out += lines[:limit] + ([f"  … and {len(lines) - limit} more"] if len(lines) > limit else [])
+    return out

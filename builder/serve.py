@@ -1,0 +1,104 @@
+"""`builder serve IMAGE --strategy S --model PATH`: the exact `docker run` that serves a published image —
+its GPUs, the model mounted read-only, the port, and the strategy's real flags and environment from the engine
+data (builder/data/engines.toml) for the engine version the image's labels name.
+
+The image's ENTRYPOINT is the engine's launch line up to the model (render.entrypoint); the arguments here
+are the rest of that line, then where it listens, then the strategy's flags.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import docker
+from .errors import CommandError, UserError
+
+MODEL_ROOT = "/models"
+LABEL_ENGINE = "io.builder.engine"
+LABEL_VERSION = "io.builder.engine.version"
+LABEL_STRATEGIES = "io.builder.strategies"
+
+
+def launch_split(launch: tuple[str, ...] | list[str]) -> tuple[list[str], list[str]]:
+    """(the image's ENTRYPOINT, the arguments after it): the split render.entrypoint makes."""
+    launch = list(launch)
+    idx = launch.index("{model}") if "{model}" in launch else len(launch)
+    if idx > 0 and launch[idx - 1].startswith("--"):
+        idx -= 1
+    return launch[:idx], launch[idx:]
+
+
+def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
+    """The labels of a local image, else of the image in its registry (skopeo, nothing pulled)."""
+    labels = docker.image_labels(image, docker_cmd)
+    if labels is not None:
+        return labels
+    from .cache.config import is_loopback
+
+    host = image.split("/")[0] if "/" in image else ""
+    if host and ("." in host or ":" in host or host == "localhost"):
+        args = docker.skopeo_inspect_args(f"docker://{image}", tls_verify=not is_loopback(host.rsplit(":", 1)[0]))
+        try:
+            return json.loads(docker.skopeo(args, timeout=120).stdout).get("Labels") or {}
+        except (CommandError, ValueError):
+            pass
+    raise UserError(f"{image}: not a local image and not readable from its registry; `docker pull {image}` first")
+
+
+@dataclass(frozen=True)
+class ServeLine:
+    argv: list[str]
+    health: str  # URL that answers once the engine is ready ("" when the data has none)
+    notes: list[str]
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Path, port: int = 8000,
+               bind: str = "127.0.0.1", gpus: str = "all", drafter: str | None = None, name: str | None = None,
+               extra_args: tuple[str, ...] = (), docker_cmd: str = "docker") -> ServeLine:
+    engine, version = labels.get(LABEL_ENGINE), labels.get(LABEL_VERSION)
+    if not engine or not version:
+        raise UserError(f"{image}: no {LABEL_ENGINE} / {LABEL_VERSION} labels: not an image builder made")
+    recipe = kn.recipe(engine, version)
+    built_for = [s for s in labels.get(LABEL_STRATEGIES, "").split(",") if s]
+    why = recipe.strategy_problem(strategy)
+    if why:
+        raise UserError(f"--strategy: {why}")
+    if strategy not in built_for:
+        raise UserError(f"--strategy {strategy}: {image} was built and smoke-tested for "
+                        f"{', '.join(built_for) or 'no strategy'} (label {LABEL_STRATEGIES})")
+    s = recipe.strategy(strategy)
+    model = model.resolve()
+    if not model.is_dir():
+        raise UserError(f"--model: {model} is not a directory (a local checkpoint: config.json, weights, tokenizer)")
+    mounts = [(model, f"{MODEL_ROOT}/{model.name}")]
+    drafter_value = drafter or s.drafter
+    if drafter and Path(drafter).is_dir():
+        d = Path(drafter).resolve()
+        mounts.append((d, f"{MODEL_ROOT}/{d.name}"))
+        drafter_value = f"{MODEL_ROOT}/{d.name}"
+    values = {"model": mounts[0][1], "drafter": drafter_value or "", "host": "0.0.0.0", "port": str(port)}
+
+    def fill(text: str) -> str:
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+
+    _, rest = launch_split(recipe.launch)
+    serve_args = list(getattr(recipe, "smoke", {}).get("serve_args", ["--host", "{host}", "--port", "{port}"]))
+    args = [fill(a) for a in rest + serve_args + list(s.flags)] + list(extra_args)
+    argv = docker.run_argv(image, args, gpus=None if gpus == "none" else gpus if gpus == "all" else f"device={gpus}",
+                           ipc="host", ports=(f"{bind}:{port}:{port}",), mounts=tuple((str(a), b) for a, b in mounts),
+                           env=tuple(s.env), name=name, docker=docker_cmd)
+    notes = []
+    if drafter_value and not drafter and s.drafter:
+        notes.append(f"{strategy} drafts with {s.drafter} (engine data); the engine downloads it unless you pass "
+                     "--drafter DIR (mounted read-only)")
+    health = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '') else bind}:{port}{recipe.health}" if recipe.health else ""
+    return ServeLine(argv, health, notes)

@@ -1,0 +1,53 @@
+"""publish: push the cell's runtime image — the OCI archive the image step built, loaded and smoke ran — to
+REGISTRY/ENGINE:<full tag>, keeping its digest (builder/publish.py). The runner runs it only when smoke passed
+(runner.GATES); aliases move after every cell of the run is pushed (publish.finish, called by the verb)."""
+
+from __future__ import annotations
+
+import shlex
+
+from .. import docker, oci
+from .. import publish as pub
+from . import CellContext, Status, StepResult
+from .image import archive_path
+
+
+class PublishStep:
+    name = "publish"
+    scope = "cell"
+
+    def run(self, ctx: CellContext, wheel: None = None) -> StepResult:
+        cell, target = ctx.cell, ctx.opts.publish
+        if target is None:
+            return StepResult(self.name, cell.id, Status.SKIPPED, "not asked (`builder publish` pushes)")
+        archive = archive_path(ctx)
+        if not archive.is_file():
+            return StepResult(self.name, cell.id, Status.FAILED, f"no image archive at {archive}: the image step made none")
+        with oci.Archive(archive) as a:
+            image = a.image()
+        # what smoke ran is the loaded image; publish pushes only that very image
+        loaded = docker.image_id(cell.ref, ctx.opts.docker)
+        if loaded != image.digest:
+            return StepResult(self.name, cell.id, Status.FAILED,
+                              f"{cell.ref} in the daemon is {loaded or 'missing'}, the archive is {image.digest}: "
+                              "refusing to push an image other than the one smoke ran")
+        repository = target.repository(cell.engine)
+        ctx.note(f"push {repository}:{cell.tag} ({image.digest})"
+                 + (f", credentials from {target.credentials_from}" if target.credentials else ""))
+        index = image.digest != image.manifest_digest
+        try:
+            pub.push_archive(archive, repository, cell.tag, image.digest, index, target, ctx.note, ctx.log)
+        except pub.PublishError as exc:
+            return StepResult(self.name, cell.id, Status.FAILED, str(exc))
+        ctx.note(f"pushed {repository}:{cell.tag}; the registry serves {image.digest}")
+        return StepResult(self.name, cell.id, Status.OK, f"pushed {repository}@{image.digest}",
+                          artifacts={"repository": repository, "tag": cell.tag, "digest": image.digest,
+                                     "ref": f"{repository}@{image.digest}", "index": index})
+
+    def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
+        target = ctx.opts.publish
+        if target is None:
+            return []
+        dest = f"docker://{target.repository(ctx.cell.engine)}:{ctx.cell.tag}"
+        args = docker.skopeo_copy_args(f"oci-archive:{archive_path(ctx)}", dest, dest_tls_verify=target.tls_verify)
+        return [shlex.join(["skopeo", *args])]

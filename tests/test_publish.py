@@ -1,0 +1,451 @@
+"""`builder publish`: the image smoke ran is pushed by digest (an OCI archive with rewritten timestamps, copied
+by skopeo with the digest preserved), aliases move only when every cell of the run is in the registry,
+images.json records what was published, credentials never land anywhere, transient registry errors are
+retried — checked against real registries on 127.0.0.1 (docker-registry, with and without htpasswd auth)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from builder import publish as pub
+from builder.errors import CommandError, UserError
+from builder.matrix import Selection, load
+from builder.resolve import select
+
+from .conftest import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+MATRIX = FIXTURE / "matrix.toml"
+MATRIX_PUBLISH = FIXTURE / "matrix-publish.toml"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+CELL_90 = "cuda-ext-1.0.0-cu130-py311-sm90"
+
+
+# -- pieces, no Docker --------------------------------------------------------------------------------------
+def test_transient_registry_errors_are_told_from_permanent_ones():
+    assert pub.transient('time="..." level=fatal msg="... dial tcp 127.0.0.1:5999: connect: connection refused"')
+    assert pub.transient("received unexpected HTTP status: 503 Service Unavailable")
+    assert pub.transient("429 Too Many Requests")
+    assert pub.transient("read: connection reset by peer")
+    assert not pub.transient("unauthorized: authentication required")
+    assert not pub.transient("denied: requested access to the resource is denied")
+    assert not pub.transient("Error: lookup registry.invalid: no such host")
+
+
+def _target(tmp_path, **kw) -> tuple[pub.Target, list[float]]:
+    slept: list[float] = []
+    t = pub.Target(registry="127.0.0.1:1/x", images_json=tmp_path / "images.json", tls_verify=False,
+                   sleep=slept.append, **kw)
+    return t, slept
+
+
+def test_retries_back_off_exponentially_then_give_up(tmp_path):
+    target, slept = _target(tmp_path, attempts=4, backoff=2.0)
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise CommandError(["skopeo", "copy"], 1, "dial tcp 127.0.0.1:1: connect: connection refused")
+        return "done"
+
+    said: list[str] = []
+    assert pub.retrying("push x", flaky, target, said.append) == "done"
+    assert slept == [2.0, 4.0] and len(calls) == 3
+    assert "attempt 2 of 4 in 2s" in said[0] and "connection refused" in said[0]
+
+    def down():
+        raise CommandError(["skopeo"], 1, "503 Service Unavailable")
+
+    slept.clear()
+    with pytest.raises(pub.PublishError, match="gave up after 4 attempts"):
+        pub.retrying("push x", down, target, said.append)
+    assert slept == [2.0, 4.0, 8.0]
+
+
+def test_a_permanent_error_is_not_retried(tmp_path):
+    target, slept = _target(tmp_path, attempts=5)
+
+    def denied():
+        raise CommandError(["skopeo"], 1, 'level=fatal msg="... unauthorized: authentication required"')
+
+    with pytest.raises(pub.PublishError, match="unauthorized"):
+        pub.retrying("push x", denied, target, lambda s: None)
+    assert slept == []
+
+
+def test_credentials_are_not_in_the_targets_repr_and_reach_skopeo_through_memory(tmp_path):
+    from builder import docker
+
+    target, _ = _target(tmp_path, credentials=("ci", "pa55-" + "x" * 8))
+    assert "pa55" not in repr(target) and "pa55" not in str(target)
+    fd = docker._auth_fd(target.auth())
+    try:
+        assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")  # anonymous memory, not a file on disk
+        doc = json.loads(Path(f"/proc/self/fd/{fd}").read_text())
+        assert base64.b64decode(doc["auths"]["127.0.0.1:1"]["auth"]).decode() == "ci:pa55-xxxxxxxx"
+    finally:
+        os.close(fd)
+
+
+def test_make_target_checks_the_registry_and_reads_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUILDER_REGISTRY_USER", "ci")
+    monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "pw")
+    t = pub.make_target("127.0.0.1:5000/team", tmp_path / "i.json")
+    assert t.credentials == ("ci", "pw") and not t.tls_verify and t.repository("vllm") == "127.0.0.1:5000/team/vllm"
+    assert pub.make_target("registry.example.com/ml", tmp_path / "i.json").tls_verify  # TLS unless loopback
+    for bad in ("127.0.0.1:5000", "Bad Registry/x", "127.0.0.1:5000/UPPER"):
+        with pytest.raises(UserError):
+            pub.make_target(bad, tmp_path / "i.json")
+    monkeypatch.delenv("BUILDER_REGISTRY_PASSWORD")
+    with pytest.raises(UserError, match="BUILDER_REGISTRY_PASSWORD"):
+        pub.make_target("127.0.0.1:5000/team", tmp_path / "i.json")
+
+
+def test_aliases_go_to_the_default_profiles_cell_and_latest_to_the_newest_version():
+    m = load(MATRIX_PUBLISH)
+    cells = select(m, Selection(profiles=("all",)))
+    claims = pub.alias_claims(cells, m, cells)
+    assert claims == {CELL: ["1.0.0", "latest-cu130"], CELL_90: []}
+    # an --arch variant of a profile is no standard cell: it moves no alias
+    variant = select(m, Selection(archs=(80,)))
+    assert pub.alias_claims(variant, m, cells) == {"cuda-ext-1.0.0-cu130-py311-sm80": []}
+    # the shipped matrix: each engine version has its alias; latest-cuXYZ per CUDA
+    real = load(REPO / "matrix.toml")
+    every = select(real, Selection(profiles=("all",)))
+    claims = pub.alias_claims(every, real, every)
+    assert claims["vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90"] == ["0.33.0", "latest-cu130"]
+    assert claims["vllm-0.6.3.post1-cu121-torch2.4.0-py310-sm80.90"] == ["0.6.3.post1", "latest-cu121"]
+
+
+def test_images_json_is_replaced_atomically_and_merged(tmp_path):
+    path = tmp_path / "images.json"
+    data = pub.load_images(path)
+    data["images"]["a"] = {"digest": "sha256:" + "0" * 64}
+    pub.write_images(path, data)
+    again = pub.load_images(path)
+    again["images"]["b"] = {"digest": "sha256:" + "1" * 64}
+    pub.write_images(path, again)
+    assert set(json.loads(path.read_text())["images"]) == {"a", "b"}
+    assert [p.name for p in tmp_path.iterdir()] == ["images.json"]  # no temporary left behind
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="not a readable images.json"):
+        pub.load_images(path)
+
+
+def test_publish_dry_run_prints_the_push_and_needs_no_registry(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "publish", "--matrix", str(MATRIX), "--dry-run",
+                          "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "w"),
+                          "--registry", "127.0.0.1:9/team"], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    runtime = next(l for l in lines if "--target runtime" in l)
+    assert "--output type=oci,dest=" in runtime and "rewrite-timestamp=true" in runtime and "--load" not in runtime
+    assert any(l.startswith("docker load --input ") for l in lines)
+    push = next(l for l in lines if l.startswith("skopeo copy"))
+    assert "--preserve-digests" in push and "--dest-tls-verify=false" in push
+    assert push.endswith("docker://127.0.0.1:9/team/cuda-ext:1.0.0-cu130-py311-sm80.90")
+    assert not (tmp_path / "w").exists()
+
+
+# -- against real registries --------------------------------------------------------------------------------
+class Client:
+    """Reads a registry over its HTTP API, with Basic auth when given."""
+
+    def __init__(self, host: str, auth: tuple[str, str] | None = None):
+        self.host, self.auth = host, auth
+
+    def get(self, path: str, accept: str = "application/vnd.oci.image.manifest.v1+json") -> bytes | None:
+        req = urllib.request.Request(f"http://{self.host}{path}", headers={"Accept": accept})
+        if self.auth:
+            req.add_header("Authorization", "Basic " + base64.b64encode(":".join(self.auth).encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def digest(self, repo: str, ref: str) -> str | None:
+        body = self.get(f"/v2/{repo}/manifests/{ref}")
+        return None if body is None else "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def tags(self, repo: str) -> list[str]:
+        body = self.get(f"/v2/{repo}/tags/list", accept="application/json")
+        return sorted(json.loads(body).get("tags") or []) if body else []
+
+
+class Registry(Client):
+    """A docker-registry on 127.0.0.1:PORT that a test can stop and start again on the same port and data."""
+
+    def __init__(self, root: Path):
+        super().__init__(f"127.0.0.1:{free_port()}")
+        self.root = root
+        self.proc: subprocess.Popen | None = None
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.yml").write_text("\n".join([
+            "version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:", f"    rootdirectory: {root / 'data'}",
+            "  delete:", "    enabled: true", "http:", f"  addr: {self.host}"]) + "\n")
+
+    def start(self) -> "Registry":
+        log = (self.root / "registry.log").open("ab")
+        self.proc = subprocess.Popen([shutil.which("docker-registry"), "serve", str(self.root / "config.yml")],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2)
+                return self
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    pytest.fail(f"docker-registry on {self.host} did not come up")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Shared(NamedTuple):
+    root: Path
+    ns: str  # the fixture's local image namespace: 127.0.0.1:5000/<ns>/cuda-ext
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, local_bases):
+    """One wheelhouse and pins dir for the module (the fixture's wheel is compiled once), and a copy of the
+    fixture whose local image names are this module's own: other builds of the fixture on this host (other
+    tests, other sessions) retag theirs, and publish rightly refuses a tag that no longer names what smoke ran."""
+    root = tmp_path_factory.mktemp("publish-shared")
+    ns = f"publish-{uuid.uuid4().hex[:10]}"
+    fixture = root / "fixture"
+    shutil.copytree(FIXTURE, fixture)
+    for name in ("matrix.toml", "matrix-publish.toml"):
+        text = (fixture / name).read_text()
+        (fixture / name).write_text(text.replace('registry = "127.0.0.1:5000/builder-test"', f'registry = "127.0.0.1:5000/{ns}"'))
+    yield Shared(root, ns)
+    names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", f"127.0.0.1:5000/{ns}/*"],
+                           capture_output=True, text=True).stdout.split()
+    if names:
+        subprocess.run(["docker", "image", "rm", *names], capture_output=True)
+
+
+def local_ref(shared: Shared, cell: str = CELL) -> str:
+    return f"127.0.0.1:5000/{shared.ns}/cuda-ext:{cell.removeprefix('cuda-ext-')}"
+
+
+def publish_argv(shared: Shared, tmp: Path, registry: str, *extra: str, matrix: Path = MATRIX) -> list[str]:
+    matrix = shared.root / "fixture" / matrix.name
+    return [sys.executable, "-m", "builder.cli", "publish", "--matrix", str(matrix), "--registry", registry,
+            "--images-json", str(tmp / "images.json"), "--wheelhouse", str(shared.root / "wheelhouse"),
+            "--pins-dir", str(shared.root / "pins"), "--work-dir", str(tmp / "work"), "--log-dir", str(tmp / "logs"),
+            "--ca-bundle", str(HOST_CA), "--quiet", *extra]
+
+
+def run_publish(shared, tmp, registry, *extra, env=None, matrix=MATRIX) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(publish_argv(shared, tmp, registry, *extra, matrix=matrix), capture_output=True, text=True,
+                          cwd=tmp, env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **(env or {})}, timeout=1800)
+
+
+def text_files(root: Path):
+    for p in root.rglob("*"):
+        if p.is_file() and p.stat().st_size < 50 << 20:
+            yield p
+
+
+def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(shared, auth_registry, tmp_path):
+    reg = Client(auth_registry.host, (auth_registry.user, auth_registry.password))
+    env = {"BUILDER_REGISTRY_USER": auth_registry.user, "BUILDER_REGISTRY_PASSWORD": auth_registry.password}
+    res = run_publish(shared, tmp_path, f"{auth_registry.host}/team", env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    # the pushed digest is the image smoke ran: the local image's id, the archive's digest
+    local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", local_ref(shared)], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    from builder import oci
+
+    archive = tmp_path / "work" / CELL / "image.oci.tar"
+    assert oci.digest_of(archive) == local
+    assert f"docker pull {auth_registry.host}/team/cuda-ext@{local}" in res.stdout.splitlines()
+    assert "smoke ok" in out and out.index("smoke ok") < out.index("push ")
+    # the registry serves it under the full tag, the digest and both aliases
+    repo = "team/cuda-ext"
+    for ref in ("1.0.0-cu130-py311-sm80.90", local, "1.0.0", "latest-cu130"):
+        assert reg.digest(repo, ref) == local, ref
+    # images.json: cell → tag → digest → wheel keys → smoke results
+    images = json.loads((tmp_path / "images.json").read_text())
+    entry = images["images"][CELL]
+    assert entry["digest"] == local and entry["tag"] == "1.0.0-cu130-py311-sm80.90"
+    assert entry["image"] == f"{auth_registry.host}/team/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    assert entry["aliases"] == ["1.0.0", "latest-cu130"]
+    plan = json.loads(subprocess.run([sys.executable, "-m", "builder.cli", "plan", "--matrix",
+                                      str(shared.root / "fixture" / "matrix.toml"), "--json"],
+                                     capture_output=True, text=True, check=True, cwd=tmp_path).stdout)
+    (cell,) = plan["cells"]
+    key = next(p["cache_key"] for p in cell["packages"] if p["name"] == "cuda-ext")
+    assert entry["wheels"]["cuda-ext"]["key"] == key
+    assert entry["wheels"]["cuda-ext"]["files"][0]["sha256"]
+    layers = {r["layer"]: r["status"] for s in entry["smoke"] for r in s["artifacts"]["layers"]}
+    assert layers["L0"] == "pass" and layers["L1"] == "pass"
+    assert images["aliases"][f"{auth_registry.host}/team/cuda-ext:latest-cu130"]["digest"] == local
+    # the password is nowhere: output, logs, work dir, images.json
+    secret = auth_registry.password
+    assert secret not in out
+    for f in text_files(tmp_path):
+        assert secret.encode() not in f.read_bytes(), f
+    # a deployer pulls by digest after `docker login`
+    cfg = tmp_path / "docker-config"
+    cfg.mkdir()
+    login = subprocess.run(["docker", "--config", str(cfg), "login", "-u", auth_registry.user, "--password-stdin",
+                            auth_registry.host], input=secret, capture_output=True, text=True)
+    assert login.returncode == 0, login.stderr
+    pulled = f"{auth_registry.host}/team/cuda-ext@{local}"
+    pull = subprocess.run(["docker", "--config", str(cfg), "pull", pulled], capture_output=True, text=True)
+    assert pull.returncode == 0, pull.stderr
+    subprocess.run(["docker", "image", "rm", pulled], capture_output=True)
+
+
+def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(shared, auth_registry, tmp_path):
+    cfg = tmp_path / "docker-config"
+    cfg.mkdir()
+    auth = base64.b64encode(f"{auth_registry.user}:{auth_registry.password}".encode()).decode()
+    (cfg / "config.json").write_text(json.dumps({"auths": {auth_registry.host: {"auth": auth}}}))
+    env = {"DOCKER_CONFIG": str(cfg)}
+    (tmp_path / "ok").mkdir()
+    ok = run_publish(shared, tmp_path / "ok", f"{auth_registry.host}/login", "--no-aliases", env=env)
+    assert ok.returncode == 0, (ok.stdout + ok.stderr)[-4000:]
+    assert f"credentials from docker login ({cfg / 'config.json'})" in ok.stderr
+    reg = Client(auth_registry.host, (auth_registry.user, auth_registry.password))
+    assert reg.tags("login/cuda-ext") == ["1.0.0-cu130-py311-sm80.90"]  # --no-aliases: the full tag only
+    # a wrong password: refused by the registry, not retried, nothing written
+    (tmp_path / "bad").mkdir()
+    bad = run_publish(shared, tmp_path / "bad", f"{auth_registry.host}/wrong", "--retries", "3",
+                      env={"BUILDER_REGISTRY_USER": auth_registry.user, "BUILDER_REGISTRY_PASSWORD": "not-it"})
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 1, out[-4000:]
+    assert "unauthorized" in out and "transient" not in out
+    assert "not-it" not in out
+    assert reg.tags("wrong/cuda-ext") == []
+    assert not (tmp_path / "bad" / "images.json").exists()
+
+
+def test_a_registry_that_is_not_up_yet_is_retried_with_backoff(shared, tmp_path):
+    """Connection refused on the first push attempt(s); the registry comes up; the push then goes through."""
+    reg = Registry(tmp_path / "late")
+    proc = subprocess.Popen(publish_argv(shared, tmp_path, f"{reg.host}/late", "--retries", "6"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "transient registry error" in line and not started.is_set():
+                started.set()
+                reg.start()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert proc.wait(timeout=1800) == 0, "".join(lines)[-5000:]
+    finally:
+        reader.join(timeout=30)
+        reg.stop()
+    out = "".join(lines)
+    assert "transient registry error" in out and "connection refused" in out and "attempt 2 of 7" in out
+    reg.start()
+    try:
+        digest = reg.digest("late/cuda-ext", "1.0.0-cu130-py311-sm80.90")
+        assert digest and f"docker pull {reg.host}/late/cuda-ext@{digest}" in out
+    finally:
+        reg.stop()
+
+
+def test_a_failure_mid_publish_moves_no_alias(shared, tmp_path):
+    """Publish the default cell (aliases → D1); then publish two cells with a new SOURCE_DATE_EPOCH (new
+    digests) and take the registry down right after the first cell is pushed: the second push fails, no alias
+    moves (they still name D1, which is in the registry), images.json keeps D1's aliases."""
+    reg = Registry(tmp_path / "reg").start()
+    try:
+        (tmp_path / "one").mkdir()
+        first = run_publish(shared, tmp_path / "one", f"{reg.host}/mid", "--retries", "0", matrix=MATRIX_PUBLISH)
+        assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+        d1 = reg.digest("mid/cuda-ext", "1.0.0")
+        assert d1 and reg.digest("mid/cuda-ext", "latest-cu130") == d1
+        (tmp_path / "two").mkdir()
+        shutil.copy2(tmp_path / "one" / "images.json", tmp_path / "two" / "images.json")
+        proc = subprocess.Popen(publish_argv(shared, tmp_path / "two", f"{reg.host}/mid", "--retries", "1",
+                                             "--profile", "all", "--keep-going", matrix=MATRIX_PUBLISH),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path / "two",
+                                env={**os.environ, "SOURCE_DATE_EPOCH": "1700000001"})
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if f"[{CELL}] pushed " in line:
+                reg.stop()  # the registry goes away between the two cells
+        rc = proc.wait(timeout=1800)
+        out = "".join(lines)
+        assert rc == 1, out[-5000:]
+        assert f"not published: {CELL_90}" in out and "aliases not moved" in out
+    finally:
+        reg.stop()
+    reg.start()
+    try:
+        d2 = reg.digest("mid/cuda-ext", "1.0.0-cu130-py311-sm80.90")
+        assert d2 and d2 != d1  # the first cell's new build was pushed under its full tag
+        assert reg.digest("mid/cuda-ext", "1.0.0") == d1 and reg.digest("mid/cuda-ext", "latest-cu130") == d1
+        assert reg.digest("mid/cuda-ext", "1.0.0-cu130-py311-sm90") is None
+        images = json.loads((tmp_path / "two" / "images.json").read_text())
+        assert images["images"][CELL]["digest"] == d2 and CELL_90 not in images["images"]
+        assert images["aliases"][f"{reg.host}/mid/cuda-ext:1.0.0"]["digest"] == d1
+        assert images["images"][CELL]["aliases"] == []  # this push moved none
+    finally:
+        reg.stop()
+
+
+def test_provenance_is_pushed_with_the_image_as_one_index(shared, registry, tmp_path):
+    """--provenance: BuildKit's SLSA provenance goes with the image as an OCI index (skopeo copy --all keeps
+    both digests); images.json records the index and the image manifest; the CA bundle's contents never reach
+    the attestation (BuildKit records a secret's id, not its value)."""
+    res = run_publish(shared, tmp_path, f"{registry}/prov", "--provenance", "--no-aliases")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    entry = json.loads((tmp_path / "images.json").read_text())["images"][CELL]
+    index, manifest = entry["digest"], entry["manifest"]
+    assert index != manifest and len(entry["attestations"]) == 1
+    reg = Client(registry)
+    body = reg.get(f"/v2/prov/cuda-ext/manifests/{index}", accept="application/vnd.oci.image.index.v1+json")
+    assert "sha256:" + hashlib.sha256(body).hexdigest() == index
+    described = {m["digest"]: m for m in json.loads(body)["manifests"]}
+    assert set(described) == {manifest, entry["attestations"][0]}
+    att = described[entry["attestations"][0]]
+    assert att["annotations"]["vnd.docker.reference.type"] == "attestation-manifest"
+    att_manifest = json.loads(reg.get(f"/v2/prov/cuda-ext/manifests/{att['digest']}"))
+    (layer,) = att_manifest["layers"]
+    assert layer["annotations"]["in-toto.io/predicate-type"].startswith("https://slsa.dev/provenance/")
+    statement = reg.get(f"/v2/prov/cuda-ext/blobs/{layer['digest']}", accept="*/*")
+    assert b'"ca"' in statement and b"BEGIN CERTIFICATE" not in statement  # the secret's id, never its value
+    assert reg.digest("prov/cuda-ext", manifest) == manifest  # the image manifest itself is served too

@@ -1,0 +1,131 @@
+"""`builder serve IMAGE --strategy S --model PATH`: the exact `docker run` for a published image — GPUs, the model
+mounted read-only, the port, the strategy's real flags and environment from builder/data/engines.toml — and
+with --run, that very command, run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builder import render, serve
+from builder.engines import load_knowledge
+from builder.errors import UserError
+from builder.matrix import Selection, load
+from builder.plan import plan_cells
+from builder.resolve import select
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def labels(engine: str, version: str, strategies: str = "MTP2,MTP7,DFlash2") -> dict[str, str]:
+    return {"io.builder.engine": engine, "io.builder.engine.version": version, "io.builder.strategies": strategies}
+
+
+@pytest.fixture()
+def model(tmp_path) -> Path:
+    d = tmp_path / "Qwen3.8-27B-FP8"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "qwen3_5"}')
+    return d
+
+
+def test_vllm_mtp2_is_the_exact_docker_run_with_the_datas_flags(model):
+    kn = load_knowledge()
+    line = serve.serve_line("reg.example/ml/vllm@sha256:" + "a" * 64, labels("vllm", "0.33.0"), kn, "MTP2", model)
+    flags = list(kn.recipe("vllm", "0.33.0").strategy("MTP2").flags)
+    assert flags == ["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+    assert line.argv == ["docker", "run", "--rm", "--gpus", "all", "--ipc", "host", "-p", "127.0.0.1:8000:8000",
+                         "-v", f"{model}:/models/Qwen3.8-27B-FP8:ro", "reg.example/ml/vllm@sha256:" + "a" * 64,
+                         "/models/Qwen3.8-27B-FP8", "--host", "0.0.0.0", "--port", "8000", *flags]
+    assert line.health == "http://127.0.0.1:8000/health"
+    assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'" in line.command
+
+
+def test_strategy_environment_drafter_gpus_and_port_reach_the_command(model, tmp_path):
+    kn = load_knowledge()
+    line = serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "DFlash2", model, port=9000, gpus="0,1",
+                            bind="0.0.0.0")
+    assert ["-e", "VLLM_USE_V2_MODEL_RUNNER=1"] == line.argv[line.argv.index("-e"):line.argv.index("-e") + 2]
+    assert ["--gpus", "device=0,1"] == line.argv[3:5] and "0.0.0.0:9000:9000" in line.argv
+    config = json.loads(line.argv[line.argv.index("--speculative-config") + 1])
+    assert config == {"method": "dflash", "model": "z-lab/Qwen3.8-27B-DFlash2", "num_speculative_tokens": 7}
+    assert any("z-lab/Qwen3.8-27B-DFlash2" in n for n in line.notes)
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    line = serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "DFlash2", model, drafter=str(drafter), gpus="none")
+    assert "--gpus" not in line.argv and f"{drafter}:/models/drafter:ro" in line.argv
+    assert json.loads(line.argv[line.argv.index("--speculative-config") + 1])["model"] == "/models/drafter"
+    # SGLang: its launch line names the model flag; its MTP draft model is the model itself
+    line = serve.serve_line("img:tag", labels("sglang", "0.5.23"), kn, "MTP2", model)
+    args = line.argv[line.argv.index("img:tag") + 1:]
+    assert args[:2] == ["--model-path", "/models/Qwen3.8-27B-FP8"]
+    assert args[args.index("--speculative-draft-model-path") + 1] == "/models/Qwen3.8-27B-FP8"
+    assert "--enable-metrics" in args and line.health.endswith("/health_generate")
+
+
+def test_a_strategy_the_image_was_not_built_for_is_refused(model):
+    kn = load_knowledge()
+    with pytest.raises(UserError, match="built and smoke-tested for MTP2"):
+        serve.serve_line("img:tag", labels("vllm", "0.33.0", "MTP2"), kn, "MTP7", model)
+    with pytest.raises(UserError, match="cannot run on vllm 0.6.3.post1"):
+        serve.serve_line("img:tag", labels("vllm", "0.6.3.post1", ""), kn, "MTP2", model)
+    with pytest.raises(UserError, match="not an image builder made"):
+        serve.serve_line("img:tag", {}, kn, "MTP2", model)
+    with pytest.raises(UserError, match="is not a directory"):
+        serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "MTP2", model / "missing")
+
+
+def test_the_arguments_continue_the_images_entrypoint_for_every_shipped_cell():
+    """The image's ENTRYPOINT (render) + serve's arguments = the engine's launch line, for every cell."""
+    m = load(REPO / "matrix.toml")
+    for plan in plan_cells(select(m, Selection(profiles=("all",))), None):
+        launch = list(plan.cell.engine_recipe.launch)
+        entry, rest = serve.launch_split(launch)
+        assert entry == render.entrypoint(plan.cell) and entry + rest == launch
+
+
+@pytest.fixture(scope="module")
+def fake_engine_image(docker_engine, local_bases, tmp_path_factory):
+    """An image labelled as builder's vLLM 0.33.0 whose entrypoint prints what it was given: the args, the
+    strategy's environment, and the mounted model."""
+    ctx = tmp_path_factory.mktemp("fake-engine")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {local_bases['debian']}\n"
+        "RUN printf '%s\\n' '#!/bin/sh' 'echo \"ARGS: $*\"' 'echo \"ENV: VLLM_USE_V2_MODEL_RUNNER=${VLLM_USE_V2_MODEL_RUNNER:-unset}\"'"
+        " 'cat \"$1/config.json\"' > /usr/local/bin/vllm && chmod 0755 /usr/local/bin/vllm\n"
+        'LABEL io.builder.engine="vllm" io.builder.engine.version="0.33.0" io.builder.strategies="MTP2,MTP7,DFlash2"\n'
+        'ENTRYPOINT ["vllm"]\n')
+    tag = f"builder-test/fake-vllm:{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "buildx", "build", "--load", "-t", tag, str(ctx)], check=True, capture_output=True)
+    yield tag
+    subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+def test_serve_prints_and_runs_the_command_for_a_local_image(fake_engine_image, model, tmp_path):
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "serve", fake_engine_image, "--strategy", "dflash2",
+                          "--model", str(model), "--gpus", "none", "--port", "8123", "--run"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    printed = res.stdout.splitlines()[0]
+    assert printed.startswith(f"docker run --rm --ipc host -p 127.0.0.1:8123:8123 -v {model}:/models/Qwen3.8-27B-FP8:ro "
+                              f"-e VLLM_USE_V2_MODEL_RUNNER=1 {fake_engine_image} /models/Qwen3.8-27B-FP8")
+    assert "# ready when http://127.0.0.1:8123/health answers 200" in res.stderr
+    # what the container's entrypoint received: the model, where to listen, the strategy's flags and env
+    assert "ARGS: /models/Qwen3.8-27B-FP8 --host 0.0.0.0 --port 8123 --speculative-config" in res.stdout
+    assert '"method":"dflash"' in res.stdout and "ENV: VLLM_USE_V2_MODEL_RUNNER=1" in res.stdout
+    assert '{"model_type": "qwen3_5"}' in res.stdout  # the model directory is mounted
+
+
+def test_serve_refuses_bad_input_before_docker(tmp_path, model):
+    for args, message in ((["img:tag", "--strategy", "MTP9", "--model", str(model)], "is not a strategy"),
+                          (["img:tag", "--strategy", "MTP2", "--model", str(model), "--port", "0"], "--port"),
+                          (["img:tag", "--strategy", "MTP2", "--model", str(model), "--gpus", "two"], "--gpus"),
+                          (["Bad Image", "--strategy", "MTP2", "--model", str(model)], "IMAGE")):
+        res = subprocess.run([sys.executable, "-m", "builder.cli", "serve", *args], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
