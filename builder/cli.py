@@ -240,7 +240,8 @@ def plan(m, sel, wheelhouse_dir, as_json):
 
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
-    plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir))  # remote look-ups only with --remote
+    wheelhouse = _wheelhouse(m, wheelhouse_dir)
+    plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir), history=wheelhouse)  # remote look-ups only with --remote
     if as_json:
         click.echo(json.dumps({"cells": [p.to_json() for p in plans], "source_date_epoch": stamp.to_json()}, indent=2))
     else:
@@ -359,12 +360,17 @@ def _build_host(m) -> dict:
               help="Skip the smoke step (shown skipped in the table and --json; nothing of the cell can then be published).")
 @click.option("--smoke-model", default="tiny", show_default=True,
               help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy weights).")
-@click.option("--quiet", is_flag=True, help="Only step lines and the closing table; build output goes to the logs.")
+@click.option("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain", "quiet", "raw"]), default="auto",
+              show_default=True,
+              help="Compile progress: tty = one updating line per compile (objects done/total, elapsed, ETA); plain = "
+                   "a status line at most every 60 s (CI; GitHub Actions log groups); quiet = step lines only; raw = "
+                   "the build output itself. auto: tty on a terminal, else plain. The full output is always in the log.")
+@click.option("--quiet", is_flag=True, help="Same as --progress quiet: only step lines and the closing table.")
 @cache_options()
 @build_host_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON: per cell, every step's result.")
 def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, ca_bundle, allow_unpinned, log_dir, work_dir,
-          pins_dir, refresh_pins, no_cache, quiet, as_json, no_smoke=False, smoke_model="tiny"):
+          pins_dir, refresh_pins, no_cache, progress_mode, quiet, as_json, no_smoke=False, smoke_model="tiny"):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
     tag the runtime image.
 
@@ -379,6 +385,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
       builder build --profile all --keep-going --ca-bundle /etc/ssl/certs/ca-certificates.crt
     """
     from . import docker, epoch, pins, report, runner
+    from .progress import Display
     from .steps import BuildOptions
 
     if ca_bundle == "":
@@ -401,13 +408,14 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         no_cache=no_cache,
         smoke=not no_smoke,
         smoke_model=smoke_model,
-        echo_build_output=not quiet,
+        display=Display("quiet" if quiet else progress_mode),
         **_build_host(m),
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
+    wheelhouse = _wheelhouse(m, wheelhouse_dir)
     cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here
-    plans = plan_mod.plan_cells(cells, cache)
+    plans = plan_mod.plan_cells(cells, cache, history=wheelhouse)
     if dry_run:
         runner.dry_run(plans, cache, opts, click.echo)
         return
@@ -415,7 +423,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     runner.check_writable(plans, opts, _wheelhouse(m, wheelhouse_dir))  # read-only wheelhouse, log dir under a file: exit 2
     docker.require_buildx()
     click.echo(f"SOURCE_DATE_EPOCH={stamp.value} (from {stamp.origin})", err=True)
-    outcomes = runner.run_cells(plans, cache, opts, lambda s: click.echo(s, err=True))
+    outcomes = runner.run_cells(plans, cache, opts, opts.display.say)
     if as_json:
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:

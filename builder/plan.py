@@ -15,7 +15,11 @@ from pathlib import Path
 from . import deps, templates
 from .cache import CacheHit, WheelCache
 from .cache.local import Wheelhouse
+from .errors import BuilderError
+from .estimate import Estimate, estimate, threads
+from .progress import duration
 from .resolve import Cell, Package
+from .resources import Host, choose
 
 KEY_FORMAT = 1  # bump when the meaning of the key inputs changes
 
@@ -63,6 +67,7 @@ class WheelStep:
     inputs: dict = field(compare=False, hash=False)  # what the key hashes (recorded with the cached wheel)
     hit: CacheHit | None = None  # the cache entry that already holds this wheel
     looked_up: bool = True  # False when no cache was asked (render needs keys only)
+    estimate: Estimate | None = None  # how long its compile should take, from earlier builds
 
     @property
     def reuse(self) -> bool:
@@ -112,21 +117,40 @@ class CellPlan:
             "sass": list(w.package.built_sass),
             "cache_key": w.key,
             "action": w.action,
+            "estimate": w.estimate.to_json() if w.estimate else None,
             "cached_in": w.hit.store if w.reuse else None,
             "cache_problem": w.hit.problem if w.hit and not w.reuse else None,
         }
 
 
-def plan_cells(cells: list[Cell], cache: WheelCache | None) -> list[CellPlan]:
-    """Each cell's wheels with their keys; with a cache, whether each is already there (no download)."""
+def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: int | None = None,
+                     nvcc_threads: int | None = None) -> Estimate | None:
+    """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism."""
+    if not pkg.recipe.compiled:
+        return None
+    try:
+        par = choose(pkg.recipe, host, max_jobs, nvcc_threads)
+    except BuilderError:  # a host that cannot run the compile has no estimate either
+        return None
+    now = threads(par.max_jobs, par.nvcc_threads, pkg.recipe.parallelism == "total-threads")
+    return estimate(history, pkg.name, pkg.version, max(1, len(pkg.built_archs)), now)
+
+
+def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse | None = None,
+               host: Host | None = None) -> list[CellPlan]:
+    """Each cell's wheels with their keys; with a cache, whether each is already there (no download); with
+    a history (the local wheelhouse), how long each compile should take."""
     out = []
+    if history is not None and host is None:
+        host = Host.detect()
     for cell in cells:
         steps = []
         for pkg in cell.packages:
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
             hit = cache.lookup(pkg.name, key, cell.archs) if cache is not None else None
-            steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None))
+            guess = compile_estimate(history, pkg, host) if history is not None and host is not None else None
+            steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out
 
@@ -153,6 +177,8 @@ def format_plan(plans: list[CellPlan]) -> str:
                 flag += f"  (cached entry unusable: {w.hit.problem})"
             if w.reuse and w.hit.remote:
                 flag += f"  from {w.hit.location}"
+            if not w.reuse and pkg.recipe.compiled:
+                flag += f"  est {duration(w.estimate.seconds)}" if w.estimate else "  est: no earlier build"
             lines.append(
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"

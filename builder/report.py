@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .progress import duration
 from .runner import CellOutcome
 from .steps import Status
 
@@ -45,8 +46,20 @@ def smoke_cell(o: CellOutcome) -> str:
     return "ok" if r.status is Status.OK else "FAILED"
 
 
+def compile_times(o: CellOutcome) -> str:
+    """Each compile's actual time next to the estimate plan made from earlier builds."""
+    out = []
+    for r in o.results:
+        c = r.artifacts.get("compile") if r.step == "compile" else None
+        if isinstance(c, dict):
+            est = f"est {duration(c['estimate_s'])}" if c.get("estimate_s") is not None else "no estimate"
+            out.append(f"{r.subject} {duration(c['seconds'])} ({est})")
+    return ", ".join(out)
+
+
 def format_table(outcomes: list[CellOutcome], planned: int) -> str:
-    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused", "smoke")]
+    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused", "compile time (estimate)",
+             "smoke")]
     for o in outcomes:
         digest = o.artifact("image", "digest")
         rows.append((
@@ -57,6 +70,7 @@ def format_table(outcomes: list[CellOutcome], planned: int) -> str:
             (digest[:19] + "…") if digest else "-",
             ", ".join(o.packages(reused=False)) or "-",
             ", ".join(o.packages(reused=True)) or "-",
+            compile_times(o) or "-",
             smoke_cell(o),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, TextIO
 
+from ..progress import Display, Tracker
+
+_QUIET = Display("quiet")
+
 if TYPE_CHECKING:
     from ..audit import AuditReport
     from ..cache import CacheHit, WheelCache
@@ -69,7 +73,8 @@ class BuildOptions:
     pins_dir: Path | None = None  # runtime-pins/ next to the matrix (see builder/pins.py)
     refresh_pins: bool = False
     no_cache: bool = False  # ignore BuildKit's layer cache (the wheel cache still decides what is compiled)
-    echo_build_output: bool = True
+    # how compiles report progress (builder/progress.py); the CLI makes one Display per run and says through it
+    display: Display | None = field(default=None, compare=False)
     docker: str = "docker"
     smoke: bool = True  # run the smoke step (build --no-smoke: skipped, and nothing can be published)
     smoke_model: str = "tiny"  # what smoke serves: a local checkpoint directory or the generated tiny model
@@ -92,6 +97,7 @@ class CellContext:
     wheels: dict[str, list[Path]] = field(default_factory=dict)  # package → its wheel files, compiled or fetched
     reused: dict[str, CacheHit] = field(default_factory=dict)  # package → the cache entry its wheels came from
     records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
+    compiles: dict[str, dict] = field(default_factory=dict)  # package → its compile's time, objects, parallelism
     audits: dict[str, AuditReport] = field(default_factory=dict)
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
 
@@ -125,9 +131,24 @@ class CellContext:
     def out_dir(self, package: str) -> Path:
         return self.dir / f"out-{package}"
 
-    def echo(self) -> Callable[[str], None] | None:
-        """Where live build output goes besides the log (None with --quiet)."""
-        return (lambda line: self.say(f"[{self.cell.id}] {line}")) if self.opts.echo_build_output else None
+    @property
+    def display(self) -> Display:
+        return self.opts.display or _QUIET
+
+    def echo(self, tracker: Tracker | None = None) -> Callable[[str], None] | None:
+        """Where live build output goes besides the log: to a progress tracker's counters, and to the terminal
+        itself only in --progress raw."""
+        raw = self.display.echoes_output
+        if tracker is None and not raw:
+            return None
+
+        def echo(line: str) -> None:
+            if tracker is not None:
+                tracker.feed(line)
+            if raw:
+                self.say(f"[{self.cell.id}] {line}")
+
+        return echo
 
     def note(self, text: str) -> None:
         """A step line: on the terminal and in the cell's log."""

@@ -51,6 +51,7 @@ class CacheStep:
             "compiled": pkg.recipe.compiled,  # `builder wheels verify` re-checks the device-code rule
             "audit": ctx.audits[pkg.name].to_json(),
             "built_by": built_by(ctx),
+            "compile": ctx.compiles.get(pkg.name),  # what builder plan's estimates are made from
         })
         ctx.note(f"cached {pkg.name}=={pkg.version} in {entry.store} (key {wheel.short_key})")
         for line in entry.notes:  # what remote stores answered; a failed push is a warning, the wheel is cached locally

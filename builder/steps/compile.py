@@ -10,6 +10,8 @@ from pathlib import Path
 
 from .. import docker
 from ..cache import CacheCorrupt, file_records
+from ..estimate import threads
+from ..progress import duration
 from ..plan import WheelStep
 from ..resources import Parallelism, choose
 from . import CellContext, Status, StepResult, common_build_args
@@ -73,8 +75,25 @@ class CompileStep:
         if out.exists():
             shutil.rmtree(out)
         par, call = wheel_call(ctx, wheel)
-        ctx.note(f"build {label} (key {wheel.short_key}): {par.why}")
-        docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo())
+        ctx.note(f"build {label} (key {wheel.short_key}): {par.why}"
+                 + (f"; estimate {duration(wheel.estimate.seconds)}" if wheel.estimate else ""))
+        tracker = ctx.display.track(f"[{ctx.cell.id}] {label}", wheel.estimate.seconds if wheel.estimate else None)
+        try:
+            seconds = docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo(tracker))
+        finally:
+            ctx.display.finish(tracker)
+        ctx.compiles[pkg.name] = {
+            "seconds": round(seconds, 1),
+            "objects": tracker.objects,
+            "max_jobs": par.max_jobs,
+            "nvcc_threads": par.nvcc_threads,
+            "threads": threads(par.max_jobs, par.nvcc_threads, pkg.recipe.parallelism == "total-threads"),
+            "archs": max(1, len(pkg.built_archs)),
+            "cores": ctx.host.cores,
+            "free_gb": ctx.host.free_gb,
+            "peak_memory_gb": None,  # BuildKit's docker driver reports no per-step memory
+            "estimate_s": round(wheel.estimate.seconds, 1) if wheel.estimate else None,
+        }
         wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
         if not wheels:
             return StepResult(self.name, pkg.name, Status.FAILED,
@@ -82,7 +101,8 @@ class CompileStep:
         ctx.wheels[pkg.name] = wheels
         ctx.records[pkg.name] = file_records(wheels)  # hashed before the audit reads them: what is audited is stored
         return StepResult(self.name, pkg.name, Status.OK, par.why,
-                          artifacts={"reused": False, **_wheel_artifacts(ctx.records[pkg.name])})
+                          artifacts={"reused": False, "compile": ctx.compiles[pkg.name],
+                                     **_wheel_artifacts(ctx.records[pkg.name])})
 
     def dry_run(self, ctx: CellContext, wheel: WheelStep) -> list[str]:
         pkg = wheel.package

@@ -180,8 +180,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+# --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flashinfer") and Version(v.public) == Version("0.1.6"), "built %s %s, the lock pins flashinfer 0.1.6" % (n, v)'
 # ---- wheels-flashinfer: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -219,8 +220,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+# --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -298,9 +300,9 @@ LABEL io.builder.package.vllm.cache-key="8ff1da25344db1c4a6ea599c4d5940382e103d4
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
-LABEL io.builder.package.flashinfer.cache-key="1881d1a505f2907a6985ff30364d27cf5a52f0a1721da0e0aaf355a5530d2ae7"
+LABEL io.builder.package.flashinfer.cache-key="2ed0f743573ff9047b0cb4bb46ac9c945fa028fffb177008b2f431bbf1ba93d5"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="abe3051a9afe966e63d08d8c35a38ae46230e98a3723b30957edb7e3287669f0"
+LABEL io.builder.package.flash-attn.cache-key="3135f98b2dd9989bf51d978339bf17e24c2c7c6af88f56eda4a03b205f8c149d"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -141,7 +141,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
       -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang-kernel") and Version(v.public) == Version("0.4.10"), "built %s %s, the lock pins sglang-kernel 0.4.10" % (n, v)'
@@ -186,8 +186,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
+# --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -278,9 +279,9 @@ LABEL io.builder.package.sglang.cache-key="05474657d30f93383ce572a2d63d2fd4412c4
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_86,sm_89,sm_90,sm_90a,sm_100f,sm_103a,sm_120a"
-LABEL io.builder.package.sglang-kernel.cache-key="e9e0bf12a3fa336de89a67976504bf15b89f2a2c0e9f44d85274d83f54a28ac4"
+LABEL io.builder.package.sglang-kernel.cache-key="2e5f85e77c3dd476fc283bca95d9cb89f76cc0cced7839597d24b1b23d4337c9"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="f902a95a6d681be05bc6d272508000fa5f461e0eefcf0001b7f6e302b15353ae"
+LABEL io.builder.package.flash-attn.cache-key="f1af2cee550fecc4801cab38f9f4f632bb0d2c57c51babce6cedca2c695a2024"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

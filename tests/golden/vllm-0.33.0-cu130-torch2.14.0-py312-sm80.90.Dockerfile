@@ -252,8 +252,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
+# --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -346,5 +347,5 @@ LABEL io.builder.package.vllm.cache-key="e9bd02597810c2385a321a61b8983d49dce677a
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="f049bd72fad2d355ca434481588be4b28ff99a7249c1d8582655428a4223c416"
+LABEL io.builder.package.flash-attn.cache-key="d2c5aac7b13c3a83010e46402b55381688ce06940bd68a372376d85b139521c8"
 ENTRYPOINT ["vllm", "serve"]

@@ -1,0 +1,176 @@
+"""Progress and estimates for long compiles: counters read from real build-output shapes, the ETA from the
+rate so far, the three displays (tty line, bounded plain lines without control characters, GitHub Actions
+groups), estimates from earlier builds in the wheelhouse — and a real fixture build that records its compile
+and is estimated the next time."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builder.cache import file_records
+from builder.cache.local import Wheelhouse
+from builder.estimate import estimate
+from builder.progress import Display, counters, duration, is_object_compile
+
+from .helpers import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+class Clock:
+    """A settable clock, so rates and intervals are exact."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[17/345] Building CUDA object CMakeFiles/_C.dir/csrc/attention/paged_attention_v1.cu.o", (17, 345)),
+    ("#14 301.2 [3/12] /usr/local/cuda/bin/nvcc -c flash_fwd_hdim64_fp16_sm80.cu -o x.o", (3, 12)),
+    ("#14 12.0 [0/12] nothing done yet", None),
+    ("#14 12.0 [13/12] impossible", None),
+    ("Collecting torch==2.14.0 [notice] A new release of pip", None),
+])
+def test_ninja_counters_are_read_with_or_without_the_buildkit_prefix(line, expected):
+    assert counters(line) == expected
+
+
+def test_an_nvcc_line_per_cuda_source_counts_as_an_object():
+    assert is_object_compile("#12 40.1 /opt/venv/lib/nvidia/cu13/bin/nvcc -O2 -shared -o libsaxpy.so /src/csrc/saxpy.cu")
+    assert not is_object_compile("#12 3.0 nvcc --version")
+    assert not is_object_compile("#12 3.0 Requirement already satisfied: nvidia-cuda-nvcc")
+
+
+def test_eta_comes_from_the_rate_so_far_then_from_the_estimate():
+    clock = Clock()
+    out = io.StringIO()
+    shown = Display("plain", stream=out, interval=0, clock=clock, env={})
+    t = shown.track("vllm==0.33.0", estimate_s=600)
+    assert t.status() == "vllm==0.33.0, configuring, elapsed 0s, ETA 10m00s (estimate)"
+    clock.now += 100
+    t.feed("#14 100.0 [10/100] Building CUDA object a.cu.o")
+    assert t.eta_s == pytest.approx(900)  # 10 objects in 100 s, 90 to go
+    assert t.status() == "vllm==0.33.0, 10/100 objects (10%), elapsed 1m40s, ETA 15m00s"
+    t.feed("[5/20] second ninja run")  # vLLM's build runs ninja more than once
+    assert (t.done, t.total) == (5, 20)
+    assert duration(3 * 3600 + 5 * 60) == "3h05m"
+
+
+def test_plain_lines_are_bounded_by_the_interval_and_carry_no_control_characters():
+    clock = Clock()
+    out = io.StringIO()
+    shown = Display("plain", stream=out, interval=60, clock=clock, env={})
+    t = shown.track("flash-attn==2.8.3", None)
+    for i in range(1, 301):  # 300 objects over 300 s: at most one line a minute
+        clock.now += 1
+        t.feed(f"[{i}/300] Building CUDA object")
+    shown.finish(t)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6, lines  # minutes 1..5, then "done"
+    assert lines[0].startswith("flash-attn==2.8.3, 60/300 objects (20%), elapsed 1m00s, ETA 4m00s")
+    assert lines[-1].endswith("— done") and "300/300" in lines[-1]
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out.getvalue())
+
+
+def test_tty_redraws_one_line_and_step_lines_are_not_lost():
+    clock = Clock()
+    out = io.StringIO()
+    shown = Display("tty", stream=out, clock=clock, env={})
+    t = shown.track("sglang-kernel==0.4.10", None)
+    t.feed("[1/4] a")
+    t.feed("[2/4] b")
+    shown.say("[cell] a step line")
+    text = out.getvalue()
+    assert text.count("\r\x1b[2K") == 2 and "sglang-kernel==0.4.10, 2/4 objects (50%)" in text
+    assert text.endswith("\r\x1b[2K[cell] a step line\n")
+
+
+def test_github_actions_gets_a_log_group_per_compile():
+    out = io.StringIO()
+    shown = Display("auto", stream=out, clock=Clock(), env={"GITHUB_ACTIONS": "true", "CI": "true"})
+    assert shown.mode == "plain"
+    t = shown.track("[cell] vllm==0.33.0", None)
+    shown.finish(t)
+    assert out.getvalue().splitlines()[0] == "::group::[cell] vllm==0.33.0"
+    assert out.getvalue().splitlines()[-1] == "::endgroup::"
+
+
+def _entry(wh: Wheelhouse, tmp: Path, key: str, seconds: float, threads: int, archs: int, at: str) -> None:
+    whl = tmp / key / "demo-1.0-py3-none-any.whl"
+    whl.parent.mkdir(parents=True)
+    whl.write_bytes(key.encode())
+    wh.store("vllm", key * 64, [whl], {"version": "0.33.0", "files": file_records([whl]), "audit": {"ok": True, "archs": [80]},
+                                       "built_by": {"at": at},
+                                       "compile": {"seconds": seconds, "objects": 400, "threads": threads, "archs": archs,
+                                                   "cores": 16}})
+
+
+def test_estimates_scale_the_latest_earlier_build_by_threads_and_archs(tmp_path):
+    wh = Wheelhouse(tmp_path / "wh")
+    assert estimate(wh, "vllm", "0.33.0", 2, 2) is None
+    _entry(wh, tmp_path, "a", seconds=3600, threads=16, archs=2, at="2026-11-01T00:00:00Z")
+    _entry(wh, tmp_path, "b", seconds=1800, threads=16, archs=2, at="2026-11-20T00:00:00Z")  # the latest wins
+    e = estimate(wh, "vllm", "0.33.0", 1, 2)
+    assert e.seconds == pytest.approx(1800 * 16 / 2 / 2) and e.objects == 200
+    assert "took 30m00s with 16 nvcc threads for 2 arch(s) on 16 cores; scaled to 2 threads, 1 arch(s)" in e.why
+    assert estimate(wh, "vllm", "0.34.0", 1, 2) is None
+
+
+def _build(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    # a SOURCE_DATE_EPOCH no earlier build used, so BuildKit really compiles (no layer-cache hit)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(1_500_000_000 + int(time.time() * 1000) % 10_000_000)}
+    return subprocess.run([sys.executable, "-m", "builder.cli", "build", "--matrix", str(FIXTURE / "matrix.toml"),
+                           "--wheelhouse", str(tmp / "wh"), "--work-dir", str(tmp / "work"), "--log-dir", str(tmp / "logs"),
+                           "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(HOST_CA), *extra],
+                          capture_output=True, text=True, cwd=tmp, env=env)
+
+
+def test_a_real_compile_reports_progress_records_itself_and_is_estimated_next_time(local_bases, docker_engine, tmp_path):
+    first = _build(tmp_path, "--progress", "plain", "--arch", "80,90")
+    assert first.returncode == 0, first.stderr
+    # the plain display: a closing status line for the compile, no build output, no control characters
+    done = [line for line in first.stderr.splitlines() if line.endswith("— done")]
+    assert len(done) == 1 and "cuda-ext==1.0.0, 1 objects, elapsed" in done[0], first.stderr
+    assert "#1 " not in first.stderr and "\x1b" not in first.stderr
+    assert "nvcc" in (tmp_path / "logs" / "cuda-ext-1.0.0-cu130-py311-sm80.90.log").read_text()
+    (manifest,) = (tmp_path / "wh").glob("cuda-ext/*/builder-wheel.json")
+    compiled = json.loads(manifest.read_text())["compile"]
+    assert compiled["objects"] == 1 and compiled["seconds"] > 0 and compiled["archs"] == 2 and compiled["threads"] >= 1
+    # sm_80 only is another key of the same version: plan estimates it from the first compile, halved
+    plan = subprocess.run([sys.executable, "-m", "builder.cli", "plan", "--matrix", str(FIXTURE / "matrix.toml"),
+                           "--wheelhouse", str(tmp_path / "wh"), "--arch", "80", "--json"], capture_output=True, text=True)
+    (pkg,) = json.loads(plan.stdout)["cells"][0]["packages"]
+    assert pkg["action"] == "build" and pkg["estimate"]["seconds"] == pytest.approx(compiled["seconds"] / 2, abs=0.2)
+    second = _build(tmp_path, "--progress", "quiet", "--arch", "80")
+    assert second.returncode == 0, second.stderr
+    row = next(line for line in second.stdout.splitlines() if line.startswith("cuda-ext-1.0.0-cu130-py311-sm80 "))
+    assert re.search(r"cuda-ext \d+s \(est \d+s\)", row), row
+
+
+def test_recorded_ninja_output_of_a_real_cmake_cuda_build_is_counted():
+    """tests/fixtures/progress/ninja-cuda-sm80-sm90.log: the output of ninja building four CUDA sources for
+    80-real;90-real with nvcc 13.0 (the shape vLLM's and sglang-kernel's CMake builds print)."""
+    clock = Clock()
+    out = io.StringIO()
+    shown = Display("plain", stream=out, interval=0, clock=clock, env={})
+    t = shown.track("recorded", None)
+    seen = []
+    for line in (REPO / "tests" / "fixtures" / "progress" / "ninja-cuda-sm80-sm90.log").read_text().splitlines():
+        clock.now += 2
+        t.feed(line)
+        seen.append((t.done, t.total))
+    assert seen == [(0, 0), (1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
+    assert out.getvalue().splitlines()[-1] == "recorded, 5/5 objects (100%), elapsed 12s, ETA 0s"
