@@ -309,6 +309,10 @@ def load_archive(archive: Path, docker: str = "docker", timeout: float = 3600) -
     return run([docker, "load", "--input", str(archive)], timeout=timeout).stdout
 
 
+def tag_image(source: str, target: str, docker: str = "docker") -> None:
+    run([docker, "tag", source, target], timeout=120)
+
+
 def image_id(ref: str, docker: str = "docker") -> str:
     """The local image's id (its manifest digest in the containerd image store), "" when there is none."""
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{.Id}}", ref], timeout=60)

@@ -49,7 +49,7 @@ class Verdict:
 
     @property
     def built(self) -> bool:
-        return all(r.ok for r in self.runs)
+        return len(self.runs) == len(RUNS) and all(r.ok for r in self.runs)
 
     @property
     def reproducible(self) -> bool:
@@ -90,6 +90,9 @@ def wheel_differences(a: Path, b: Path, limit: int = 40) -> list[str]:
 
 
 def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host=None, steps=None) -> list[Run]:
+    """The two compared builds (first, second). A cell without runtime pins gets a resolving build before them
+    (not compared: it is the one that resolves and records the pins, with their hashes), so both compared
+    builds install exactly the same hash-locked files, as every build after a cell's first does."""
     from . import runner
 
     steps = steps or tuple(s for s in runner.STEPS if s.name in STEP_NAMES)
@@ -97,8 +100,13 @@ def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host
     if root.exists():
         shutil.rmtree(root)
     pins_seed = opts.pins_dir / f"{cell.id}.txt" if opts.pins_dir else None
+    names = RUNS
+    if pins_seed is None or not pins_seed.is_file():
+        say(f"[{cell.id}] verify-repro: no runtime pins yet; a first build resolves them, then the two compared "
+            "builds install exactly those")
+        names = ("resolve",) + RUNS
     runs: list[Run] = []
-    for name in RUNS:
+    for name in names:
         base = root / name
         pins_dir = base / "pins"
         pins_dir.mkdir(parents=True)
@@ -121,11 +129,13 @@ def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host
             if r.step == "compile" and r.passed:
                 run.wheels[r.subject] = {w["file"]: w["sha256"] for w in r.artifacts.get("wheels", [])}
                 run.wheel_dirs[r.subject] = run_opts.work_dir / cell.id / f"out-{r.subject}"
-        runs.append(run)
         if not run.ok:
+            runs.append(run)
             break
-        if pins_seed is None or not pins_seed.is_file():  # the second build installs what the first resolved
-            pins_seed = pins_dir / f"{cell.id}.txt"
+        if name == "resolve":
+            pins_seed = pins_dir / f"{cell.id}.txt"  # what the compared builds install
+            continue
+        runs.append(run)
     return runs
 
 

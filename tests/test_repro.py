@@ -139,9 +139,11 @@ def test_verify_repro_builds_the_fixture_twice_from_nothing_and_gets_one_digest(
     first, second = verdict["runs"]
     assert first["digest"] == second["digest"] and first["digest"].startswith("sha256:")
     assert first["wheels"] == second["wheels"] and first["wheels"]["cuda-ext"]
-    # both really built from nothing: a compile each, no BuildKit cache
+    assert "no runtime pins yet; a first build resolves them" in res.stderr
+    # both really built from nothing: a compile each, no BuildKit cache; both installed the hash-locked pins
     for run in ("first", "second"):
         log = (tmp_path / "logs" / "verify-repro" / run / f"{CELL}.log").read_text()
+        assert "runtime dependencies hash-locked by" in log and "--require-hashes" in log
         assert "--target wheels-cuda-ext" in log and "--no-cache" in log and "nvcc" in log
         steps = log.split("\n\n")  # BuildKit's plain progress: one block per step
         cached = [s.splitlines()[0] for s in steps if "CACHED" in s and "FROM " not in s.splitlines()[0]]
@@ -199,3 +201,26 @@ def test_nvcc_objects_are_reproducible_only_with_the_engine_datas_flag(nvcc, tmp
     assert plain[0] != plain[1]  # different nvcc pids, different objects
     fixed = compile_twice(" ".join(flags))
     assert fixed[0] == fixed[1]
+
+
+def test_a_pinned_file_whose_sha256_differs_stops_the_build(fixture_copy, tmp_path):
+    """The pins carry every release's sha256; a file from the index that is not the pinned one (here: a pin
+    whose hash was altered) stops the runtime stage instead of being installed."""
+    args = ["build", "--matrix", "matrix.toml", "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "w"),
+            "--log-dir", str(tmp_path / "logs"), "--pins-dir", str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA),
+            "--quiet", "--no-smoke"]
+    first = builder(*args, cwd=fixture_copy)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    pins = tmp_path / "pins" / f"{CELL}.txt"
+    text = pins.read_text()
+    line = next(l for l in text.splitlines() if l.startswith("packaging=="))
+    assert " --hash=sha256:" in line and "hash-locked requirements" in text
+    assert f"recorded the resolved runtime dependencies in {pins}, each with its sha256" in first.stderr
+    again = builder(*args, cwd=fixture_copy)  # installs from the hash-locked file
+    assert again.returncode == 0 and f"runtime dependencies hash-locked by {pins}" in again.stderr
+    digests = [h.split(":", 1)[1] for h in line.split() if h.startswith("--hash=sha256:")]
+    pins.write_text(text.replace(digests[0], "0" * 64).replace(" --hash=sha256:".join([""] + digests[1:]), ""))
+    bad = builder(*args, cwd=fixture_copy)
+    assert bad.returncode == 1
+    log = (tmp_path / "logs" / f"{CELL}.log").read_text()
+    assert "DO NOT MATCH THE HASHES" in log, log[-3000:]

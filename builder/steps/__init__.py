@@ -99,6 +99,9 @@ class CellContext:
     records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
     compiles: dict[str, dict] = field(default_factory=dict)  # package → its compile's time, objects, parallelism
     audits: dict[str, AuditReport] = field(default_factory=dict)
+    # the image the image step built, under a name of its content (<tag>-<digest prefix>) that no other build of
+    # the cell retags: what smoke runs and publish checks ("" until the image step ran)
+    image_ref: str = ""
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
 
     def hold(self, package: str, lock: contextlib.AbstractContextManager) -> None:

@@ -60,8 +60,15 @@ class ImageStep:
         (stage / WHEEL_SUMS).write_text("".join(sums))
         pins_file = self._pins_file(ctx)
         if pins_file and pins_file.is_file() and not opts.refresh_pins:
-            shutil.copy2(pins_file, stage / pins.FILE_IN_CONTEXT)
-            ctx.note(f"runtime dependencies pinned by {pins_file}")
+            text = pins_file.read_text()
+            if pins.hashed(text):  # every release and every wheel by its sha256: pip --require-hashes
+                own = [(w.name, ctx.records[s.package.name][w.name]["sha256"]) for s in ctx.plan.wheels
+                       for w in ctx.wheels[s.package.name]]
+                (stage / pins.HASHED_IN_CONTEXT).write_text(pins.requirements(text, own))
+                ctx.note(f"runtime dependencies hash-locked by {pins_file}")
+            else:
+                shutil.copy2(pins_file, stage / pins.FILE_IN_CONTEXT)
+                ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
         metadata = ctx.dir / "metadata.json"
         ctx.note(f"runtime image {cell.ref}")
         docker.stream(runtime_call(ctx, stage, metadata).argv(opts.docker), ctx.log, ctx.echo())
@@ -75,16 +82,23 @@ class ImageStep:
                                                                  f"its OCI archive holds {digest}")
         ctx.note(f"load {archive} ({digest})")
         docker.load_archive(archive, opts.docker)
-        loaded = docker.image_id(cell.ref, opts.docker)
+        # cell.ref is the name users know, and another build of the cell may move it at any moment; the name of
+        # this content is what smoke runs and publish checks
+        own = f"{cell.image}:{cell.tag}-{digest.split(':')[1][:12]}"
+        docker.tag_image(digest, own, opts.docker)  # by digest: a tag moved meanwhile cannot slip in
+        loaded = docker.image_id(own, opts.docker)
         if loaded != digest:
             return StepResult(self.name, cell.id, Status.FAILED,
-                              f"{cell.ref} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
-                              "needs the containerd image store: scripts/setup-docker.sh turns it on)")
+                              f"{cell.ref} was loaded as {loaded or 'nothing'}, not as the built {digest} (another build "
+                              "of the cell loaded its image meanwhile, or the daemon lacks the containerd image store: "
+                              "scripts/setup-docker.sh turns it on)")
+        ctx.image_ref = own
         if pins_file and (opts.refresh_pins or not pins_file.is_file()):
-            pins.record(cell.ref, cell, pins_file)
-            ctx.note(f"recorded the resolved runtime dependencies in {pins_file}")
+            _, why = pins.record(cell.ref, cell, pins_file, opts.index_url)
+            ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
+                     + (f" (versions only: {why})" if why else ", each with its sha256"))
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
-                          artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
+                          artifacts={"image": cell.ref, "ref": own, "digest": digest, "manifest": image.manifest_digest,
                                      "archive": str(archive), "attestations": list(image.attestations)})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:

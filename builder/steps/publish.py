@@ -25,11 +25,12 @@ class PublishStep:
             return StepResult(self.name, cell.id, Status.FAILED, f"no image archive at {archive}: the image step made none")
         with oci.Archive(archive) as a:
             image = a.image()
-        # what smoke ran is the loaded image; publish pushes only that very image
-        loaded = docker.image_id(cell.ref, ctx.opts.docker)
+        # what smoke ran is the image step's own name for this content; publish pushes only that very image
+        ran = ctx.image_ref or cell.ref
+        loaded = docker.image_id(ran, ctx.opts.docker)
         if loaded != image.digest:
             return StepResult(self.name, cell.id, Status.FAILED,
-                              f"{cell.ref} in the daemon is {loaded or 'missing'}, the archive is {image.digest}: "
+                              f"{ran} in the daemon is {loaded or 'missing'}, the archive is {image.digest}: "
                               "refusing to push an image other than the one smoke ran")
         repository = target.repository(cell.engine)
         ctx.note(f"push {repository}:{cell.tag} ({image.digest})"

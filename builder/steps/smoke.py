@@ -30,7 +30,7 @@ class SmokeStep:
         )
         ctx.note(f"smoke {cell.ref}: {', '.join(cell.strategies) or 'no strategies'}; "
                  f"{'L0-L3' if have_gpu else 'L0-L2 (' + why_not + ')'}")
-        rep = smoke.smoke_image(cell, cell.ref, sopts, ctx.note)
+        rep = smoke.smoke_image(cell, ctx.image_ref or cell.ref, sopts, ctx.note)  # the image step's own name for it
         js, xml = smoke.report.write([rep], out)
         ctx.log.write(smoke.report.table([rep]) + "\n")
         status = Status.OK if rep.ok else Status.FAILED

@@ -261,15 +261,23 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
-# installed. The constraints keep pip from swapping a compiled package or torch for another build from the
-# index. runtime-pins.txt, when the context has one, pins every pure-Python dependency to what the cell's
-# first build resolved.
+# installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
+# names every release pip may install and every file's sha256, the cell's wheels included: pip
+# --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
+# compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
+# context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
+# not what is installed) would make the two routes differ: they go.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
- && printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
- && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
- && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
- && rm /tmp/constraints.txt \
+ && if [ -f /wheels/runtime-requirements.txt ]; then \
+      with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
+    else \
+      printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
+      && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
+      && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
+      && rm /tmp/constraints.txt; \
+    fi \
+ && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # what serving imports must be in the image (engine data serve_modules): a missing one fails here, not at boot
 RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm", "fastapi", "uvicorn", "uvloop", "zmq", "interegular", "outlines", "aiohttp"] if importlib.util.find_spec(m) is None]; assert not missing, "sglang imports these when serving, the image lacks them: %s" % missing'
