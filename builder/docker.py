@@ -313,6 +313,11 @@ def tag_image(source: str, target: str, docker: str = "docker") -> None:
     run([docker, "tag", source, target], timeout=120)
 
 
+def untag_image(ref: str, docker: str = "docker") -> None:
+    """Remove the name REF (the image stays while another name holds it)."""
+    run([docker, "image", "rm", ref], timeout=120)
+
+
 def image_id(ref: str, docker: str = "docker") -> str:
     """The local image's id (its manifest digest in the containerd image store), "" when there is none."""
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{.Id}}", ref], timeout=60)

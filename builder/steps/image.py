@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import shutil
 from pathlib import Path
@@ -23,11 +24,13 @@ def archive_path(ctx: CellContext) -> Path:
     return ctx.dir / ARCHIVE
 
 
-def runtime_call(ctx: CellContext, wheels: Path, metadata: Path) -> docker.BuildxCall:
+def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | None = None) -> docker.BuildxCall:
+    """The runtime build; `name` is what `docker load` calls the archive's image (default: the cell's tag)."""
     common = common_build_args(ctx)
     common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
     # rewrite-timestamp works with the OCI exporter on every driver (with type=image the docker driver refuses it)
-    output = docker.csv_options(type="oci", dest=archive_path(ctx), name=ctx.cell.ref, **{"rewrite-timestamp": "true"})
+    output = docker.csv_options(type="oci", dest=archive_path(ctx), name=name or ctx.cell.ref,
+                                **{"rewrite-timestamp": "true"})
     return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
 
 
@@ -71,7 +74,10 @@ class ImageStep:
                 ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
         metadata = ctx.dir / "metadata.json"
         ctx.note(f"runtime image {cell.ref}")
-        docker.stream(runtime_call(ctx, stage, metadata).argv(opts.docker), ctx.log, ctx.echo())
+        # loaded under a name of this run only: another build of the cell loading its image under the cell's tag
+        # at the same moment cannot take this one's place (the name is not part of the image or its digest)
+        loading = f"{cell.image}:{cell.tag}-load-{secrets.token_hex(4)}"
+        docker.stream(runtime_call(ctx, stage, metadata, loading).argv(opts.docker), ctx.log, ctx.echo())
         meta = json.loads(metadata.read_text()) if metadata.exists() else {}
         archive = archive_path(ctx)
         with oci.Archive(archive) as a:
@@ -82,19 +88,20 @@ class ImageStep:
                                                                  f"its OCI archive holds {digest}")
         ctx.note(f"load {archive} ({digest})")
         docker.load_archive(archive, opts.docker)
-        # cell.ref is the name users know, and another build of the cell may move it at any moment; the name of
-        # this content is what smoke runs and publish checks
-        own = f"{cell.image}:{cell.tag}-{digest.split(':')[1][:12]}"
-        docker.tag_image(digest, own, opts.docker)  # by digest: a tag moved meanwhile cannot slip in
-        loaded = docker.image_id(own, opts.docker)
+        loaded = docker.image_id(loading, opts.docker)
         if loaded != digest:
             return StepResult(self.name, cell.id, Status.FAILED,
-                              f"{cell.ref} was loaded as {loaded or 'nothing'}, not as the built {digest} (another build "
-                              "of the cell loaded its image meanwhile, or the daemon lacks the containerd image store: "
-                              "scripts/setup-docker.sh turns it on)")
+                              f"{archive} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
+                              "needs the containerd image store: scripts/setup-docker.sh turns it on)")
+        # the name of this content is what smoke runs and publish checks; cell.ref, the name users know, may be
+        # moved by another build of the cell at any moment
+        own = f"{cell.image}:{cell.tag}-{digest.split(':')[1][:12]}"
+        for name in (own, cell.ref):
+            docker.tag_image(loading, name, opts.docker)
+        docker.untag_image(loading, opts.docker)
         ctx.image_ref = own
         if pins_file and (opts.refresh_pins or not pins_file.is_file()):
-            _, why = pins.record(cell.ref, cell, pins_file, opts.index_url)
+            _, why = pins.record(own, cell, pins_file, opts.index_url)
             ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
                      + (f" (versions only: {why})" if why else ", each with its sha256"))
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
