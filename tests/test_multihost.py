@@ -154,6 +154,11 @@ def test_a_second_engine_builds_and_the_first_reuses_its_layers_and_wheel(second
         assert f"--cache-to type=registry,ref={layer_cache}:{CELL}-wheels-cuda-ext,mode=max" in log
         far_steps = {s["step"]: s for s in far["steps"]}
         far_wheel = far_steps["compile"]["artifacts"]["wheels"]
+        # the cell's first build resolved its runtime pins; every build after it installs them hash-locked (the
+        # image the first build makes differs in pip's metadata only): build once more there, from its cache
+        _, far, log = build("far", "--builder", second_engine.context, "--layer-cache", layer_cache,
+                            "--cache-remote", wheels, env=second_engine.env)
+        assert "hash-locked by" in log and far["reused"] == ["cuda-ext==1.0.0"]
         tags = json.loads(subprocess.run(["curl", "-sf", f"http://{registry}/v2/{ns}/buildcache/tags/list"],
                                          capture_output=True, text=True, check=True).stdout)["tags"]
         assert sorted(tags) == [f"{CELL}-runtime", f"{CELL}-wheels-cuda-ext"]
