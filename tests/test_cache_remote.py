@@ -219,6 +219,28 @@ def test_a_tampered_relabelled_wheel_is_caught(tmp_path):
         with pytest.raises(CacheCorrupt) as err:
             verify_labelled(path, "cuda-ext", KEY, ARCHS)
         assert str(err.value), what
+    # A flipped bit anywhere in a member's stored bytes is caught as corrupt, whatever the decompressor makes of
+    # it (a bad CRC, bad deflate data, a short member), unless the member still reads back byte for byte the
+    # same (a flip in a deflate stream's final padding bits): 1 in 7 bytes of every member, each bit in turn.
+    with zipfile.ZipFile(good) as z:
+        originals = {info.filename: (info, z.read(info)) for info in z.infolist()}
+    flips = harmless = 0
+    for name, (info, content) in originals.items():
+        local = data[info.header_offset + 26: info.header_offset + 30]
+        start = info.header_offset + 30 + int.from_bytes(local[:2], "little") + int.from_bytes(local[2:], "little")
+        for offset in range(start, start + info.compress_size, 7):
+            flipped = bytearray(data)
+            flipped[offset] ^= 1 << (offset % 8)
+            cases["bit-flipped"].write_bytes(bytes(flipped))
+            try:
+                verify_labelled(cases["bit-flipped"], "cuda-ext", KEY, ARCHS)
+            except CacheCorrupt:
+                flips += 1
+                continue
+            with zipfile.ZipFile(cases["bit-flipped"]) as z:
+                assert z.read(name) == content, f"a flip at byte {offset - start} of {name} was accepted"
+            harmless += 1
+    assert flips > 20 and harmless < flips // 10
     with pytest.raises(CacheCorrupt, match="libsaxpy.so: sha256"):
         verify_labelled(cases["inside a valid zip"], "cuda-ext", KEY, ARCHS)
     with pytest.raises(CacheCorrupt, match="its recorded audit did not pass"):

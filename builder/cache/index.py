@@ -37,6 +37,7 @@ import sys
 import tempfile
 import urllib.parse
 import zipfile
+import zlib
 from pathlib import Path
 
 import requests
@@ -167,6 +168,12 @@ def embedded_manifest(path: Path) -> dict | None:
         return json.loads(z.read(names[0])) if len(names) == 1 else None
 
 
+# What a damaged wheel raises while it is read: a broken zip or a bad CRC, bad deflate data (zlib.error: a flipped
+# bit inside a compressed member), a truncated member, an encrypted or unsupported member, text that is not UTF-8.
+_UNREADABLE_WHEEL = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, RuntimeError,
+                     NotImplementedError, UnicodeDecodeError)
+
+
 def verify_labelled(path: Path, package: str, key: str, archs: tuple[int, ...]) -> dict:
     """Check a wheel from the index: every member against the embedded manifest's list and against RECORD,
     the key, the package and the recorded audit. Returns the embedded manifest; raises CacheCorrupt."""
@@ -213,8 +220,8 @@ def verify_labelled(path: Path, package: str, key: str, archs: tuple[int, ...]) 
                 if record.get(info.filename) != _record_hash(h.digest()):
                     raise CacheCorrupt(f"{info.filename} does not match RECORD")
             return meta
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, UnicodeDecodeError) as exc:
-        raise CacheCorrupt(f"not a readable wheel ({exc})") from None
+    except _UNREADABLE_WHEEL as exc:
+        raise CacheCorrupt(f"not a readable wheel ({type(exc).__name__}: {exc})") from None
 
 
 # -- the simple API --------------------------------------------------------------------------------------
