@@ -36,6 +36,7 @@ class Locked:
     sdist: dict
     git: dict
     deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
+    wheels: tuple[dict, ...] = ()  # the release's Linux wheels on the index (filename, url, sha256): source = "index"
 
 
 class Lock:
@@ -67,6 +68,7 @@ class Lock:
             sdist=dict(entry.get("sdist", {})),
             git=dict(entry.get("git", {})),
             deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
+            wheels=tuple(dict(w) for w in entry.get("wheels", ())),
         )
 
     def pinned_base(self, ref: str) -> str:
@@ -106,10 +108,25 @@ def resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     return (commit, "") if commit else ("", f"tag {tag} not found in {repository}")
 
 
-def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, consumer_tag: str = "") -> dict:
-    """One lock entry, read from the index (and the git host for git sources)."""
+def index_wheels(index: SimpleIndex, project: str, version: str) -> list[dict]:
+    """The release's Linux wheels, each with the sha256 the index lists: what a profile that takes the package
+    from the index (profiles.<name>.source) may install; resolve picks the one the cell's Python and OS take."""
+    wheels = [{"filename": f.filename, "url": f.url, "sha256": f.sha256}
+              for f in index.release_files(project, version) if f.is_wheel and "linux" in f.filename and f.sha256]
+    if not wheels:
+        raise UserError(f"{project} {version}: the index publishes no Linux wheel with a sha256; it cannot be taken "
+                        "from the index (remove it from the profile's source table to build it)")
+    return sorted(wheels, key=lambda w: w["filename"])
+
+
+def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, consumer_tag: str = "",
+                 wheels: bool = False) -> dict:
+    """One lock entry, read from the index (and the git host for git sources); with `wheels`, the release's
+    published Linux wheels too."""
     r = kn.recipe(name, version)
     entry: dict = {}
+    if wheels:
+        entry["wheels"] = index_wheels(index, r.pypi, version)
     if r.torch_pin in ("metadata",) or r.torch_pin.startswith("via:") or r.companions:
         meta = index.metadata(r.pypi, version)
         entry["requires_python"] = meta.requires_python or ""
@@ -259,9 +276,11 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     kn = kn or load_knowledge()
     index = SimpleIndex(index_url)
     todo: list[tuple[str, str, str]] = []
+    from_index: set[str] = set()  # packages some selected profile takes from the index: their wheels are recorded
     for prof_name, prof in raw_matrix.get("profiles", {}).items():
         if profiles and prof_name not in profiles:
             continue
+        from_index |= {pkg for pkg, choice in prof.get("source", {}).items() if choice == "index"}
         selected = [(e, v) for e, v in prof.get("engines", {}).items() if not engines or e in engines]
         for eng, ver in selected:
             todo.append((eng, ver, ""))
@@ -277,8 +296,11 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
         done.add(key)
         r = kn.recipe(name, version)
         if r.source == "local":
-            continue  # pinned by content hash at plan time, nothing on an index to read
-        entry = lock_package(kn, index, name, version, consumer_tag)
+            if name in from_index:  # an in-house package whose wheels a private index publishes
+                packages[key] = {"wheels": index_wheels(index, r.pypi, version)}
+                echo(f"locked {key} wheels from the index")
+            continue  # else pinned by content hash at plan time, nothing on an index to read
+        entry = lock_package(kn, index, name, version, consumer_tag, wheels=name in from_index)
         packages[key] = entry
         if r.fetch_plan and "sdist" in entry:
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)

@@ -39,7 +39,11 @@ BUILTIN_DEFAULTS = {
 _RUNNER_KINDS = {"compile", "light", "gpu"}
 BASE_PLACEHOLDERS = ("cuda", "os")
 _TOP_KEYS = {"defaults", "profiles"}
-_PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images"}
+_PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images", "source"}
+# profiles.<name>.source: where a package's wheel comes from. "build" (the default) compiles it from its pinned
+# source; "index" takes the release's wheel from defaults.index as published (pinned by sha256 in matrix.lock)
+# and lets the audit decide whether it carries the requested archs.
+SOURCE_CHOICES = ("build", "index")
 _BASE_KEYS = {"devel", "runtime"}
 
 
@@ -55,6 +59,10 @@ class Profile:
     strategies: tuple[str, ...]
     archs: tuple[int, ...] | None
     base_images: dict[str, str]
+    sources: dict[str, str] = field(default_factory=dict)  # package → "index" (absent: built from source)
+
+    def from_index(self, package: str) -> bool:
+        return self.sources.get(package) == "index"
 
     @property
     def cuda_tag(self) -> str:  # 13.0.3 → cu130
@@ -220,6 +228,11 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
     for key, value in own.items():
         _base_template(value, f"{where}.base_images.{key}")
     bases = {**defaults["base_images"], **own}
+    sources = _expect(p.get("source", {}), dict, f"{where}.source")
+    for pkg, choice in sources.items():
+        kn.recipe_pypi(pkg)  # an unknown package name → error naming the known ones
+        if choice not in SOURCE_CHOICES:
+            raise UserError(f"{where}.source.{pkg}: {grammar.describe(choice)} is not one of {', '.join(map(repr, SOURCE_CHOICES))}")
     return Profile(
         name=name,
         cuda=cuda,
@@ -231,6 +244,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         strategies=strategies,
         archs=archs_mod.from_list(p["archs"], f"{where}.archs") if "archs" in p else None,
         base_images=bases,
+        sources={k: v for k, v in sources.items() if v == "index"},
     )
 
 

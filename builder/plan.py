@@ -26,8 +26,11 @@ KEY_FORMAT = 1  # bump when the meaning of the key inputs changes
 
 def key_inputs(cell: Cell, pkg: Package) -> dict:
     """Everything that shapes the wheel of `pkg` in `cell`. Parallelism (MAX_JOBS) is not: it changes
-    how long the compile takes, not what it produces."""
+    how long the compile takes, not what it produces. A wheel taken from the index is that file, whatever the
+    cell: its name and sha256 are the whole key."""
     r = pkg.recipe
+    if pkg.from_index:
+        return {"format": KEY_FORMAT, "package": pkg.name, "version": pkg.version, "source": pkg.source.ref}
     return {
         "format": KEY_FORMAT,
         "package": pkg.name,
@@ -77,7 +80,9 @@ class WheelStep:
     def action(self) -> str:
         if self.reuse:  # a local hit is reused; a remote one is pulled into the wheelhouse first
             return "pull" if self.hit.remote else "reuse"
-        return "build" if self.looked_up else "unknown"
+        if not self.looked_up:
+            return "unknown"
+        return "fetch" if self.package.from_index else "build"
 
     @property
     def short_key(self) -> str:
@@ -126,7 +131,7 @@ class CellPlan:
 def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: int | None = None,
                      nvcc_threads: int | None = None) -> Estimate | None:
     """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism."""
-    if not pkg.recipe.compiled:
+    if not pkg.compiled_here:
         return None
     try:
         par = choose(pkg.recipe, host, max_jobs, nvcc_threads)
@@ -148,7 +153,7 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
         for pkg in cell.packages:
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
-            hit = cache.lookup(pkg.name, key, cell.archs) if cache is not None else None
+            hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
             guess = compile_estimate(history, pkg, host) if history is not None and host is not None else None
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
@@ -166,7 +171,9 @@ def format_plan(plans: list[CellPlan]) -> str:
         lines.append(f"  strategies {', '.join(c.strategies) or '(none: this stack cannot run MTP2 / MTP7 / DFlash2)'}")
         for w in p.wheels:
             pkg = w.package
-            if not pkg.recipe.compiled:
+            if pkg.from_index:
+                knobs, sass = f"from the index as published ({pkg.source.filename}); the audit decides", "?"
+            elif not pkg.recipe.compiled:
                 knobs, sass = "pure Python", "-"
             else:
                 knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
@@ -177,7 +184,7 @@ def format_plan(plans: list[CellPlan]) -> str:
                 flag += f"  (cached entry unusable: {w.hit.problem})"
             if w.reuse and w.hit.remote:
                 flag += f"  from {w.hit.location}"
-            if not w.reuse and pkg.recipe.compiled:
+            if not w.reuse and pkg.compiled_here:
                 flag += f"  est {duration(w.estimate.seconds)}" if w.estimate else "  est: no earlier build"
             lines.append(
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "

@@ -8,11 +8,14 @@ the remote zip with HTTP range requests, so a 300 MB wheel costs a few hundred k
 from __future__ import annotations
 
 import email.parser
+import html
+import html.parser
 import json
 import os
 import ssl
 import struct
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from dataclasses import dataclass, field
@@ -30,10 +33,11 @@ _ACCEPT = "application/vnd.pypi.simple.v1+json"
 @dataclass(frozen=True)
 class DistFile:
     filename: str
-    url: str
-    sha256: str
+    url: str  # absolute
+    sha256: str  # "" when the index lists none
     requires_python: str | None
     has_metadata: bool
+    yanked: bool = False
 
     @property
     def is_wheel(self) -> bool:
@@ -71,6 +75,62 @@ class Metadata:
         return None
 
 
+ACCEPT_ANY = f"{_ACCEPT}, text/html;q=0.1"
+
+
+class _Anchors(html.parser.HTMLParser):
+    """The <a> elements of a PEP 503 page: (attributes, text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.anchors: list[tuple[dict[str, str | None], str]] = []
+        self._open: dict[str, str | None] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._open, self._text = dict(attrs), []
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._open is not None:
+            self.anchors.append((self._open, "".join(self._text).strip()))
+            self._open = None
+
+
+def project_files(body: str, content_type: str, page_url: str) -> list[DistFile]:
+    """The files a simple-API project page lists, with absolute URLs: the PEP 691 JSON form (PyPI, devpi, ...)
+    or the PEP 503 HTML form that pypiserver and many mirrors serve (hash in the URL fragment, the other facts in
+    data-* attributes). Raises ValueError for anything else."""
+    if "json" in content_type:
+        data = json.loads(body)
+        return [DistFile(filename=f["filename"], url=urllib.parse.urljoin(page_url, f["url"]),
+                         sha256=(f.get("hashes") or {}).get("sha256", ""), requires_python=f.get("requires-python"),
+                         has_metadata=bool(f.get("core-metadata") or f.get("data-dist-info-metadata")),
+                         yanked=bool(f.get("yanked")))
+                for f in data["files"]]
+    if "html" not in content_type:
+        raise ValueError(f"Content-Type {content_type or 'missing'}")
+    parser = _Anchors()
+    parser.feed(body)
+    out = []
+    for attrs, text in parser.anchors:
+        href = attrs.get("href") or ""
+        link, _, fragment = href.partition("#")
+        if not link:
+            continue
+        name = text or urllib.parse.unquote(link.rsplit("/", 1)[-1])
+        sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
+        metadata = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
+        out.append(DistFile(filename=name, url=urllib.parse.urljoin(page_url, link), sha256=sha,
+                            requires_python=html.unescape(attrs["data-requires-python"]) if attrs.get("data-requires-python") else None,
+                            has_metadata=bool(metadata) and metadata != "false", yanked="data-yanked" in attrs))
+    return out
+
+
 class IndexError_(BuilderError):
     """The index could not be read (network, 404, unexpected answer)."""
 
@@ -92,10 +152,14 @@ class SimpleIndex:
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> bytes:
         """GET a URL of this index (or of the files it lists), with the index's TLS settings."""
+        return self._get(url, headers)[0]
+
+    def _get(self, url: str, headers: dict[str, str] | None = None) -> tuple[bytes, str, str]:
+        """(body, Content-Type, the URL answered after redirects)."""
         req = urllib.request.Request(url, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
-                return resp.read()
+                return resp.read(), resp.headers.get("Content-Type", ""), resp.geturl()
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:  # the index is down, not the request wrong
                 raise EnvironmentProblem(f"{url}: the index answers HTTP {exc.code}; try again later") from exc
@@ -106,19 +170,12 @@ class SimpleIndex:
     def files(self, project: str) -> list[DistFile]:
         name = canonicalize_name(project)
         if name not in self._projects:
-            raw = self.get(f"{self.url}/{name}/", {"Accept": _ACCEPT})
-            data = json.loads(raw)
-            self._projects[name] = [
-                DistFile(
-                    filename=f["filename"],
-                    url=f["url"],
-                    sha256=f["hashes"].get("sha256", ""),
-                    requires_python=f.get("requires-python"),
-                    has_metadata=bool(f.get("core-metadata") or f.get("data-dist-info-metadata")),
-                )
-                for f in data["files"]
-                if not f.get("yanked")
-            ]
+            body, content_type, answered = self._get(f"{self.url}/{name}/", {"Accept": ACCEPT_ANY})
+            try:
+                files = project_files(body.decode("utf-8", "replace"), content_type, answered)
+            except ValueError as exc:
+                raise IndexError_(f"{answered}: not a simple-API project page ({exc})") from None
+            self._projects[name] = [f for f in files if not f.yanked]
         return self._projects[name]
 
     def release_files(self, project: str, version: str) -> list[DistFile]:

@@ -87,7 +87,9 @@ def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
     for p in cell.packages:
         out.append((f"io.builder.package.{p.name}.version", p.version))
         out.append((f"io.builder.package.{p.name}.source", p.source.ref))
-        out.append((f"io.builder.package.{p.name}.sass", ",".join(p.built_sass)))
+        # a wheel from the index carries what upstream compiled: its audit (in the build log and the cache
+        # manifest) says which archs; the label says only that it was not built here
+        out.append((f"io.builder.package.{p.name}.sass", "from-index" if p.from_index else ",".join(p.built_sass)))
         out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
     return out
 
@@ -112,7 +114,8 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "cell": cell,
         "index_url": index_url,
         "build_tools": list(cell.build_tools),
-        "packages": [package_context(p, cell.torch) for p in cell.packages],
+        # a wheel taken from the index has no source, build or wheels stage: the runner downloads it
+        "packages": [package_context(p, cell.torch) for p in cell.packages if not p.from_index],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
         "import_name": cell.engine.replace("-", "_"),
         "requirements": runtime_requirements(cell),

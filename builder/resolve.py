@@ -30,7 +30,7 @@ def lock_path(m: Matrix) -> Path:
 class Source:
     """Where a package's source comes from, pinned: an sdist with its sha256, or a git commit."""
 
-    kind: str  # "sdist" | "git" | "local"
+    kind: str  # "sdist" | "git" | "local" | "index" (a published wheel, not compiled: profiles.<name>.source)
     url: str = ""
     sha256: str = ""
     filename: str = ""
@@ -50,6 +50,8 @@ class Source:
             return f"{self.filename}@sha256:{self.sha256}"
         if self.kind == "local":
             return f"local:{Path(self.path).name}@sha256:{self.sha256}"
+        if self.kind == "index":
+            return f"index:{self.filename}@sha256:{self.sha256}"
         return f"{self.repository}@{self.commit or self.tag + ' (unpinned tag)'}"
 
 
@@ -73,23 +75,44 @@ class Package:
         return self.recipe.version
 
     @property
+    def from_index(self) -> bool:
+        """Taken as published from the index, not compiled: its archs are what upstream shipped (the audit
+        decides whether they cover the cell's), no knob applies."""
+        return self.source.kind == "index"
+
+    @property
+    def cache_archs(self) -> tuple[int, ...]:
+        """The archs a cached wheel of this package must have been audited for. A wheel from the index is one
+        file for every arch list (its key is the file): any cached copy is reused, and this build's audit
+        decides for these archs."""
+        return () if self.from_index else self.archs
+
+    @property
+    def compiled_here(self) -> bool:
+        """Whether a build compiles this package's CUDA code."""
+        return self.recipe.compiled and not self.from_index
+
+    @property
     def knobs(self) -> tuple[tuple[str, str], ...]:
-        return self.recipe.knob_values(self.archs)
+        return () if self.from_index else self.recipe.knob_values(self.archs)
 
     @property
     def built_archs(self) -> tuple[int, ...]:
-        return self.recipe.built_archs(self.archs)
+        return () if self.from_index else self.recipe.built_archs(self.archs)
 
     @property
     def built_sass(self) -> tuple[str, ...]:
-        """Every SASS name the wheel will carry (sm_90a and the like included): what plan and labels show."""
-        return self.recipe.built_sass(self.archs, self.cuda)
+        """Every SASS name the wheel will carry (sm_90a and the like included): what plan and labels show.
+        Unknown before the audit for a wheel taken from the index: ()."""
+        return () if self.from_index else self.recipe.built_sass(self.archs, self.cuda)
 
     def unpinned(self) -> list[str]:
         """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
         from . import deps
 
         out = [] if self.source.pinned else [f"source {self.source.ref}"]
+        if self.from_index:
+            return out
         d = deps.for_package(self)
         if d:
             out += [f"CMake dependency {u}" for u in d["unpinned"]]
@@ -160,7 +183,60 @@ def _tree_sha256(root: Path) -> str:
     return h.hexdigest()
 
 
-def _source(m: Matrix, lock: Lock, r: Recipe) -> Source:
+# The glibc of each base OS (major 2): which manylinux wheels its Python can install.
+_GLIBC_MINOR = {"ubuntu20.04": 31, "ubuntu22.04": 35, "ubuntu24.04": 39, "rockylinux8": 28, "rockylinux9": 34,
+                "ubi8": 28, "ubi9": 34, "bullseye": 31, "bookworm": 36, "trixie": 41}
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def _wheel_tags(python: str, os_tag: str, where: str) -> list:
+    """The wheel tags pip in the cell's runtime accepts, best first (CPython of the profile, the base OS's glibc,
+    the machine the images are built on)."""
+    import platform
+
+    from packaging import tags
+
+    if os_tag not in _GLIBC_MINOR:
+        raise UserError(f"{where}.os: the glibc of {os_tag} is unknown to this toolkit, so no wheel from the index "
+                        f"can be chosen for it (known: {', '.join(_GLIBC_MINOR)}); build the package instead")
+    machine = _MACHINES.get(platform.machine().lower(), platform.machine().lower())
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    platforms = []
+    for minor in range(_GLIBC_MINOR[os_tag], 4, -1):
+        platforms.append(f"manylinux_2_{minor}_{machine}")
+        if minor in legacy:
+            platforms.append(f"{legacy[minor]}_{machine}")
+    platforms.append(f"linux_{machine}")
+    version = tuple(int(x) for x in python.split("."))
+    return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
+
+
+def _index_source(entry, prof: Profile, r: Recipe) -> Source:
+    """The published wheel of `r` this cell's runtime can install, pinned by the sha256 matrix.lock records."""
+    from packaging.utils import parse_wheel_filename
+
+    where = f"profiles.{prof.name}"
+    if not entry.wheels:
+        raise UserError(f"{LOCK_NAME}: no wheels recorded for {r.name} {r.version}, which {where}.source takes from "
+                        "the index; run `builder lock`")
+    rank = {t: i for i, t in enumerate(_wheel_tags(prof.python, prof.os, where))}
+    best = None
+    for w in entry.wheels:
+        tags_ = parse_wheel_filename(w["filename"])[3]
+        score = min((rank[t] for t in tags_ if t in rank), default=None)
+        if score is not None and (best is None or score < best[0]):
+            best = (score, w)
+    if best is None:
+        names = ", ".join(w["filename"] for w in entry.wheels)
+        raise UserError(f"{where}.source.{r.name}: no wheel of {r.name} {r.version} on the index installs on Python "
+                        f"{prof.python} / {prof.os} (it publishes {names}); build it instead")
+    w = best[1]
+    return Source("index", url=w["url"], sha256=w["sha256"], filename=w["filename"])
+
+
+def _source(m: Matrix, lock: Lock, r: Recipe, prof: Profile | None = None) -> Source:
+    if prof is not None and prof.from_index(r.name):
+        return _index_source(lock.get(r.name, r.version), prof, r)
     if r.source == "local":
         root = (m.path.parent / r.source_subdir).resolve()
         if not root.is_dir():
@@ -240,12 +316,13 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     for r in recipes:
         if Version(prof.cuda) < Version(r.min_cuda):
             raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
-        problems = r.arch_problems(archs)
+        problems = [] if prof.from_index(r.name) else r.arch_problems(archs)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan else {}
-        packages.append(Package(recipe=r, source=_source(m, lock, r), archs=archs, cuda=prof.cuda,
-                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled else (),
+        source = _source(m, lock, r, prof)
+        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and source.kind != "index" else {}
+        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda,
+                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and source.kind != "index" else (),
                                 deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
 
     jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
@@ -261,7 +338,9 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     py = prof.python.replace(".", "")
     sm = ".".join(str(a) for a in archs)
     torch_part = f"-torch{torch}" if torch else ""
-    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}"
+    # a cell with a wheel taken from the index is another image than the one compiled here: its own id and tag
+    index_part = "-index" if any(p.from_index for p in packages) else ""
+    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}"
     bases = base_refs(m, prof)
     for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too
         grammar.check(grammar.image_ref, ref, f"{where}.base_images.{k} (after {{cuda}}, {{os}} and mirrors)")
@@ -308,6 +387,11 @@ def select(m: Matrix, sel: Selection, lock: Lock | None = None) -> list[Cell]:
             if sel.engines and engine not in sel.engines:
                 continue
             cells.append(make_cell(m, lock, prof, engine, archs, archs_from, sel.base_devel, sel.base_runtime))
+        has = {p.name for c in cells if c.profile is prof for p in c.packages}
+        for name in prof.sources:
+            if name not in has and not sel.engines:
+                raise UserError(f"profiles.{prof.name}.source: no cell of this profile has the package {name!r} "
+                                f"(its cells have {', '.join(sorted(has))})")
     seen: dict[str, Cell] = {}
     for c in cells:
         if c.id in seen:
@@ -365,7 +449,7 @@ def pin_git_sources(cells: list, echo=print) -> list:
                 commit = resolve(src.repository, src.tag)
                 if commit:
                     pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
-            if pkg.recipe.fetch_plan:
+            if pkg.recipe.fetch_plan and not pkg.from_index:
                 pins = dict(pkg.deps_pins)
                 for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
                     if source not in pins and (commit := resolve(repository, tag)):

@@ -300,6 +300,7 @@ LOCK_ENTRY = Table(optional={
     "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
     "git": LOCK_GIT,
     "deps": TableOf(LOCK_GIT, key=TOKEN),
+    "wheels": ListOf(Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256})),
 })
 def _image_digest(value) -> str:
     if value != "" and not (isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", value, re.ASCII)):

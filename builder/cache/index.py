@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import html.parser
 import io
 import json
 import os
@@ -46,7 +45,9 @@ from packaging.version import InvalidVersion
 
 from . import CacheCorrupt, CacheHit, manifest_problem, sha256_file
 from .config import NETWORK_ERRORS, RemoteSpec, down, index_credentials, with_timeouts
+from ..download import stream_into
 from ..errors import BuilderError, EnvironmentProblem
+from ..pypi import ACCEPT_ANY, project_files
 
 MANIFEST_MEMBER = "builder-wheel.json"
 LOCAL_ONLY_KEYS = ("remotes", "pulled", "registry", "index")
@@ -225,28 +226,6 @@ def verify_labelled(path: Path, package: str, key: str, archs: tuple[int, ...]) 
 
 
 # -- the simple API --------------------------------------------------------------------------------------
-class _Links(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._text = []
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
-            self._href = None
-
-
 def upload_url_for(simple: str) -> str:
     """pypiserver / devpi / Nexus take uploads at the index URL without its trailing simple/ (+simple/)."""
     base = simple.rstrip("/")
@@ -284,8 +263,7 @@ class IndexStore:
         """{file name: (absolute URL, sha256 or None)} from the project's simple page; None when there is none."""
         url = self.page(package)
         try:
-            resp = self.session().get(url, headers={
-                "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            resp = self.session().get(url, headers={"Accept": ACCEPT_ANY})
         except NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         if resp.status_code == 404:
@@ -295,19 +273,11 @@ class IndexStore:
                                      "set BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD")
         if resp.status_code != 200:
             raise EnvironmentProblem(f"cache remote {self.label}: GET {url} answered HTTP {resp.status_code}")
-        out: dict[str, tuple[str, str | None]] = {}
-        if "json" in resp.headers.get("Content-Type", ""):
-            for f in resp.json().get("files", []):
-                out[f["filename"]] = (urllib.parse.urljoin(resp.url, f["url"]), (f.get("hashes") or {}).get("sha256"))
-            return out
-        parser = _Links()
-        parser.feed(resp.text)
-        for href, text in parser.links:
-            link, _, frag = href.partition("#")
-            name = text or urllib.parse.unquote(link.rsplit("/", 1)[-1])
-            sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
-            out[name] = (urllib.parse.urljoin(resp.url, link), sha)
-        return out
+        try:
+            listed = project_files(resp.text, resp.headers.get("Content-Type", ""), resp.url)
+        except ValueError as exc:
+            raise EnvironmentProblem(f"cache remote {self.label}: {url} is not a simple-API page ({exc})") from None
+        return {f.filename: (f.url, f.sha256 or None) for f in listed}
 
     # -- the protocol -------------------------------------------------------------------------------------
     def lookup(self, package: str, key: str, archs: tuple[int, ...]) -> CacheHit | None:
@@ -342,28 +312,23 @@ class IndexStore:
             for name in hit.wheels:
                 url, sha = info["files"][name]["url"], info["files"][name]["sha256"]
                 part = dest / f".{name}.part"
-                h, size = hashlib.sha256(), 0
                 try:
                     with self.session().get(url, stream=True) as resp:
                         if resp.status_code != 200:
                             raise EnvironmentProblem(f"cache remote {self.label}: GET {url} answered HTTP {resp.status_code}")
-                        with open(part, "wb") as fh:
-                            for chunk in resp.iter_content(chunk_size=1 << 20):
-                                h.update(chunk)
-                                size += len(chunk)
-                                fh.write(chunk)
+                        got, size = stream_into(resp, part)
                 except NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 where = f"{self.label}: {hit.package} {hit.key[:16]}: {name}"
-                if sha and h.hexdigest() != sha:
-                    raise CacheCorrupt(f"{where}: downloaded sha256 {h.hexdigest()[:16]}…, the index says {sha[:16]}…")
+                if sha and got != sha:
+                    raise CacheCorrupt(f"{where}: downloaded sha256 {got[:16]}…, the index says {sha[:16]}…")
                 try:
                     embedded.append(verify_labelled(part, hit.package, hit.key, archs))
                 except CacheCorrupt as exc:
                     raise CacheCorrupt(f"{where}: {exc}") from None
                 os.replace(part, dest / name)
                 out.append(dest / name)
-                records[name] = {"sha256": h.hexdigest(), "bytes": size}
+                records[name] = {"sha256": got, "bytes": size}
             originals = {e["index"]["original"] for e in embedded}
             wanted = set(embedded[0]["wheels"])
             if originals != wanted:

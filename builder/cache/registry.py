@@ -38,6 +38,7 @@ import requests
 
 from . import CacheCorrupt, CacheHit, manifest_problem
 from .config import NETWORK_ERRORS, RemoteSpec, down, is_loopback, registry_credentials, with_timeouts
+from ..download import stream_into
 from ..errors import EnvironmentProblem
 
 MANIFEST_LAYER = "builder-wheel.json"
@@ -204,24 +205,19 @@ class RegistryStore:
                 rec = hit.manifest["files"][name]
                 digest = hit.manifest["registry"]["layers"][name]
                 part = dest / f".{name}.part"
-                h, size = hashlib.sha256(), 0
                 resp = self._request(client, self._blob_url(hit.package, hit.key, digest), "GET", stream=True)
                 try:
                     self._check(resp, f"downloading {name}")
-                    with open(part, "wb") as fh:
-                        for chunk in resp.iter_content(chunk_size=1 << 20):
-                            h.update(chunk)
-                            size += len(chunk)
-                            fh.write(chunk)
+                    sha, size = stream_into(resp, part)
                 except NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 finally:
                     resp.close()
-                if size != rec["bytes"] or h.hexdigest() != rec["sha256"]:
+                if size != rec["bytes"] or sha != rec["sha256"]:
                     # the layer's digest was checked against the manifest at lookup: the registry serves other bytes
                     # under that digest (its storage or the transfer is corrupt)
                     raise CacheCorrupt(f"{self.label}: {hit.package} {hit.key[:16]}: {name} downloaded as {size} bytes "
-                                       f"sha256 {h.hexdigest()[:16]}…, the manifest says {rec['bytes']} bytes "
+                                       f"sha256 {sha[:16]}…, the manifest says {rec['bytes']} bytes "
                                        f"sha256 {rec['sha256'][:16]}…: {SERVED_OTHER_BYTES} {digest}")
                 os.replace(part, dest / name)
                 out.append(dest / name)

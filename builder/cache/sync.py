@@ -32,7 +32,7 @@ def from_plans(plans) -> list[Target]:
         for w in p.wheels:
             if (w.package.name, w.key) not in seen:
                 seen.add((w.package.name, w.key))
-                out.append(Target(w.package.name, w.key, tuple(p.cell.archs), w.package.version))
+                out.append(Target(w.package.name, w.key, tuple(w.package.cache_archs), w.package.version))
     return out
 
 

@@ -1,15 +1,22 @@
 """compile: one package's wheel — fetched from the wheel cache when its key is there, else compiled by
-BuildKit (`--target wheels-<package>`) and exported to the cell's work dir."""
+BuildKit (`--target wheels-<package>`) and exported to the cell's work dir; a package the profile takes from
+the index (profiles.<name>.source) is downloaded instead, pinned by the sha256 matrix.lock records, and then
+audited like a compiled one."""
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
 import shutil
+import time
 from pathlib import Path
+
+import requests
 
 from .. import docker
 from ..cache import CacheCorrupt, file_records
+from ..cache.config import with_timeouts
+from ..download import fetch_pinned
 from ..estimate import threads
 from ..progress import duration
 from ..plan import WheelStep
@@ -38,7 +45,7 @@ class CompileStep:
         """The package's wheels from the cache, verified, or None. A bad entry is reported, taken out of
         service (the local store quarantines it) and treated as a miss."""
         pkg = wheel.package
-        hit = ctx.cache.lookup(pkg.name, wheel.key, ctx.cell.archs)
+        hit = ctx.cache.lookup(pkg.name, wheel.key, pkg.cache_archs)
         if hit is None:
             return None
         if hit.usable:
@@ -74,6 +81,8 @@ class CompileStep:
                               artifacts={"reused": True, "cached_in": hit.store, **_wheel_artifacts(ctx.records[pkg.name])})
         if out.exists():
             shutil.rmtree(out)
+        if pkg.from_index:
+            return self._download(ctx, wheel)
         par, call = wheel_call(ctx, wheel)
         ctx.note(f"build {label} (key {wheel.short_key}): {par.why}"
                  + (f"; estimate {duration(wheel.estimate.seconds)}" if wheel.estimate else ""))
@@ -104,9 +113,24 @@ class CompileStep:
                           artifacts={"reused": False, "compile": ctx.compiles[pkg.name],
                                      **_wheel_artifacts(ctx.records[pkg.name])})
 
+    def _download(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
+        pkg, src = wheel.package, wheel.package.source
+        ctx.note(f"download {pkg.name}=={pkg.version} from the index: {src.url} (sha256 {src.sha256[:16]}…)")
+        start = time.monotonic()
+        with with_timeouts(requests.Session()) as session:
+            path = fetch_pinned(session, src.url, ctx.out_dir(pkg.name) / src.filename, src.sha256)
+        ctx.wheels[pkg.name] = [path]
+        ctx.records[pkg.name] = file_records([path])
+        seconds = time.monotonic() - start
+        return StepResult(self.name, pkg.name, Status.OK,
+                          f"from the index ({src.filename}, {path.stat().st_size / 1e6:.0f} MB in {duration(seconds)})",
+                          artifacts={"reused": False, "from_index": src.url, **_wheel_artifacts(ctx.records[pkg.name])})
+
     def dry_run(self, ctx: CellContext, wheel: WheelStep) -> list[str]:
         pkg = wheel.package
         if wheel.reuse:
             return [f"# reuse {pkg.name}=={pkg.version} from {wheel.hit.store}: {wheel.hit.location}"]
+        if pkg.from_index:
+            return [f"# download {pkg.name}=={pkg.version} from the index, sha256 {pkg.source.sha256}: {pkg.source.url}"]
         par, call = wheel_call(ctx, wheel)
         return [f"# {pkg.name}: {par.why}", shlex.join(call.argv(ctx.opts.docker))]

@@ -1,0 +1,59 @@
+"""Streamed downloads that hash while they write: the one loop every remote read of a wheel goes through (the
+registry and index wheel caches, and wheels a profile takes from the index). Nothing reaches its final name
+before its bytes were counted and hashed; the caller decides what the figures must be."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import requests
+
+from .errors import BuilderError, EnvironmentProblem
+
+CHUNK = 1 << 20
+
+
+def stream_into(resp: requests.Response, part: Path) -> tuple[str, int]:
+    """Write a streamed response body into `part`: (sha256 hex, bytes)."""
+    h, size = hashlib.sha256(), 0
+    with open(part, "wb") as fh:
+        for chunk in resp.iter_content(chunk_size=CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+            fh.write(chunk)
+    return h.hexdigest(), size
+
+
+def ca_bundle() -> str | bool:
+    """What `requests` verifies TLS against: the bundle pip and `builder lock` use, else its default."""
+    return os.environ.get("BUILDER_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or True
+
+
+class DownloadMismatch(BuilderError):
+    """The bytes served are not the ones pinned."""
+
+
+def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -> Path:
+    """GET `url` into `dest` (a file path) only if its sha256 is the pinned one; nothing is left behind otherwise."""
+    from .cache.config import NETWORK_ERRORS
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.part")
+    try:
+        try:
+            with session.get(url, stream=True, verify=ca_bundle()) as resp:
+                if resp.status_code != 200:
+                    raise (EnvironmentProblem if resp.status_code >= 500 else BuilderError)(
+                        f"GET {url} answered HTTP {resp.status_code}")
+                digest, size = stream_into(resp, part)
+        except NETWORK_ERRORS as exc:
+            raise EnvironmentProblem(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})") from None
+        if digest != sha256:
+            raise DownloadMismatch(f"{dest.name}: the index served {size} bytes with sha256 {digest[:16]}…, "
+                                   f"matrix.lock pins {sha256[:16]}…; not used")
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+    return dest

@@ -1,0 +1,162 @@
+"""A package taken from an index instead of compiled, end to end on the real daemon: a real pypiserver (PEP 503
+HTML pages, as many private mirrors serve) publishes the fixture's wheel, built here by the real nvcc for sm_80
+and sm_90; `builder lock` pins it by sha256, `builder build` downloads it, the audit decides, the wheel cache
+keeps it and the runtime image installs it. The audit refuses it for an arch it lacks, and bytes the index
+swaps under the same file name are refused before anything is cached or tagged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from . import services
+from .helpers import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+WHEEL = "cuda_ext-1.0.0-cp311-cp311-linux_x86_64.whl"
+CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90-index"
+
+
+def saxpy_so(nvcc: Path, out: Path, archs: tuple[int, ...]) -> bytes:
+    """The fixture's kernel library, compiled and linked by nvcc as its setup.py does (SASS only)."""
+    gencode = [f for a in archs for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
+    obj = out.with_suffix(".o")
+    subprocess.run([str(nvcc), "-O2", "-c", "-Xcompiler", "-fPIC", "-o", str(obj), *gencode,
+                    str(FIXTURE / "pkg" / "csrc" / "saxpy.cu")], check=True)
+    subprocess.run([str(nvcc), "-shared", "-cudart", "shared", *gencode, "-o", str(out), str(obj)], check=True)
+    return out.read_bytes()
+
+
+def wheel(dest: Path, library: bytes) -> Path:
+    """A valid wheel of the fixture (METADATA, WHEEL, a correct RECORD) carrying `library`."""
+    info = "cuda_ext-1.0.0.dist-info"
+    members = {
+        "cuda_ext/__init__.py": b"__version__ = '1.0.0'\n",
+        "cuda_ext/libsaxpy.so": library,
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: cuda-ext\nVersion: 1.0.0\n\nPublished, not built here.\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
+    }
+    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+            for n, d in members.items()]
+    members[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / WHEEL
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    return path
+
+
+def upload(host: str, path: Path) -> None:
+    with path.open("rb") as fh:
+        resp = requests.post(f"http://{host}/", data={":action": "file_upload", "name": "cuda-ext", "version": "1.0.0"},
+                             files={"content": (path.name, fh)}, timeout=30)
+    assert resp.status_code == 200, resp.text
+
+
+def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def index_image(local_bases):
+    return services.build_image(services.INDEX_IMAGE, services.SERVICES / "pypiserver")
+
+
+@pytest.fixture(scope="module")
+def wheels(nvcc, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("published")
+    good = wheel(tmp / "good", saxpy_so(nvcc, tmp / "libsaxpy.so", (80, 90)))
+    evil = wheel(tmp / "evil", saxpy_so(nvcc, tmp / "libsaxpy-evil.so", (80,)))
+    return good, evil
+
+
+def matrix(tmp: Path) -> Path:
+    (tmp / "engines.toml").write_text((FIXTURE / "engines.toml").read_text())
+    text = (FIXTURE / "matrix.toml").read_text().replace(
+        'engines = { cuda-ext = "1.0.0" }', 'engines = { cuda-ext = "1.0.0" }\nsource = { cuda-ext = "index" }')
+    assert "source = {" in text
+    (tmp / "matrix.toml").write_text(text)
+    return tmp / "matrix.toml"
+
+
+def build(tmp: Path, *extra: str, wheelhouse: str = "wheelhouse") -> subprocess.CompletedProcess[str]:
+    return builder("build", "--matrix", str(tmp / "matrix.toml"), "--wheelhouse", str(tmp / wheelhouse),
+                   "--work-dir", str(tmp / "work"), "--log-dir", str(tmp / "logs"), "--pins-dir", str(tmp / "pins"),
+                   "--no-remote", "--quiet", *extra, cwd=tmp)
+
+
+def entries(wheelhouse: Path) -> list[Path]:
+    return sorted(wheelhouse.glob("cuda-ext/*/*.whl")) if wheelhouse.is_dir() else []
+
+
+def image_exists(ref: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
+
+
+def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(index_image, wheels, local_bases,
+                                                                             tmp_path, docker_engine):
+    good, evil = wheels
+    m = matrix(tmp_path)
+    with services.index(overwrite=True) as idx:
+        upload(idx.host, good)
+        res = builder("lock", "--matrix", str(m), "--index", f"http://{idx.host}/simple/", cwd=tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        lock = (tmp_path / "matrix.lock").read_text()
+        assert f'filename = "{WHEEL}"' in lock and hashlib.sha256(good.read_bytes()).hexdigest() in lock
+
+        plan = builder("plan", "--matrix", str(m), "--wheelhouse", str(tmp_path / "wheelhouse"), cwd=tmp_path)
+        assert plan.returncode == 0 and f"fetch  cuda-ext==1.0.0" in plan.stdout, plan.stdout + plan.stderr
+
+        res = build(tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        log = (tmp_path / "logs" / f"{CELL}.log").read_text()
+        assert f"download cuda-ext==1.0.0 from the index: http://{idx.host}/packages/{WHEEL}" in log
+        assert "--target wheels-cuda-ext" not in log  # nothing compiled
+        assert "audit cuda-ext==1.0.0" in log
+        (cached,) = entries(tmp_path / "wheelhouse")
+        assert cached.read_bytes() == good.read_bytes()
+        ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90-index"
+        installed = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", ref, "-c",
+                                    "import cuda_ext, hashlib, pathlib; p = pathlib.Path(cuda_ext.__file__).parent; "
+                                    "print(hashlib.sha256((p / 'libsaxpy.so').read_bytes()).hexdigest())"],
+                                   capture_output=True, text=True)
+        assert installed.returncode == 0, installed.stderr
+        with zipfile.ZipFile(good) as zf:
+            assert installed.stdout.strip() == hashlib.sha256(zf.read("cuda_ext/libsaxpy.so")).hexdigest()
+        labels = subprocess.run(["docker", "image", "inspect", ref, "--format",
+                                 '{{index .Config.Labels "io.builder.package.cuda-ext.source"}} '
+                                 '{{index .Config.Labels "io.builder.package.cuda-ext.sass"}}'],
+                                capture_output=True, text=True).stdout.split()
+        assert labels == [f"index:{WHEEL}@sha256:{hashlib.sha256(good.read_bytes()).hexdigest()}", "from-index"]
+
+        # the audit decides: the same wheel for 90,100 lacks sm_100, so nothing is tagged and the entry stays
+        res = build(tmp_path, "--arch", "90,100")
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "audit failed for cuda-ext==1.0.0: the wheel misses requested archs" in res.stdout + res.stderr
+        assert "sm_100" in (tmp_path / "logs" / "cuda-ext-1.0.0-cu130-py311-sm90.100-index.log").read_text()
+        assert not image_exists("127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm90.100-index")
+        assert entries(tmp_path / "wheelhouse") == [cached]
+
+        # the index swaps other bytes in under the pinned name: refused, nothing cached or tagged, no .part left
+        upload(idx.host, evil)
+        res = build(tmp_path, "--arch", "80", wheelhouse="fresh")
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert f"{WHEEL}: the index served" in res.stdout + res.stderr and "matrix.lock pins" in res.stdout + res.stderr
+        assert entries(tmp_path / "fresh") == []
+        assert not [p for p in (tmp_path / "work").rglob("*.part")]
+        assert not image_exists("127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80-index")
+
+    # the index is gone: the cached wheel is reused, never downloaded again
+    res = build(tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (tmp_path / "logs" / f"{CELL}.log").read_text()
+    assert "reuse cuda-ext==1.0.0" in log.split("download cuda-ext")[-1]
