@@ -160,3 +160,58 @@ def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(ind
     assert res.returncode == 0, res.stdout + res.stderr
     log = (tmp_path / "logs" / f"{CELL}.log").read_text()
     assert "reuse cuda-ext==1.0.0" in log.split("download cuda-ext")[-1]
+
+
+REAL = """
+# vLLM 0.33.0 as PyPI publishes it, in a runtime image on the local CUDA 13.0 bases (Debian bookworm, Python 3.11)
+[defaults]
+profile = "upstream"
+archs = [80, 90]
+registry = "127.0.0.1:5000/builder-test"
+
+[defaults.base_images]
+devel = "builder-local/cuda:13.0-devel"
+runtime = "builder-local/cuda:13.0-base"
+
+[profiles.upstream]
+cuda = "13.0.88"
+os = "bookworm"
+python = "3.11"
+engines = { vllm = "0.33.0" }
+strategies = ["MTP2", "MTP7", "DFlash2"]
+source = { vllm = "index" }
+"""
+REAL_CELL = "vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases, tmp_path, docker_engine):
+    """Slow (a 0.3 GB wheel, a ~10 GB image): `builder lock` pins vLLM 0.33.0's wheel on the real PyPI, `build`
+    downloads and audits it for sm_80/sm_90 and builds the runtime image (torch 2.14.0 and every dependency from
+    PyPI, nvcc for the JIT), and smoke L0-L2 run in that image: labels and versions, every compiled extension,
+    FlashInfer on, the audit of the installed packages, and vLLM's own parser resolving MTP2, MTP7 and DFlash2."""
+    import json
+
+    (tmp_path / "matrix.toml").write_text(REAL)
+    m = str(tmp_path / "matrix.toml")
+    res = builder("lock", "--matrix", m, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ref = f"127.0.0.1:5000/builder-test/vllm:{REAL_CELL[len('vllm-'):]}"
+    try:
+        res = build(tmp_path, "--no-smoke", "--progress", "plain")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        log = (tmp_path / "logs" / f"{REAL_CELL}.log").read_text()
+        assert "download vllm==0.33.0 from the index: https://files.pythonhosted.org/" in log
+        assert "device code covers sm_80, sm_90" in res.stdout + log
+        res = builder("smoke", REAL_CELL, "--matrix", m, "--layers", "L0,L1,L2", "--strategy", "all", "--launcher",
+                      "docker", "--report-dir", str(tmp_path / "smoke"), "--json", cwd=tmp_path)
+        assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
+        report = json.loads(res.stdout)
+        results = {(r["layer"], r["strategy"]): (r["status"], r["reason"]) for r in report["results"]}
+        wanted = [("L0", None), ("L1", None), ("L2", "MTP2"), ("L2", "MTP7"), ("L2", "DFlash2")]
+        assert set(wanted) <= set(results), results
+        for key in wanted:
+            assert results[key][0] == "pass", (key, results[key])
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True)
