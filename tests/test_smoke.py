@@ -135,6 +135,21 @@ def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_i
     assert recipe("vllm", "0.26.0").strategy_problem("DFlash2")  # DFlash2 still needs >= 0.28
 
 
+def test_sglang_bounds_are_the_ones_its_wheels_show_mtp_from_0511_dflash2_from_0519():
+    # qwen3_5_mtp.py is in every wheel from 0.5.9 (EAGLE reuses its one layer per step; 0.5.17 booted MTP2 and
+    # MTP7 on the H200); 0.5.11 is the first release the data builds. DFLASH exists from 0.5.11, but the DFlash2
+    # drafter's DFlash2DraftModel is registered only from 0.5.19 (absent from the 0.5.17 and 0.5.18 wheels).
+    for version in ("0.5.11", "0.5.17", "0.5.18", "0.5.23"):
+        for name in ("MTP2", "MTP7"):
+            assert recipe("sglang", version).strategy_problem(name) is None, (version, name)
+    for version in ("0.5.11", "0.5.17", "0.5.18"):
+        why = recipe("sglang", version).strategy_problem("DFlash2")
+        assert why and "sglang>=0.5.19" in why and "DFlash2DraftModel" in why, why
+    assert recipe("sglang", "0.5.19").strategy_problem("DFlash2") is None
+    why = recipe("sglang", "0.3.2").strategy_problem("MTP2")
+    assert "sglang>=0.5.11" in why and "qwen3_5_mtp.py" in why, why
+
+
 def test_every_runnable_strategy_says_what_the_engines_parser_must_resolve_it_to():
     v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
     assert dict(v.strategy("MTP7").expect) == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
