@@ -6,7 +6,9 @@ An arch is an int: compute capability major × 10 + minor (80 = 8.0 = sm_80, 120
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from dataclasses import dataclass
 from typing import Iterable
 
 from .errors import UserError
@@ -101,3 +103,25 @@ def sass_substitute(gpu: int, candidates: Iterable[int]) -> int | None:
     """The highest of `candidates` whose plain SASS runs on `gpu` (ask for 80 when 86 is not selectable)."""
     fits = [c for c in candidates if runs_on("sass", c, "", gpu)]
     return max(fits) if fits else None
+
+
+@dataclass(frozen=True)
+class ArchScope:
+    """Binaries a package builds for some arch families only and loads only on those GPUs, by design (vLLM's
+    FlashAttention 3 is Hopper-only; sm_80 runs FlashAttention 2 from another library). The audit asks such a
+    binary for the requested archs inside `archs` only; every other binary must cover every requested arch."""
+
+    files: str  # a glob on the path inside the wheel / site-packages, e.g. "vllm/vllm_flash_attn/_vllm_fa3_C*"
+    archs: tuple[int, ...]
+    why: str
+
+    def matches(self, path: str) -> bool:
+        inner = path.rsplit("!", 1)[-1]  # "<wheel>!vllm/x.so" → "vllm/x.so"; image paths end with it
+        return fnmatch.fnmatchcase(inner, self.files) or fnmatch.fnmatchcase(inner, "*/" + self.files)
+
+    def to_json(self) -> dict:
+        return {"files": self.files, "archs": list(self.archs), "why": self.why}
+
+
+def scope_for(path: str, scopes: Iterable[ArchScope]) -> ArchScope | None:
+    return next((s for s in scopes if s.matches(path)), None)

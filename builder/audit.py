@@ -428,6 +428,7 @@ class BinaryReport:
     results: tuple[ArchResult, ...]  # empty when the binary has no device code
     note: str = ""  # why a binary holds no device code ("not an ELF file"), when not obvious
     error: str = ""  # the fatbin could not be read: the audit fails
+    scope: archs_mod.ArchScope | None = None  # built for some arch families only, by design: asked only for those
 
     @property
     def has_device_code(self) -> bool:
@@ -454,9 +455,12 @@ class BinaryReport:
             return "ERROR"
         if not self.has_device_code:
             return "no device code"
+        only = f"{self.scope.why}: for {', '.join(map(archs_mod.sm, self.scope.archs))} only" if self.scope else ""
         if self.ok:
-            return "ok"
-        return "FAIL (missing " + ", ".join(f"sm_{a}" for a in self.missing) + ")"
+            if self.scope and not self.results:
+                return f"ok (not for these archs: {only})"
+            return f"ok ({only})" if self.scope else "ok"
+        return "FAIL (missing " + ", ".join(f"sm_{a}" for a in self.missing) + ")" + (f" ({only})" if self.scope else "")
 
     def to_json(self) -> dict:
         counts: dict[FatbinEntry, list[int]] = {}
@@ -480,6 +484,7 @@ class BinaryReport:
             ],
             "archs": [{"arch": r.arch, "covered": r.covered, "how": r.how} for r in self.results],
             "missing": self.missing,
+            "scope": self.scope.to_json() if self.scope else None,
         }
 
 
@@ -548,7 +553,8 @@ def _read_error(exc: BaseException) -> str:
     return f"cannot read: {type(exc).__name__}: {exc}"
 
 
-def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tuple[int, ...]) -> BinaryReport:
+def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tuple[int, ...],
+                   scopes: tuple[archs_mod.ArchScope, ...] = ()) -> BinaryReport:
     try:
         entries = read()
     except NotElfError:
@@ -559,15 +565,18 @@ def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tupl
         return BinaryReport(path, (), (), error=f"{path}: {_read_error(exc)}")
     if not entries:
         return BinaryReport(path, (), ())
-    results = tuple(ArchResult(a, *arch_is_covered(entries, a)) for a in archs)
-    return BinaryReport(path, tuple(entries), results)
+    scope = archs_mod.scope_for(path, scopes)
+    asked = tuple(a for a in archs if a in scope.archs) if scope else archs
+    results = tuple(ArchResult(a, *arch_is_covered(entries, a)) for a in asked)
+    return BinaryReport(path, tuple(entries), results, scope=scope)
 
 
 def _is_shared_lib(name: str) -> bool:
     return bool(_SHARED_LIB.search(PurePosixPath(name).name))
 
 
-def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...]) -> list[BinaryReport]:
+def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...],
+                 scopes: tuple[archs_mod.ArchScope, ...] = ()) -> list[BinaryReport]:
     try:
         zf = zipfile.ZipFile(wheel)
         raw = open(wheel, "rb")
@@ -594,7 +603,7 @@ def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...]) -> list[Binary
                     if isinstance(reader, _StreamReader):
                         reader.close()
 
-            reports.append(_binary_report(member, read, archs))
+            reports.append(_binary_report(member, read, archs, scopes))
     return reports
 
 
@@ -615,14 +624,17 @@ def _check_crc(reader: _Reader, info: zipfile.ZipInfo) -> None:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
 
 
-def _audit_file(path: Path, label: str, archs: tuple[int, ...]) -> list[BinaryReport]:
+def _audit_file(path: Path, label: str, archs: tuple[int, ...],
+                scopes: tuple[archs_mod.ArchScope, ...] = ()) -> list[BinaryReport]:
     if path.suffix == ".whl":
-        return _audit_wheel(path, label, archs)
-    return [_binary_report(label, lambda: read_fatbin_entries(path), archs)]
+        return _audit_wheel(path, label, archs, scopes)
+    return [_binary_report(label, lambda: read_fatbin_entries(path), archs, scopes)]
 
 
-def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
-    """Audit a .so / ELF file, a wheel, or a directory (every .so, .so.* and .whl in it)."""
+def audit(target: str | os.PathLike, archs: list[int], scopes: Iterable[archs_mod.ArchScope] = ()) -> AuditReport:
+    """Audit a .so / ELF file, a wheel, or a directory (every .so, .so.* and .whl in it). A binary an arch
+    scope matches is asked only for the requested archs inside the scope (see archs.ArchScope)."""
+    scopes = tuple(scopes)
     wanted = archs_mod.requested(archs)
     path = Path(target)
     report = AuditReport(str(target), wanted)
@@ -639,7 +651,7 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
                     continue  # a link's target is audited under its own name
                 if not (_is_shared_lib(name) or name.endswith(".whl")):
                     continue
-                report.binaries.extend(_audit_file(full, full.relative_to(path).as_posix(), wanted))
+                report.binaries.extend(_audit_file(full, full.relative_to(path).as_posix(), wanted, scopes))
         return report
     if not path.exists():
         raise UserError(f"audit: {target}: no such file or directory")
@@ -648,7 +660,7 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
     if path.suffix == ".whl":
         if not zipfile.is_zipfile(path):
             raise UserError(f"audit: {target}: not a wheel (not a zip archive)")
-        report.binaries.extend(_audit_wheel(path, path.name, wanted))
+        report.binaries.extend(_audit_wheel(path, path.name, wanted, scopes))
         return report
     try:
         with open(path, "rb") as fh:
@@ -657,14 +669,14 @@ def audit(target: str | os.PathLike, archs: list[int]) -> AuditReport:
         raise UserError(f"audit: {target}: cannot read: {exc.strerror or exc}") from None
     if magic != b"\x7fELF":
         raise UserError(f"audit: {target}: not an ELF file, a wheel or a directory")
-    report.binaries.extend(_audit_file(path, str(target), wanted))
+    report.binaries.extend(_audit_file(path, str(target), wanted, scopes))
     return report
 
 
 # --------------------------------------------------------------------------- docker images
 
 
-def audit_image(image: str, archs: list[int]) -> AuditReport:
+def audit_image(image: str, archs: list[int], scopes: Iterable[archs_mod.ArchScope] = ()) -> AuditReport:
     """Audit every .so of a local Docker image (docker create + export, streamed).
 
     Each shared library is copied out of the export stream into a temporary file, read, and
@@ -673,6 +685,7 @@ def audit_image(image: str, archs: list[int]) -> AuditReport:
     symbolic link is not listed (its target is, under its own name). The image is never pulled.
     """
     wanted = archs_mod.requested(archs)
+    scopes = tuple(scopes)
     report = AuditReport(image, wanted)
     cid = docker.create_container(image)
     try:
@@ -701,7 +714,7 @@ def audit_image(image: str, archs: list[int]) -> AuditReport:
                         with open(local, "wb") as out:
                             shutil.copyfileobj(src, out, 1 << 20)
                         seen[name] = _binary_report(
-                            name, lambda local=local, name=name: _fatbin_entries_file(local, name), wanted
+                            name, lambda local=local, name=name: _fatbin_entries_file(local, name), wanted, scopes
                         )
                         report.binaries.append(seen[name])
                         local.unlink()

@@ -623,7 +623,10 @@ def wheels_pull(m, sel, wheelhouse_dir, keys):
 @click.option("--allow-no-device-code", is_flag=True,
               help="Pass a target in which no binary carries device code (a pure-Python wheel); by default that "
                    "proves nothing and fails.")
-def audit_cmd(target, arch, as_json, verbose, allow_no_device_code):
+@click.option("--package", "packages", multiple=True, metavar="NAME==VERSION",
+              help="Apply the engine data's arch scopes of this package (libraries built for some arch families "
+                   "only, e.g. vLLM's FA3); an image built by builder gets its packages' scopes from its labels.")
+def audit_cmd(target, arch, as_json, verbose, allow_no_device_code, packages):
     """List SASS archs and PTX of every .so in a WHEEL, IMAGE or DIR; exit 1 naming the file and the
     missing arch when a requested arch is covered neither by SASS nor by JIT-able PTX, and exit 1 when no
     binary carries device code at all (nothing proven; --allow-no-device-code for a pure-Python target).
@@ -636,14 +639,28 @@ def audit_cmd(target, arch, as_json, verbose, allow_no_device_code):
       builder audit wheelhouse/ --arch 80,90
       builder audit flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl --arch 90
       builder audit 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --arch 80,90
+      builder audit vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl --arch 80,90 --package vllm==0.33.0
     """
     from . import docker
     from .audit import audit, audit_image, format_report
+    from .engines import load_knowledge
 
     archs = list(archs_mod.parse(arch))
     grammar.check(grammar.path_argument, target, "audit")
+    wanted = []
+    for spec in packages:
+        name, sep, version = spec.partition("==")
+        if not sep or not name or not version:
+            raise UserError(f"--package: {spec!r} is not NAME==VERSION, e.g. vllm==0.33.0")
+        grammar.check(grammar.version, version, f"--package {name}")
+        wanted.append((name, version))
+
+    def scopes_of(pairs) -> list:
+        kn = load_knowledge()
+        return [s for name, version in pairs for s in kn.recipe(name, version).arch_scoped]
+
     if Path(target).exists() or Path(target).is_symlink():
-        report = audit(target, archs)
+        report = audit(target, archs, scopes_of(wanted))
     else:
         try:
             grammar.image_ref(target)
@@ -651,7 +668,17 @@ def audit_cmd(target, arch, as_json, verbose, allow_no_device_code):
             raise UserError(f"{target}: no such file, directory or local image (and not an image reference)") from None
         if not docker.image_exists(target):  # exit 3 when the daemon does not answer
             raise UserError(f"{target}: no such file, directory or local image (pull the image first)")
-        report = audit_image(target, archs)
+        if not wanted:  # an image builder made names its packages in its labels
+            labels = docker.image_labels(target) or {}
+            found = sorted((k.split(".")[3], v) for k, v in labels.items()
+                           if k.startswith("io.builder.package.") and k.endswith(".version") and k.count(".") == 4)
+            kn = load_knowledge()
+            known = set(kn.data["packages"])
+            wanted = [(n, v) for n, v in found if n in known]
+            if wanted and not as_json:
+                click.echo(f"arch scopes from the engine data of {', '.join(f'{n} {v}' for n, v in wanted)} "
+                           "(the image's io.builder labels)")
+        report = audit_image(target, archs, scopes_of(wanted))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

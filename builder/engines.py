@@ -108,6 +108,7 @@ class Recipe:
     runtime_checks: tuple[str, ...] = ()
     fetch_overrides: tuple[tuple[str, str], ...] = ()
     builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
+    arch_scoped: tuple[archs_mod.ArchScope, ...] = ()  # binaries for some arch families only, by design
     smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
@@ -449,6 +450,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
+        arch_scoped=tuple(archs_mod.ArchScope(e["files"], tuple(e["archs"]), e["why"]) for e in merged.get("arch_scoped", ())),
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

@@ -236,6 +236,8 @@ RULE = Table(
         "fetch_overrides": TableOf(OneOf(("fetchcontent",)), key=TOKEN),
         # SASS built whatever the knobs say, by CUDA version: complete sets, the highest min_cuda <= CUDA applies
         "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
+        # binaries built for some arch families only, by design: the audit asks them for these archs only
+        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "archs": ARCHS, "why": STR})),
     },
 )
 

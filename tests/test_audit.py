@@ -630,3 +630,59 @@ def test_audit_image(docker_engine, built, tmp_path):
     assert report.binary("/opt/app/_C_hard.so.1").entries == (S(80), S(90))
     assert [b.path for b in report.failures] == ["/usr/lib/libold.so"]
     assert "FAIL /usr/lib/libold.so: sm_90 missing (has SASS sm_80, no PTX)" in format_report(report)
+
+
+# --------------------------------------------------------------------------- arch scopes (engine data arch_scoped)
+
+
+def test_a_scoped_binary_is_asked_only_for_the_requested_archs_inside_its_families(built, tmp_path):
+    """vLLM's FA3 library carries sm_90a alone by design: in an 80,90 cell it must cover 90 and is not asked
+    for 80; the same file unscoped fails for sm_80, and a scoped file that lacks its own family still fails."""
+    from builder.archs import ArchScope
+
+    pkg = tmp_path / "site" / "vllm" / "vllm_flash_attn"
+    pkg.mkdir(parents=True)
+    shutil.copy(built["sm90a"], pkg / "_vllm_fa3_C.abi3.so")
+    shutil.copy(built["sm100f"], tmp_path / "site" / "vllm" / "_deepselect_C.abi3.so")
+    scopes = [ArchScope("vllm/vllm_flash_attn/_vllm_fa3_C*", (90,), "FlashAttention 3 (Hopper)"),
+              ArchScope("vllm/_deepselect_C*", (100, 103), "DeepSelect (sm_100f)")]
+    site = tmp_path / "site"
+    unscoped = audit(site, [80, 90])
+    assert not unscoped.ok and {b.path: b.missing for b in unscoped.failures} == {
+        "vllm/_deepselect_C.abi3.so": [80, 90], "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": [80]}
+    scoped = audit(site, [80, 90], scopes)
+    assert scoped.ok and scoped.proven
+    fa3 = scoped.binary("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so")
+    assert [r.arch for r in fa3.results] == [90] and fa3.status == "ok (FlashAttention 3 (Hopper): for sm_90 only)"
+    ds = scoped.binary("vllm/_deepselect_C.abi3.so")
+    assert ds.results == () and ds.status.startswith("ok (not for these archs: DeepSelect")
+    assert fa3.to_json()["scope"] == {"files": "vllm/vllm_flash_attn/_vllm_fa3_C*", "archs": [90], "why": "FlashAttention 3 (Hopper)"}
+    # inside the family the scope is no excuse: sm_100f does not run on 12.0, the FA3 file has no sm_100
+    wider = [ArchScope("vllm/vllm_flash_attn/_vllm_fa3_C*", (90, 100), "FA3 said to cover 100")] + scopes[1:]
+    bad = audit(site, [90, 100], wider)
+    assert {b.path: b.missing for b in bad.failures} == {"vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": [100]}
+    # the same scopes match the file inside a wheel and at its absolute path in an image
+    whl = tmp_path / "vllm-1-cp38-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.write(pkg / "_vllm_fa3_C.abi3.so", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so")
+    assert audit(whl, [80, 90], scopes).ok and not audit(whl, [80, 90]).ok
+    # the verb: --package applies the engine data's scopes of that release (bad spellings are exit 2)
+    from .helpers import run_cli
+
+    (tmp_path / "site" / "vllm" / "_deepselect_C.abi3.so").unlink()
+    assert run_cli("audit", str(site), "--arch", "80,90").exit_code == 1
+    res = run_cli("audit", str(site), "--arch", "80,90", "--package", "vllm==0.33.0")
+    assert res.exit_code == 0 and "ok (FlashAttention 3 (Hopper): for sm_90 only)" in res.output, res.output
+    res = run_cli("audit", str(site), "--arch", "80,90", "--package", "vllm=0.33.0")
+    assert res.exit_code == 2 and "--package: 'vllm=0.33.0' is not NAME==VERSION" in res.output
+    assert scopes[0].matches("/opt/venv/lib/python3.12/site-packages/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so")
+    assert not scopes[0].matches("/opt/venv/lib/python3.12/site-packages/other/vllm/_vllm_fa3_C.abi3.so")
+
+
+def test_the_engine_data_scopes_the_vllm_libraries_its_cmake_builds_per_family():
+    from builder.engines import load_knowledge
+
+    scopes = {s.files: s.archs for s in load_knowledge().recipe("vllm", "0.33.0").arch_scoped}
+    assert scopes["vllm/vllm_flash_attn/_vllm_fa3_C*"] == (90,)
+    assert scopes["vllm/_deepselect_C*"] == (100, 103)
+    assert "vllm/_C*" not in scopes and not any(80 in a for a in scopes.values())  # nothing excuses sm_80 code

@@ -68,7 +68,9 @@ def verify(wh: Wheelhouse, entry: Entry) -> str:
     problem = verify_files(files, meta)
     if problem:
         return problem
-    report = audit(entry.path, entry.archs)
+    scopes = [archs_mod.ArchScope(s["files"], tuple(s["archs"]), s["why"]) for s in meta.get("arch_scoped") or ()
+              if isinstance(s, dict) and {"files", "archs", "why"} <= set(s)]
+    report = audit(entry.path, entry.archs, scopes)
     if not report.ok:
         bad = report.failures[0]
         return f"the audit fails now: {bad.path}: " + (bad.error or "missing " + ", ".join(map(archs_mod.sm, bad.missing)))

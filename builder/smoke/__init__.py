@@ -49,8 +49,8 @@ def image_labels(launcher: DockerLauncher, image: str) -> dict:
 
 
 def _audit_image_files(image: str):
-    def audit_files(paths: list[str], archs: list[int]) -> audit_mod.AuditReport:
-        report = audit_mod.audit_image(image, archs)
+    def audit_files(paths: list[str], archs: list[int], scopes=()) -> audit_mod.AuditReport:
+        report = audit_mod.audit_image(image, archs, scopes)
         wanted = set(paths)
         report.binaries = [b for b in report.binaries if b.path in wanted]
         return report
@@ -58,10 +58,10 @@ def _audit_image_files(image: str):
     return audit_files
 
 
-def _audit_local_files(paths: list[str], archs: list[int]) -> audit_mod.AuditReport:
+def _audit_local_files(paths: list[str], archs: list[int], scopes=()) -> audit_mod.AuditReport:
     report = audit_mod.AuditReport("installed files", audit_mod.archs_mod.requested(archs))
     for p in sorted(set(paths)):
-        report.binaries += audit_mod.audit(p, archs).binaries
+        report.binaries += audit_mod.audit(p, archs, scopes).binaries
     return report
 
 
