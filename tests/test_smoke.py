@@ -111,10 +111,71 @@ def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exa
 def test_tiny_dflash2_drafter_reads_the_targets_layers_in_blocks_of_8(tiny):
     d = json.loads((tiny.drafter / "config.json").read_text())
     t = json.loads((tiny.target / "config.json").read_text())["text_config"]
-    assert d["architectures"] == ["DFlash2DraftModel"] and d["block_size"] == 8
+    assert d["architectures"] == ["DFlash2DraftModel"] and d["block_size"] == d["dflash_config"]["block_size"] == 8
     assert all(0 <= i < t["num_hidden_layers"] for i in d["dflash_config"]["target_layer_ids"])
     assert d["hidden_size"] == t["hidden_size"] and d["vocab_size"] == t["vocab_size"]
     assert 0 <= d["dflash_config"]["mask_token_id"] < d["vocab_size"]
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def test_tiny_dflash2_drafter_has_every_key_the_dflash2_loaders_of_vllm_0330_and_sglang_0519_0523_require(tiny):
+    # The rules below are read from the engines' PyPI wheels (sglang 0.5.19 and 0.5.23, vllm 0.33.0); paths are
+    # inside the wheels, line numbers as 0.5.19 / 0.5.23. Neither engine is installed here, so the JSON is
+    # checked against them rather than loaded through the engines' own classes.
+    d = json.loads((tiny.drafter / "config.json").read_text())
+    t = json.loads((tiny.target / "config.json").read_text())["text_config"]
+    dc = d["dflash_config"]
+
+    # SGLang sglang/srt/models/dflash.py DFlash2DraftModel.__init__ (1072 / 1270): refuses a falsy
+    # dflash_config.selector_rank; sglang/srt/speculative/dflash_utils.py parse_dflash_draft_config (642 / 645):
+    # selector_rank and selector_top_k together. vLLM vllm/model_executor/models/qwen3_dflash2.py (385-386,
+    # DFlash2Qwen3Model) and vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py (195) index both: KeyError.
+    assert _positive_int(dc.get("selector_rank")) and _positive_int(dc.get("selector_top_k")), dc
+    top_k = dc["selector_top_k"]
+    # SGLang sglang/kernels/ops/speculative/dflash.py _selector_walk_kernel: tl.arange(0, top_k) (264 / 266), a
+    # power of two; both engines take the top_k of the target's logits, so at most the vocabulary.
+    assert top_k & (top_k - 1) == 0 and top_k <= t["vocab_size"], top_k
+
+    # vLLM qwen3_dflash2.py DFlash2Qwen3DecoderLayer (253-254) indexes conv_kernel_size / conv_group_size, and
+    # DFlashGroupedConv (182) wants the group size to divide hidden_size; SGLang dflash_utils.py (626 / 629)
+    # takes them only together, models/dflash.py DFlashGroupedConv (422 / 547) with the same divisibility.
+    assert _positive_int(dc.get("conv_kernel_size")) and _positive_int(dc.get("conv_group_size")), dc
+    assert d["hidden_size"] % dc["conv_group_size"] == 0
+
+    # vLLM vllm/v1/worker/gpu/spec_decode/utils.py get_parallel_drafting_token_id (92) raises without
+    # mask_token_id. SGLang speculative/dflash_worker_v2.py _resolve_mask_token_id: inside the target vocabulary
+    # and equal to the target tokenizer's id of dflash_config.mask_token (default "<|MASK|>").
+    tok = json.loads((tiny.target / "tokenizer.json").read_text())
+    added = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    assert _positive_int(dc.get("mask_token_id")) and dc["mask_token_id"] < t["vocab_size"]
+    assert added[dc["mask_token"]] == dc["mask_token_id"]
+    # vLLM vllm/v1/worker/gpu/spec_decode/dflash/speculator.py (83-84) refuses sample_from_anchor = true.
+    assert not dc.get("sample_from_anchor", False)
+
+    # target_layer_ids: SGLang captures the input of layer id + 1 (models/qwen3_vl.py set_dflash_layers_to_capture,
+    # 1543 / 1688, into models/qwen3_5.py self.layers[...], 1660 / 1892), so id + 1 must be a layer of the
+    # target; without ids it would pick [num_target_layers // 2] (dflash_utils.py build_target_layer_ids,
+    # 379 / 371), for two layers out of range too. vLLM adds 1 as well
+    # (vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py 124) and captures after each layer; its fc takes
+    # target_hidden_size x len(ids) (qwen3_dflash.py _get_dflash_fc_input_size), SGLang's len(ids) x hidden_size.
+    ids = dc["target_layer_ids"]
+    n = t["num_hidden_layers"]
+    assert ids and ids == sorted(set(ids)) and all(isinstance(i, int) and 0 <= i and i + 1 < n for i in ids), (ids, n)
+    assert d["num_target_layers"] == n  # SGLang spec_aux_hidden_state.py warns when it differs from the target's
+    assert d["target_hidden_size"] == d["hidden_size"] == t["hidden_size"]
+
+    # block size: what the DFlash2 strategies draft per block. vLLM builds the convolution for
+    # 1 + num_speculative_tokens query tokens (qwen3_dflash2.py 256); SGLang's block is
+    # --speculative-num-draft-tokens (speculative/dflash_worker_v2.py warns on a mismatch with block_size).
+    vllm_flags = recipe("vllm", "0.33.0").strategy("DFlash2").flags
+    spec = json.loads(vllm_flags[vllm_flags.index("--speculative-config") + 1])
+    sgl_flags = recipe("sglang", "0.5.23").strategy("DFlash2").flags
+    assert 1 + spec["num_speculative_tokens"] == int(sgl_flags[sgl_flags.index("--speculative-num-draft-tokens") + 1])
+    assert dc["block_size"] == 1 + spec["num_speculative_tokens"]
+    assert dc["conv_kernel_size"] <= dc["block_size"]  # ours, not an engine's rule: taps past the block read nothing
 
 
 def test_tiny_model_is_deterministic_and_written_once(tmp_path):

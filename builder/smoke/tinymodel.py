@@ -12,10 +12,12 @@ What is written (no weights: the engines fill them with `--load-format dummy`):
   ``len(tokenizer) == vocab_size``, a ChatML chat template, and the image / video processor configs SGLang
   reads at start.
 - ``dflash2-drafter/``: the config of a tiny DFlash2 block-diffusion drafter (``DFlash2DraftModel``, block
-  size 8) for that target, with the same tokenizer.
+  size 8) for that target, with the same tokenizer. One directory serves both engines: its ``dflash_config``
+  carries every key the DFlash2 loaders of vLLM 0.33.0 and SGLang 0.5.19 / 0.5.23 read (see `drafter_config`).
 
-The shapes are the ones checked to boot on vLLM 0.26.0 and SGLang 0.5.17 (shared GPU-SMOKE.md). Pure Python,
-deterministic: the same bytes on every host, so a directory already written is reused.
+The target's shapes are the ones checked to boot on vLLM 0.26.0 and SGLang 0.5.17 (shared GPU-SMOKE.md); the
+drafter's keys are read from the engines' sources, not yet booted. Pure Python, deterministic: the same bytes
+on every host, so a directory already written is reused.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ HEAD_DIM = 128
 LAYER_TYPES = ["linear_attention", "full_attention"]
 BLOCK = 128  # FP8 weight block (N and K of every quantized linear are multiples of it)
 DFLASH_BLOCK_SIZE = 8
+# DFlash2's candidate selector and grouped convolution (what `drafter_config` cites them from):
+DFLASH_SELECTOR_RANK = 32     # rank of the [vocab, rank] codebooks
+DFLASH_SELECTOR_TOP_K = 8     # candidates per slot: a power of two, <= VOCAB_SIZE
+DFLASH_CONV_KERNEL_SIZE = 4   # taps of the grouped convolution, <= DFLASH_BLOCK_SIZE
+DFLASH_CONV_GROUP_SIZE = 64   # divides HIDDEN
+# Target layers whose hidden states feed the drafter. SGLang captures the input of layer id + 1, so every
+# id must be < the target's layer count - 1: with two target layers that is layer 0 only.
+DFLASH_TARGET_LAYER_IDS = [0]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>", "<|mask|>"]
@@ -244,7 +254,33 @@ def target_config(ids: dict[str, int]) -> dict:
 
 
 def drafter_config(ids: dict[str, int]) -> dict:
-    """A DFlash2 drafter for the target: one Qwen3 layer reading the target's two layers' hidden states."""
+    """A DFlash2 drafter for the target: one Qwen3 layer reading one of the target's layers' hidden states.
+
+    Where each ``dflash_config`` key is required (paths inside the PyPI wheels):
+
+    - ``selector_rank``, ``selector_top_k``: SGLang 0.5.19 / 0.5.23 sglang/srt/models/dflash.py
+      (DFlash2DraftModel.__init__, lines 1072 / 1270) raises "DFlash selector draft requires
+      dflash_config.selector_rank" when it is 0 or absent, and sglang/srt/speculative/dflash_utils.py
+      parse_dflash_draft_config (lines 642 / 645) wants rank and top_k together, both >= 0. The selector walk
+      (sglang/kernels/ops/speculative/dflash.py, ``tl.arange(0, top_k)``, lines 264 / 266) needs top_k a
+      power of two. vLLM 0.33.0 vllm/model_executor/models/qwen3_dflash2.py (DFlash2Qwen3Model, lines 385-386)
+      and vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py (line 195) index both keys: KeyError if absent.
+    - ``conv_kernel_size``, ``conv_group_size``: vLLM 0.33.0 qwen3_dflash2.py (DFlash2Qwen3DecoderLayer,
+      lines 253-254) indexes both, and DFlashGroupedConv (line 182) wants the group size to divide
+      hidden_size. SGLang 0.5.19 / 0.5.23 take them as optional but only together (dflash_utils.py
+      lines 626 / 629) and with the same divisibility (models/dflash.py lines 422 / 547).
+    - ``mask_token_id``: vLLM 0.33.0 vllm/v1/worker/gpu/spec_decode/utils.py get_parallel_drafting_token_id
+      (line 92) raises without it; SGLang's DFLASH worker (speculative/dflash_worker_v2.py) wants it inside the
+      target vocabulary and equal to the tokenizer's id of ``mask_token`` (default "<|MASK|>",
+      dflash_utils.py line 24 / 27), so ``mask_token`` names ours.
+    - ``target_layer_ids``: SGLang 0.5.19 / 0.5.23 capture the input of layer id + 1 (models/qwen3_vl.py
+      set_dflash_layers_to_capture, lines 1543 / 1688, indexing models/qwen3_5.py self.layers, lines
+      1660 / 1892: IndexError for the last layer); without ids it picks [num_target_layers // 2] = [1]
+      (dflash_utils.py build_target_layer_ids, lines 379 / 371), also out of range. vLLM 0.33.0 adds 1 too
+      (vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py line 124) and sizes the fc from their count.
+    - ``block_size``: both engines read it (SGLang dflash_utils.py parse_dflash_draft_config; vLLM builds the
+      convolution for 1 + num_speculative_tokens = 8 query tokens, qwen3_dflash2.py line 256).
+    """
     return {
         "architectures": ["DFlash2DraftModel"],
         "model_type": "qwen3",
@@ -265,8 +301,16 @@ def drafter_config(ids: dict[str, int]) -> dict:
         "block_size": DFLASH_BLOCK_SIZE,
         "num_target_layers": len(LAYER_TYPES),
         "target_hidden_size": HIDDEN,
-        "dflash_config": {"block_size": DFLASH_BLOCK_SIZE, "target_layer_ids": list(range(len(LAYER_TYPES))),
-                          "mask_token_id": ids["<|mask|>"]},
+        "dflash_config": {
+            "block_size": DFLASH_BLOCK_SIZE,
+            "target_layer_ids": list(DFLASH_TARGET_LAYER_IDS),
+            "mask_token": "<|mask|>",
+            "mask_token_id": ids["<|mask|>"],
+            "selector_rank": DFLASH_SELECTOR_RANK,
+            "selector_top_k": DFLASH_SELECTOR_TOP_K,
+            "conv_kernel_size": DFLASH_CONV_KERNEL_SIZE,
+            "conv_group_size": DFLASH_CONV_GROUP_SIZE,
+        },
     }
 
 
