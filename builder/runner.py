@@ -261,6 +261,7 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
                     attempt(step, None)
         finally:
             ctx.release()
+            ctx.drop_run_name()
     outcome.seconds = time.monotonic() - t0
     return outcome
 

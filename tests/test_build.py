@@ -98,6 +98,13 @@ def test_build_compiles_exports_audits_and_tags(built_80_90, docker_engine):
     # the image audit (docker export, fatbins read in Python) agrees
     report = run_cli("audit", ref, "--arch", "80,90")
     assert report.exit_code == 0, report.output
+    # smoke ran the image under the run's own name, which went with the run: the image keeps the cell's tag only
+    assert re.search(rf"name={re.escape(ref)}-run-[0-9a-f]{{8}}", log), log[-2000:]
+    image_id = subprocess.run(["docker", "image", "inspect", ref, "--format", "{{.Id}}"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    names = subprocess.run(["docker", "image", "ls", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert not [n for n in names if "-run-" in n and n.startswith(image_id)], names
 
 
 def test_ca_bundle_is_a_secret_not_a_layer(built_80_90, ca_bundle, docker_engine, tmp_path):

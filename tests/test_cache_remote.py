@@ -413,7 +413,7 @@ def test_a_bad_registry_artifact_is_not_used_but_reported_and_healed(registry_en
             notes.append(text)
 
     wheel_step = type("W", (), {"key": key, "short_key": key[:16],
-                                "package": type("P", (), {"name": "cuda-ext", "version": "1.0.0"})()})()
+                                "package": type("P", (), {"name": "cuda-ext", "version": "1.0.0", "cache_archs": ARCHS})()})()
     assert CompileStep()._cached(Ctx(), wheel_step) is None, "a bad remote entry must not be used"
     (note,) = notes
     assert "cache entry of cuda-ext==1.0.0" in note and "is bad:" in note and "compiling again" in note

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -88,10 +89,14 @@ def matrix(tmp: Path) -> Path:
     return tmp / "matrix.toml"
 
 
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # what pip in the build trusts (a TLS-intercepting proxy here)
+
+
 def build(tmp: Path, *extra: str, wheelhouse: str = "wheelhouse") -> subprocess.CompletedProcess[str]:
+    ca = ["--ca-bundle", str(HOST_CA)] if HOST_CA.is_file() else []
     return builder("build", "--matrix", str(tmp / "matrix.toml"), "--wheelhouse", str(tmp / wheelhouse),
                    "--work-dir", str(tmp / "work"), "--log-dir", str(tmp / "logs"), "--pins-dir", str(tmp / "pins"),
-                   "--no-remote", "--quiet", *extra, cwd=tmp)
+                   "--no-remote", "--quiet", *ca, *extra, cwd=tmp)
 
 
 def entries(wheelhouse: Path) -> list[Path]:
@@ -203,7 +208,9 @@ def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         log = (tmp_path / "logs" / f"{REAL_CELL}.log").read_text()
         assert "download vllm==0.33.0 from the index: https://files.pythonhosted.org/" in log
-        assert "device code covers sm_80, sm_90" in res.stdout + log
+        # the audit passed because FA3, FlashMLA, ... are asked only for their own arch families (engine data)
+        assert re.search(r"OK: \d+ binaries with device code cover sm_80, sm_90", log), log[-3000:]
+        assert "ok (FlashAttention 3 (Hopper): for sm_90 only)" in log
         res = builder("smoke", REAL_CELL, "--matrix", m, "--layers", "L0,L1,L2", "--strategy", "all", "--launcher",
                       "docker", "--report-dir", str(tmp_path / "smoke"), "--json", cwd=tmp_path)
         assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
@@ -213,5 +220,8 @@ def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases
         assert set(wanted) <= set(results), results
         for key in wanted:
             assert results[key][0] == "pass", (key, results[key])
-    finally:
-        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True)
+    finally:  # the cell's tag and the run's content name (<tag>-<digest prefix>): ~10 GB
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", ref.split(":")[0]],
+                               capture_output=True, text=True).stdout.split()
+        for name in [n for n in names if n.startswith(ref)]:
+            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)

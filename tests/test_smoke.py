@@ -355,3 +355,49 @@ def test_smoke_verb_refuses_bad_input_with_exit_2(args, message, tmp_path):
 def test_smoke_verb_names_the_cells_when_the_target_is_neither_a_cell_nor_an_image(tmp_path):
     res = builder("smoke", "no-such-cell", "--matrix", str(MATRIX), "--launcher", "process")
     assert res.returncode == 2 and f"cells: {CELL}" in res.stderr
+
+
+def test_l1_sees_past_a_package_init_that_rewords_its_extensions_import_error(tmp_path):
+    """vLLM's vllm_flash_attn/__init__.py imports _vllm_fa2_C / _vllm_fa3_C and re-raises any failure as its own
+    ImportError, hiding that the library only lacks the driver (libcuda) on a CPU host. The probe loads each
+    extension from its file: the one linked to libcuda is "needs-driver", its healthy sibling loads. Real
+    CPython extensions, compiled here; libcuda.so.1 is a stub that exists only while linking."""
+    import shutil
+    import sysconfig
+
+    from builder.smoke import probe
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no host C compiler (cc, gcc) on PATH"
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "cuda.c").write_text("int cuInit(unsigned int flags) { return flags; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"),
+                    str(stub / "cuda.c")], check=True)
+    pkg = tmp_path / "site" / "fakeattn"
+    pkg.mkdir(parents=True)
+    for name, body in (("_needs_cuda_C", "extern int cuInit(unsigned int); int touch(void) { return cuInit(0); }"),
+                       ("_fine_C", "int touch(void) { return 0; }")):
+        src = stub / f"{name}.c"
+        src.write_text("#include <Python.h>\n" + body + "\n"
+                       f"static struct PyModuleDef m = {{PyModuleDef_HEAD_INIT, \"{name}\", NULL, -1, NULL}};\n"
+                       f"PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&m); }}\n")
+        subprocess.run([cc, "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", "-o",
+                        str(pkg / f"{name}.abi3.so"), str(src), "-Wl,--no-as-needed", f"-L{stub}", "-l:libcuda.so.1"]
+                       if name == "_needs_cuda_C" else
+                       [cc, "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", "-o",
+                        str(pkg / f"{name}.abi3.so"), str(src)], check=True)
+    (stub / "libcuda.so.1").unlink()
+    (pkg / "__init__.py").write_text(
+        "try:\n    from . import _needs_cuda_C, _fine_C\nexcept ImportError as e:\n"
+        "    raise ImportError('fakeattn requires the CUDA flash attention extensions') from e\n")
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        needs = probe._load_extension("fakeattn/_needs_cuda_C.abi3.so", str(pkg / "_needs_cuda_C.abi3.so"))
+        fine = probe._load_extension("fakeattn/_fine_C.abi3.so", str(pkg / "_fine_C.abi3.so"))
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+        for name in [m for m in sys.modules if m.startswith("fakeattn")]:
+            del sys.modules[name]
+    assert needs[0] == "needs-driver" and "libcuda.so.1" in needs[1], needs
+    assert fine == ("ok", "loaded from its file (its package's __init__ failed to import)"), fine

@@ -132,7 +132,9 @@ def _load_extension(relpath, path):
             return "ok", "imported"
         except ImportError as exc:
             if "module export function" not in str(exc):  # a real extension that fails to load
-                return _classify(exc)
+                # a package __init__ that imports its extensions and re-raises with words of its own (vLLM's
+                # vllm_flash_attn) hides why: load the file itself, past the package, for its own verdict
+                return _load_file(mod, path) if "." in mod else _classify(exc)
         except Exception as exc:  # noqa: BLE001
             return _classify(exc)
     try:
@@ -142,9 +144,25 @@ def _load_extension(relpath, path):
         return _classify(exc)
 
 
+def _load_file(mod, path):
+    """Load an extension module from its file without importing its package (not put in sys.modules)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.spec_from_file_location(mod, path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        return "ok", "loaded from its file (its package's __init__ failed to import)"
+    except Exception as exc:  # noqa: BLE001
+        return _classify(exc)
+
+
 def _classify(exc):
     text = _short(exc)
-    if "libcuda.so" in text or "libnvidia-ml" in text or "CUDA driver" in text:
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 5:  # the cause a wrapper re-raised with words of its own
+        chain.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    if any("libcuda.so" in t or "libnvidia-ml" in t or "CUDA driver" in t for t in chain):
         return "needs-driver", text
     return "failed", text
 

@@ -99,8 +99,8 @@ class CellContext:
     records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
     compiles: dict[str, dict] = field(default_factory=dict)  # package → its compile's time, objects, parallelism
     audits: dict[str, AuditReport] = field(default_factory=dict)
-    # the image the image step built, under a name of its content (<tag>-<digest prefix>) that no other build of
-    # the cell retags: what smoke runs and publish checks ("" until the image step ran)
+    # the image the image step built, under a name of this run only (<tag>-run-<random>) that no other build of
+    # the cell retags: what smoke runs and publish checks ("" until the image step ran); dropped at the cell's end
     image_ref: str = ""
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
 
@@ -114,6 +114,19 @@ class CellContext:
             stack = self.locks.pop(name, None)
             if stack:
                 stack.close()
+
+    def drop_run_name(self) -> None:
+        """Remove the run's own name for its image once the cell is done: the cell's tag keeps the image (an
+        image whose tag another build moved meanwhile goes with it, as an untagged image would)."""
+        from .. import docker
+        from ..errors import BuilderError
+
+        if self.image_ref:
+            try:
+                docker.untag_image(self.image_ref, self.opts.docker)
+            except (BuilderError, OSError) as exc:
+                self.note(f"WARNING: could not remove the run's name {self.image_ref}: {exc}")
+            self.image_ref = ""
 
     @property
     def cell(self):

@@ -74,10 +74,11 @@ class ImageStep:
                 ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
         metadata = ctx.dir / "metadata.json"
         ctx.note(f"runtime image {cell.ref}")
-        # loaded under a name of this run only: another build of the cell loading its image under the cell's tag
-        # at the same moment cannot take this one's place (the name is not part of the image or its digest)
-        loading = f"{cell.image}:{cell.tag}-load-{secrets.token_hex(4)}"
-        docker.stream(runtime_call(ctx, stage, metadata, loading).argv(opts.docker), ctx.log, ctx.echo())
+        # loaded under a name of this run only: another build of the cell loading or tagging its image at the same
+        # moment cannot take this one's place (the name is not part of the image or its digest). Smoke runs and
+        # publish checks the image under this name; the runner removes it when the cell is done.
+        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        docker.stream(runtime_call(ctx, stage, metadata, run_name).argv(opts.docker), ctx.log, ctx.echo())
         meta = json.loads(metadata.read_text()) if metadata.exists() else {}
         archive = archive_path(ctx)
         with oci.Archive(archive) as a:
@@ -88,24 +89,20 @@ class ImageStep:
                                                                  f"its OCI archive holds {digest}")
         ctx.note(f"load {archive} ({digest})")
         docker.load_archive(archive, opts.docker)
-        loaded = docker.image_id(loading, opts.docker)
+        ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
+        loaded = docker.image_id(run_name, opts.docker)
         if loaded != digest:
             return StepResult(self.name, cell.id, Status.FAILED,
                               f"{archive} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
                               "needs the containerd image store: scripts/setup-docker.sh turns it on)")
-        # the name of this content is what smoke runs and publish checks; cell.ref, the name users know, may be
-        # moved by another build of the cell at any moment
-        own = f"{cell.image}:{cell.tag}-{digest.split(':')[1][:12]}"
-        for name in (own, cell.ref):
-            docker.tag_image(loading, name, opts.docker)
-        docker.untag_image(loading, opts.docker)
-        ctx.image_ref = own
+        # cell.ref, the name users know, may be moved by another build of the cell at any moment
+        docker.tag_image(run_name, cell.ref, opts.docker)
         if pins_file and (opts.refresh_pins or not pins_file.is_file()):
-            _, why = pins.record(own, cell, pins_file, opts.index_url)
+            _, why = pins.record(run_name, cell, pins_file, opts.index_url)
             ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
                      + (f" (versions only: {why})" if why else ", each with its sha256"))
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
-                          artifacts={"image": cell.ref, "ref": own, "digest": digest, "manifest": image.manifest_digest,
+                          artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
                                      "archive": str(archive), "attestations": list(image.attestations)})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
