@@ -35,63 +35,62 @@ pytestmark = [
 ]
 
 
-def test_l0_to_l3_boot_the_tiny_fp8_model_under_mtp2_and_mtp7(tmp_path):
+def engine_python(variable: str, dist: str, version: str) -> str:
+    """The interpreter $variable names (default python3); the test fails, never skips, when it lacks the engine."""
     if not HAVE_GPU:  # nvidia-smi is there but fails: a broken driver is no reason to skip
         pytest.fail(f"nvidia-smi is on PATH but does not work: {NO_GPU}")
-    python = os.environ.get("BUILDER_SMOKE_PYTHON", "python3")
-    found = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True)
-    if found.returncode != 0 or found.stdout.strip() != "0.26.0":
-        pytest.fail(f"{python} has no vLLM 0.26.0 ({(found.stdout + found.stderr).strip()[-300:]}): install it "
-                    "as the README's Smoke section says, or point BUILDER_SMOKE_PYTHON at an environment that has it")
-    engine_args = os.environ.get("BUILDER_SMOKE_ENGINE_ARGS", "--enforce-eager --gdn-prefill-backend triton")
-    env_args = []
-    for pair in filter(None, os.environ.get("BUILDER_SMOKE_ENV", "VLLM_USE_DEEP_GEMM=0,VLLM_USE_FLASHINFER_SAMPLER=0").split(",")):
-        env_args += ["--env", pair]
+    python = os.environ.get(variable, "python3")
+    found = subprocess.run([python, "-c", f"from importlib.metadata import version; print(version({dist!r}))"],
+                           capture_output=True, text=True)
+    if found.returncode != 0 or found.stdout.strip() != version:
+        pytest.fail(f"{python} has no {dist} {version} ({(found.stdout + found.stderr).strip()[-300:]}): install it "
+                    f"as the README's Smoke section says, or point {variable} at an environment that has it")
+    return python
+
+
+def smoke_l0_to_l3(cell: str, python: str, engine_args: str, env_pairs: str, tmp_path) -> list[dict]:
+    """`builder smoke` of the tiny model under MTP2 and MTP7 through the process launcher: every result, each
+    asserted to pass."""
+    env_args = [arg for pair in filter(None, env_pairs.split(",")) for arg in ("--env", pair)]
     res = subprocess.run(
-        [sys.executable, "-m", "builder.cli", "smoke", CELL, "--matrix", str(REPO / "tests/fixtures/gpu-host/matrix.toml"),
+        [sys.executable, "-m", "builder.cli", "smoke", cell, "--matrix", str(REPO / "tests/fixtures/gpu-host/matrix.toml"),
          "--launcher", "process", "--python", python, "--model", "tiny", "--strategy", "MTP2,MTP7",
          "--engine-args", engine_args, *env_args, "--boot-timeout", "600", "--report-dir", str(tmp_path), "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=1800)
     print(res.stderr[-5000:])
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
-    rep = json.loads(res.stdout)
-    assert all(r["status"] == "pass" for r in rep["results"]), rep["results"]
+    results = json.loads(res.stdout)["results"]
+    assert all(r["status"] == "pass" for r in results), results
+    return results
+
+
+def figures(results: list[dict], layer: str, strategy: str) -> dict:
+    return next(r for r in results if r["layer"] == layer and r["strategy"] == strategy)["figures"]
+
+
+def test_l0_to_l3_boot_the_tiny_fp8_model_under_mtp2_and_mtp7(tmp_path):
+    python = engine_python("BUILDER_SMOKE_PYTHON", "vllm", "0.26.0")
+    results = smoke_l0_to_l3(CELL, python,
+                             os.environ.get("BUILDER_SMOKE_ENGINE_ARGS", "--enforce-eager --gdn-prefill-backend triton"),
+                             os.environ.get("BUILDER_SMOKE_ENV", "VLLM_USE_DEEP_GEMM=0,VLLM_USE_FLASHINFER_SAMPLER=0"),
+                             tmp_path)
     for name, k in (("MTP2", 2), ("MTP7", 7)):
-        f = next(r for r in rep["results"] if r["layer"] == "L3" and r["strategy"] == name)["figures"]
+        f = figures(results, "L3", name)
         print(name, json.dumps(f))
         assert f["drafts"] > 0 and f["draft_tokens"] == k * f["drafts"], f  # speculative decoding ran, K per draft
         assert f["output_tokens"] == 64 and f["output_text"].strip() and f["ttft_s"] is not None
 
 
 def test_sglang_l0_to_l3_boot_the_tiny_fp8_model_under_mtp2_and_mtp7(tmp_path):
-    if not HAVE_GPU:  # nvidia-smi is there but fails: a broken driver is no reason to skip
-        pytest.fail(f"nvidia-smi is on PATH but does not work: {NO_GPU}")
-    python = os.environ.get("BUILDER_SMOKE_SGLANG_PYTHON", "python3")
-    found = subprocess.run([python, "-c", "from importlib.metadata import version; print(version('sglang'))"],
-                           capture_output=True, text=True)
-    if found.returncode != 0 or found.stdout.strip() != "0.5.17":
-        pytest.fail(f"{python} has no SGLang 0.5.17 ({(found.stdout + found.stderr).strip()[-300:]}): install it "
-                    "as the README's Smoke section says, or point BUILDER_SMOKE_SGLANG_PYTHON at an environment "
-                    "that has it")
-    engine_args = os.environ.get("BUILDER_SMOKE_SGLANG_ENGINE_ARGS", SGLANG_ENGINE_ARGS)
-    env_args = []
-    for pair in filter(None, os.environ.get("BUILDER_SMOKE_SGLANG_ENV", "SGLANG_ENABLE_JIT_DEEPGEMM=0").split(",")):
-        env_args += ["--env", pair]
-    res = subprocess.run(
-        [sys.executable, "-m", "builder.cli", "smoke", SGLANG_CELL, "--matrix",
-         str(REPO / "tests/fixtures/gpu-host/matrix.toml"), "--launcher", "process", "--python", python,
-         "--model", "tiny", "--strategy", "MTP2,MTP7", "--engine-args", engine_args, *env_args,
-         "--boot-timeout", "600", "--report-dir", str(tmp_path), "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=1800)
-    print(res.stderr[-5000:])
-    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
-    rep = json.loads(res.stdout)
-    assert all(r["status"] == "pass" for r in rep["results"]), rep["results"]
+    python = engine_python("BUILDER_SMOKE_SGLANG_PYTHON", "sglang", "0.5.17")
+    results = smoke_l0_to_l3(SGLANG_CELL, python,
+                             os.environ.get("BUILDER_SMOKE_SGLANG_ENGINE_ARGS", SGLANG_ENGINE_ARGS),
+                             os.environ.get("BUILDER_SMOKE_SGLANG_ENV", "SGLANG_ENABLE_JIT_DEEPGEMM=0"), tmp_path)
     for name, steps in (("MTP2", 2), ("MTP7", 7)):
-        l2 = next(r for r in rep["results"] if r["layer"] == "L2" and r["strategy"] == name)["figures"]["resolved"]
+        l2 = figures(results, "L2", name)["resolved"]
         assert (l2["speculative_algorithm"], l2["speculative_num_steps"], l2["speculative_eagle_topk"],
                 l2["speculative_num_draft_tokens"]) == ("EAGLE", steps, 1, steps + 1), l2
-        f = next(r for r in rep["results"] if r["layer"] == "L3" and r["strategy"] == name)["figures"]
+        f = figures(results, "L3", name)
         print(name, json.dumps(f))
         # speculative decoding ran: verify calls rose (SGLang counts no draft tokens; L3 also checked that its
         # server info echoes EAGLE with these steps / topk / draft tokens) and the accept length moved
