@@ -415,7 +415,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here
-    plans = plan_mod.plan_cells(cells, cache, history=wheelhouse)
+    plans = plan_mod.plan_cells(cells, cache, history=wheelhouse, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
     if dry_run:
         runner.dry_run(plans, cache, opts, click.echo)
         return

@@ -142,9 +142,10 @@ def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: in
 
 
 def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse | None = None,
-               host: Host | None = None) -> list[CellPlan]:
+               host: Host | None = None, max_jobs: int | None = None, nvcc_threads: int | None = None) -> list[CellPlan]:
     """Each cell's wheels with their keys; with a cache, whether each is already there (no download); with
-    a history (the local wheelhouse), how long each compile should take."""
+    a history (the local wheelhouse), how long each compile should take at the parallelism the build will use
+    (--max-jobs / --nvcc-threads when given, else the host's rule)."""
     out = []
     if history is not None and host is None:
         host = Host.detect()
@@ -154,7 +155,7 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
             hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
-            guess = compile_estimate(history, pkg, host) if history is not None and host is not None else None
+            guess = compile_estimate(history, pkg, host, max_jobs, nvcc_threads) if history is not None and host is not None else None
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out

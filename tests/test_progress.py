@@ -174,3 +174,26 @@ def test_recorded_ninja_output_of_a_real_cmake_cuda_build_is_counted():
         seen.append((t.done, t.total))
     assert seen == [(0, 0), (1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
     assert out.getvalue().splitlines()[-1] == "recorded, 5/5 objects (100%), elapsed 12s, ETA 0s"
+
+
+def test_plan_estimates_at_the_parallelism_the_build_is_told(tmp_path):
+    """`build --max-jobs/--nvcc-threads` compiles with fewer threads than the host's rule: the estimate plan
+    prints (and the build's closing table compares) is scaled to those, not to the default."""
+    from builder import matrix as matrix_mod
+    from builder import resolve
+    from builder.plan import plan_cells
+    from builder.resources import Host
+
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = tmp_path / "e" / "cuda_ext-1.0.0-cp311-cp311-linux_x86_64.whl"
+    whl.parent.mkdir()
+    whl.write_bytes(b"x")
+    wh.store("cuda-ext", "e" * 64, [whl], {"version": "1.0.0", "files": file_records([whl]),
+                                           "audit": {"ok": True, "archs": [80, 90]}, "built_by": {"at": "2026-11-20T00:00:00Z"},
+                                           "compile": {"seconds": 600, "objects": 2, "threads": 8, "archs": 2, "cores": 16}})
+    cells = resolve.select(matrix_mod.load(FIXTURE / "matrix.toml"), matrix_mod.Selection())
+    host = Host(cores=16, free_gb=64.0)
+    (default,) = plan_cells(cells, None, history=wh, host=host)
+    (told,) = plan_cells(cells, None, history=wh, host=host, max_jobs=1, nvcc_threads=1)
+    assert told.wheels[0].estimate.seconds == pytest.approx(600 * 8 / 1)
+    assert default.wheels[0].estimate.seconds < told.wheels[0].estimate.seconds
