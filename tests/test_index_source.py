@@ -164,3 +164,21 @@ def test_lock_records_the_releases_linux_wheels_from_the_real_index(tmp_path):
     assert x86["sha256"] == "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"
     assert x86["url"].startswith("https://files.pythonhosted.org/") and x86["url"].endswith("/" + X86)
     assert entry.torch == "2.14.0"
+
+
+def test_ci_sends_a_cell_that_compiles_nothing_to_the_light_runner(tmp_path, monkeypatch):
+    import json
+
+    text = PROFILE + """
+[profiles.compiled]
+cuda = "13.0.3"
+os = "ubuntu24.04"
+python = "3.12"
+engines = {{ vllm = "0.33.0" }}
+"""
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    res = run_cli("matrix", "--matrix", str(with_wheels(tmp_path, [X86], text=text)), "--profile", "all")
+    assert res.exit_code == 0, res.output
+    runners = {c["cell"]: c["runner"] for c in json.loads(res.output)["include"]}
+    assert runners == {"vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90-index": ["ubuntu-latest"],
+                       "vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90": ["self-hosted", "linux", "x64", "builder-compile"]}
