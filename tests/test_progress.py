@@ -176,6 +176,29 @@ def test_recorded_ninja_output_of_a_real_cmake_cuda_build_is_counted():
     assert out.getvalue().splitlines()[-1] == "recorded, 5/5 objects (100%), elapsed 12s, ETA 0s"
 
 
+def test_recorded_output_of_the_real_flash_attn_kernel_build_is_counted():
+    """tests/fixtures/progress/flash-attn-2.8.3-one-kernel-sm80-sm90.log: BuildKit's lines of the slow
+    tests/test_flash_attn_kernel.py run (flash-attn 2.8.3's own setup.py and torch's BuildExtension, ninja, nvcc
+    13.0, FLASH_ATTN_CUDA_ARCHS="80;90", one kernel source), recorded on 2026-11-30. ninja's "[1/1] ccache
+    .../nvcc ... flash_fwd_hdim32_fp16_sm80.o" is counted among compiler warnings, setuptools noise and the
+    g++ link, which are not."""
+    lines = (REPO / "tests" / "fixtures" / "progress" / "flash-attn-2.8.3-one-kernel-sm80-sm90.log").read_text().splitlines()
+    assert [line for line in lines if counters(line)] == [line for line in lines if " [1/1] ccache " in line]
+    assert [counters(line) for line in lines if counters(line)] == [(1, 1)]
+    compiles = [line for line in lines if is_object_compile(line)]
+    assert len(compiles) == 1 and "flash_fwd_hdim32_fp16_sm80.o" in compiles[0]
+    assert not [line for line in lines if "x86_64-linux-gnu-g++" in line and is_object_compile(line)]
+    clock = Clock()
+    out = io.StringIO()
+    t = Display("plain", stream=out, interval=0, clock=clock, env={}).track("flash-attn==2.8.3", None)
+    for line in lines:
+        clock.now += 1
+        t.feed(line)
+    assert (t.done, t.total) == (1, 1)
+    assert out.getvalue().splitlines()[-1].startswith("flash-attn==2.8.3, 1/1 objects (100%)")
+    assert not any(c in out.getvalue() for c in "\r\x1b")  # a non-TTY log gets no control characters
+
+
 def test_plan_estimates_at_the_parallelism_the_build_is_told(tmp_path):
     """`build --max-jobs/--nvcc-threads` compiles with fewer threads than the host's rule: the estimate plan
     prints (and the build's closing table compares) is scaled to those, not to the default."""
