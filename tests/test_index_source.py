@@ -119,7 +119,7 @@ def test_plan_render_and_dry_run_fetch_instead_of_compiling(tmp_path, monkeypatc
     # the key is the file, whatever the cell: another profile taking the same wheel shares the cache entry
     assert step.inputs == {"format": 1, "package": "vllm", "version": "0.33.0", "source": cell.packages[0].source.ref}
     text = format_plan(plan_cells([cell], resolve_cache(tmp_path)))
-    assert f"fetch  vllm==0.33.0" in text and f"from the index as published ({X86}); the audit decides" in text
+    assert "fetch  vllm==0.33.0" in text and f"from the index as published ({X86}); the audit decides" in text
     assert "UNPINNED" not in text  # vLLM's CMake dependencies are not fetched for a wheel nobody compiles
     dockerfile = render(plan, m.defaults["index"])
     stages = [line.split()[-1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
@@ -138,16 +138,19 @@ def resolve_cache(tmp):
     return Wheelhouse(tmp / "wheelhouse")
 
 
-def test_compiled_and_index_profiles_of_one_engine_live_in_one_matrix(tmp_path, monkeypatch):
-    text = PROFILE + """
+# the same engine version compiled here, in a second profile of the same matrix
+WITH_COMPILED_TWIN = PROFILE + """
 [profiles.compiled]
 cuda = "13.0.3"
 os = "ubuntu24.04"
 python = "3.12"
 engines = {{ vllm = "0.33.0" }}
 """
+
+
+def test_compiled_and_index_profiles_of_one_engine_live_in_one_matrix(tmp_path, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    path = with_wheels(tmp_path, [X86], text=text)
+    path = with_wheels(tmp_path, [X86], text=WITH_COMPILED_TWIN)
     ids = [c.id for c in resolve.select(load(path), Selection(profiles=("all",)))]
     assert ids == ["vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90-index", "vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90"]
 
@@ -169,15 +172,8 @@ def test_lock_records_the_releases_linux_wheels_from_the_real_index(tmp_path):
 def test_ci_sends_a_cell_that_compiles_nothing_to_the_light_runner(tmp_path, monkeypatch):
     import json
 
-    text = PROFILE + """
-[profiles.compiled]
-cuda = "13.0.3"
-os = "ubuntu24.04"
-python = "3.12"
-engines = {{ vllm = "0.33.0" }}
-"""
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    res = run_cli("matrix", "--matrix", str(with_wheels(tmp_path, [X86], text=text)), "--profile", "all")
+    res = run_cli("matrix", "--matrix", str(with_wheels(tmp_path, [X86], text=WITH_COMPILED_TWIN)), "--profile", "all")
     assert res.exit_code == 0, res.output
     runners = {c["cell"]: c["runner"] for c in json.loads(res.output)["include"]}
     assert runners == {"vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90-index": ["ubuntu-latest"],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -119,7 +118,7 @@ def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(ind
         assert f'filename = "{WHEEL}"' in lock and hashlib.sha256(good.read_bytes()).hexdigest() in lock
 
         plan = builder("plan", "--matrix", str(m), "--wheelhouse", str(tmp_path / "wheelhouse"), cwd=tmp_path)
-        assert plan.returncode == 0 and f"fetch  cuda-ext==1.0.0" in plan.stdout, plan.stdout + plan.stderr
+        assert plan.returncode == 0 and "fetch  cuda-ext==1.0.0" in plan.stdout, plan.stdout + plan.stderr
 
         res = build(tmp_path)
         assert res.returncode == 0, res.stdout + res.stderr
@@ -129,7 +128,7 @@ def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(ind
         assert "audit cuda-ext==1.0.0" in log
         (cached,) = entries(tmp_path / "wheelhouse")
         assert cached.read_bytes() == good.read_bytes()
-        ref = f"127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90-index"
+        ref = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90-index"
         installed = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", ref, "-c",
                                     "import cuda_ext, hashlib, pathlib; p = pathlib.Path(cuda_ext.__file__).parent; "
                                     "print(hashlib.sha256((p / 'libsaxpy.so').read_bytes()).hexdigest())"],
