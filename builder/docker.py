@@ -324,6 +324,18 @@ def image_id(ref: str, docker: str = "docker") -> str:
     return out.strip() if code == 0 else ""
 
 
+def image_repository(ref: str) -> str:
+    """An image reference without its @digest and :tag (REGISTRY/PATH/NAME)."""
+    name = ref.split("@", 1)[0]
+    return name.rsplit(":", 1)[0] if name.rfind(":") > name.rfind("/") else name
+
+
+def image_registry(ref: str) -> str:
+    """The registry host an image reference names ("" for a Docker Hub short name like nvidia/cuda:13.0)."""
+    first, slash, _ = ref.partition("/")
+    return first if slash and ("." in first or ":" in first or first == "localhost") else ""
+
+
 def repo_digest(ref: str, docker: str = "docker") -> str:
     """The manifest digest under which the local daemon knows image REF (its RepoDigests entry for REF's
     name), "" when it has none: what `FROM REF@digest` resolves to on this host."""
@@ -332,9 +344,7 @@ def repo_digest(ref: str, docker: str = "docker") -> str:
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], timeout=60)
     if code != 0:
         return ""
-    name = ref.split("@")[0]
-    name = name.rsplit(":", 1)[0] if name.rfind(":") > name.rfind("/") else name
-    short = name.removeprefix("docker.io/").removeprefix("library/")
+    short = image_repository(ref).removeprefix("docker.io/").removeprefix("library/")
     for entry in json.loads(out or "null") or []:
         repo, _, digest = entry.partition("@")
         if repo.removeprefix("docker.io/").removeprefix("library/") == short and digest.startswith("sha256:"):

@@ -18,6 +18,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import docker
+from .cache.config import is_loopback
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"
 
@@ -195,12 +196,6 @@ def _registry_host(registry: str) -> str:
     return host.split("/")[0]
 
 
-def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    name = name.strip("[]")
-    return name == "localhost" or name.startswith("127.") or name == "::1"
-
-
 def _get_v2(url: str, timeout: float) -> tuple[int | None, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -214,7 +209,7 @@ def _get_v2(url: str, timeout: float) -> tuple[int | None, str]:
 
 def check_registry(registry: str, timeout: float = 5.0) -> Check:
     host = _registry_host(registry)
-    schemes = ["http"] if _is_loopback(host) else ["https", "http"]
+    schemes = ["http"] if is_loopback(host) else ["https", "http"]
     errors = []
     for scheme in schemes:
         url = f"{scheme}://{host}/v2/"

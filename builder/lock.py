@@ -243,10 +243,8 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
 
     if "@" in ref:
         return ref.split("@", 1)[1], "the reference itself", ""
-    name = ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
-    first = name.split("/")[0]
-    host = first if "/" in name and ("." in first or ":" in first or first == "localhost") else "docker.io"
-    args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host.rsplit(":", 1)[0]))
+    host = docker.image_registry(ref) or "docker.io"
+    args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host))
     try:
         raw = docker.skopeo(args, timeout=60, binary=True).stdout
         return "sha256:" + hashlib.sha256(raw).hexdigest(), f"registry {host}", ""

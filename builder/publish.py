@@ -88,8 +88,7 @@ def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: fl
         raise UserError(f"--retries: from 0 to 99, got {attempts - 1}")
     host = registry.split("/")[0]
     creds, origin = registry_credentials(host)
-    hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-    return Target(registry=registry, images_json=images_json, tls_verify=not is_loopback(hostname),
+    return Target(registry=registry, images_json=images_json, tls_verify=not is_loopback(host),
                   credentials=creds, credentials_from=origin, attempts=attempts, backoff=backoff, aliases=aliases)
 
 

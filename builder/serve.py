@@ -38,9 +38,9 @@ def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
         return labels
     from .cache.config import is_loopback
 
-    host = image.split("/")[0] if "/" in image else ""
-    if host and ("." in host or ":" in host or host == "localhost"):
-        args = docker.skopeo_inspect_args(f"docker://{image}", tls_verify=not is_loopback(host.rsplit(":", 1)[0]))
+    host = docker.image_registry(image)
+    if host:
+        args = docker.skopeo_inspect_args(f"docker://{image}", tls_verify=not is_loopback(host))
         try:
             return json.loads(docker.skopeo(args, timeout=120).stdout).get("Labels") or {}
         except (CommandError, ValueError):

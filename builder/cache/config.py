@@ -208,7 +208,11 @@ def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
 
 
 def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
+    """Whether a registry host is this machine: `localhost`, `127.0.0.1`, `[::1]`, each with or without :PORT."""
+    if host.startswith("["):  # [v6] or [v6]:port
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:  # name:port or v4:port (a bare v6 address has more colons)
+        host = host.rsplit(":", 1)[0]
     if host == "localhost":
         return True
     try:

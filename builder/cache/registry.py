@@ -70,7 +70,7 @@ class RegistryStore:
         self.spec = spec
         self.name = name
         self.host, self.repo = split_url(spec.url)
-        self.insecure = spec.insecure if spec.insecure is not None else is_loopback(self.host.rsplit(":", 1)[0])
+        self.insecure = spec.insecure if spec.insecure is not None else is_loopback(self.host)
         self.push_enabled = spec.push
         self.label = f"registry {spec.url}"
         self._oras: _Client | None = None
