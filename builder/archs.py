@@ -122,6 +122,11 @@ class ArchScope:
     def to_json(self) -> dict:
         return {"files": self.files, "archs": list(self.archs), "why": self.why}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "ArchScope":
+        """From the engine data's arch_scoped entries and the cache manifest's copy of them (to_json)."""
+        return cls(data["files"], tuple(data["archs"]), data["why"])
+
 
 def scope_for(path: str, scopes: Iterable[ArchScope]) -> ArchScope | None:
     return next((s for s in scopes if s.matches(path)), None)

@@ -11,6 +11,7 @@ from pathlib import Path
 import requests
 
 from .errors import BuilderError, EnvironmentProblem
+from .pypi import ca_bundle_file
 
 CHUNK = 1 << 20
 
@@ -28,7 +29,7 @@ def stream_into(resp: requests.Response, part: Path) -> tuple[str, int]:
 
 def ca_bundle() -> str | bool:
     """What `requests` verifies TLS against: the bundle pip and `builder lock` use, else its default."""
-    return os.environ.get("BUILDER_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or True
+    return ca_bundle_file() or True
 
 
 class DownloadMismatch(BuilderError):

@@ -450,7 +450,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
-        arch_scoped=tuple(archs_mod.ArchScope(e["files"], tuple(e["archs"]), e["why"]) for e in merged.get("arch_scoped", ())),
+        arch_scoped=tuple(archs_mod.ArchScope.from_json(e) for e in merged.get("arch_scoped", ())),
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

@@ -135,8 +135,14 @@ class IndexError_(BuilderError):
     """The index could not be read (network, 404, unexpected answer)."""
 
 
+def ca_bundle_file() -> str | None:
+    """The CA bundle the user named for HTTPS to the index (BUILDER_CA_BUNDLE, else pip's PIP_CERT, else
+    SSL_CERT_FILE), or None."""
+    return os.environ.get("BUILDER_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+
+
 def _ssl_context() -> ssl.SSLContext:
-    bundle = os.environ.get("BUILDER_CA_BUNDLE") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    bundle = ca_bundle_file()
     ctx = ssl.create_default_context(cafile=bundle) if bundle else ssl.create_default_context()
     if not bundle and os.path.exists("/etc/ssl/certs/ca-certificates.crt"):
         ctx.load_verify_locations("/etc/ssl/certs/ca-certificates.crt")

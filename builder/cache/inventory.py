@@ -68,7 +68,7 @@ def verify(wh: Wheelhouse, entry: Entry) -> str:
     problem = verify_files(files, meta)
     if problem:
         return problem
-    scopes = [archs_mod.ArchScope(s["files"], tuple(s["archs"]), s["why"]) for s in meta.get("arch_scoped") or ()
+    scopes = [archs_mod.ArchScope.from_json(s) for s in meta.get("arch_scoped") or ()
               if isinstance(s, dict) and {"files", "archs", "why"} <= set(s)]
     report = audit(entry.path, entry.archs, scopes)
     if not report.ok:
