@@ -123,6 +123,22 @@ def _v2_status(host: str) -> int | None:
         return None
 
 
+def registry_config_lines(root: Path, host: str) -> list[str]:
+    """docker-registry's config.yml: data under ROOT/data, deletes allowed, listening on HOST (127.0.0.1:PORT)."""
+    return ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:", f"    rootdirectory: {root / 'data'}",
+            "  delete:", "    enabled: true", "http:", f"  addr: {host}"]
+
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `timeout` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:
     binary = shutil.which("docker-registry")
     if binary is None:
@@ -130,18 +146,7 @@ def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     host = f"127.0.0.1:{port}"
-    lines = [
-        "version: 0.1",
-        "log:",
-        "  level: warn",
-        "storage:",
-        "  filesystem:",
-        f"    rootdirectory: {root / 'data'}",
-        "  delete:",
-        "    enabled: true",
-        "http:",
-        f"  addr: {host}",
-    ]
+    lines = registry_config_lines(root, host)
     if auth is not None:
         htpasswd = shutil.which("htpasswd")
         if htpasswd is None:
@@ -168,12 +173,7 @@ def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator
             time.sleep(0.1)
         yield host
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()
 
 

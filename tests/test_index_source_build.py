@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from builder.docker import image_repository
+
 from . import services
 from .helpers import REPO
 
@@ -220,7 +222,7 @@ def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases
         for key in wanted:
             assert results[key][0] == "pass", (key, results[key])
     finally:  # the cell's tag and the run's content name (<tag>-<digest prefix>): ~10 GB
-        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", ref.rsplit(":", 1)[0]],
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", image_repository(ref)],
                                capture_output=True, text=True).stdout.split()
         for name in [n for n in names if n.startswith(ref)]:
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)

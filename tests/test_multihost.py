@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import pytest
 
+from .conftest import stop_process
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -107,12 +109,7 @@ def second_engine(docker_engine, local_bases):
         yield Engine(context, host, env)
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 60)
         sh(["umount", "-R", str(root / "data")])
         for rule in rules:
             iptables("-D", rule)

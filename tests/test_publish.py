@@ -27,7 +27,7 @@ from builder.errors import CommandError, UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .conftest import free_port
+from .conftest import free_port, registry_config_lines, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
@@ -201,9 +201,7 @@ class Registry(Client):
         self.root = root
         self.proc: subprocess.Popen | None = None
         root.mkdir(parents=True, exist_ok=True)
-        (root / "config.yml").write_text("\n".join([
-            "version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:", f"    rootdirectory: {root / 'data'}",
-            "  delete:", "    enabled: true", "http:", f"  addr: {self.host}"]) + "\n")
+        (root / "config.yml").write_text("\n".join(registry_config_lines(root, self.host)) + "\n")
 
     def start(self) -> "Registry":
         log = (self.root / "registry.log").open("ab")
@@ -221,12 +219,7 @@ class Registry(Client):
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 10)
 
 
 class Shared(NamedTuple):
