@@ -106,6 +106,7 @@ class Recipe:
     serve_modules: tuple[str, ...] = ()
     runtime_jit: bool = False
     runtime_checks: tuple[str, ...] = ()
+    serve_jit: tuple[str, ...] = ()  # what it compiles at its first request (the knowledge's serve_jit table)
     fetch_overrides: tuple[tuple[str, str], ...] = ()
     builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
     arch_scoped: tuple[archs_mod.ArchScope, ...] = ()  # binaries for some arch families only, by design
@@ -228,6 +229,17 @@ class Knowledge:
         mm = ".".join(cuda.split(".")[:2])
         return self.data["cuda"].get(mm, {}).get("runtime_jit")
 
+    def serve_jit(self, name: str, python: str) -> dict:
+        """One serve-time compile path of the knowledge, its apt packages spelt for this Python."""
+        table = self.data.get("serve_jit", {})
+        if name not in table:
+            raise UserError(f"serve_jit {name!r} is named by an engine rule and defined nowhere in the engine "
+                            f"knowledge{did_you_mean(name, table)}; known: {', '.join(table) or 'none'}")
+        entry = dict(table[name])
+        return {"name": name, "why": entry["why"], "probe": entry["probe"],
+                "apt": [a.replace("{python}", python) for a in entry.get("apt", ())],
+                "libcuda_stub": entry.get("libcuda_stub", False), "needs_runtime_jit": entry.get("needs_runtime_jit", False)}
+
     def build_tools(self) -> tuple[str, ...]:
         tools = self.data["build_tools"]
         return (*tools["pip"], tools["cmake"])
@@ -256,7 +268,7 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     # torch_pin = "via:<package>" and companions may name a package of any of the files
     names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
-    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}}
+    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
         _KnowledgeChecker(file, known).check(data, shape)
@@ -448,6 +460,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         serve_modules=tuple(merged.get("serve_modules", ())),
         runtime_jit=merged.get("runtime_jit", False),
         runtime_checks=tuple(merged.get("runtime_checks", ())),
+        serve_jit=tuple(merged.get("serve_jit", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
         arch_scoped=tuple(archs_mod.ArchScope.from_json(e) for e in merged.get("arch_scoped", ())),

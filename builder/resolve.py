@@ -136,6 +136,8 @@ class Cell:
     build_tools: tuple[str, ...] = ()
     # what the runtime needs to compile kernels at run time (engine data runtime_jit + the CUDA table), or None
     runtime_jit: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+    # what the engine compiles at its first request (engine data serve_jit), each with its needs and reason
+    serve_jit: tuple[dict, ...] = dataclasses.field(default=(), compare=False, hash=False)
 
     @property
     def engine_recipe(self) -> Recipe:
@@ -330,6 +332,12 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         raise UserError(f"{where}.cuda: {engine} {version} compiles kernels at run time (nvcc in the image) and CUDA "
                         f"{prof.cuda} has no runtime_jit entry in the engine knowledge (no nvcc wheels known for it)")
 
+    serve_jit = tuple(kn.serve_jit(name, prof.python) for name in eng.serve_jit)
+    for path in serve_jit:
+        if path["needs_runtime_jit"] and jit is None:
+            raise UserError(f"{where}: {engine} {version} compiles with nvcc at its first request (serve_jit "
+                            f"{path['name']}) and its engine data gives it no runtime_jit toolchain")
+
     for s in prof.strategies:
         why = eng.strategy_problem(s)
         if why:
@@ -367,6 +375,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         tag=tag,
         build_tools=kn.build_tools(),
         runtime_jit=jit,
+        serve_jit=serve_jit,
     )
 
 

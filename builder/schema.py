@@ -231,6 +231,7 @@ RULE = Table(
         "serve_modules": ListOf(TOKEN),  # modules serving imports: the image check finds each of them
         "runtime_jit": BOOL,  # kernels compile at run time: the runtime gets the CUDA table's runtime_jit
         "runtime_checks": ListOf(QUOTABLE),  # Python statements the image must run without error
+        "serve_jit": ListOf(TOKEN),  # what it compiles at its first request: names in the serve_jit table
         "smoke": SMOKE,
         # FetchContent sources whose override is CMake's FETCHCONTENT_SOURCE_DIR_<NAME>, not the engine's variable
         "fetch_overrides": TableOf(OneOf(("fetchcontent",)), key=TOKEN),
@@ -272,8 +273,12 @@ CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_ji
 PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 
+# serve_jit: one compile an engine does at its first request, what the runtime image needs for it and why
+SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda", "python-c"))},
+                  optional={"apt": ListOf(TOKEN), "libcuda_stub": BOOL, "needs_runtime_jit": BOOL})
+
 BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
-                           "build_tools": BUILD_TOOLS})
+                           "build_tools": BUILD_TOOLS}, optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN)})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -281,6 +286,7 @@ EXTRA = Table(optional={
     "packages": TableOf(PACKAGE, key=PACKAGE_KEY),
     "cuda": TableOf(CUDA, key=CUDA_KEY),
     "build_tools": Table(optional=BUILD_TOOLS.required),
+    "serve_jit": TableOf(SERVE_JIT, key=TOKEN),
 })
 
 

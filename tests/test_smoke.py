@@ -233,7 +233,7 @@ def test_every_layer_passes_on_a_working_server_and_the_reports_say_so(cell, tin
     rep = run_stand_in(cell, opts(tmp_path, tiny))
     assert rep.ok, report.table([rep])
     assert [(r.layer, r.strategy, r.status) for r in rep.results] == [
-        ("L0", None, "pass"), ("L1", None, "pass"), ("L2", "MTP2", "pass"), ("L2", "MTP7", "pass"),
+        ("L0", None, "pass"), ("L1", None, "pass"), ("JIT", None, "pass"), ("L2", "MTP2", "pass"), ("L2", "MTP7", "pass"),
         ("L3", "MTP2", "pass"), ("L3", "MTP7", "pass")]
     l3 = rep.get("L3", "MTP7")
     f = l3.figures
@@ -244,11 +244,11 @@ def test_every_layer_passes_on_a_working_server_and_the_reports_say_so(cell, tin
     assert not layers.port_in_use(f["port"])  # the engine was stopped
     js, xml = report.write([rep], tmp_path / "out")
     data = json.loads(js.read_text())[0]
-    assert data["result"] == "ok" and len(data["results"]) == 6
+    assert data["result"] == "ok" and len(data["results"]) == 7
     suite = ET.parse(xml).getroot().find("testsuite")
-    assert suite.get("tests") == "6" and suite.get("failures") == "0"
+    assert suite.get("tests") == "7" and suite.get("failures") == "0"
     assert [c.get("name").split(":")[0] for c in suite.findall("testcase")] == [
-        "L0 image", "L1 image", "L2 MTP2", "L2 MTP7", "L3 MTP2", "L3 MTP7"]
+        "L0 image", "L1 image", "JIT image", "L2 MTP2", "L2 MTP7", "L3 MTP2", "L3 MTP7"]
 
 
 @pytest.mark.parametrize("mode, expected", [
@@ -327,7 +327,7 @@ def test_smoke_verb_writes_json_and_junit_and_exits_0(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     data = json.loads(res.stdout)
     assert data["cell"] == CELL and data["result"] == "ok" and data["launcher"] == "process"
-    assert {(r["layer"], r["status"]) for r in data["results"]} == {("L0", "pass"), ("L1", "pass"), ("L2", "pass"), ("L3", "pass")}
+    assert {(r["layer"], r["status"]) for r in data["results"]} == {("L0", "pass"), ("L1", "pass"), ("JIT", "pass"), ("L2", "pass"), ("L3", "pass")}
     assert (tmp_path / CELL / "smoke.json").is_file() and (tmp_path / CELL / "smoke.xml").is_file()
 
 
@@ -337,7 +337,7 @@ def test_smoke_verb_exits_1_and_prints_the_table_with_the_reason(tmp_path):
                   "--env", "STAND_IN_MODE=never-ready", env={**stand_in_env(), "BUILDER_CACHE_DIR": str(tmp_path / "c")})
     assert res.returncode == 1, res.stdout + res.stderr
     assert "L3 MTP2     fail  not ready after 5s" in res.stdout
-    assert f"{CELL}  MTP2      pass  pass  pass  FAIL" in res.stdout
+    assert f"{CELL}  MTP2      pass  pass  pass  pass  FAIL" in res.stdout
 
 
 @pytest.mark.parametrize("args, message", [

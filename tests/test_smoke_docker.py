@@ -92,7 +92,7 @@ def test_every_layer_passes_in_containers_of_the_stand_in_image(stand_in_image, 
     rep = json.loads(res.stdout)
     assert rep["subject"] == stand_in_image and rep["launcher"] == "docker" and rep["cell"] == CELL
     assert [(r["layer"], r["strategy"], r["status"]) for r in rep["results"]] == [
-        ("L0", None, "pass"), ("L1", None, "pass"), ("L2", "MTP2", "pass"), ("L2", "MTP7", "pass"),
+        ("L0", None, "pass"), ("L1", None, "pass"), ("JIT", None, "pass"), ("L2", "MTP2", "pass"), ("L2", "MTP7", "pass"),
         ("L3", "MTP2", "pass"), ("L3", "MTP7", "pass")]
     assert rep["results"][0]["reason"] == "labels and versions match the plan"
     f = l3(res.stdout, "MTP7")["figures"]

@@ -6,6 +6,12 @@
   for a library that needs the NVIDIA driver, are known to need it); the audit of those files passes for the
   cell's archs; the engine's own runtime checks (e.g. vLLM's has_flashinfer()) pass; the tools its JIT paths
   need are on PATH.
+- JIT: what the engine compiles at its first request (engine data serve_jit: Triton's launcher and a kernel for
+  each of the cell's archs, FlashInfer's nvcc link, a C extension against the Python headers) is compiled inside
+  the image without a GPU, so an image that would fail at its first request (no Python.h, no C compiler, no
+  libcuda to link) fails here, before tag and publish. Its own layer, after L1 (it needs the imports L1 proves)
+  and before L2: per image like L1, it is the slowest GPU-free layer, and its table column names the piece
+  that is missing.
 - L2 per strategy: the engine's own argument parser accepts the strategy's flags and resolves them to the
   values the data expects (and, where the data names one, the engine's own name resolution accepts the
   value: SGLang's parser lets any --speculative-algorithm through).
@@ -230,6 +236,31 @@ def l1(cell: Cell, launcher: Launcher, opts: SmokeOptions, audit_files) -> Resul
     if notes:
         what += "; " + "; ".join(notes)
     return Result("L1", None, PASS, what, figures=figures)
+
+
+# -- JIT ---------------------------------------------------------------------------------------------------
+def jit(cell: Cell, launcher: Launcher, opts: SmokeOptions) -> Result:
+    paths = list(cell.serve_jit)
+    if not paths:
+        return Result("JIT", None, SKIP, f"the engine data names nothing that {cell.engine} {cell.version} compiles "
+                                         "at its first request (serve_jit)")
+    spec = {"paths": list(dict.fromkeys(p["probe"] for p in paths)), "archs": list(cell.archs)}
+    run = launcher.probe("jit", spec, {}, opts.probe_timeout)
+    res = run.result()
+    if res is None or "error" in res:
+        return Result("JIT", None, FAIL, _probe_failure(run, "jit") if res is None else res["error"])
+    problems, done, figures = [], [], {}
+    for p in paths:
+        got = res["paths"].get(p["probe"], {"ok": False, "error": "the probe did not report this path"})
+        figures[p["name"]] = {"seconds": got.get("seconds"), **(got.get("detail") or {})}
+        if got["ok"]:
+            done.append(f"{p['name']} ({got.get('seconds', 0):g}s)")
+        else:
+            problems.append(f"{p['name']}: {got['error']}\n  needed because: {p['why']}")
+    if problems:
+        return Result("JIT", None, FAIL, "\n".join(problems), figures=figures)
+    return Result("JIT", None, PASS, f"compiled in the image for {', '.join(map(archs_mod.sm, cell.archs))}: "
+                  + ", ".join(done), figures=figures)
 
 
 # -- L2 ----------------------------------------------------------------------------------------------------
@@ -555,7 +586,8 @@ def run(cell: Cell, launcher: Launcher, opts: SmokeOptions, labels: dict | None,
         return r
 
     for layer, fn, args in (("L0", l0, (cell, launcher, labels, opts)),
-                            ("L1", l1, (cell, launcher, opts, audit_files))):
+                            ("L1", l1, (cell, launcher, opts, audit_files)),
+                            ("JIT", jit, (cell, launcher, opts))):
         if layer not in asked:
             rep.add(Result(layer, None, SKIP, f"not asked for (--layers {','.join(opts.layers)})"))
         elif (why := blocked(layer, None)):

@@ -11,6 +11,9 @@ Commands:
            checks that its fast kernels are on, the tools its JIT paths need
   parse    L2: the engine's own argument parser on each strategy's flags, the resolved values read back,
            and (where the data says so) the engine's own name resolution of a value
+  jit      JIT: each compile the engine does at its first request (engine data serve_jit), done here without
+           a GPU: a C extension against the Python headers, Triton's own C build of its CUDA utilities and
+           launcher plus a kernel per arch for an explicit target, nvcc linking -lcuda as FlashInfer's JIT does
 """
 
 import contextlib
@@ -23,6 +26,7 @@ import re
 import shutil
 import sys
 import sysconfig
+import time
 import traceback
 
 MARK = "BUILDER-PROBE-RESULT: "
@@ -264,12 +268,193 @@ def cmd_parse(spec):
     return out
 
 
-COMMANDS = {"env": cmd_env, "imports": cmd_imports, "parse": cmd_parse}
+# -- JIT ---------------------------------------------------------------------------------------------------
+def _c_compiler():
+    """The C compiler Triton picks: $CC, else gcc, else clang."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+
+
+def _python_include():
+    scheme = sysconfig.get_default_scheme() if hasattr(sysconfig, "get_default_scheme") else "posix_prefix"
+    return sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"]
+
+
+def _missing_c_prerequisites():
+    """What a C build against this Python lacks, in words that name the missing piece (or None)."""
+    problems = []
+    if not _c_compiler():
+        problems.append("no C compiler (no $CC, gcc or clang on PATH)")
+    include = _python_include()
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        problems.append(f"no Python.h in {include} (the Python headers: python{sys.version_info[0]}.{sys.version_info[1]}-dev)")
+    return "; ".join(problems) or None
+
+
+def _run(argv, cwd=None, env=None):
+    import subprocess
+
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise RuntimeError(f"{os.path.basename(argv[0])} exited {proc.returncode}: {tail}")
+    return proc
+
+
+def _jit_python_c(spec, work):
+    """A C extension against this Python's headers, built with the compiler Triton uses, then imported."""
+    missing = _missing_c_prerequisites()
+    if missing:
+        raise RuntimeError(missing)
+    src = os.path.join(work, "builder_jit_probe.c")
+    with open(src, "w") as f:
+        f.write('#include <Python.h>\nstatic struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "builder_jit_probe", NULL, -1, NULL};\n'
+                "PyMODINIT_FUNC PyInit_builder_jit_probe(void) { return PyModule_Create(&m); }\n")
+    so = os.path.join(work, "builder_jit_probe" + sysconfig.get_config_var("EXT_SUFFIX"))
+    _run([_c_compiler(), src, "-O2", "-shared", "-fPIC", "-I" + _python_include(), "-o", so])
+    sys.path.insert(0, work)
+    importlib.import_module("builder_jit_probe")
+    return {"compiler": _c_compiler(), "include": _python_include()}
+
+
+_TRITON_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def builder_probe_add(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+"""
+
+
+def _jit_triton(spec, work):
+    """What Triton compiles at the first kernel launch, without a GPU: its CUDA utilities module (driver.c,
+    #include <Python.h>) and a kernel's launcher, each through Triton's own C build (built, not loaded: loading
+    needs the driver's libcuda.so.1), and the kernel itself for every arch of the cell (an explicit target)."""
+    import inspect
+
+    missing = _missing_c_prerequisites()
+    if missing:
+        raise RuntimeError(f"Triton compiles its launcher at the first kernel launch with {missing}")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(work, "triton-cache")  # nothing from an earlier compile
+    import triton
+    from triton.backends.nvidia import driver as nv
+    from triton.runtime import build
+
+    built = []
+
+    class _NotLoaded:  # what the patched compile returns instead of the loaded module
+        def __getattr__(self, name):
+            return None
+
+    def build_only(src, name, library_dirs=None, include_dirs=None, libraries=None, ccflags=None):
+        if library_dirs is None:  # Triton 3.0-3.1: compile_module_from_src(src, name) reads the driver's globals
+            library_dirs, include_dirs, libraries = nv.library_dirs(), nv.include_dir, nv.libraries
+        path = os.path.join(work, name + ".c")
+        with open(path, "w") as f:
+            f.write(src)
+        args = [name, path, work, list(library_dirs), list(include_dirs), list(libraries)]
+        if len(inspect.signature(build._build).parameters) > 6:
+            args.append(list(ccflags or []))
+        try:
+            so = build._build(*args)
+        except Exception as exc:  # noqa: BLE001 - CalledProcessError: the compiler's own words went to stderr
+            raise RuntimeError(f"Triton's C build of {name} failed: {_short(exc)}") from None
+        built.append(os.path.basename(so))
+        return _NotLoaded()
+
+    nv.compile_module_from_src = build_only
+    try:
+        nv.libcuda_dirs()
+    except AssertionError as exc:
+        raise RuntimeError("Triton links its launcher against libcuda.so.1 and finds none (no GPU here, and no "
+                           f"TRITON_LIBCUDA_PATH naming a link stub): {str(exc).splitlines()[0]}") from None
+    nv.CudaUtils()
+    kernel_file = os.path.join(work, "builder_probe_kernel.py")
+    with open(kernel_file, "w") as f:
+        f.write(_TRITON_KERNEL)
+    sys.path.insert(0, work)
+    fn = importlib.import_module("builder_probe_kernel").builder_probe_add
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    params = inspect.signature(ASTSource.__init__).parameters
+    if "constexprs" in params:  # Triton >= 3.2: names, constexprs by name
+        src = ASTSource(fn=fn, signature={"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": 128})
+    else:  # Triton 3.0-3.1: argument indices, constants
+        src = ASTSource(fn=fn, signature={0: "*fp32", 1: "*fp32", 2: "*fp32", 3: "i32"}, constants={4: 128})
+    kernels = {}
+    for arch in spec.get("archs", []):
+        t0 = time.monotonic()
+        try:
+            k = triton.compile(src, target=GPUTarget("cuda", int(arch), 32))
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"triton.compile for sm_{arch} failed: {_short(exc)}") from None
+        cubin = k.asm.get("cubin") or b""
+        if not cubin:
+            raise RuntimeError(f"triton.compile for sm_{arch} produced no cubin")
+        kernels[f"sm_{arch}"] = {"cubin_bytes": len(cubin), "seconds": round(time.monotonic() - t0, 2)}
+    nv.CudaLauncher(k.src, k.metadata)  # the launcher of the last kernel: Triton's C build again
+    return {"triton": triton.__version__, "built": built, "kernels": kernels}
+
+
+def _jit_nvcc_libcuda(spec, work):
+    """A kernel compiled for every arch of the cell with the image's nvcc (CUDA_HOME) and linked as FlashInfer's
+    JIT links its modules: -shared, -L$CUDA_HOME/lib64 and lib64/stubs, -lcudart -lcuda."""
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if not cuda_home:
+        raise RuntimeError("CUDA_HOME is not set: a JIT finds no nvcc")
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    if not os.access(nvcc, os.X_OK):
+        raise RuntimeError(f"no nvcc at {nvcc}")
+    stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")
+    if not os.path.exists(stub):
+        raise RuntimeError(f"no libcuda link stub at {stub}: a JIT that links -lcuda depends on the container "
+                           "runtime providing libcuda.so")
+    src = os.path.join(work, "builder_probe.cu")
+    with open(src, "w") as f:
+        f.write("#include <cuda.h>\n__global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n"
+                'extern "C" int builder_probe_driver_version(void) { int v = 0; cuDriverGetVersion(&v); return v; }\n')
+    argv = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", os.path.join(work, "builder_probe_cu.so"), src]
+    for arch in spec.get("archs", []):
+        argv += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+    argv += [f"-L{cuda_home}/lib64", f"-L{cuda_home}/lib64/stubs", "-lcudart", "-lcuda"]
+    _run(argv)
+    return {"nvcc": nvcc, "stub": stub}
+
+
+JIT_PATHS = {"python-c": _jit_python_c, "triton": _jit_triton, "nvcc-libcuda": _jit_nvcc_libcuda}
+
+
+def cmd_jit(spec):
+    import tempfile
+
+    out = {"paths": {}}
+    for path in spec.get("paths", []):
+        t0 = time.monotonic()
+        res = {"ok": False, "error": None}
+        work = tempfile.mkdtemp(prefix=f"builder-jit-{path}-")
+        try:
+            if path not in JIT_PATHS:
+                raise RuntimeError(f"this probe does not know the JIT path {path!r}")
+            with contextlib.redirect_stdout(io.StringIO()):
+                res["detail"] = JIT_PATHS[path](spec, work)
+            res["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - reported per path
+            res["error"] = str(exc) if isinstance(exc, RuntimeError) else _short(exc)
+        res["seconds"] = round(time.monotonic() - t0, 2)
+        out["paths"][path] = res
+    return out
+
+
+COMMANDS = {"env": cmd_env, "imports": cmd_imports, "parse": cmd_parse, "jit": cmd_jit}
 
 
 def main(argv):
     if len(argv) != 3 or argv[1] not in COMMANDS:
-        print("usage: probe.py {env|imports|parse} SPEC_JSON", file=sys.stderr)
+        print("usage: probe.py {env|imports|parse|jit} SPEC_JSON", file=sys.stderr)
         return 2
     try:
         result = COMMANDS[argv[1]](json.loads(argv[2]))

@@ -9,10 +9,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LAYERS = ("L0", "L1", "L2", "L3")
+LAYERS = ("L0", "L1", "JIT", "L2", "L3")
 LAYER_NAMES = {
     "L0": "metadata",
     "L1": "imports, audit and serving modules inside the image",
+    "JIT": "what the engine compiles at its first request, compiled inside the image without a GPU",
     "L2": "the engine's own argument parser",
     "L3": "GPU boot, one completion, speculative decoding",
 }
@@ -22,7 +23,7 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 @dataclass
 class Result:
     layer: str
-    strategy: str | None  # None: the layer is about the whole image (L0, L1)
+    strategy: str | None  # None: the layer is about the whole image (L0, L1, JIT)
     status: str
     reason: str = ""
     seconds: float = 0.0
@@ -140,7 +141,7 @@ def table(reports: list[SmokeReport]) -> str:
     for rep in reports:
         for s in rep.strategies or ("-",):
             rows.append((rep.cell, s, _cell(rep.get("L0", None)), _cell(rep.get("L1", None)),
-                         _cell(rep.get("L2", s)), _cell(rep.get("L3", s)), _figures(rep.get("L3", s))))
+                         _cell(rep.get("JIT", None)), _cell(rep.get("L2", s)), _cell(rep.get("L3", s)), _figures(rep.get("L3", s))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip() for row in rows]
     for rep in reports:

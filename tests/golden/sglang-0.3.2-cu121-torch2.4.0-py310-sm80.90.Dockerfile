@@ -259,6 +259,20 @@ RUN apt-get update \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.10", "python " + v + " in the base image, the profile says 3.10"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
+# what sglang 0.3.2 compiles at its first request (engine data serve_jit, each with its reason):
+#   triton: python3.10-dev, gcc
+# Versions follow the pinned base image, as for python above.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3.10-dev gcc \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
+# a link stub for libcuda (no symbols, soname libcuda.so.1): the JITs link -lcuda / -l:libcuda.so.1 and find it
+# here whether or not the container runtime has mounted the driver (smoke compiles them without a GPU); what
+# loads at run time is the driver's own libcuda.so.1, never this file (it is on no library path)
+RUN mkdir -p /opt/builder/stubs \
+ && gcc -shared -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so -x c /dev/null \
+ && ln -s libcuda.so /opt/builder/stubs/libcuda.so.1
+ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)

@@ -291,12 +291,22 @@ RUN apt-get update \
  && /opt/venv/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; assert v == "3.12", "python " + v + " in the base image, the profile says 3.12"'
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
-# vllm 0.33.0 compiles kernels at first use (FlashInfer, DeepGEMM, ...): the JIT needs a host
-# C++ compiler next to nvcc and ninja (pip, below). Versions follow the pinned base image, as for python above.
+# what vllm 0.33.0 compiles at its first request (engine data serve_jit, each with its reason):
+#   triton: python3.12-dev, gcc
+#   flashinfer: g++
+# and its nvcc JIT (FlashInfer, DeepGEMM, ...) needs a host C++ compiler next to nvcc and ninja (pip, below).
+# Versions follow the pinned base image, as for python above.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends g++ \
+ && apt-get install -y --no-install-recommends g++ python3.12-dev gcc \
  && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
+# a link stub for libcuda (no symbols, soname libcuda.so.1): the JITs link -lcuda / -l:libcuda.so.1 and find it
+# here whether or not the container runtime has mounted the driver (smoke compiles them without a GPU); what
+# loads at run time is the driver's own libcuda.so.1, never this file (it is on no library path)
+RUN mkdir -p /opt/builder/stubs \
+ && gcc -shared -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so -x c /dev/null \
+ && ln -s libcuda.so /opt/builder/stubs/libcuda.so.1
+ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
@@ -324,6 +334,7 @@ RUN root="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
  && for lib in "$root"/lib/libcudart.so.*; do ln -sfn "${lib##*/}" "$root/lib/libcudart.so"; done \
  && test -e "$root/lib/libcudart.so" \
  && ln -sfn lib "$root/lib64" \
+ && ln -sfn /opt/builder/stubs "$root/lib/stubs" \
  && ln -sfn "$root" /opt/cuda-jit
 ENV CUDA_HOME=/opt/cuda-jit PATH=/opt/cuda-jit/bin:$PATH
 RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
