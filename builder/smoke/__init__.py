@@ -68,8 +68,11 @@ def _audit_local_files(paths: list[str], archs: list[int], scopes=()) -> audit_m
 def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, client=None) -> SmokeReport:
     """L0–L3 on a local image (never pulled), through the docker SDK."""
     launcher = DockerLauncher(image, gpus=opts.gpus, client=client)
-    labels = image_labels(launcher, image)
-    return run(cell, launcher, opts, labels, image, _audit_image_files(image), say)
+    try:
+        labels = image_labels(launcher, image)
+        return run(cell, launcher, opts, labels, image, _audit_image_files(image), say)
+    finally:  # a failure, Ctrl-C or SIGTERM anywhere: no container of this run stays behind
+        launcher.close()
 
 
 def smoke_process(cell: Cell, python: str, opts: SmokeOptions, say=lambda s: None,

@@ -3,7 +3,11 @@ or a plain process in a Python environment (a GPU host without Docker). Both run
 launch line; only how a path, the host address and the GPUs reach the engine differs.
 
 The engine is always stopped and its container removed: Server.stop() runs from a `finally`, so a failure,
-a timeout and Ctrl-C (SIGTERM is turned into KeyboardInterrupt by the CLI) all end it.
+a timeout and Ctrl-C (SIGTERM is turned into KeyboardInterrupt by the CLI) all end it. No container can escape
+that by construction: every container of one smoke run carries the run's own label, it is created, recorded and
+only then started, and DockerLauncher.close() (a `finally` around the whole run, KeyboardInterrupt included)
+removes every container with that label — also one the daemon made while an interrupt landed in the SDK call
+that was making it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..errors import EnvironmentProblem, UserError
 log = logging.getLogger("builder.commands")
 
 PROBE = Path(__file__).with_name("probe.py")
+RUN_LABEL = "io.builder.smoke.run"  # one value per smoke run: what DockerLauncher.close() removes
 MARK = "BUILDER-PROBE-RESULT: "
 
 
@@ -205,10 +210,28 @@ class DockerLauncher:
     host: str = "0.0.0.0"
     client: object = None
     mounts: dict[str, str] = field(default_factory=dict)  # host path -> path in the container
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the label value of this run's containers
 
     def __post_init__(self):
         if self.client is None:
             self.client = docker_client()
+
+    @property
+    def run_label(self) -> str:
+        return f"{RUN_LABEL}={self.run_id}"
+
+    def close(self) -> None:
+        """Remove every container this launcher made (by the run's label), running or not. Safe to call twice."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": self.run_label})
+        except Exception as exc:  # noqa: BLE001 - the daemon went away: nothing more can be done here
+            log.warning("could not list this smoke run's containers (%s): %s", self.run_label, exc)
+            return
+        for c in found:
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001 - removed meanwhile
+                pass
 
     def where(self, path: Path) -> str:
         host = str(Path(path).resolve())
@@ -220,19 +243,25 @@ class DockerLauncher:
         import docker as docker_sdk
 
         volumes = {h: {"bind": c, "mode": "ro"} for h, c in self.mounts.items()}
-        kw = {"environment": env, "volumes": volumes, "detach": True}
+        kw = {"environment": env, "volumes": volumes}
         if self.gpus:
             kw["device_requests"] = [docker_sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return kw
 
-    def _run(self, entrypoint: list[str], args: list[str], env: dict[str, str], **extra):
-        """Start a container named builder-smoke-<random>; one the daemon refused to start is removed."""
+    def _run(self, entrypoint: list[str] | None, args: list[str], env: dict[str, str], **extra):
+        """Create a container named builder-smoke-<random> with this run's label, then start it; one the daemon
+        refused to start (or an interrupt stopped half-way) is removed. entrypoint None: the image's own."""
         name = f"builder-smoke-{uuid.uuid4().hex[:12]}"
-        log.debug("docker run --name %s %s (SDK) --entrypoint %s %s", name, self.image, entrypoint, args[:3])
+        log.debug("docker run --name %s %s (SDK) --entrypoint %s %s", name, self.image,
+                  entrypoint if entrypoint is not None else "<the image's>", args[:3])
+        kw = {"entrypoint": entrypoint} if entrypoint is not None else {}
         try:
-            return self.client.containers.run(self.image, command=args, entrypoint=entrypoint, name=name,
-                                              labels={"io.builder.smoke": "1"}, **self._kwargs(env), **extra)
-        except Exception:
+            c = self.client.containers.create(self.image, command=args, name=name,
+                                              labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id},
+                                              **kw, **self._kwargs(env), **extra)
+            c.start()
+            return c
+        except BaseException:  # KeyboardInterrupt too: the daemon may have made it before the interrupt landed
             try:  # a failed start leaves the container in state "created"
                 self.client.containers.get(name).remove(force=True)
             except Exception:  # noqa: BLE001 - never created
