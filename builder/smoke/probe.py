@@ -300,17 +300,26 @@ def _run(argv, cwd=None, env=None):
     return proc
 
 
+def _compile_failed(what, exc):
+    """The compile's own failure, with what the image lacks for it where that is known (the compile is always
+    tried: the verdict is the compiler's, the words name the missing piece)."""
+    missing = _missing_c_prerequisites()
+    return RuntimeError(f"{what}: {exc}" + (f"\n  the image lacks: {missing}" if missing else ""))
+
+
 def _jit_python_c(spec, work):
     """A C extension against this Python's headers, built with the compiler Triton uses, then imported."""
-    missing = _missing_c_prerequisites()
-    if missing:
-        raise RuntimeError(missing)
+    if not _c_compiler():
+        raise _compile_failed("no C extension can be built", "no compiler to run")
     src = os.path.join(work, "builder_jit_probe.c")
     with open(src, "w") as f:
         f.write('#include <Python.h>\nstatic struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "builder_jit_probe", NULL, -1, NULL};\n'
                 "PyMODINIT_FUNC PyInit_builder_jit_probe(void) { return PyModule_Create(&m); }\n")
     so = os.path.join(work, "builder_jit_probe" + sysconfig.get_config_var("EXT_SUFFIX"))
-    _run([_c_compiler(), src, "-O2", "-shared", "-fPIC", "-I" + _python_include(), "-o", so])
+    try:
+        _run([_c_compiler(), src, "-O2", "-shared", "-fPIC", "-I" + _python_include(), "-o", so])
+    except RuntimeError as exc:
+        raise _compile_failed("a C extension against the Python headers does not build", exc) from None
     sys.path.insert(0, work)
     importlib.import_module("builder_jit_probe")
     return {"compiler": _c_compiler(), "include": _python_include()}
@@ -334,9 +343,6 @@ def _jit_triton(spec, work):
     needs the driver's libcuda.so.1), and the kernel itself for every arch of the cell (an explicit target)."""
     import inspect
 
-    missing = _missing_c_prerequisites()
-    if missing:
-        raise RuntimeError(f"Triton compiles its launcher at the first kernel launch with {missing}")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(work, "triton-cache")  # nothing from an earlier compile
     import triton
     from triton.backends.nvidia import driver as nv
@@ -357,10 +363,19 @@ def _jit_triton(spec, work):
         args = [name, path, work, list(library_dirs), list(include_dirs), list(libraries)]
         if len(inspect.signature(build._build).parameters) > 6:
             args.append(list(ccflags or []))
+        real_check_call = build.subprocess.check_call
+
+        def check_call(argv, **kw):  # Triton's own compiler call, its output kept for the verdict
+            _run(argv)
+            return 0
+
+        build.subprocess.check_call = check_call
         try:
             so = build._build(*args)
-        except Exception as exc:  # noqa: BLE001 - CalledProcessError: the compiler's own words went to stderr
-            raise RuntimeError(f"Triton's C build of {name} failed: {_short(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - the compiler's words, or Triton's "Failed to find C compiler"
+            raise _compile_failed(f"Triton's C build of {name} (at the first kernel launch) failed", exc) from None
+        finally:
+            build.subprocess.check_call = real_check_call
         built.append(os.path.basename(so))
         return _NotLoaded()
 
