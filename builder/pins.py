@@ -1,8 +1,13 @@
 """Runtime pins: the exact pure-Python dependency set of a cell, resolved once and reused.
 
-The first successful build of a cell resolves the engine's dependencies from the index and records
-`pip freeze` of the runtime image in runtime-pins/<cell-id>.txt next to the matrix (commit it, like a lock
-file), each release with the sha256 of every file the index has for it (`--hash=sha256:...`). Every later build
+The first successful build of a cell resolves the engine's dependencies from the index and records what the
+runtime image holds in runtime-pins/<cell-id>.txt next to the matrix (commit it, like a lock file), each release
+with the sha256 of every file the index has for it (`--hash=sha256:...`) and with the extras the installed
+closure asks of it (`nvidia-cutlass-dsl[cu13]==4.8.0`: vLLM 0.33.0's nvidia-cudnn-frontend requires
+`nvidia-cutlass-dsl[cu13]`, and pip's --require-hashes refuses a requirement with an extra that the file does not
+pin — what `pip freeze` alone writes). The extras are read from the installed distributions' own Requires-Dist,
+markers evaluated in the image's environment, from the extras the runtime asked for (the engine's
+install_extras, runtime_jit's pip requirements) to a fixpoint. Every later build
 installs from a hash-locked requirements file: those lines plus the cell's own audited wheels with their
 hashes (`pip install --require-hashes`), so the image gets the same files, byte for byte, or the build stops.
 A pins file without hashes (written before, or for a release the index does not list) is used as
@@ -12,9 +17,12 @@ are the cell's own wheels and left out; torch is pinned by the cell and, in the 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from . import docker
@@ -39,6 +47,67 @@ def from_freeze(freeze: str, cell: Cell, keep_torch: bool = False) -> list[str]:
     return sorted(out)
 
 
+# Run in the image: every installed distribution's name, version and Requires-Dist, and the marker environment
+INSTALLED_SCRIPT = r"""
+import json, os, platform, sys
+from importlib import metadata
+impl = sys.implementation
+iv = "%d.%d.%d" % impl.version[:3] + ("" if impl.version.releaselevel == "final" else impl.version.releaselevel[0] + str(impl.version.serial))
+env = {"implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
+       "platform_machine": platform.machine(), "platform_release": platform.release(), "platform_system": platform.system(),
+       "platform_version": platform.version(), "python_full_version": platform.python_version(),
+       "platform_python_implementation": platform.python_implementation(), "python_version": ".".join(platform.python_version_tuple()[:2]),
+       "sys_platform": sys.platform}
+dists = [{"name": d.metadata["Name"], "version": d.version, "requires": list(d.requires or [])} for d in metadata.distributions()]
+print(json.dumps({"env": env, "dists": dists}))
+"""
+
+
+def requested_extras(installed: dict, seeds: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{distribution: the extras some installed distribution (or the runtime's own install line, `seeds`) asks of
+    it}, followed to a fixpoint: an extra that is asked turns on the requirements its marker names."""
+    env = installed["env"]
+    requires = {canonicalize_name(d["name"]): d["requires"] for d in installed["dists"]}
+    active: dict[str, set[str]] = {canonicalize_name(k): set(v) for k, v in seeds.items()}
+    todo = list(requires)
+    while todo:
+        name = todo.pop()
+        for line in requires.get(name, ()):
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if not req.extras:
+                continue
+            if req.marker is not None:
+                try:
+                    on = any(req.marker.evaluate({**env, "extra": e}) for e in ("", *sorted(active.get(name, ()))))
+                except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+                    on = True  # a marker this packaging cannot read: keep the extra, pip decides
+                if not on:
+                    continue
+            target = canonicalize_name(req.name)
+            new = set(req.extras) - active.get(target, set())
+            if new:
+                active.setdefault(target, set()).update(new)
+                todo.append(target)  # its own extra-gated requirements may turn on now
+    return {k: v for k, v in active.items() if v}
+
+
+def with_extras(lines: list[str], extras: dict[str, set[str]]) -> list[str]:
+    out = []
+    for line in lines:
+        name, _, version = line.partition("==")
+        asked = extras.get(canonicalize_name(name))
+        out.append(f"{name}[{','.join(sorted(asked))}]=={version}" if asked else line)
+    return out
+
+
+def constraints(text: str) -> str:
+    """A pins file as pip constraints: no hashes are needed there, and extras are not allowed."""
+    return "".join(re.sub(r"\[[^\]]*\]", "", line) + "\n" for line in text.splitlines())
+
+
 def hashed(text: str) -> bool:
     return "--hash=sha256:" in text
 
@@ -49,6 +118,7 @@ def with_hashes(lines: list[str], index) -> tuple[list[str], str]:
     out = []
     for line in lines:
         name, _, version = line.partition("==")
+        name = name.partition("[")[0]
         try:
             digests = sorted({f.sha256 for f in index.release_files(name, version) if f.sha256})
         except UserError as exc:
@@ -66,14 +136,27 @@ def requirements(pins_text: str, wheels: list[tuple[str, str]]) -> str:
     return "".join(f"{l}\n" for l in lines) + "".join(f"/wheels/{name} --hash=sha256:{sha}\n" for name, sha in wheels)
 
 
+def seeds(cell: Cell) -> dict[str, set[str]]:
+    """The extras the runtime's own install line asks for: the engine's install_extras, runtime_jit's pip lines."""
+    out: dict[str, set[str]] = {}
+    if cell.engine_recipe.install_extras:
+        out[cell.engine_recipe.pypi] = set(cell.engine_recipe.install_extras)
+    for line in (cell.runtime_jit or {}).get("pip", ()):
+        req = Requirement(line)
+        if req.extras:
+            out.setdefault(req.name, set()).update(req.extras)
+    return out
+
+
 def record(image: str, cell: Cell, path: Path, index_url: str | None = None) -> tuple[Path, str]:
     """Write the pins file; returns it and, when its lines carry no hashes, why."""
     freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
-    lines, why = from_freeze(freeze, cell), "no index to read hashes from"
+    extras = requested_extras(json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT)), seeds(cell))
+    lines, why = with_extras(from_freeze(freeze, cell), extras), "no index to read hashes from"
     if index_url:
         from .pypi import SimpleIndex
 
-        locked, why = with_hashes(from_freeze(freeze, cell, keep_torch=True), SimpleIndex(index_url))
+        locked, why = with_hashes(with_extras(from_freeze(freeze, cell, keep_torch=True), extras), SimpleIndex(index_url))
         if locked:
             lines = locked
     path.parent.mkdir(parents=True, exist_ok=True)

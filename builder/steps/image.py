@@ -70,7 +70,7 @@ class ImageStep:
                 (stage / pins.HASHED_IN_CONTEXT).write_text(pins.requirements(text, own))
                 ctx.note(f"runtime dependencies hash-locked by {pins_file}")
             else:
-                shutil.copy2(pins_file, stage / pins.FILE_IN_CONTEXT)
+                (stage / pins.FILE_IN_CONTEXT).write_text(pins.constraints(text))
                 ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
         metadata = ctx.dir / "metadata.json"
         ctx.note(f"runtime image {cell.ref}")
