@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import __version__, deps, templates
+from . import __version__, deps, launchline, templates
 from . import archs as archs_mod
 from .errors import UserError
 from .resolve import Cell, Package
@@ -53,6 +53,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "compile_threads_define": r.compile_threads_define,
         "deps": dep,
         "rust_toolchain": r.rust_toolchain,
+        "source_remove": list(r.source_remove),
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
             for pt in r.patches_for(torch)
@@ -61,12 +62,9 @@ def package_context(pkg: Package, torch: str = "") -> dict:
 
 
 def entrypoint(cell: Cell) -> list[str]:
-    """The launch command up to the model argument (the model is the container's CMD / args)."""
-    launch = list(cell.engine_recipe.launch)
-    idx = launch.index("{model}") if "{model}" in launch else len(launch)
-    if idx > 0 and launch[idx - 1].startswith("--"):
-        idx -= 1
-    return launch[:idx]
+    """The launch command up to the model argument (the model is the container's CMD / args): launchline.split,
+    the one derivation serve and smoke L3 use too."""
+    return launchline.split(cell.engine_recipe.launch)[0]
 
 
 def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:

@@ -2,8 +2,9 @@
 its GPUs, the model mounted read-only, the port, and the strategy's real flags and environment from the engine
 data (builder/data/engines.toml) for the engine version the image's labels name.
 
-The image's ENTRYPOINT is the engine's launch line up to the model (render.entrypoint); the arguments here
-are the rest of that line, then where it listens, then the strategy's flags.
+The image's ENTRYPOINT is the engine's launch line up to the model; the arguments here are the rest of that
+line, then where it listens, then the strategy's flags: builder/launchline.py, the derivation render and smoke L3
+use too.
 """
 
 from __future__ import annotations
@@ -13,22 +14,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import docker
+from . import docker, launchline
 from .errors import CommandError, UserError
 
 MODEL_ROOT = "/models"
 LABEL_ENGINE = "io.builder.engine"
 LABEL_VERSION = "io.builder.engine.version"
 LABEL_STRATEGIES = "io.builder.strategies"
-
-
-def launch_split(launch: tuple[str, ...] | list[str]) -> tuple[list[str], list[str]]:
-    """(the image's ENTRYPOINT, the arguments after it): the split render.entrypoint makes."""
-    launch = list(launch)
-    idx = launch.index("{model}") if "{model}" in launch else len(launch)
-    if idx > 0 and launch[idx - 1].startswith("--"):
-        idx -= 1
-    return launch[:idx], launch[idx:]
 
 
 def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
@@ -84,15 +76,7 @@ def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Pat
         mounts.append((d, f"{MODEL_ROOT}/{d.name}"))
         drafter_value = f"{MODEL_ROOT}/{d.name}"
     values = {"model": mounts[0][1], "drafter": drafter_value or "", "host": "0.0.0.0", "port": str(port)}
-
-    def fill(text: str) -> str:
-        for key, value in values.items():
-            text = text.replace("{" + key + "}", value)
-        return text
-
-    _, rest = launch_split(recipe.launch)
-    serve_args = list(getattr(recipe, "smoke", {}).get("serve_args", ["--host", "{host}", "--port", "{port}"]))
-    args = [fill(a) for a in rest + serve_args + list(s.flags)] + list(extra_args)
+    args = list(launchline.launch_line(recipe, s, values, extra=tuple(extra_args)).args)
     argv = docker.run_argv(image, args, gpus=None if gpus == "none" else gpus if gpus == "all" else f"device={gpus}",
                            ipc="host", ports=(f"{bind}:{port}:{port}",), mounts=tuple((str(a), b) for a, b in mounts),
                            env=tuple(s.env), name=name, docker=docker_cmd)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import render, serve
+from builder import launchline, render, serve
 from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.matrix import Selection, load
@@ -85,7 +85,7 @@ def test_the_arguments_continue_the_images_entrypoint_for_every_shipped_cell():
     m = load(REPO / "matrix.toml")
     for plan in plan_cells(select(m, Selection(profiles=("all",))), None):
         launch = list(plan.cell.engine_recipe.launch)
-        entry, rest = serve.launch_split(launch)
+        entry, rest = launchline.split(launch)
         assert entry == render.entrypoint(plan.cell) and entry + rest == launch
 
 

@@ -69,8 +69,9 @@ def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, 
     """L0–L3 on a local image (never pulled), through the docker SDK."""
     launcher = DockerLauncher(image, gpus=opts.gpus, client=client)
     try:
-        labels = image_labels(launcher, image)
-        return run(cell, launcher, opts, labels, image, _audit_image_files(image), say)
+        config = launcher.client.images.get(image).attrs.get("Config") or {}
+        return run(cell, launcher, opts, config.get("Labels") or {}, image, _audit_image_files(image), say,
+                   entrypoint=config.get("Entrypoint"))
     finally:  # a failure, Ctrl-C or SIGTERM anywhere: no container of this run stays behind
         launcher.close()
 

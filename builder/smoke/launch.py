@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import EnvironmentProblem, UserError
+from .. import serve
+from ..launchline import LaunchLine
 
 log = logging.getLogger("builder.commands")
 
@@ -68,7 +70,7 @@ class Launcher(Protocol):
 
     def probe(self, command: str, spec: dict, env: dict[str, str], timeout: float) -> ProbeRun: ...
 
-    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> Server: ...
+    def start(self, line: LaunchLine, env: dict[str, str], port: int, log_path: Path) -> Server: ...
 
 
 # -- a plain process ---------------------------------------------------------------------------------------
@@ -144,8 +146,8 @@ class ProcessLauncher:
             return ProbeRun(124, out + f"\nprobe {command} timed out after {timeout:g}s")
         return ProbeRun(proc.returncode, proc.stdout + proc.stderr)
 
-    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ProcessServer:
-        argv = self._resolve(argv)
+    def start(self, line: LaunchLine, env: dict[str, str], port: int, log_path: Path) -> ProcessServer:
+        argv = self._resolve(line.argv)  # the whole launch line: the image's ENTRYPOINT and its arguments
         log.debug("$ %s", shlex.join(argv))
         out = open(log_path, "w")
         out.write(f"$ {shlex.join(argv)}\n")
@@ -234,9 +236,15 @@ class DockerLauncher:
                 pass
 
     def where(self, path: Path) -> str:
+        """Under /models/ as `builder serve` mounts a model (a second path of the same name gets its own folder)."""
         host = str(Path(path).resolve())
         if host not in self.mounts:
-            self.mounts[host] = f"/smoke/m{len(self.mounts)}/{Path(host).name}"
+            name = Path(host).name
+            taken = set(self.mounts.values())
+            inside = f"{serve.MODEL_ROOT}/{name}"
+            if inside in taken:
+                inside = f"{serve.MODEL_ROOT}/m{len(self.mounts)}/{name}"
+            self.mounts[host] = inside
         return self.mounts[host]
 
     def _kwargs(self, env: dict[str, str]) -> dict:
@@ -289,9 +297,12 @@ class DockerLauncher:
             except Exception:  # noqa: BLE001
                 pass
 
-    def start(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ContainerServer:
+    def start(self, line: LaunchLine, env: dict[str, str], port: int, log_path: Path) -> ContainerServer:
+        """The image's own ENTRYPOINT with the line's arguments, as `builder serve` runs it: an image whose
+        ENTRYPOINT is wrong fails here, not after publish."""
+        argv = line.argv
         try:
-            c = self._run([argv[0]], argv[1:], env, ports={f"{port}/tcp": ("127.0.0.1", port)})
+            c = self._run(None, list(line.args), env, ports={f"{port}/tcp": ("127.0.0.1", port)})
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError: port taken, no GPU runtime, ...
             raise StartFailed(f"the container did not start: {getattr(exc, 'explanation', None) or exc}") from None
         server = ContainerServer(c, log_path)

@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import archs as archs_mod
 from ..engines import Strategy
+from ..launchline import LaunchLine, launch_line
 from ..resolve import Cell
 from . import tinymodel
 from .launch import Launcher, ProbeRun, StartFailed
@@ -139,9 +140,14 @@ LABEL_FIELDS = (("io.builder.cell", "id"), ("io.builder.engine", "engine"), ("io
                 ("io.builder.cuda", "cuda"), ("io.builder.torch", "torch"), ("io.builder.python", "python"))
 
 
-def l0(cell: Cell, launcher: Launcher, labels: dict | None, opts: SmokeOptions) -> Result:
+def l0(cell: Cell, launcher: Launcher, labels: dict | None, opts: SmokeOptions,
+       entrypoint: list[str] | None = None) -> Result:
     problems, seen = [], {}
     if labels is not None:
+        want_entry = launch_line(cell.engine_recipe, None, {}).entrypoint
+        if tuple(entrypoint or ()) != want_entry:  # what `builder serve` and L3 run: the image's own ENTRYPOINT
+            problems.append(f"the image's ENTRYPOINT is {entrypoint!r}, the engine's launch line starts "
+                            f"{list(want_entry)!r}")
         if "io.builder.cell" not in labels:
             return Result("L0", None, FAIL, "the image carries no io.builder.* labels: it was not built by builder")
         for label, attr in LABEL_FIELDS:
@@ -411,19 +417,10 @@ def _log_tail(path: Path, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
-def engine_argv(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> list[str]:
-    eng = cell.engine_recipe
-    smoke = eng.smoke
-    values = placeholders(cell, launcher, opts, strategy, port)
-    argv = [_fill(a, values) for a in eng.launch]
-    argv += [_fill(a, values) for a in smoke.get("serve_args", [])]
-    if not opts.model.has_weights:
-        argv += list(smoke.get("dummy_load", []))
-    if opts.model.tiny:
-        argv += list(smoke.get("tiny_args", []))
-    argv += strategy_argv(strategy, values)
-    argv += list(opts.extra_args)
-    return argv
+def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
+    """What L3 starts: builder/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
+    return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
+                       dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args))
 
 
 def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -> Result:
@@ -437,13 +434,13 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
                       "reached there (pick another with --port, or stop what listens on it)")
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
-    argv = engine_argv(cell, launcher, opts, strategy, port)
+    line = engine_line(cell, launcher, opts, strategy, port)
     env = {**HUB_OFF, **dict(getattr(strategy, "env", ())), **opts.extra_env}
     base = f"http://127.0.0.1:{port}"
     figures: dict = {"port": port}
     t0 = time.monotonic()
     try:
-        server = launcher.start(argv, env, port, log_path)
+        server = launcher.start(line, env, port, log_path)
     except StartFailed as exc:
         return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
 
@@ -562,7 +559,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
 
 # -- one image ---------------------------------------------------------------------------------------------
 def run(cell: Cell, launcher: Launcher, opts: SmokeOptions, labels: dict | None, subject: str,
-        audit_files, say=lambda s: None) -> SmokeReport:
+        audit_files, say=lambda s: None, entrypoint: list[str] | None = None) -> SmokeReport:
     rep = SmokeReport(subject=subject, cell=cell.id, launcher=launcher.name, strategies=tuple(opts.strategies))
     t_all = time.monotonic()
     eng = cell.engine_recipe
@@ -585,7 +582,7 @@ def run(cell: Cell, launcher: Launcher, opts: SmokeOptions, labels: dict | None,
         say(f"[{cell.id}] {layer}{' ' + r.strategy if r.strategy else ''}: {r.status} {r.reason.splitlines()[0] if r.reason else ''}")
         return r
 
-    for layer, fn, args in (("L0", l0, (cell, launcher, labels, opts)),
+    for layer, fn, args in (("L0", l0, (cell, launcher, labels, opts, entrypoint)),
                             ("L1", l1, (cell, launcher, opts, audit_files)),
                             ("JIT", jit, (cell, launcher, opts))):
         if layer not in asked:

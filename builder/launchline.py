@@ -1,0 +1,56 @@
+"""The engine's launch line: one derivation for the image's ENTRYPOINT (render), the `docker run` that `builder
+serve` prints, and what smoke L3 starts (a container of the image runs its own ENTRYPOINT with these arguments;
+the process launcher runs the whole line).
+
+The engine data's `launch` (e.g. `vllm serve {model}`, `python3 -m sglang.launch_server --model-path {model}`) is
+split before the model: the part before becomes the ENTRYPOINT, the model (with its flag) starts the arguments,
+then where it listens (`smoke.serve_args`), dummy weights and tiny-model flags when smoke asks for them, the
+strategy's flags, and the user's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engines import Recipe, Strategy
+
+DEFAULT_SERVE_ARGS = ("--host", "{host}", "--port", "{port}")
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    entrypoint: tuple[str, ...]  # the image's ENTRYPOINT
+    args: tuple[str, ...]  # what follows it: the container's command
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.entrypoint, *self.args]
+
+
+def split(launch) -> tuple[list[str], list[str]]:
+    """(the ENTRYPOINT, the rest): the launch line cut before the model argument (and its flag)."""
+    launch = list(launch)
+    idx = launch.index("{model}") if "{model}" in launch else len(launch)
+    if idx > 0 and launch[idx - 1].startswith("--"):
+        idx -= 1
+    return launch[:idx], launch[idx:]
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def launch_line(recipe: Recipe, strategy: Strategy | None, values: dict[str, str], *, dummy_weights: bool = False,
+                tiny: bool = False, extra: tuple[str, ...] = ()) -> LaunchLine:
+    """`values`: model, drafter, host, port as the engine sees them (inside the container, or on this host)."""
+    smoke = recipe.smoke
+    entry, rest = split(recipe.launch)
+    args = [*rest, *smoke.get("serve_args", DEFAULT_SERVE_ARGS)]
+    if dummy_weights:
+        args += smoke.get("dummy_load", [])
+    if tiny:
+        args += smoke.get("tiny_args", [])
+    args += list(strategy.flags) if strategy is not None else []
+    return LaunchLine(tuple(entry), tuple([fill(a, values) for a in args] + list(extra)))
