@@ -99,6 +99,7 @@ class Recipe:
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
+    source_remove: tuple[str, ...] = ()  # paths of the source tree the build leaves out
     setuptools_scm: bool = False  # version from git: the build pretends the pinned version
     git_submodules: tuple[str, ...] = ()
     companion_versions: tuple[tuple[str, str], ...] = ()  # companions its metadata does not pin
@@ -453,6 +454,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         rust_toolchain=merged.get("rust_toolchain", ""),
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
+        source_remove=tuple(merged.get("source_remove", ())),
         setuptools_scm=merged.get("setuptools_scm", False),
         git_submodules=tuple(merged.get("git_submodules", ())),
         companion_versions=tuple(sorted(merged.get("companion_versions", {}).items())),

@@ -220,6 +220,7 @@ RULE = Table(
         "rust_toolchain": TOKEN,
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
+        "source_remove": ListOf(REL_PATH),  # paths of the source tree the build leaves out (why: in the data)
         # -- what issue 7 found missing (see builder/data/engines.toml for the evidence per key) --
         # the source takes its version from git through setuptools-scm: the build sets
         # SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> to the pinned version

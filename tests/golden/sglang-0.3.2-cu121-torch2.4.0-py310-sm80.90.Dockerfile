@@ -280,7 +280,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
 # compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
-# not what is installed) would make the two routes differ: they go.
+# not what is installed) would make the two routes differ: they go. Then no path may be installed by two
+# distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
+# so the image fails, naming both.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
@@ -292,6 +294,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm /tmp/constraints.txt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # what serving imports must be in the image (engine data serve_modules): a missing one fails here, not at boot
 RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm", "fastapi", "uvicorn", "uvloop", "zmq", "interegular", "outlines", "aiohttp"] if importlib.util.find_spec(m) is None]; assert not missing, "sglang imports these when serving, the image lacks them: %s" % missing'
@@ -314,17 +317,17 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="e69143f5cca45cc76da286e813889c6f68533058ee6d785e683920a7aa9c6042"
+LABEL io.builder.package.sglang.cache-key="00bfb5a6e9f05121114ada07f059993daf16931f36323d1f61f34ea728b40649"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="8ff1da25344db1c4a6ea599c4d5940382e103d495362778729c3680d06db2d3b"
+LABEL io.builder.package.vllm.cache-key="e97afcdf453443303d89ac515bf31d66b36fde286285817569dda6a2b8fa183f"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
-LABEL io.builder.package.flashinfer.cache-key="2ed0f743573ff9047b0cb4bb46ac9c945fa028fffb177008b2f431bbf1ba93d5"
+LABEL io.builder.package.flashinfer.cache-key="14efec3f279ac2817d9875ca892fbc0059698bebc716bf2ba7c615bf0e4fae02"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="3135f98b2dd9989bf51d978339bf17e24c2c7c6af88f56eda4a03b205f8c149d"
+LABEL io.builder.package.flash-attn.cache-key="56716878b7aa2a3f6183c56b51eb7e8709e780df7948d9924dc9f8d1e65e0d62"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

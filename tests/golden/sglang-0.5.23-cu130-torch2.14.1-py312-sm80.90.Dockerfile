@@ -175,6 +175,8 @@ WORKDIR /src
 RUN grep -qF -- '-std=c++17' setup.py \
  && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
  && ! grep -qF -- '-std=c++17' setup.py
+# flash_attn/cute: left out of the wheel (why: builder/data/engines.toml source_remove); the build stops if it is gone
+RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here
@@ -248,7 +250,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
 # compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
-# not what is installed) would make the two routes differ: they go.
+# not what is installed) would make the two routes differ: they go. Then no path may be installed by two
+# distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
+# so the image fails, naming both.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
@@ -260,6 +264,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm /tmp/constraints.txt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
 # a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
@@ -294,13 +299,13 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="05474657d30f93383ce572a2d63d2fd4412c4912e7af3e08aee2fb2ef2a8784f"
+LABEL io.builder.package.sglang.cache-key="3accb1740bf0b655fa0a1164377fa8709369d619c72daada852a836bae4c8a42"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_86,sm_89,sm_90,sm_90a,sm_100f,sm_103a,sm_120a"
-LABEL io.builder.package.sglang-kernel.cache-key="2e5f85e77c3dd476fc283bca95d9cb89f76cc0cced7839597d24b1b23d4337c9"
+LABEL io.builder.package.sglang-kernel.cache-key="3f2eceb4e2f75781f0a84b9fe9f649be7a2d69b867149e5557f893429e3c4b00"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="f1af2cee550fecc4801cab38f9f4f632bb0d2c57c51babce6cedca2c695a2024"
+LABEL io.builder.package.flash-attn.cache-key="303ea4c64220d0acb93f61741fc61924021e03eda04997e85c8024018211db35"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

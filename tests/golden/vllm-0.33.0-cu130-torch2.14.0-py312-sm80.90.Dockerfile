@@ -241,6 +241,8 @@ WORKDIR /src
 RUN grep -qF -- '-std=c++17' setup.py \
  && sed -i 's|-std=c++17|-std=c++20|g' setup.py \
  && ! grep -qF -- '-std=c++17' setup.py
+# flash_attn/cute: left out of the wheel (why: builder/data/engines.toml source_remove); the build stops if it is gone
+RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here
@@ -314,7 +316,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
 # compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
-# not what is installed) would make the two routes differ: they go.
+# not what is installed) would make the two routes differ: they go. Then no path may be installed by two
+# distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
+# so the image fails, naming both.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
@@ -326,6 +330,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm /tmp/constraints.txt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
 # a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
@@ -362,9 +367,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="e9bd02597810c2385a321a61b8983d49dce677ace210585eabf2150b4b360c98"
+LABEL io.builder.package.vllm.cache-key="6823a7dd69181784e8e893db49da2bc6608992c4a6dbe96306782d39b2af08d1"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="d2c5aac7b13c3a83010e46402b55381688ce06940bd68a372376d85b139521c8"
+LABEL io.builder.package.flash-attn.cache-key="8cb6f185bca987116cfbff47a2345c0f65717015dc5f53baf8dff26d77ca2c17"
 ENTRYPOINT ["vllm", "serve"]

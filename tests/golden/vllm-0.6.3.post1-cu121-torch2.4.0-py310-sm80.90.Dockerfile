@@ -214,7 +214,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
 # compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
-# not what is installed) would make the two routes differ: they go.
+# not what is installed) would make the two routes differ: they go. Then no path may be installed by two
+# distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
+# so the image fails, naming both.
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
@@ -226,6 +228,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm /tmp/constraints.txt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
@@ -246,9 +249,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="ee48a23b4fe9affbdca0934bf0cb5824a9b6609a048d807a3e02f18669eb882a"
+LABEL io.builder.package.vllm.cache-key="5160d1c2c9b5be5b5de55b93cd9b5d3bcc3276d4f586f99a4a1a5a728df29bc8"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="3135f98b2dd9989bf51d978339bf17e24c2c7c6af88f56eda4a03b205f8c149d"
+LABEL io.builder.package.flash-attn.cache-key="56716878b7aa2a3f6183c56b51eb7e8709e780df7948d9924dc9f8d1e65e0d62"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
