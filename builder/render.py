@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import __version__, deps, launchline, templates
+from . import deps, launchline, templates
+from . import labels as labels_mod
 from . import archs as archs_mod
 from .errors import UserError
 from .resolve import Cell, Package
@@ -68,28 +69,8 @@ def entrypoint(cell: Cell) -> list[str]:
 
 
 def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
-    out = [
-        ("org.opencontainers.image.title", f"{cell.engine} {cell.version}"),
-        ("org.opencontainers.image.version", cell.version),
-        ("org.opencontainers.image.description", f"{cell.engine} {cell.version} compiled for {', '.join(map(archs_mod.sm, cell.archs))}"),
-        ("io.builder.cell", cell.id),
-        ("io.builder.engine", cell.engine),
-        ("io.builder.engine.version", cell.version),
-        ("io.builder.cuda", cell.cuda),
-        ("io.builder.torch", cell.torch),
-        ("io.builder.python", cell.python),
-        ("io.builder.archs", ",".join(str(a) for a in cell.archs)),
-        ("io.builder.strategies", ",".join(cell.strategies)),
-        ("io.builder.builder-version", __version__),
-    ]
-    for p in cell.packages:
-        out.append((f"io.builder.package.{p.name}.version", p.version))
-        out.append((f"io.builder.package.{p.name}.source", p.source.ref))
-        # a wheel from the index carries what upstream compiled: its audit (in the build log and the cache
-        # manifest) says which archs; the label says only that it was not built here
-        out.append((f"io.builder.package.{p.name}.sass", "from-index" if p.from_index else ",".join(p.built_sass)))
-        out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
-    return out
+    """The image's io.builder.* labels as rendered (builder/labels.py writes them; audited ones read build args)."""
+    return [(k, v) for k, v, _ in labels_mod.image_labels(cell, keys)]
 
 
 def runtime_requirements(cell: Cell) -> list[str]:
@@ -124,7 +105,8 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "libcuda_stub": any(p["libcuda_stub"] for p in cell.serve_jit),
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
-        "labels": [(k, dockerfile_quoted(v)) for k, v in labels(cell, keys)],
+        "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.image_labels(cell, keys)],
+        "label_args": labels_mod.audit_args(cell),
         "entrypoint": entrypoint(cell),
     }
 

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import docker, launchline
+from . import labels as labels_mod
 from .errors import CommandError, UserError
 
 MODEL_ROOT = "/models"
-LABEL_ENGINE = "io.builder.engine"
-LABEL_VERSION = "io.builder.engine.version"
-LABEL_STRATEGIES = "io.builder.strategies"
+LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES
 
 
 def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
@@ -54,11 +53,11 @@ class ServeLine:
 def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Path, port: int = 8000,
                bind: str = "127.0.0.1", gpus: str = "all", drafter: str | None = None, name: str | None = None,
                extra_args: tuple[str, ...] = (), docker_cmd: str = "docker") -> ServeLine:
-    engine, version = labels.get(LABEL_ENGINE), labels.get(LABEL_VERSION)
+    engine, version = labels_mod.engine(labels)
     if not engine or not version:
         raise UserError(f"{image}: no {LABEL_ENGINE} / {LABEL_VERSION} labels: not an image builder made")
     recipe = kn.recipe(engine, version)
-    built_for = [s for s in labels.get(LABEL_STRATEGIES, "").split(",") if s]
+    built_for = labels_mod.strategies(labels)
     why = recipe.strategy_problem(strategy)
     if why:
         raise UserError(f"--strategy: {why}")

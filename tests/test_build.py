@@ -89,7 +89,8 @@ def test_build_compiles_exports_audits_and_tags(built_80_90, docker_engine):
     labels = json.loads(subprocess.run(["docker", "image", "inspect", ref, "--format", "{{json .Config.Labels}}"],
                                        capture_output=True, text=True, check=True).stdout)
     assert labels["io.builder.archs"] == "80,90"
-    assert labels["io.builder.package.cuda-ext.sass"] == "sm_80,sm_90"
+    assert labels["io.builder.package.cuda-ext.sass"] == "sm_80,sm_90"  # what the audit found (builder/labels.py)
+    assert labels["io.builder.package.cuda-ext.ptx"] == "" and labels["io.builder.package.cuda-ext.binaries"] == ""
     # the runtime image has no compiler: it installed only the wheel
     out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c",
                           "command -v nvcc || echo no-nvcc; python -c 'import cuda_ext; print(cuda_ext.__file__)'"],

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
+from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from .. import resolve
 from ..engines import STRATEGIES
@@ -160,7 +161,7 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
             raise UserError(f"{image}: no such local image (build it with `builder build`, or pull it first)") from None
         if cell is None:
-            label = labels.get("io.builder.cell")
+            label = labels_mod.cell(labels)
             if not label:
                 raise UserError(f"{image} carries no io.builder.cell label: it was not built by builder")
             cell, _ = find_cell(m, sel, label)

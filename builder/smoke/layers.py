@@ -38,6 +38,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import archs as archs_mod
+from .. import labels as labels_mod
 from ..engines import Strategy
 from ..launchline import LaunchLine, launch_line
 from ..resolve import Cell
@@ -136,8 +137,7 @@ def _probe_failure(run: ProbeRun, what: str) -> str:
 
 
 # -- L0 ----------------------------------------------------------------------------------------------------
-LABEL_FIELDS = (("io.builder.cell", "id"), ("io.builder.engine", "engine"), ("io.builder.engine.version", "version"),
-                ("io.builder.cuda", "cuda"), ("io.builder.torch", "torch"), ("io.builder.python", "python"))
+LABEL_FIELDS = labels_mod.PLAN_FIELDS
 
 
 def l0(cell: Cell, launcher: Launcher, labels: dict | None, opts: SmokeOptions,
@@ -148,15 +148,15 @@ def l0(cell: Cell, launcher: Launcher, labels: dict | None, opts: SmokeOptions,
         if tuple(entrypoint or ()) != want_entry:  # what `builder serve` and L3 run: the image's own ENTRYPOINT
             problems.append(f"the image's ENTRYPOINT is {entrypoint!r}, the engine's launch line starts "
                             f"{list(want_entry)!r}")
-        if "io.builder.cell" not in labels:
+        if labels_mod.cell(labels) is None:
             return Result("L0", None, FAIL, "the image carries no io.builder.* labels: it was not built by builder")
         for label, attr in LABEL_FIELDS:
             want = str(getattr(cell, attr))
             if labels.get(label, "") != want:
                 problems.append(f"label {label} is {labels.get(label)!r}, the plan says {want!r}")
         want_archs = ",".join(map(str, cell.archs))
-        if labels.get("io.builder.archs") != want_archs:
-            problems.append(f"label io.builder.archs is {labels.get('io.builder.archs')!r}, the plan says {want_archs!r}")
+        if labels.get(labels_mod.ARCHS) != want_archs:
+            problems.append(f"label {labels_mod.ARCHS} is {labels.get(labels_mod.ARCHS)!r}, the plan says {want_archs!r}")
     dists = {p.recipe.pypi: p.version for p in cell.packages}
     run = launcher.probe("env", {"dists": sorted(dists), "torch": bool(cell.torch)}, {}, opts.probe_timeout)
     env = run.result()

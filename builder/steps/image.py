@@ -13,7 +13,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from .. import docker, oci, pins
+from .. import docker, labels, oci, pins
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
@@ -28,6 +28,14 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     """The runtime build; `name` is what `docker load` calls the archive's image (default: the cell's tag)."""
     common = common_build_args(ctx)
     common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
+    # the audited labels (builder/labels.py): what the audit of these very wheels found, never the data's guess
+    found = {}
+    for p in ctx.cell.packages:
+        if p.recipe.compiled:
+            report = ctx.audits.get(p.name)
+            found.update(labels.audit_values(p.name, report) if report is not None else
+                         {labels.audit_arg(p.name, w): "<from the audit>" for w in labels.AUDITED})
+    common["build_args"] = tuple(common["build_args"]) + tuple(sorted(found.items()))
     # rewrite-timestamp works with the OCI exporter on every driver (with type=image the docker driver refuses it)
     output = docker.csv_options(type="oci", dest=archive_path(ctx), name=name or ctx.cell.ref,
                                 **{"rewrite-timestamp": "true"})

@@ -302,6 +302,17 @@ RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
+# image step passes it in, so these labels are the audit's facts, not the engine data's prediction
+ARG BUILDER_AUDIT_VLLM_SASS
+ARG BUILDER_AUDIT_VLLM_PTX
+ARG BUILDER_AUDIT_VLLM_BINARIES
+ARG BUILDER_AUDIT_FLASHINFER_SASS
+ARG BUILDER_AUDIT_FLASHINFER_PTX
+ARG BUILDER_AUDIT_FLASHINFER_BINARIES
+ARG BUILDER_AUDIT_FLASH_ATTN_SASS
+ARG BUILDER_AUDIT_FLASH_ATTN_PTX
+ARG BUILDER_AUDIT_FLASH_ATTN_BINARIES
 LABEL org.opencontainers.image.title="sglang 0.3.2"
 LABEL org.opencontainers.image.version="0.3.2"
 LABEL org.opencontainers.image.description="sglang 0.3.2 compiled for sm_80, sm_90"
@@ -316,18 +327,23 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.sass=""
 LABEL io.builder.package.sglang.cache-key="00bfb5a6e9f05121114ada07f059993daf16931f36323d1f61f34ea728b40649"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
-LABEL io.builder.package.vllm.sass="sm_80,sm_90"
+LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
+LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
+LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
 LABEL io.builder.package.vllm.cache-key="e97afcdf453443303d89ac515bf31d66b36fde286285817569dda6a2b8fa183f"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
-LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
+LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
+LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
+LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
 LABEL io.builder.package.flashinfer.cache-key="14efec3f279ac2817d9875ca892fbc0059698bebc716bf2ba7c615bf0e4fae02"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
-LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
+LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
+LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
 LABEL io.builder.package.flash-attn.cache-key="56716878b7aa2a3f6183c56b51eb7e8709e780df7948d9924dc9f8d1e65e0d62"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

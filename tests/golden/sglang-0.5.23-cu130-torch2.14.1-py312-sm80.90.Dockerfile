@@ -284,6 +284,14 @@ RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
+# image step passes it in, so these labels are the audit's facts, not the engine data's prediction
+ARG BUILDER_AUDIT_SGLANG_KERNEL_SASS
+ARG BUILDER_AUDIT_SGLANG_KERNEL_PTX
+ARG BUILDER_AUDIT_SGLANG_KERNEL_BINARIES
+ARG BUILDER_AUDIT_FLASH_ATTN_SASS
+ARG BUILDER_AUDIT_FLASH_ATTN_PTX
+ARG BUILDER_AUDIT_FLASH_ATTN_BINARIES
 LABEL org.opencontainers.image.title="sglang 0.5.23"
 LABEL org.opencontainers.image.version="0.5.23"
 LABEL org.opencontainers.image.description="sglang 0.5.23 compiled for sm_80, sm_90"
@@ -298,14 +306,17 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.sass=""
 LABEL io.builder.package.sglang.cache-key="3accb1740bf0b655fa0a1164377fa8709369d619c72daada852a836bae4c8a42"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_86,sm_89,sm_90,sm_90a,sm_100f,sm_103a,sm_120a"
+LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
+LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
+LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
 LABEL io.builder.package.sglang-kernel.cache-key="3f2eceb4e2f75781f0a84b9fe9f649be7a2d69b867149e5557f893429e3c4b00"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
-LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
+LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
+LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
 LABEL io.builder.package.flash-attn.cache-key="303ea4c64220d0acb93f61741fc61924021e03eda04997e85c8024018211db35"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -352,6 +352,14 @@ RUN python -c 'from vllm.utils.flashinfer import has_flashinfer; assert has_flas
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
+# image step passes it in, so these labels are the audit's facts, not the engine data's prediction
+ARG BUILDER_AUDIT_VLLM_SASS
+ARG BUILDER_AUDIT_VLLM_PTX
+ARG BUILDER_AUDIT_VLLM_BINARIES
+ARG BUILDER_AUDIT_FLASH_ATTN_SASS
+ARG BUILDER_AUDIT_FLASH_ATTN_PTX
+ARG BUILDER_AUDIT_FLASH_ATTN_BINARIES
 LABEL org.opencontainers.image.title="vllm 0.33.0"
 LABEL org.opencontainers.image.version="0.33.0"
 LABEL org.opencontainers.image.description="vllm 0.33.0 compiled for sm_80, sm_90"
@@ -366,10 +374,14 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
-LABEL io.builder.package.vllm.sass="sm_80,sm_90"
+LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
+LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
+LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
 LABEL io.builder.package.vllm.cache-key="6823a7dd69181784e8e893db49da2bc6608992c4a6dbe96306782d39b2af08d1"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
-LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
+LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
+LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
 LABEL io.builder.package.flash-attn.cache-key="8cb6f185bca987116cfbff47a2345c0f65717015dc5f53baf8dff26d77ca2c17"
 ENTRYPOINT ["vllm", "serve"]

@@ -234,6 +234,14 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
+# image step passes it in, so these labels are the audit's facts, not the engine data's prediction
+ARG BUILDER_AUDIT_VLLM_SASS
+ARG BUILDER_AUDIT_VLLM_PTX
+ARG BUILDER_AUDIT_VLLM_BINARIES
+ARG BUILDER_AUDIT_FLASH_ATTN_SASS
+ARG BUILDER_AUDIT_FLASH_ATTN_PTX
+ARG BUILDER_AUDIT_FLASH_ATTN_BINARIES
 LABEL org.opencontainers.image.title="vllm 0.6.3.post1"
 LABEL org.opencontainers.image.version="0.6.3.post1"
 LABEL org.opencontainers.image.description="vllm 0.6.3.post1 compiled for sm_80, sm_90"
@@ -248,10 +256,14 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
-LABEL io.builder.package.vllm.sass="sm_80,sm_90"
+LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
+LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
+LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
 LABEL io.builder.package.vllm.cache-key="5160d1c2c9b5be5b5de55b93cd9b5d3bcc3276d4f586f99a4a1a5a728df29bc8"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
-LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
+LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
+LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
+LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
 LABEL io.builder.package.flash-attn.cache-key="56716878b7aa2a3f6183c56b51eb7e8709e780df7948d9924dc9f8d1e65e0d62"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]

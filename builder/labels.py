@@ -1,0 +1,122 @@
+"""Every `io.builder.*` image label, written and read here and nowhere else.
+
+Written: render puts them in the runtime stage (`image_labels`). What the audit found in each compiled package
+— the SASS and PTX every binary with device code carries, and the binaries whose coverage differs — is not known
+when the Dockerfile is rendered: those labels read build arguments (`audit_arg`) that the image step fills from
+the audit of the very wheels it installs (`audit_values`), so a label never says more than a binary holds.
+Read: `builder serve`, smoke L0, `builder smoke IMAGE` (`cell`, `engine`, `strategies`, `package`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from . import __version__
+from . import archs as archs_mod
+
+if TYPE_CHECKING:
+    from .audit import AuditReport
+    from .resolve import Cell
+
+CELL = "io.builder.cell"
+ENGINE = "io.builder.engine"
+ENGINE_VERSION = "io.builder.engine.version"
+CUDA = "io.builder.cuda"
+TORCH = "io.builder.torch"
+PYTHON = "io.builder.python"
+ARCHS = "io.builder.archs"
+STRATEGIES = "io.builder.strategies"
+BUILDER_VERSION = "io.builder.builder-version"
+AUDITED = ("sass", "ptx", "binaries")  # per compiled package, from the audit
+
+
+def package(name: str, what: str) -> str:
+    return f"io.builder.package.{name}.{what}"
+
+
+def audit_arg(name: str, what: str) -> str:
+    """The build argument that carries an audited label's value into the runtime stage."""
+    return "BUILDER_AUDIT_" + re.sub(r"[^A-Z0-9]+", "_", f"{name}_{what}".upper())
+
+
+# (label, value, the value is a build argument's ${NAME}: it must expand)
+def image_labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
+    out = [
+        ("org.opencontainers.image.title", f"{cell.engine} {cell.version}", False),
+        ("org.opencontainers.image.version", cell.version, False),
+        ("org.opencontainers.image.description",
+         f"{cell.engine} {cell.version} compiled for {', '.join(map(archs_mod.sm, cell.archs))}", False),
+        (CELL, cell.id, False), (ENGINE, cell.engine, False), (ENGINE_VERSION, cell.version, False),
+        (CUDA, cell.cuda, False), (TORCH, cell.torch, False), (PYTHON, cell.python, False),
+        (ARCHS, ",".join(str(a) for a in cell.archs), False), (STRATEGIES, ",".join(cell.strategies), False),
+        (BUILDER_VERSION, __version__, False),
+    ]
+    for p in cell.packages:
+        out.append((package(p.name, "version"), p.version, False))
+        out.append((package(p.name, "source"), p.source.ref, False))
+        if p.recipe.compiled:  # what its audit found, built here or taken from the index alike
+            out += [(package(p.name, what), "${" + audit_arg(p.name, what) + "}", True) for what in AUDITED]
+        out.append((package(p.name, "cache-key"), keys[p.name], False))
+    return out
+
+
+def audit_args(cell: Cell) -> list[str]:
+    return [audit_arg(p.name, what) for p in cell.packages if p.recipe.compiled for what in AUDITED]
+
+
+def _coverage(b) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return (tuple(sorted({e.name for e in b.entries if e.kind == "sass"})),
+            tuple(sorted({e.name for e in b.entries if e.kind == "ptx"})))
+
+
+def audit_values(name: str, report: AuditReport) -> dict[str, str]:
+    """The audited labels of one package: SASS / PTX that every binary with device code carries, and (JSON) each
+    binary whose coverage differs from that, by its path inside the wheel."""
+    found = {b.path.split("!", 1)[-1]: _coverage(b) for b in report.binaries if b.has_device_code}
+    sass = set.intersection(*(set(s) for s, _ in found.values())) if found else set()
+    ptx = set.intersection(*(set(p) for _, p in found.values())) if found else set()
+    differ = {path: {"sass": list(s), "ptx": list(p)} for path, (s, p) in sorted(found.items())
+              if set(s) != sass or set(p) != ptx}
+    return {audit_arg(name, "sass"): ",".join(sorted(sass, key=_arch_order)),
+            audit_arg(name, "ptx"): ",".join(sorted(ptx, key=_arch_order)),
+            audit_arg(name, "binaries"): json.dumps(differ, separators=(",", ":"), sort_keys=True) if differ else ""}
+
+
+def found_sass(report: AuditReport) -> set[str]:
+    """Every SASS name any binary of the package carries."""
+    return {n for b in report.binaries for n in _coverage(b)[0]}
+
+
+def _arch_order(name: str) -> tuple[int, str]:
+    m = re.search(r"(\d+)([a-z]*)$", name)
+    return (int(m.group(1)), m.group(2)) if m else (0, name)
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def cell(labels: dict[str, str]) -> str | None:
+    return labels.get(CELL)
+
+
+def engine(labels: dict[str, str]) -> tuple[str | None, str | None]:
+    return labels.get(ENGINE), labels.get(ENGINE_VERSION)
+
+
+def strategies(labels: dict[str, str]) -> list[str]:
+    return [s for s in labels.get(STRATEGIES, "").split(",") if s]
+
+
+def package_facts(labels: dict[str, str], name: str) -> dict:
+    """What the image says about one package: version, source, cache key and what its audit found."""
+    out = {what: labels.get(package(name, what), "") for what in ("version", "source", "cache-key", "sass", "ptx")}
+    out["sass"] = [s for s in out["sass"].split(",") if s]
+    out["ptx"] = [s for s in out["ptx"].split(",") if s]
+    raw = labels.get(package(name, "binaries"), "")
+    out["binaries"] = json.loads(raw) if raw else {}
+    return out
+
+
+# the labels smoke L0 holds against the plan: (label, the Cell attribute it names)
+PLAN_FIELDS = ((CELL, "id"), (ENGINE, "engine"), (ENGINE_VERSION, "version"), (CUDA, "cuda"), (TORCH, "torch"),
+               (PYTHON, "python"))
