@@ -18,6 +18,7 @@ Commands:
 
 import contextlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -338,11 +339,10 @@ def builder_probe_add(x, y, out, n, BLOCK: tl.constexpr):
 
 
 def _jit_triton(spec, work):
-    """What Triton compiles at the first kernel launch, without a GPU: its CUDA utilities module (driver.c,
-    #include <Python.h>) and a kernel's launcher, each through Triton's own C build (built, not loaded: loading
-    needs the driver's libcuda.so.1), and the kernel itself for every arch of the cell (an explicit target)."""
-    import inspect
-
+    """What Triton compiles at the first kernel launch, without a GPU, through Triton's own code: its CUDA
+    utilities module (driver.c, #include <Python.h>; from Triton 3.5 it holds the launcher too) and, where this
+    Triton builds one per kernel, the kernel's launcher — each built by Triton's C build, not loaded (loading needs
+    the driver's libcuda.so.1) — and the kernel itself for every arch of the cell (an explicit target)."""
     os.environ["TRITON_CACHE_DIR"] = os.path.join(work, "triton-cache")  # nothing from an earlier compile
     import triton
     from triton.backends.nvidia import driver as nv
@@ -350,42 +350,39 @@ def _jit_triton(spec, work):
 
     built = []
 
-    class _NotLoaded:  # what the patched compile returns instead of the loaded module
+    class _NotLoaded:  # what Triton gets instead of the loaded module
         def __getattr__(self, name):
             return None
 
-    def build_only(src, name, library_dirs=None, include_dirs=None, libraries=None, ccflags=None):
-        if library_dirs is None:  # Triton 3.0-3.1: compile_module_from_src(src, name) reads the driver's globals
-            library_dirs, include_dirs, libraries = nv.library_dirs(), nv.include_dir, nv.libraries
+    def not_loaded(name, path):
+        built.append(os.path.basename(path))
+        return _NotLoaded()
+
+    def check_call(argv, **kw):  # Triton's own compiler call, its output kept for the verdict
+        _run(argv)
+        return 0
+
+    def old_compile_module_from_src(src, name):  # Triton 3.0-3.1: driver.py builds and loads by itself
         path = os.path.join(work, name + ".c")
         with open(path, "w") as f:
             f.write(src)
-        args = [name, path, work, list(library_dirs), list(include_dirs), list(libraries)]
-        if len(inspect.signature(build._build).parameters) > 6:
-            args.append(list(ccflags or []))
-        real_check_call = build.subprocess.check_call
+        so = build._build(name, path, work, nv.library_dirs(), nv.include_dir, nv.libraries)
+        return not_loaded(name, so)
 
-        def check_call(argv, **kw):  # Triton's own compiler call, its output kept for the verdict
-            _run(argv)
-            return 0
-
-        build.subprocess.check_call = check_call
-        try:
-            so = build._build(*args)
-        except Exception as exc:  # noqa: BLE001 - the compiler's words, or Triton's "Failed to find C compiler"
-            raise _compile_failed(f"Triton's C build of {name} (at the first kernel launch) failed", exc) from None
-        finally:
-            build.subprocess.check_call = real_check_call
-        built.append(os.path.basename(so))
-        return _NotLoaded()
-
-    nv.compile_module_from_src = build_only
+    build.subprocess.check_call = check_call
+    if hasattr(build, "_load_module_from_path"):  # Triton >= 3.2: every C build loads through here
+        build._load_module_from_path = not_loaded
+    if getattr(getattr(nv, "compile_module_from_src", None), "__module__", "") == nv.__name__:
+        nv.compile_module_from_src = old_compile_module_from_src
     try:
         nv.libcuda_dirs()
     except AssertionError as exc:
         raise RuntimeError("Triton links its launcher against libcuda.so.1 and finds none (no GPU here, and no "
                            f"TRITON_LIBCUDA_PATH naming a link stub): {str(exc).splitlines()[0]}") from None
-    nv.CudaUtils()
+    try:
+        nv.CudaUtils()
+    except Exception as exc:  # noqa: BLE001 - the compiler's words, or Triton's "Failed to find C compiler"
+        raise _compile_failed("Triton's C build of cuda_utils (at the first kernel launch) failed", exc) from None
     kernel_file = os.path.join(work, "builder_probe_kernel.py")
     with open(kernel_file, "w") as f:
         f.write(_TRITON_KERNEL)
@@ -394,8 +391,7 @@ def _jit_triton(spec, work):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    params = inspect.signature(ASTSource.__init__).parameters
-    if "constexprs" in params:  # Triton >= 3.2: names, constexprs by name
+    if "constexprs" in inspect.signature(ASTSource.__init__).parameters:  # Triton >= 3.2: names
         src = ASTSource(fn=fn, signature={"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                         constexprs={"BLOCK": 128})
     else:  # Triton 3.0-3.1: argument indices, constants
@@ -411,7 +407,11 @@ def _jit_triton(spec, work):
         if not cubin:
             raise RuntimeError(f"triton.compile for sm_{arch} produced no cubin")
         kernels[f"sm_{arch}"] = {"cubin_bytes": len(cubin), "seconds": round(time.monotonic() - t0, 2)}
-    nv.CudaLauncher(k.src, k.metadata)  # the launcher of the last kernel: Triton's C build again
+    if hasattr(nv, "make_launcher") and spec.get("archs"):  # a launcher per kernel (Triton < 3.5): its C build
+        try:
+            nv.CudaLauncher(k.src, k.metadata)
+        except Exception as exc:  # noqa: BLE001
+            raise _compile_failed("Triton's C build of the kernel launcher failed", exc) from None
     return {"triton": triton.__version__, "built": built, "kernels": kernels}
 
 
