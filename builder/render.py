@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from importlib import resources
 from typing import TYPE_CHECKING
 
 import jinja2
@@ -73,6 +75,17 @@ def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
     return [(k, v) for k, v, _ in labels_mod.image_labels(cell, keys)]
 
 
+@functools.cache
+def libcuda_stub_symbols() -> list[str]:
+    """The functions NVIDIA's libcuda link stub defines (builder/data/libcuda-stub-symbols.txt, with its source)."""
+    text = resources.files("builder").joinpath("data/libcuda-stub-symbols.txt").read_text()
+    names = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+    if bad:
+        raise RuntimeError(f"builder/data/libcuda-stub-symbols.txt: not C identifiers: {bad[:3]}")
+    return names
+
+
 def runtime_requirements(cell: Cell) -> list[str]:
     """Shell words for the runtime's pip install besides torch and the wheels.
 
@@ -103,6 +116,7 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "jit_apt": list(dict.fromkeys([*(cell.runtime_jit["apt"] if cell.runtime_jit else []),
                                        *(a for p in cell.serve_jit for a in p["apt"])])),
         "libcuda_stub": any(p["libcuda_stub"] for p in cell.serve_jit),
+        "libcuda_symbols": libcuda_stub_symbols() if any(p["libcuda_stub"] for p in cell.serve_jit) else [],
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
         "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.image_labels(cell, keys)],

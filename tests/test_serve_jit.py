@@ -49,7 +49,8 @@ def test_every_shipped_runtime_gets_what_its_first_request_compiles(cell):
     assert apt, "the runtime installs the serve-time needs"
     words = apt.group(1).split()
     assert f"python{cell.python}-dev" in words and "gcc" in words, words  # Triton's launcher: Python.h + cc
-    assert "gcc -shared -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so" in text
+    assert "gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so /tmp/libcuda-stub.c" in text
+    assert " cuInit " in text and "readelf -d /tmp/libcuda-check.so | grep -q 'NEEDED.*libcuda" in text
     assert "ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs" in text
     if "flashinfer" in names:  # FlashInfer's JIT links -lcuda from CUDA_HOME
         assert cell.runtime_jit and 'ln -sfn /opt/builder/stubs "$root/lib/stubs"' in text
@@ -95,3 +96,16 @@ def test_the_jit_layer_fails_the_runtime_without_headers_and_passes_it_with_them
     assert got["status"] == "pass", got
     assert got["figures"]["python-c"]["include"] == "/usr/include/python3.11"
     print(f"\nJIT layer: {got['seconds']:.2f}s ({got['reason']})")
+    # the engine runtimes' libcuda link stub, as rendered for vLLM 0.33.0, in that image (it has gcc and readelf):
+    # a module linked -lcuda against it records NEEDED libcuda.so.1 (an empty stub would be dropped by the linker)
+    m = load(MATRIX)
+    (cell,) = [c for c in select(m, Selection(profiles=("all",))) if c.id.startswith("vllm-0.33.0-")]
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    stub = re.search(r"^RUN (mkdir -p /opt/builder/stubs.*?rm -f /tmp/libcuda-stub\.c[^\n]*)$", text, re.M | re.S).group(1)
+    check = ("printf 'int cuInit(unsigned);\\nint f(void) { return cuInit(0); }\\n' > /tmp/t.c && "
+             "gcc -shared -fPIC -o /tmp/t.so /tmp/t.c -L/opt/builder/stubs -l:libcuda.so.1 && readelf -d /tmp/t.so")
+    ran = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "bash",
+                          "127.0.0.1:5000/builder-test-jit/cuda-ext:1.0.0-cu130-py311-sm80.90", "-c",
+                          stub + " && " + check], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert "Shared library: [libcuda.so.1]" in ran.stdout

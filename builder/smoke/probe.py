@@ -308,6 +308,26 @@ def _compile_failed(what, exc):
     return RuntimeError(f"{what}: {exc}" + (f"\n  the image lacks: {missing}" if missing else ""))
 
 
+def _needed(path):
+    """The NEEDED entries of a shared object (readelf, from binutils beside gcc), or None without readelf."""
+    exe = shutil.which("readelf")
+    if not exe:
+        return None
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", _run([exe, "-d", path]).stdout)
+
+
+def _check_links_libcuda(what, path):
+    """A module linked -lcuda must record NEEDED libcuda.so.1, or it cannot resolve the driver's functions when it
+    loads on a GPU (a link stub without symbols makes the linker drop the library)."""
+    needed = _needed(path)
+    if needed is None:
+        return "not checked: no readelf"
+    if "libcuda.so.1" not in needed:
+        raise RuntimeError(f"{what} links -lcuda but records no NEEDED libcuda.so.1 (it has {needed}): on a GPU it "
+                           "would not load (undefined symbol); is the libcuda link stub empty?")
+    return "NEEDED libcuda.so.1"
+
+
 def _jit_python_c(spec, work):
     """A C extension against this Python's headers, built with the compiler Triton uses, then imported."""
     if not _c_compiler():
@@ -348,7 +368,7 @@ def _jit_triton(spec, work):
     from triton.backends.nvidia import driver as nv
     from triton.runtime import build
 
-    built = []
+    built, linked = [], {}
 
     class _NotLoaded:  # what Triton gets instead of the loaded module
         def __getattr__(self, name):
@@ -356,6 +376,7 @@ def _jit_triton(spec, work):
 
     def not_loaded(name, path):
         built.append(os.path.basename(path))
+        linked[os.path.basename(path)] = _check_links_libcuda(f"Triton's {name}", path)
         return _NotLoaded()
 
     def check_call(argv, **kw):  # Triton's own compiler call, its output kept for the verdict
@@ -412,7 +433,7 @@ def _jit_triton(spec, work):
             nv.CudaLauncher(k.src, k.metadata)
         except Exception as exc:  # noqa: BLE001
             raise _compile_failed("Triton's C build of the kernel launcher failed", exc) from None
-    return {"triton": triton.__version__, "built": built, "kernels": kernels}
+    return {"triton": triton.__version__, "built": built, "linked": linked, "kernels": kernels}
 
 
 def _jit_nvcc_libcuda(spec, work):
@@ -432,12 +453,13 @@ def _jit_nvcc_libcuda(spec, work):
     with open(src, "w") as f:
         f.write("#include <cuda.h>\n__global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n"
                 'extern "C" int builder_probe_driver_version(void) { int v = 0; cuDriverGetVersion(&v); return v; }\n')
-    argv = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", os.path.join(work, "builder_probe_cu.so"), src]
+    so = os.path.join(work, "builder_probe_cu.so")
+    argv = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", so, src]
     for arch in spec.get("archs", []):
         argv += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
     argv += [f"-L{cuda_home}/lib64", f"-L{cuda_home}/lib64/stubs", "-lcudart", "-lcuda"]
     _run(argv)
-    return {"nvcc": nvcc, "stub": stub}
+    return {"nvcc": nvcc, "stub": stub, "linked": _check_links_libcuda("the nvcc module", so)}
 
 
 JIT_PATHS = {"python-c": _jit_python_c, "triton": _jit_triton, "nvcc-libcuda": _jit_nvcc_libcuda}

@@ -266,12 +266,105 @@ ARG PIP_INDEX_URL
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.10-dev gcc \
  && apt-get clean && rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache
-# a link stub for libcuda (no symbols, soname libcuda.so.1): the JITs link -lcuda / -l:libcuda.so.1 and find it
-# here whether or not the container runtime has mounted the driver (smoke compiles them without a GPU); what
-# loads at run time is the driver's own libcuda.so.1, never this file (it is on no library path)
+# a link stub for libcuda (soname libcuda.so.1, the functions of NVIDIA's own stub, each doing nothing: engine data
+# libcuda-stub-symbols.txt): the JITs link -lcuda / -l:libcuda.so.1 and find it here whether or not the container
+# runtime has mounted the driver (smoke compiles them without a GPU). A stub without the symbols would be dropped
+# by the linker (no NEEDED libcuda.so.1: "undefined symbol" on a GPU); the check below links one module and
+# requires the NEEDED entry. What loads at run time is the driver's libcuda.so.1 (this file is on no library path).
 RUN mkdir -p /opt/builder/stubs \
- && gcc -shared -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so -x c /dev/null \
- && ln -s libcuda.so /opt/builder/stubs/libcuda.so.1
+ && printf 'void %s(void) {}\n' \
+      cuArray3DCreate cuArray3DCreate_v2 cuArray3DGetDescriptor cuArray3DGetDescriptor_v2 cuArrayCreate cuArrayCreate_v2 cuArrayDestroy cuArrayGetDescriptor \
+      cuArrayGetDescriptor_v2 cuArrayGetMemoryRequirements cuArrayGetPlane cuArrayGetSparseProperties cuCheckpointProcessCheckpoint cuCheckpointProcessGetRestoreThreadId cuCheckpointProcessGetState cuCheckpointProcessLock \
+      cuCheckpointProcessRestore cuCheckpointProcessUnlock cuCoredumpGetAttribute cuCoredumpGetAttributeGlobal cuCoredumpSetAttribute cuCoredumpSetAttributeGlobal cuCtxAttach cuCtxCreate \
+      cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuCtxDetach cuCtxDisablePeerAccess cuCtxEnablePeerAccess \
+      cuCtxFromGreenCtx cuCtxGetApiVersion cuCtxGetCacheConfig cuCtxGetCurrent cuCtxGetDevice cuCtxGetDevice_v2 cuCtxGetDevResource cuCtxGetExecAffinity \
+      cuCtxGetFlags cuCtxGetId cuCtxGetLimit cuCtxGetSharedMemConfig cuCtxGetStreamPriorityRange cuCtxPopCurrent cuCtxPopCurrent_v2 cuCtxPushCurrent \
+      cuCtxPushCurrent_v2 cuCtxRecordEvent cuCtxResetPersistingL2Cache cuCtxSetCacheConfig cuCtxSetCurrent cuCtxSetFlags cuCtxSetLimit cuCtxSetSharedMemConfig \
+      cuCtxSynchronize cuCtxSynchronize_v2 cuCtxWaitEvent cudbgApiAttach cudbgApiDetach cudbgApiInit cudbgGetAPI cudbgGetAPIVersion \
+      cudbgMain cudbgReportDriverApiError cudbgReportDriverInternalError cuDestroyExternalMemory cuDestroyExternalSemaphore cuDeviceCanAccessPeer cuDeviceComputeCapability cuDeviceGet \
+      cuDeviceGetAttribute cuDeviceGetByPCIBusId cuDeviceGetCount cuDeviceGetDefaultMemPool cuDeviceGetDevResource cuDeviceGetExecAffinitySupport cuDeviceGetGraphMemAttribute cuDeviceGetHostAtomicCapabilities \
+      cuDeviceGetLuid cuDeviceGetMemPool cuDeviceGetName cuDeviceGetNvSciSyncAttributes cuDeviceGetP2PAtomicCapabilities cuDeviceGetP2PAttribute cuDeviceGetPCIBusId cuDeviceGetProperties \
+      cuDeviceGetTexture1DLinearMaxWidth cuDeviceGetUuid cuDeviceGetUuid_v2 cuDeviceGraphMemTrim cuDevicePrimaryCtxGetState cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2 cuDevicePrimaryCtxReset \
+      cuDevicePrimaryCtxReset_v2 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxSetFlags cuDevicePrimaryCtxSetFlags_v2 cuDeviceRegisterAsyncNotification cuDeviceSetGraphMemAttribute cuDeviceSetMemPool cuDeviceTotalMem \
+      cuDeviceTotalMem_v2 cuDeviceUnregisterAsyncNotification cuDevResourceGenerateDesc cuDevSmResourceSplitByCount cuDriverGetVersion cuEGLStreamConsumerAcquireFrame cuEGLStreamConsumerConnect cuEGLStreamConsumerConnectWithFlags \
+      cuEGLStreamConsumerDisconnect cuEGLStreamConsumerReleaseFrame cuEGLStreamProducerConnect cuEGLStreamProducerDisconnect cuEGLStreamProducerPresentFrame cuEGLStreamProducerReturnFrame cuEventCreate cuEventDestroy \
+      cuEventDestroy_v2 cuEventElapsedTime cuEventElapsedTime_v2 cuEventQuery cuEventRecord cuEventRecord_ptsz cuEventRecordWithFlags cuEventRecordWithFlags_ptsz \
+      cuEventSynchronize cuExternalMemoryGetMappedBuffer cuExternalMemoryGetMappedMipmappedArray cuFlushGPUDirectRDMAWrites cuFuncGetAttribute cuFuncGetModule cuFuncGetName cuFuncGetParamInfo \
+      cuFuncIsLoaded cuFuncLoad cuFuncSetAttribute cuFuncSetBlockShape cuFuncSetCacheConfig cuFuncSetSharedMemConfig cuFuncSetSharedSize cuGetErrorName \
+      cuGetErrorString cuGetExportTable cuGetProcAddress cuGetProcAddress_v2 cuGLCtxCreate cuGLCtxCreate_v2 cuGLGetDevices cuGLGetDevices_v2 \
+      cuGLInit cuGLMapBufferObject cuGLMapBufferObjectAsync cuGLMapBufferObjectAsync_v2 cuGLMapBufferObjectAsync_v2_ptsz cuGLMapBufferObject_v2 cuGLMapBufferObject_v2_ptds cuGLRegisterBufferObject \
+      cuGLSetBufferObjectMapFlags cuGLUnmapBufferObject cuGLUnmapBufferObjectAsync cuGLUnregisterBufferObject cuGraphAddBatchMemOpNode cuGraphAddChildGraphNode cuGraphAddDependencies cuGraphAddDependencies_v2 \
+      cuGraphAddEmptyNode cuGraphAddEventRecordNode cuGraphAddEventWaitNode cuGraphAddExternalSemaphoresSignalNode cuGraphAddExternalSemaphoresWaitNode cuGraphAddHostNode cuGraphAddKernelNode cuGraphAddKernelNode_v2 \
+      cuGraphAddMemAllocNode cuGraphAddMemcpyNode cuGraphAddMemFreeNode cuGraphAddMemsetNode cuGraphAddNode cuGraphAddNode_v2 cuGraphBatchMemOpNodeGetParams cuGraphBatchMemOpNodeSetParams \
+      cuGraphChildGraphNodeGetGraph cuGraphClone cuGraphConditionalHandleCreate cuGraphCreate cuGraphDebugDotPrint cuGraphDestroy cuGraphDestroyNode cuGraphEventRecordNodeGetEvent \
+      cuGraphEventRecordNodeSetEvent cuGraphEventWaitNodeGetEvent cuGraphEventWaitNodeSetEvent cuGraphExecBatchMemOpNodeSetParams cuGraphExecChildGraphNodeSetParams cuGraphExecDestroy cuGraphExecEventRecordNodeSetEvent cuGraphExecEventWaitNodeSetEvent \
+      cuGraphExecExternalSemaphoresSignalNodeSetParams cuGraphExecExternalSemaphoresWaitNodeSetParams cuGraphExecGetFlags cuGraphExecHostNodeSetParams cuGraphExecKernelNodeSetParams cuGraphExecKernelNodeSetParams_v2 cuGraphExecMemcpyNodeSetParams cuGraphExecMemsetNodeSetParams \
+      cuGraphExecNodeSetParams cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExternalSemaphoresSignalNodeGetParams cuGraphExternalSemaphoresSignalNodeSetParams cuGraphExternalSemaphoresWaitNodeGetParams cuGraphExternalSemaphoresWaitNodeSetParams cuGraphGetEdges \
+      cuGraphGetEdges_v2 cuGraphGetNodes cuGraphGetRootNodes cuGraphHostNodeGetParams cuGraphHostNodeSetParams cuGraphicsEGLRegisterImage cuGraphicsGLRegisterBuffer cuGraphicsGLRegisterImage \
+      cuGraphicsMapResources cuGraphicsMapResources_ptsz cuGraphicsResourceGetMappedEglFrame cuGraphicsResourceGetMappedMipmappedArray cuGraphicsResourceGetMappedPointer cuGraphicsResourceGetMappedPointer_v2 cuGraphicsResourceSetMapFlags cuGraphicsResourceSetMapFlags_v2 \
+      cuGraphicsSubResourceGetMappedArray cuGraphicsUnmapResources cuGraphicsUnmapResources_ptsz cuGraphicsUnregisterResource cuGraphicsVDPAURegisterOutputSurface cuGraphicsVDPAURegisterVideoSurface cuGraphInstantiate cuGraphInstantiate_v2 \
+      cuGraphInstantiateWithFlags cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz cuGraphKernelNodeCopyAttributes cuGraphKernelNodeGetAttribute cuGraphKernelNodeGetParams cuGraphKernelNodeGetParams_v2 cuGraphKernelNodeSetAttribute \
+      cuGraphKernelNodeSetParams cuGraphKernelNodeSetParams_v2 cuGraphLaunch cuGraphLaunch_ptsz cuGraphMemAllocNodeGetParams cuGraphMemcpyNodeGetParams cuGraphMemcpyNodeSetParams cuGraphMemFreeNodeGetParams \
+      cuGraphMemsetNodeGetParams cuGraphMemsetNodeSetParams cuGraphNodeFindInClone cuGraphNodeGetDependencies cuGraphNodeGetDependencies_v2 cuGraphNodeGetDependentNodes cuGraphNodeGetDependentNodes_v2 cuGraphNodeGetEnabled \
+      cuGraphNodeGetType cuGraphNodeSetEnabled cuGraphNodeSetParams cuGraphReleaseUserObject cuGraphRemoveDependencies cuGraphRemoveDependencies_v2 cuGraphRetainUserObject cuGraphUpload \
+      cuGraphUpload_ptsz cuGreenCtxCreate cuGreenCtxDestroy cuGreenCtxGetDevResource cuGreenCtxGetId cuGreenCtxRecordEvent cuGreenCtxStreamCreate cuGreenCtxWaitEvent \
+      cuImportExternalMemory cuImportExternalSemaphore cuInit cuIpcCloseMemHandle cuIpcGetEventHandle cuIpcGetMemHandle cuIpcOpenEventHandle cuIpcOpenMemHandle \
+      cuIpcOpenMemHandle_v2 cuKernelGetAttribute cuKernelGetFunction cuKernelGetLibrary cuKernelGetName cuKernelGetParamInfo cuKernelSetAttribute cuKernelSetCacheConfig \
+      cuLaunch cuLaunchCooperativeKernel cuLaunchCooperativeKernelMultiDevice cuLaunchCooperativeKernel_ptsz cuLaunchGrid cuLaunchGridAsync cuLaunchHostFunc cuLaunchHostFunc_ptsz \
+      cuLaunchKernel cuLaunchKernelEx cuLaunchKernelEx_ptsz cuLaunchKernel_ptsz cuLibraryEnumerateKernels cuLibraryGetGlobal cuLibraryGetKernel cuLibraryGetKernelCount \
+      cuLibraryGetManaged cuLibraryGetModule cuLibraryGetUnifiedFunction cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload cuLinkAddData cuLinkAddData_v2 \
+      cuLinkAddFile cuLinkAddFile_v2 cuLinkComplete cuLinkCreate cuLinkCreate_v2 cuLinkDestroy cuLogsCurrent cuLogsDumpToFile \
+      cuLogsDumpToMemory cuLogsRegisterCallback cuLogsUnregisterCallback cuMemAddressFree cuMemAddressReserve cuMemAdvise cuMemAdvise_v2 cuMemAlloc \
+      cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz cuMemAllocHost cuMemAllocHost_v2 cuMemAllocManaged cuMemAllocPitch \
+      cuMemAllocPitch_v2 cuMemAlloc_v2 cuMemBatchDecompressAsync cuMemBatchDecompressAsync_ptsz cuMemcpy cuMemcpy2D cuMemcpy2DAsync cuMemcpy2DAsync_v2 \
+      cuMemcpy2DAsync_v2_ptsz cuMemcpy2DUnaligned cuMemcpy2DUnaligned_v2 cuMemcpy2DUnaligned_v2_ptds cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy3D cuMemcpy3DAsync \
+      cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz cuMemcpy3DBatchAsync cuMemcpy3DBatchAsync_ptsz cuMemcpy3DBatchAsync_v2 cuMemcpy3DBatchAsync_v2_ptsz cuMemcpy3DPeer cuMemcpy3DPeerAsync \
+      cuMemcpy3DPeerAsync_ptsz cuMemcpy3DPeer_ptds cuMemcpy3D_v2 cuMemcpy3D_v2_ptds cuMemcpyAsync cuMemcpyAsync_ptsz cuMemcpyAtoA cuMemcpyAtoA_v2 \
+      cuMemcpyAtoA_v2_ptds cuMemcpyAtoD cuMemcpyAtoD_v2 cuMemcpyAtoD_v2_ptds cuMemcpyAtoH cuMemcpyAtoHAsync cuMemcpyAtoHAsync_v2 cuMemcpyAtoHAsync_v2_ptsz \
+      cuMemcpyAtoH_v2 cuMemcpyAtoH_v2_ptds cuMemcpyBatchAsync cuMemcpyBatchAsync_ptsz cuMemcpyBatchAsync_v2 cuMemcpyBatchAsync_v2_ptsz cuMemcpyDtoA cuMemcpyDtoA_v2 \
+      cuMemcpyDtoA_v2_ptds cuMemcpyDtoD cuMemcpyDtoDAsync cuMemcpyDtoDAsync_v2 cuMemcpyDtoDAsync_v2_ptsz cuMemcpyDtoD_v2 cuMemcpyDtoD_v2_ptds cuMemcpyDtoH \
+      cuMemcpyDtoHAsync cuMemcpyDtoHAsync_v2 cuMemcpyDtoHAsync_v2_ptsz cuMemcpyDtoH_v2 cuMemcpyDtoH_v2_ptds cuMemcpyHtoA cuMemcpyHtoAAsync cuMemcpyHtoAAsync_v2 \
+      cuMemcpyHtoAAsync_v2_ptsz cuMemcpyHtoA_v2 cuMemcpyHtoA_v2_ptds cuMemcpyHtoD cuMemcpyHtoDAsync cuMemcpyHtoDAsync_v2 cuMemcpyHtoDAsync_v2_ptsz cuMemcpyHtoD_v2 \
+      cuMemcpyHtoD_v2_ptds cuMemcpyPeer cuMemcpyPeerAsync cuMemcpyPeerAsync_ptsz cuMemcpyPeer_ptds cuMemcpy_ptds cuMemCreate cuMemDiscardAndPrefetchBatchAsync \
+      cuMemDiscardAndPrefetchBatchAsync_ptsz cuMemDiscardBatchAsync cuMemDiscardBatchAsync_ptsz cuMemExportToShareableHandle cuMemFree cuMemFreeAsync cuMemFreeAsync_ptsz cuMemFreeHost \
+      cuMemFree_v2 cuMemGetAccess cuMemGetAddressRange cuMemGetAddressRange_v2 cuMemGetAllocationGranularity cuMemGetAllocationPropertiesFromHandle cuMemGetDefaultMemPool cuMemGetHandleForAddressRange \
+      cuMemGetInfo cuMemGetInfo_v2 cuMemGetMemPool cuMemHostAlloc cuMemHostGetDevicePointer cuMemHostGetDevicePointer_v2 cuMemHostGetFlags cuMemHostRegister \
+      cuMemHostRegister_v2 cuMemHostUnregister cuMemImportFromShareableHandle cuMemMap cuMemMapArrayAsync cuMemMapArrayAsync_ptsz cuMemPoolCreate cuMemPoolDestroy \
+      cuMemPoolExportPointer cuMemPoolExportToShareableHandle cuMemPoolGetAccess cuMemPoolGetAttribute cuMemPoolImportFromShareableHandle cuMemPoolImportPointer cuMemPoolSetAccess cuMemPoolSetAttribute \
+      cuMemPoolTrimTo cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2 cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz cuMemRangeGetAttribute \
+      cuMemRangeGetAttributes cuMemRelease cuMemRetainAllocationHandle cuMemSetAccess cuMemsetD16 cuMemsetD16Async cuMemsetD16Async_ptsz cuMemsetD16_v2 \
+      cuMemsetD16_v2_ptds cuMemsetD2D16 cuMemsetD2D16Async cuMemsetD2D16Async_ptsz cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D32 cuMemsetD2D32Async \
+      cuMemsetD2D32Async_ptsz cuMemsetD2D32_v2 cuMemsetD2D32_v2_ptds cuMemsetD2D8 cuMemsetD2D8Async cuMemsetD2D8Async_ptsz cuMemsetD2D8_v2 cuMemsetD2D8_v2_ptds \
+      cuMemsetD32 cuMemsetD32Async cuMemsetD32Async_ptsz cuMemsetD32_v2 cuMemsetD32_v2_ptds cuMemsetD8 cuMemsetD8Async cuMemsetD8Async_ptsz \
+      cuMemsetD8_v2 cuMemsetD8_v2_ptds cuMemSetMemPool cuMemUnmap cuMipmappedArrayCreate cuMipmappedArrayDestroy cuMipmappedArrayGetLevel cuMipmappedArrayGetMemoryRequirements \
+      cuMipmappedArrayGetSparseProperties cuModuleEnumerateFunctions cuModuleGetFunction cuModuleGetFunctionCount cuModuleGetGlobal cuModuleGetGlobal_v2 cuModuleGetLoadingMode cuModuleGetSurfRef \
+      cuModuleGetTexRef cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload cuMulticastAddDevice cuMulticastBindAddr \
+      cuMulticastBindMem cuMulticastCreate cuMulticastGetGranularity cuMulticastUnbind cuOccupancyAvailableDynamicSMemPerBlock cuOccupancyMaxActiveBlocksPerMultiprocessor cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags cuOccupancyMaxActiveClusters \
+      cuOccupancyMaxPotentialBlockSize cuOccupancyMaxPotentialBlockSizeWithFlags cuOccupancyMaxPotentialClusterSize cuParamSetf cuParamSeti cuParamSetSize cuParamSetTexRef cuParamSetv \
+      cuPointerGetAttribute cuPointerGetAttributes cuPointerSetAttribute cuProfilerInitialize cuProfilerStart cuProfilerStop cuSignalExternalSemaphoresAsync cuSignalExternalSemaphoresAsync_ptsz \
+      cuStreamAddCallback cuStreamAddCallback_ptsz cuStreamAttachMemAsync cuStreamAttachMemAsync_ptsz cuStreamBatchMemOp cuStreamBatchMemOp_ptsz cuStreamBatchMemOp_v2 cuStreamBatchMemOp_v2_ptsz \
+      cuStreamBeginCapture cuStreamBeginCapture_ptsz cuStreamBeginCaptureToGraph cuStreamBeginCaptureToGraph_ptsz cuStreamBeginCapture_v2 cuStreamBeginCapture_v2_ptsz cuStreamCopyAttributes cuStreamCopyAttributes_ptsz \
+      cuStreamCreate cuStreamCreateWithPriority cuStreamDestroy cuStreamDestroy_v2 cuStreamEndCapture cuStreamEndCapture_ptsz cuStreamGetAttribute cuStreamGetAttribute_ptsz \
+      cuStreamGetCaptureInfo cuStreamGetCaptureInfo_ptsz cuStreamGetCaptureInfo_v2 cuStreamGetCaptureInfo_v2_ptsz cuStreamGetCaptureInfo_v3 cuStreamGetCaptureInfo_v3_ptsz cuStreamGetCtx cuStreamGetCtx_ptsz \
+      cuStreamGetCtx_v2 cuStreamGetCtx_v2_ptsz cuStreamGetDevice cuStreamGetDevice_ptsz cuStreamGetFlags cuStreamGetFlags_ptsz cuStreamGetGreenCtx cuStreamGetId \
+      cuStreamGetId_ptsz cuStreamGetPriority cuStreamGetPriority_ptsz cuStreamIsCapturing cuStreamIsCapturing_ptsz cuStreamQuery cuStreamQuery_ptsz cuStreamSetAttribute \
+      cuStreamSetAttribute_ptsz cuStreamSynchronize cuStreamSynchronize_ptsz cuStreamUpdateCaptureDependencies cuStreamUpdateCaptureDependencies_ptsz cuStreamUpdateCaptureDependencies_v2 cuStreamUpdateCaptureDependencies_v2_ptsz cuStreamWaitEvent \
+      cuStreamWaitEvent_ptsz cuStreamWaitValue32 cuStreamWaitValue32_ptsz cuStreamWaitValue32_v2 cuStreamWaitValue32_v2_ptsz cuStreamWaitValue64 cuStreamWaitValue64_ptsz cuStreamWaitValue64_v2 \
+      cuStreamWaitValue64_v2_ptsz cuStreamWriteValue32 cuStreamWriteValue32_ptsz cuStreamWriteValue32_v2 cuStreamWriteValue32_v2_ptsz cuStreamWriteValue64 cuStreamWriteValue64_ptsz cuStreamWriteValue64_v2 \
+      cuStreamWriteValue64_v2_ptsz cuSurfObjectCreate cuSurfObjectDestroy cuSurfObjectGetResourceDesc cuSurfRefGetArray cuSurfRefSetArray cuTensorMapEncodeIm2col cuTensorMapEncodeIm2colWide \
+      cuTensorMapEncodeTiled cuTensorMapReplaceAddress cuTexObjectCreate cuTexObjectDestroy cuTexObjectGetResourceDesc cuTexObjectGetResourceViewDesc cuTexObjectGetTextureDesc cuTexRefCreate \
+      cuTexRefDestroy cuTexRefGetAddress cuTexRefGetAddressMode cuTexRefGetAddress_v2 cuTexRefGetArray cuTexRefGetBorderColor cuTexRefGetFilterMode cuTexRefGetFlags \
+      cuTexRefGetFormat cuTexRefGetMaxAnisotropy cuTexRefGetMipmapFilterMode cuTexRefGetMipmapLevelBias cuTexRefGetMipmapLevelClamp cuTexRefGetMipmappedArray cuTexRefSetAddress cuTexRefSetAddress2D \
+      cuTexRefSetAddress2D_v2 cuTexRefSetAddress2D_v3 cuTexRefSetAddressMode cuTexRefSetAddress_v2 cuTexRefSetArray cuTexRefSetBorderColor cuTexRefSetFilterMode cuTexRefSetFlags \
+      cuTexRefSetFormat cuTexRefSetMaxAnisotropy cuTexRefSetMipmapFilterMode cuTexRefSetMipmapLevelBias cuTexRefSetMipmapLevelClamp cuTexRefSetMipmappedArray cuThreadExchangeStreamCaptureMode cuUserObjectCreate \
+      cuUserObjectRelease cuUserObjectRetain cuVDPAUCtxCreate cuVDPAUCtxCreate_v2 cuVDPAUGetDevice cuWaitExternalSemaphoresAsync cuWaitExternalSemaphoresAsync_ptsz \
+      > /tmp/libcuda-stub.c \
+ && gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o /opt/builder/stubs/libcuda.so /tmp/libcuda-stub.c \
+ && ln -s libcuda.so /opt/builder/stubs/libcuda.so.1 \
+ && printf 'int cuInit(unsigned);\nint f(void) { return cuInit(0); }\n' > /tmp/libcuda-check.c \
+ && gcc -shared -fPIC -o /tmp/libcuda-check.so /tmp/libcuda-check.c -L/opt/builder/stubs -lcuda \
+ && readelf -d /tmp/libcuda-check.so | grep -q 'NEEDED.*libcuda\.so\.1' \
+ && rm -f /tmp/libcuda-stub.c /tmp/libcuda-check.c /tmp/libcuda-check.so
 ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
