@@ -28,7 +28,8 @@ def test_the_demo_publishes_the_fixture_to_a_registry_it_starts(local_bases, tmp
         images = json.loads((tmp_path / "demo" / "images.json").read_text())["images"]
         (entry,) = images.values()
         layers = {r["layer"]: r["status"] for s in entry["smoke"] for r in s["artifacts"]["layers"]}
-        assert layers == {"L0": "pass", "L1": "pass"}
+        # the fixture package compiles nothing at its first request (no serve_jit): the JIT layer says so, skipped
+        assert layers == {"L0": "pass", "L1": "pass", "JIT": "skip"}
         pulled = f"{addr}/demo/cuda-ext@{entry['digest']}"
         assert entry["pull"] == f"docker pull {pulled}"
         assert "OK: 1 binaries with device code cover sm_80, sm_90" in out  # the audit of the image pulled back
