@@ -112,20 +112,36 @@ class ArchScope:
     binary for the requested archs inside `archs` only; every other binary must cover every requested arch."""
 
     files: str  # a glob on the path inside the wheel / site-packages, e.g. "vllm/vllm_flash_attn/_vllm_fa3_C*"
-    archs: tuple[int, ...]
+    archs: tuple[int, ...]  # the GPUs that load it; empty with all_but: every GPU except those
     why: str
+    # loaded on every GPU but these (sglang-kernel's sm100/common_ops: load_utils.py takes sm90/ on 9.0 only)
+    all_but: tuple[int, ...] = ()
+
+    def covers(self, arch: int) -> bool:
+        """Whether a GPU of compute capability `arch` loads this binary."""
+        return arch not in self.all_but if self.all_but else arch in self.archs
+
+    @property
+    def spelled(self) -> str:
+        """'sm_90a, sm_100' / 'every GPU but sm_90' for reports."""
+        if self.all_but:
+            return "every GPU but " + ", ".join(map(sm, self.all_but))
+        return ", ".join(map(sm, self.archs))
 
     def matches(self, path: str) -> bool:
         inner = path.rsplit("!", 1)[-1]  # "<wheel>!vllm/x.so" → "vllm/x.so"; image paths end with it
         return fnmatch.fnmatchcase(inner, self.files) or fnmatch.fnmatchcase(inner, "*/" + self.files)
 
     def to_json(self) -> dict:
-        return {"files": self.files, "archs": list(self.archs), "why": self.why}
+        out = {"files": self.files, "archs": list(self.archs), "why": self.why}
+        if self.all_but:
+            out["all_but"] = list(self.all_but)
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "ArchScope":
         """From the engine data's arch_scoped entries and the cache manifest's copy of them (to_json)."""
-        return cls(data["files"], tuple(data["archs"]), data["why"])
+        return cls(data["files"], tuple(data.get("archs", ())), data["why"], tuple(data.get("all_but", ())))
 
 
 def scope_for(path: str, scopes: Iterable[ArchScope]) -> ArchScope | None:

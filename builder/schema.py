@@ -237,7 +237,9 @@ RULE = Table(
         # SASS built whatever the knobs say, by CUDA version: complete sets, the highest min_cuda <= CUDA applies
         "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
         # binaries built for some arch families only, by design: the audit asks them for these archs only
-        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "archs": ARCHS, "why": STR})),
+        # (all_but: loaded on every GPU except these, e.g. a copy another file replaces on sm_90)
+        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
+                                    exactly_one_of=("archs", "all_but"))),
     },
 )
 
