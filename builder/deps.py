@@ -124,4 +124,11 @@ def for_package(pkg) -> dict | None:
         # the plan is read from the source at its commit, which `builder lock` could not fetch
         why = "source commit unknown" if not pkg.source.commit else "not read from the source yet"
         return missing_context(r.name, r.version, why)
+    doc = _plan_doc(r.name, r.version)
+    if doc.get("unresolved"):  # a CMake form the reader could not resolve: this package only is UNPINNED
+        return missing_context(r.name, r.version, f"its CMake could not be read: {doc['unresolved']}")
+    planned = doc.get("git", {}).get("commit")
+    if pkg.source.kind == "git" and pkg.source.commit and planned and planned != pkg.source.commit:
+        return missing_context(r.name, r.version, f"the plan was read at {planned[:12]}, the source is pinned at "
+                                                  f"{pkg.source.commit[:12]}")
     return deps_context(r.name, r.version, pkg.deps_pins, tuple(n for n, _ in r.fetch_overrides))

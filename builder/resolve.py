@@ -18,7 +18,7 @@ from packaging.version import Version
 from . import grammar
 from .engines import Recipe
 from .errors import UserError
-from .lock import LOCK_NAME, Lock, resolve_git_commit
+from .lock import LOCK_NAME, Lock, refresh_fetch_plan_git, resolve_git_commit
 from .matrix import Matrix, Profile, Selection, matches, selected_profiles
 
 
@@ -449,6 +449,11 @@ def pin_git_sources(cells: list, echo=print) -> list:
                 commit = resolve(src.repository, src.tag)
                 if commit:
                     pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
+            if pkg.recipe.fetch_plan and not pkg.from_index and pkg.source.kind == "git" and pkg.source.commit:
+                # the commit is known now: its fetch plan is read the way `builder lock` reads it (same code)
+                refresh_fetch_plan_git(pkg.name, pkg.version, {"repository": pkg.source.repository,
+                                                               "tag": pkg.source.tag, "commit": pkg.source.commit},
+                                       pkg.recipe.source_subdir, echo, cuda=pkg.cuda)
             if pkg.recipe.fetch_plan and not pkg.from_index:
                 pins = dict(pkg.deps_pins)
                 for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
