@@ -84,6 +84,12 @@ def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()
     defines: list[tuple[str, str]] = []
     if skbuild and "CMAKE_ARGS" in env:
         defines = [tuple(flag[2:].split("=", 1)) for flag in env.pop("CMAKE_ARGS").split()]
+    # FetchContent itself refuses to download (the compile RUN also has no network): a dependency the plan
+    # missed is an error naming it, at configure time
+    if skbuild:
+        defines.append(("FETCHCONTENT_FULLY_DISCONNECTED", "ON"))
+    elif mode == "split-on-whitespace":
+        env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -DFETCHCONTENT_FULLY_DISCONNECTED=ON").strip()
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
         "plan_file": plan_path(name, version).name,

@@ -184,7 +184,7 @@ WORKDIR /src
 
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
-ENV CMAKE_ARGS="-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/opt/deps/vllm-flash-attn"
+ENV CMAKE_ARGS="-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/opt/deps/vllm-flash-attn -DFETCHCONTENT_FULLY_DISCONNECTED=ON"
 ENV DEEPGEMM_SRC_DIR="/opt/deps/deepgemm"
 ENV DEEPSELECT_SRC_DIR="/opt/deps/deepselect"
 ENV FLASH_KDA_SRC_DIR="/opt/deps/flashkda"
@@ -207,7 +207,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.33.0"), "built %s %s, the lock pins vllm 0.33.0" % (n, v)'
@@ -253,7 +255,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
@@ -351,9 +355,9 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="e9bd02597810c2385a321a61b8983d49dce677ace210585eabf2150b4b360c98"
+LABEL io.builder.package.vllm.cache-key="6f2097995b793b0d03f1ac1c99fe84f39ad177a311434bf09973371def76c0e4"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="d2c5aac7b13c3a83010e46402b55381688ce06940bd68a372376d85b139521c8"
+LABEL io.builder.package.flash-attn.cache-key="006c31e1d19dfa6ddfcf453631e4368e41a3b8932457018044d90541963405c9"
 ENTRYPOINT ["vllm", "serve"]
