@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import __version__, deps, templates
+from . import __version__, deps, gencode_filter, templates
 from . import archs as archs_mod
 from .errors import UserError
 from .resolve import Cell, Package
@@ -35,6 +38,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
     cmake_defines = [(k.cmake, k.value(pkg.archs)) for k in r.arch_knobs if k.cmake]
     scm = [(scm_pretend_variable(r.pypi), r.version)] if r.setuptools_scm else []
     dep = deps.for_package(pkg)
+    gencode = r.gencode_filter(pkg.archs) if not pkg.from_index else {}
     return {
         "name": r.name,
         "dist": r.pypi,
@@ -53,11 +57,19 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "compile_threads_define": r.compile_threads_define,
         "deps": dep,
         "rust_toolchain": r.rust_toolchain,
+        # the nvcc launcher that selects the archs of a CMake with hard-coded gencode lists (sglang-kernel)
+        "gencode_filter": dockerfile_quoted(json.dumps(gencode, sort_keys=True), expand=True) if gencode else "",
+        "gencode_filter_lines": gencode_filter_script_lines() if gencode else [],
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
             for pt in r.patches_for(torch)
         ],
     }
+
+
+def gencode_filter_script_lines() -> list[str]:
+    """builder/gencode_filter.py, each line shell-quoted for a `printf '%s\\n'` RUN that writes it in the image."""
+    return [shlex.quote(line) for line in Path(gencode_filter.__file__).read_text().splitlines()]
 
 
 def entrypoint(cell: Cell) -> list[str]:
@@ -91,6 +103,11 @@ def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
         # manifest) says which archs; the label says only that it was not built here
         out.append((f"io.builder.package.{p.name}.sass", "from-index" if p.from_index else ",".join(p.built_sass)))
         out.append((f"io.builder.package.{p.name}.cache-key", keys[p.name]))
+        # what its binaries are and what they only load with (a pure-Python label would hide the torch binding)
+        out.append((f"io.builder.package.{p.name}.binaries", p.recipe.describe_binaries(cell.torch, cell.cuda, cell.python)))
+        if not p.from_index and (per_binary := p.recipe.binary_plans(p.archs, p.cuda)):
+            out.append((f"io.builder.package.{p.name}.sass-per-binary",
+                        " ".join(f"{bp.binary.files.rstrip('*')}={','.join(bp.sass)}" for bp in per_binary)))
     return out
 
 

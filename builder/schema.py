@@ -238,6 +238,14 @@ RULE = Table(
         "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
         # binaries built for some arch families only, by design: the audit asks them for these archs only
         # (all_but: loaded on every GPU except these, e.g. a copy another file replaces on sm_90)
+        # --arch for a build that hard-codes its gencode lists: builder's nvcc launcher filters them per CMake target
+        "arch_select": OneOf(("gencode-filter",)),
+        # what kind of binaries the wheel holds and what they are bound to (plan and labels say it)
+        "holds": ListOf(OneOf(("pure Python", "CUDA kernels", "C++ against torch", "Rust", "Rust (vllm-rs)"))),
+        "bound_to": ListOf(STR),
+        # what each binary of the release holds upstream (SASS, kernels per SASS target) and which target makes it
+        "binaries": ListOf(Table(required={"files": QUOTABLE, "target": TOKEN, "sass": ListOf(SASS_NAME), "units": INT})),
+        "binaries_cuda": VERSION,  # the CUDA release those binaries were read from
         "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
                                     exactly_one_of=("archs", "all_but"))),
     },

@@ -62,3 +62,28 @@ def test_the_real_wheel_still_fails_for_a_gpu_a_loaded_binary_lacks(wheel):
     assert failed == ["sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so", "sgl_kernel/sm100/common_ops.abi3.so",
                       "sgl_kernel/spatial_ops.abi3.so"], res.output
     assert "sm100/common_ops.abi3.so: sm_121 missing" in res.output
+
+
+def test_the_engine_data_lists_each_binary_with_its_sass_and_kernel_count(wheel, tmp_path):
+    """The `binaries` table plan counts kernel×arch units with is what the wheel holds: per .so its SASS targets and
+    the fatbin entries per target (the same number for every target of one binary)."""
+    import collections
+
+    from builder.archs import ArchScope
+    from builder.engines import recipe
+
+    r = recipe("sglang-kernel", "0.4.10")
+    found = {}
+    with zipfile.ZipFile(wheel) as z:
+        for name in (n for n in z.namelist() if n.endswith(".so")):
+            path = Path(z.extract(name, tmp_path))
+            found[name] = collections.Counter(e.name for e in read_fatbin_entries(path) if e.kind == "sass")
+            path.unlink()
+    assert len(found) == len(r.binaries)
+    for b in r.binaries:
+        (name,) = [n for n in found if ArchScope(b.files, (), "").matches(n)]
+        assert tuple(sorted(found[name], key=lambda s: (int("".join(c for c in s if c.isdigit())), s))) == b.sass, name
+        assert set(found[name].values()) == {b.units}, (name, found[name])
+    print(f"sglang-kernel 0.4.10 upstream: {sum(sum(c.values()) for c in found.values())} kernel×arch units; "
+          f"a build for 80,90: {sum(bp.units for bp in r.binary_plans((80, 90), '13.0.3'))}")
+    assert sum(sum(c.values()) for c in found.values()) == 1725
