@@ -245,7 +245,9 @@ RUN printf '%s\n' \
       '        if isinstance(e, str):' \
       '            final.append(e)' \
       '        elif kept[id(e)]:' \
-      '            final.append(f"-gencode=arch={e[0]},code=[{'"'"','"'"'.join(kept[id(e)])}]")' \
+      '            codes = kept[id(e)]' \
+      '            final.append(f"-gencode=arch={e[0]},code={codes[0]}" if len(codes) == 1' \
+      '                         else f"-gencode=arch={e[0]},code=[{'"'"','"'"'.join(codes)}]")' \
       '    return final, codes_kept, codes_dropped' \
       '' \
       '' \
@@ -440,7 +442,7 @@ LABEL io.builder.package.sglang.binaries="Rust, C++ against torch; bound to torc
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_90,sm_90a"
-LABEL io.builder.package.sglang-kernel.cache-key="8acac6968c0f0e5f309db9ff08613aa8612622dc44e83a9bd4e07eff2a8a3798"
+LABEL io.builder.package.sglang-kernel.cache-key="bde1f5d5d5d0575f110e6650cef6ac588f55d944e0616138a6c371b05d2d62f5"
 LABEL io.builder.package.sglang-kernel.binaries="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.sglang-kernel.sass-per-binary="sgl_kernel/flash_ops=sm_80,sm_90a sgl_kernel/flashmla_ops=sm_90a sgl_kernel/infllm_ops=sm_80,sm_90 sgl_kernel/sm90/common_ops=sm_90,sm_90a sgl_kernel/sm100/common_ops=sm_80 sgl_kernel/spatial_ops=sm_80,sm_90,sm_90a"
 LABEL io.builder.package.flash-attn.version="2.8.3"
