@@ -107,6 +107,7 @@ class Recipe:
     min_cuda: str = "0"
     min_arch: int = 0
     min_cmake: str = ""
+    min_gcc: str = ""  # the oldest GCC the build accepts
     build_requirements: tuple[str, ...] = ()  # requirements files of the source tree
     build_requirements_list: tuple[str, ...] = ()
     build_command: str = ""
@@ -297,6 +298,10 @@ class Knowledge:
     def known_cuda(self) -> list[str]:
         return list(self.data["cuda"])
 
+    def base_gcc(self, os_tag: str) -> str:
+        """The GCC version of the base OS's devel image, "" where the data does not know that OS."""
+        return self.data.get("base_os", {}).get(os_tag, {}).get("gcc", "")
+
     def cuda_archs(self, cuda: str) -> tuple[int, ...]:
         """The archs nvcc of this CUDA version can target (by major.minor)."""
         mm = ".".join(cuda.split(".")[:2])
@@ -344,7 +349,7 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     # torch_pin = "via:<package>" and companions may name a package of any of the files
     names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
-    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}}
+    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "base_os": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
         _KnowledgeChecker(file, known).check(data, shape)
@@ -512,6 +517,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         min_cuda=merged.get("min_cuda", "0"),
         min_arch=merged.get("min_arch", 0),
         min_cmake=merged.get("min_cmake", ""),
+        min_gcc=merged.get("min_gcc", ""),
         build_requirements=tuple(merged.get("build_requirements", ())),
         build_requirements_list=tuple(merged.get("build_requirements_list", ())),
         build_command=merged.get("build_command", ""),

@@ -191,6 +191,8 @@ def format_plan(plans: list[CellPlan]) -> str:
                 flag += f"  from {w.hit.location}"
             if not w.reuse and pkg.compiled_here:
                 flag += f"  est {duration(w.estimate.seconds)}" if w.estimate else "  est: no earlier build"
+            if not w.reuse and (gcc := pkg.gcc_problem()):
+                flag += f"  REFUSED: {gcc}"
             lines.append(
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"

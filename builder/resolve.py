@@ -65,6 +65,7 @@ class Package:
     deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
     cuda: str = ""  # the cell's CUDA (what a package builds beyond its knobs can depend on it)
     nvcc_flags: tuple[str, ...] = ()  # NVCC_APPEND_FLAGS of its compile (engine data, per CUDA): reproducible objects
+    base_gcc: str = ""  # the GCC of the devel base's OS (engine data base_os), "" when unknown
 
     @property
     def name(self) -> str:
@@ -105,6 +106,16 @@ class Package:
         """Every SASS name the wheel will carry (sm_90a and the like included): what plan and labels show.
         Unknown before the audit for a wheel taken from the index: ()."""
         return () if self.from_index else self.recipe.built_sass(self.archs, self.cuda)
+
+    def gcc_problem(self, gcc: str | None = None) -> str:
+        """Why the devel base's GCC (`gcc`, measured; else the OS's from the engine data) is too old for this
+        package's build, "" when it is not (or when nothing is known)."""
+        have = self.base_gcc if gcc is None else gcc
+        need = self.recipe.min_gcc
+        if not need or not have or not self.compiled_here or Version(have) >= Version(need):
+            return ""
+        return (f"{self.name} {self.version} needs GCC >= {need} (its CMake configure stops otherwise); the devel "
+                f"base has GCC {have}: use a base whose OS has a newer one (e.g. ubuntu24.04, trixie)")
 
     def unpinned(self) -> list[str]:
         """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
@@ -321,7 +332,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         source = _source(m, lock, r, prof)
         dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and source.kind != "index" else {}
-        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda,
+        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda, base_gcc=kn.base_gcc(prof.os),
                                 nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and source.kind != "index" else (),
                                 deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
 

@@ -202,6 +202,7 @@ RULE = Table(
         "min_cuda": VERSION,
         "min_arch": INT,
         "min_cmake": VERSION,
+        "min_gcc": VERSION,  # the oldest GCC its build accepts (checked against the devel base: plan, build, doctor)
         "build_requirements": ListOf(REL_PATH),  # requirements files in the source tree, read in this order
         "build_requirements_list": ListOf(QUOTABLE),
         "build_command": LINE,
@@ -282,8 +283,11 @@ CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_ji
 PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 
+# the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
+BASE_OS = Table(required={"gcc": VERSION})
+
 BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
-                           "build_tools": BUILD_TOOLS})
+                           "build_tools": BUILD_TOOLS}, optional={"base_os": TableOf(BASE_OS, key=TOKEN)})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -291,6 +295,7 @@ EXTRA = Table(optional={
     "packages": TableOf(PACKAGE, key=PACKAGE_KEY),
     "cuda": TableOf(CUDA, key=CUDA_KEY),
     "build_tools": Table(optional=BUILD_TOOLS.required),
+    "base_os": TableOf(BASE_OS, key=TOKEN),
 })
 
 
