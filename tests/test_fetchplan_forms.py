@@ -165,3 +165,48 @@ def test_an_unreadable_cmake_marks_that_package_unpinned_with_the_reason(tmp_pat
     finally:
         deps._plan_doc.cache_clear()
         deps.deps_context.cache_clear()
+
+
+def test_build_reads_the_plan_of_a_source_it_pins_itself(tmp_path, monkeypatch):
+    """The lock knows the kernel's source only by tag (no git host at lock time); `build` resolves the tag where
+    the host answers and, through the same refresh_fetch_plan_git, writes the plan of that commit: the deps stage
+    then fetches every source instead of stopping. A local repository stands in for the git host."""
+    import dataclasses
+
+    from builder import render
+    from builder import plan as plan_mod
+    from builder.matrix import Selection, load
+    from builder.resolve import pin_git_sources, select
+
+    from .helpers import REPO
+
+    monkeypatch.setattr(deps, "PLAN_DIR", tmp_path / "plans")
+    deps._plan_doc.cache_clear()
+    deps.deps_context.cache_clear()
+    root = tmp_path / "sglang"
+    commit = _repo(root, KERNEL_CMAKE)
+    _git("tag", "v0.5.23", cwd=root)
+    try:
+        m = load(REPO / "matrix.toml")
+        (cell,) = select(m, Selection(profiles=("cu130",), engines=("sglang",)))
+        packages = tuple(dataclasses.replace(p, source=dataclasses.replace(p.source, repository=f"file://{root}", commit=""))
+                         if p.source.kind == "git" else p for p in cell.packages)
+        cell = dataclasses.replace(cell, packages=packages)
+        kernel = next(p for p in cell.packages if p.name == "sglang-kernel")
+        assert any("no fetch plan" in u for u in kernel.unpinned())
+        said: list[str] = []
+        (pinned,) = pin_git_sources([cell], echo=said.append)
+        kernel = next(p for p in pinned.packages if p.name == "sglang-kernel")
+        assert kernel.source.commit == commit
+        assert any(s.startswith("wrote fetch plan sglang-kernel-0.4.10.json: 3 external sources") for s in said), said
+        doc = fetchplan.load_plan_file(tmp_path / "plans" / "sglang-kernel-0.4.10.json")
+        assert doc["git"]["commit"] == commit and doc["cuda"] == "13.0"
+        assert not [u for u in kernel.unpinned() if "no fetch plan" in u]
+        text = render.render(plan_mod.plan_cells([pinned], None)[0], m.defaults["index"])
+        stage = text.split("AS deps-sglang-kernel", 1)[1].split("\nFROM ", 1)[0]
+        assert "'exit 1'" not in stage and "UNPINNED" not in stage and f"fetch -q --depth 1 origin {COMMIT_C}" in stage
+        assert "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_REPO-FLASHMLA-CUTLASS=/opt/deps/repo-flashmla/csrc/cutlass" in text
+        assert "-Ccmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in text
+    finally:
+        deps._plan_doc.cache_clear()
+        deps.deps_context.cache_clear()
