@@ -137,4 +137,7 @@ def for_package(pkg) -> dict | None:
     if pkg.source.kind == "git" and pkg.source.commit and planned and planned != pkg.source.commit:
         return missing_context(r.name, r.version, f"the plan was read at {planned[:12]}, the source is pinned at "
                                                   f"{pkg.source.commit[:12]}")
-    return deps_context(r.name, r.version, pkg.deps_pins, tuple(n for n, _ in r.fetch_overrides))
+    try:
+        return deps_context(r.name, r.version, pkg.deps_pins, tuple(n for n, _ in r.fetch_overrides))
+    except fetchplan.PlanUnusable as exc:  # e.g. a download the compile cannot be pointed away from: this package only
+        return missing_context(r.name, r.version, f"its plan cannot be used: {exc}")

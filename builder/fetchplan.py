@@ -40,6 +40,7 @@ from .errors import UserError
 
 __all__ = [
     "CMakeParseError",
+    "PlanUnusable",
     "ExternalSource",
     "CUDA_CONTEXT",
     "fetch_plan_from_tree",
@@ -79,6 +80,10 @@ _FETCH_COMMANDS = ("fetchcontent_declare", "fetchcontent_populate", "externalpro
 
 class CMakeParseError(UserError):
     """The CMake code could not be read or a download's location could not be resolved."""
+
+
+class PlanUnusable(UserError):
+    """A plan that was read but cannot drive a sealed compile (a download without a hash or without an override)."""
 
 
 @dataclass(frozen=True)
@@ -1306,6 +1311,7 @@ def _document(tree: _Tree, engine: str, version: str, origin: dict, cuda: str = 
     head = {"engine": engine, "version": version, **origin, "target": "cuda", **({"cuda": cuda} if cuda else {})}
     try:
         plan = _plan(tree, cuda_context(cuda) if cuda else None)
+        rust = _rust_toolchain(tree)
     except CMakeParseError as exc:
         return {**head, "cmake_args": mode, "unresolved": str(exc), "sources": [], "rust_toolchain": None,
                 "cargo_git_sources": [], "notes": []}
@@ -1313,7 +1319,7 @@ def _document(tree: _Tree, engine: str, version: str, origin: dict, cuda: str = 
         **head,
         "cmake_args": mode,
         "sources": [_jsonable(s) for s in plan],
-        "rust_toolchain": _rust_toolchain(tree),
+        "rust_toolchain": rust,
         "cargo_git_sources": _cargo_git_sources(tree),
         "notes": _notes(plan, mode),
     }
@@ -1416,7 +1422,7 @@ def render_fetch_script(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-d
             algo, _, digest = (s.url_hash or "").partition("=")
             tool = _HASH_TOOLS.get(algo.upper())
             if not tool or not re.fullmatch(r"[0-9a-fA-F]+", digest):
-                raise UserError(f"{s.name}: URL download without a usable URL_HASH "
+                raise PlanUnusable(f"{s.name}: URL download without a usable URL_HASH "
                                 f"({s.url_hash!r}): not reproducible")
             archive = f"{dest}/.{s.name}.archive"
             lines += [
@@ -1490,7 +1496,7 @@ def override_env(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-deps", *
                            f"{'ignores' if cmake_args == 'ignored' else 'may not pass'} "
                            f"CMAKE_ARGS)")
     if blocked:
-        raise UserError("these sources cannot be redirected to a local checkout: "
+        raise PlanUnusable("these sources cannot be redirected to a local checkout: "
                         + "; ".join(blocked))
     if dflags:
         env["CMAKE_ARGS"] = " ".join(dflags)

@@ -210,3 +210,32 @@ def test_build_reads_the_plan_of_a_source_it_pins_itself(tmp_path, monkeypatch):
     finally:
         deps._plan_doc.cache_clear()
         deps.deps_context.cache_clear()
+
+
+def test_a_plan_that_cannot_drive_a_sealed_compile_unpins_only_its_package(tmp_path, monkeypatch):
+    """A download without URL_HASH (or without any override) cannot be fetched reproducibly ahead of the sealed
+    compile: that package's deps stage stops with the reason instead of the whole render failing."""
+    from builder.engines import load_knowledge
+
+    monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
+    deps._plan_doc.cache_clear()
+    deps.deps_context.cache_clear()
+    tree = tmp_path / "k"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text("include(FetchContent)\nFetchContent_Declare(repo-x URL https://example/x.tgz)\n"
+                                         "FetchContent_MakeAvailable(repo-x)\n")
+    (tree / "pyproject.toml").write_text(PYPROJECT)
+    doc = fetchplan.plan_document_from_tree(tree, engine="sglang-kernel", version="0.4.10",
+                                            repository="https://example/sglang", commit="d" * 40, cuda="13.0")
+    fetchplan.write_plan_file(doc, tmp_path / "sglang-kernel-0.4.10.json")
+
+    class Pkg:
+        recipe = load_knowledge().recipe("sglang-kernel", "0.4.10")
+        source = type("S", (), {"kind": "git", "commit": "d" * 40})()
+        deps_pins = ()
+    try:
+        ctx = deps.for_package(Pkg())
+        assert "its plan cannot be used: repo-x: URL download without a usable URL_HASH" in ctx["missing"]
+    finally:
+        deps._plan_doc.cache_clear()
+        deps.deps_context.cache_clear()
