@@ -99,3 +99,27 @@ def test_a_real_cmake_build_through_the_launcher_compiles_each_copy_for_its_gpus
         shutil.copy(next((build / d).glob("common_ops*.so")), site / d / "common_ops.abi3.so")
     assert audit(tmp_path / "site", [80, 90], scopes).ok
     assert audit(tmp_path / "site", [86, 90], scopes).ok  # sm_80 SASS runs on 8.6
+
+
+def test_the_rendered_build_stage_writes_the_filter_exactly_and_configures_it(tmp_path):
+    """The sglang-kernel stage writes builder/gencode_filter.py with printf (no build context needed): run that
+    RUN's shell text here and the file is byte for byte the module; ENV and the CMake define name it."""
+    from builder import plan, render
+    from builder.matrix import Selection, load
+    from builder.resolve import select
+
+    from .helpers import REPO
+
+    m = load(REPO / "matrix.toml")
+    (cell,) = select(m, Selection(profiles=("cu130",), engines=("sglang",)))
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    start = text.index("RUN printf '%s\\n' \\\n      '#!/usr/bin/env python3'")
+    run = text[start + 4:text.index("&& chmod 0755 /usr/local/bin/builder-gencode-filter", start)]
+    target = tmp_path / "builder-gencode-filter"
+    script = run.replace("/usr/local/bin/builder-gencode-filter", str(target)).rstrip().rstrip("\\").rstrip()
+    subprocess.run(["bash", "-c", script], check=True)
+    assert target.read_bytes() == Path(gencode_filter.__file__).read_bytes()
+    env_line = next(ln for ln in text.splitlines() if ln.startswith("ENV BUILDER_GENCODE_FILTER="))
+    config = json.loads(env_line.split("=", 1)[1][1:-1].replace('\\"', '"'))
+    assert config["archs"] == [80, 90] and config["targets"]["common_ops_sm100_build"] == {"all_but": [90]}
+    assert "-Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=/usr/local/bin/builder-gencode-filter" in text
