@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from . import gencode_filter as _gencode_filter
 from .errors import UserError
 
 # The arch-list spellings build systems understand (engine data names one per knob).
@@ -80,23 +81,9 @@ def spell(fmt: str, archs: tuple[int, ...], threshold: int | None = None) -> str
     raise ValueError(f"unknown knob format {fmt!r}; known: {', '.join(KNOB_FORMATS)}")
 
 
-def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:
-    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"
-    or "f") loads on a GPU of compute capability `gpu`.
-
-    - arch-specific ('a', sm_90a): exactly that GPU, SASS and PTX alike;
-    - SASS, and family-specific ('f') code: the same major, a minor at least as high
-      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);
-    - plain PTX JIT-compiles for any later GPU;
-    - LTO IR and unknown kinds are not loadable as they are.
-    """
-    if variant == "a":
-        return code_arch == gpu
-    if kind == "sass" or variant == "f":
-        return code_arch // 10 == gpu // 10 and code_arch % 10 <= gpu % 10
-    if kind == "ptx":
-        return code_arch <= gpu
-    return False
+# Whether device code of a kind / arch / variant loads on a GPU: one rule, kept where the build stage's gencode
+# filter (run alone in the image) can use it too.
+runs_on = _gencode_filter.runs_on
 
 
 def sass_substitute(gpu: int, candidates: Iterable[int]) -> int | None:

@@ -29,8 +29,16 @@ _TARGET_DIR = re.compile(r"CMakeFiles/([^/]+)\.dir/")
 
 
 def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:
-    """Device code compiled for code_arch (variant "", "a", "f") loads on a GPU of compute capability gpu
-    (the rule of builder.archs.runs_on; repeated here because the build stage runs this file alone)."""
+    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"
+    or "f") loads on a GPU of compute capability `gpu` — the one copy of this rule (builder.archs.runs_on is
+    this function; it lives here because the build stage runs this file alone).
+
+    - arch-specific ('a', sm_90a): exactly that GPU, SASS and PTX alike;
+    - SASS, and family-specific ('f') code: the same major, a minor at least as high
+      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);
+    - plain PTX JIT-compiles for any later GPU;
+    - LTO IR and unknown kinds are not loadable as they are.
+    """
     if variant == "a":
         return code_arch == gpu
     if kind == "sass" or variant == "f":

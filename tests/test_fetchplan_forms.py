@@ -15,6 +15,8 @@ import pytest
 
 from builder import deps, fetchplan, lock
 
+from .test_git_source import KERNEL_PYPROJECT as PYPROJECT  # sgl-kernel's scikit-build-core project
+
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
 COMMIT_C = "c" * 40
@@ -68,14 +70,6 @@ FetchContent_Declare(
 FetchContent_Populate(repo-flashmla-cutlass)
 """
 
-PYPROJECT = """\
-[build-system]
-requires = ["scikit-build-core>=0.10"]
-build-backend = "scikit_build_core.build"
-[project]
-name = "sglang-kernel"
-version = "0.4.10"
-"""
 
 
 def _tree(root: Path, cmake: str = KERNEL_CMAKE) -> Path:

@@ -176,8 +176,16 @@ RUN printf '%s\n' \
       '' \
       '' \
       'def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:' \
-      '    """Device code compiled for code_arch (variant "", "a", "f") loads on a GPU of compute capability gpu' \
-      '    (the rule of builder.archs.runs_on; repeated here because the build stage runs this file alone)."""' \
+      '    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"' \
+      '    or "f") loads on a GPU of compute capability `gpu` — the one copy of this rule (builder.archs.runs_on is' \
+      '    this function; it lives here because the build stage runs this file alone).' \
+      '' \
+      '    - arch-specific ('"'"'a'"'"', sm_90a): exactly that GPU, SASS and PTX alike;' \
+      '    - SASS, and family-specific ('"'"'f'"'"') code: the same major, a minor at least as high' \
+      '      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);' \
+      '    - plain PTX JIT-compiles for any later GPU;' \
+      '    - LTO IR and unknown kinds are not loadable as they are.' \
+      '    """' \
       '    if variant == "a":' \
       '        return code_arch == gpu' \
       '    if kind == "sass" or variant == "f":' \
@@ -442,7 +450,7 @@ LABEL io.builder.package.sglang.binaries="Rust, C++ against torch; bound to torc
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_90,sm_90a"
-LABEL io.builder.package.sglang-kernel.cache-key="bde1f5d5d5d0575f110e6650cef6ac588f55d944e0616138a6c371b05d2d62f5"
+LABEL io.builder.package.sglang-kernel.cache-key="3fecc4f40f64e0fe6f82b1502365cbbcbb34bd5e6983a8dcc7d3a8a81ff61b41"
 LABEL io.builder.package.sglang-kernel.binaries="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.sglang-kernel.sass-per-binary="sgl_kernel/flash_ops=sm_80,sm_90a sgl_kernel/flashmla_ops=sm_90a sgl_kernel/infllm_ops=sm_80,sm_90 sgl_kernel/sm90/common_ops=sm_90,sm_90a sgl_kernel/sm100/common_ops=sm_80 sgl_kernel/spatial_ops=sm_80,sm_90,sm_90a"
 LABEL io.builder.package.flash-attn.version="2.8.3"
