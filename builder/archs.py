@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from . import gencode_filter as _gencode_filter
 from .errors import UserError
 
 # The arch-list spellings build systems understand (engine data names one per knob).
@@ -80,23 +81,9 @@ def spell(fmt: str, archs: tuple[int, ...], threshold: int | None = None) -> str
     raise ValueError(f"unknown knob format {fmt!r}; known: {', '.join(KNOB_FORMATS)}")
 
 
-def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:
-    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"
-    or "f") loads on a GPU of compute capability `gpu`.
-
-    - arch-specific ('a', sm_90a): exactly that GPU, SASS and PTX alike;
-    - SASS, and family-specific ('f') code: the same major, a minor at least as high
-      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);
-    - plain PTX JIT-compiles for any later GPU;
-    - LTO IR and unknown kinds are not loadable as they are.
-    """
-    if variant == "a":
-        return code_arch == gpu
-    if kind == "sass" or variant == "f":
-        return code_arch // 10 == gpu // 10 and code_arch % 10 <= gpu % 10
-    if kind == "ptx":
-        return code_arch <= gpu
-    return False
+# Whether device code of a kind / arch / variant loads on a GPU: one rule, kept where the build stage's gencode
+# filter (run alone in the image) can use it too.
+runs_on = _gencode_filter.runs_on
 
 
 def sass_substitute(gpu: int, candidates: Iterable[int]) -> int | None:
@@ -112,20 +99,36 @@ class ArchScope:
     binary for the requested archs inside `archs` only; every other binary must cover every requested arch."""
 
     files: str  # a glob on the path inside the wheel / site-packages, e.g. "vllm/vllm_flash_attn/_vllm_fa3_C*"
-    archs: tuple[int, ...]
+    archs: tuple[int, ...]  # the GPUs that load it; empty with all_but: every GPU except those
     why: str
+    # loaded on every GPU but these (sglang-kernel's sm100/common_ops: load_utils.py takes sm90/ on 9.0 only)
+    all_but: tuple[int, ...] = ()
+
+    def covers(self, arch: int) -> bool:
+        """Whether a GPU of compute capability `arch` loads this binary."""
+        return arch not in self.all_but if self.all_but else arch in self.archs
+
+    @property
+    def spelled(self) -> str:
+        """'sm_90a, sm_100' / 'every GPU but sm_90' for reports."""
+        if self.all_but:
+            return "every GPU but " + ", ".join(map(sm, self.all_but))
+        return ", ".join(map(sm, self.archs))
 
     def matches(self, path: str) -> bool:
         inner = path.rsplit("!", 1)[-1]  # "<wheel>!vllm/x.so" → "vllm/x.so"; image paths end with it
         return fnmatch.fnmatchcase(inner, self.files) or fnmatch.fnmatchcase(inner, "*/" + self.files)
 
     def to_json(self) -> dict:
-        return {"files": self.files, "archs": list(self.archs), "why": self.why}
+        out = {"files": self.files, "archs": list(self.archs), "why": self.why}
+        if self.all_but:
+            out["all_but"] = list(self.all_but)
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "ArchScope":
         """From the engine data's arch_scoped entries and the cache manifest's copy of them (to_json)."""
-        return cls(data["files"], tuple(data["archs"]), data["why"])
+        return cls(data["files"], tuple(data.get("archs", ())), data["why"], tuple(data.get("all_but", ())))
 
 
 def scope_for(path: str, scopes: Iterable[ArchScope]) -> ArchScope | None:

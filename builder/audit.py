@@ -455,7 +455,7 @@ class BinaryReport:
             return "ERROR"
         if not self.has_device_code:
             return "no device code"
-        only = f"{self.scope.why}: for {', '.join(map(archs_mod.sm, self.scope.archs))} only" if self.scope else ""
+        only = f"{self.scope.why}: for {self.scope.spelled} only" if self.scope else ""
         if self.ok:
             if self.scope and not self.results:
                 return f"ok (not for these archs: {only})"
@@ -566,7 +566,7 @@ def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tupl
     if not entries:
         return BinaryReport(path, (), ())
     scope = archs_mod.scope_for(path, scopes)
-    asked = tuple(a for a in archs if a in scope.archs) if scope else archs
+    asked = tuple(a for a in archs if scope.covers(a)) if scope else archs
     results = tuple(ArchResult(a, *arch_is_covered(entries, a)) for a in asked)
     return BinaryReport(path, tuple(entries), results, scope=scope)
 

@@ -759,6 +759,10 @@ def doctor(registry, matrix_path, as_json):
     elif Path(matrix_path).is_file():
         registry = matrix_mod.load(Path(matrix_path)).defaults["registry"].split("/")[0]
     checks = run_checks(registry)
+    if Path(matrix_path).is_file():  # the compilers of the devel bases the matrix's cells build with
+        from .doctor import check_devel_gcc
+
+        checks += check_devel_gcc(resolve.select(matrix_mod.load(Path(matrix_path)), matrix_mod.Selection(profiles=("all",))))
     if as_json:
         click.echo(json.dumps([asdict(c) for c in checks], indent=2))
     else:

@@ -84,6 +84,12 @@ def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()
     defines: list[tuple[str, str]] = []
     if skbuild and "CMAKE_ARGS" in env:
         defines = [tuple(flag[2:].split("=", 1)) for flag in env.pop("CMAKE_ARGS").split()]
+    # FetchContent itself refuses to download (the compile RUN also has no network): a dependency the plan
+    # missed is an error naming it, at configure time
+    if skbuild:
+        defines.append(("FETCHCONTENT_FULLY_DISCONNECTED", "ON"))
+    elif mode == "split-on-whitespace":
+        env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -DFETCHCONTENT_FULLY_DISCONNECTED=ON").strip()
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
         "plan_file": plan_path(name, version).name,
@@ -124,4 +130,14 @@ def for_package(pkg) -> dict | None:
         # the plan is read from the source at its commit, which `builder lock` could not fetch
         why = "source commit unknown" if not pkg.source.commit else "not read from the source yet"
         return missing_context(r.name, r.version, why)
-    return deps_context(r.name, r.version, pkg.deps_pins, tuple(n for n, _ in r.fetch_overrides))
+    doc = _plan_doc(r.name, r.version)
+    if doc.get("unresolved"):  # a CMake form the reader could not resolve: this package only is UNPINNED
+        return missing_context(r.name, r.version, f"its CMake could not be read: {doc['unresolved']}")
+    planned = doc.get("git", {}).get("commit")
+    if pkg.source.kind == "git" and pkg.source.commit and planned and planned != pkg.source.commit:
+        return missing_context(r.name, r.version, f"the plan was read at {planned[:12]}, the source is pinned at "
+                                                  f"{pkg.source.commit[:12]}")
+    try:
+        return deps_context(r.name, r.version, pkg.deps_pins, tuple(n for n, _ in r.fetch_overrides))
+    except fetchplan.PlanUnusable as exc:  # e.g. a download the compile cannot be pointed away from: this package only
+        return missing_context(r.name, r.version, f"its plan cannot be used: {exc}")

@@ -302,6 +302,30 @@ def check_host_nvcc() -> Check:
     return Check("nvcc (host)", True, f"{detail} at {nvcc}")
 
 
+def check_devel_gcc(cells) -> list[Check]:
+    """The GCC of each devel base a selected cell compiles a package with a GCC floor on (engine data min_gcc):
+    measured in the image where it is local (`gcc -dumpfullversion`), else the OS's from the engine data."""
+    out = []
+    for base in dict.fromkeys(c.base_devel for c in cells):
+        pkgs = [p for c in cells if c.base_devel == base for p in c.packages if p.recipe.min_gcc and p.compiled_here]
+        if not pkgs:
+            continue
+        gcc, how = "", "its OS (engine data)"
+        if docker.image_exists(base):
+            code, got, err = _run(["docker", "run", "--rm", "--network=none", "--entrypoint", "gcc", base, "-dumpfullversion"])
+            gcc, how = (got.strip(), "measured") if code == 0 else ("", f"gcc does not run in it: {_first_line(err)}")
+        gcc = gcc or pkgs[0].base_gcc
+        problems = sorted({p.gcc_problem(gcc) for p in pkgs} - {""})
+        need = ", ".join(sorted({f"{p.name} {p.version} >= {p.recipe.min_gcc}" for p in pkgs}))
+        if problems:
+            out.append(Check(f"GCC in {base}", False, f"{gcc} ({how}); needed: {need}",
+                             "a devel base whose OS has GCC >= the floor (ubuntu24.04; locally "
+                             "`scripts/make-local-bases.sh --trixie` and os = \"trixie\")"))
+        else:
+            out.append(Check(f"GCC in {base}", True, f"{gcc or 'unknown'} ({how}); needed: {need}"))
+    return out
+
+
 # --- All of them ---------------------------------------------------------------------------------
 
 

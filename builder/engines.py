@@ -63,6 +63,31 @@ class Strategy:
 
 
 @dataclass(frozen=True)
+class Binary:
+    """One compiled file of a release as upstream builds it: the CMake target that makes it, its SASS targets and
+    the kernels per SASS target (fatbin entries per arch)."""
+
+    files: str  # glob inside the wheel, the same string as its arch_scoped entry
+    target: str
+    sass: tuple[str, ...]
+    units: int
+
+
+@dataclass(frozen=True)
+class BinaryPlan:
+    binary: Binary
+    sass: tuple[str, ...]  # what a build for the requested archs keeps
+
+    @property
+    def units(self) -> int:
+        return len(self.sass) * self.binary.units
+
+    @property
+    def default_units(self) -> int:
+        return len(self.binary.sass) * self.binary.units
+
+
+@dataclass(frozen=True)
 class Recipe:
     """Everything the toolkit knows about building and running one package version."""
 
@@ -82,6 +107,7 @@ class Recipe:
     min_cuda: str = "0"
     min_arch: int = 0
     min_cmake: str = ""
+    min_gcc: str = ""  # the oldest GCC the build accepts
     build_requirements: tuple[str, ...] = ()  # requirements files of the source tree
     build_requirements_list: tuple[str, ...] = ()
     build_command: str = ""
@@ -111,6 +137,11 @@ class Recipe:
     fetch_overrides: tuple[tuple[str, str], ...] = ()
     builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
     arch_scoped: tuple[archs_mod.ArchScope, ...] = ()  # binaries for some arch families only, by design
+    holds: tuple[str, ...] = ()  # kinds of binaries in its wheel ("CUDA kernels", "Rust", "C++ against torch", ...)
+    bound_to: tuple[str, ...] = ()  # what those binaries only load with ("torch", "CUDA", "CPython ABI3")
+    arch_select: str = ""  # "gencode-filter": builder's nvcc launcher selects the archs per CMake target
+    binaries: tuple[Binary, ...] = ()
+    binaries_cuda: str = ""
     smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
@@ -129,9 +160,67 @@ class Recipe:
             out |= set(self.builds_switch)
         return tuple(sorted(out))
 
+    def describe_binaries(self, torch: str, cuda: str, python: str) -> str:
+        """"Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12" (plan, labels, the audit step)."""
+        holds = ", ".join(self.holds) or ("CUDA kernels" if self.compiled else "pure Python")
+        spelled = []
+        for b in self.bound_to:
+            if b == "torch" and torch:
+                spelled.append(f"torch {torch}")
+            elif b == "CUDA" and cuda:
+                spelled.append(f"CUDA {'.'.join(cuda.split('.')[:2])}")
+            elif b.startswith("CPython") and "ABI3" not in b and python:
+                spelled.append(f"CPython {python}")
+            else:
+                spelled.append(b)
+        return holds + (f"; bound to {', '.join(spelled)}" if spelled else "")
+
+    def scope_of(self, b: Binary) -> archs_mod.ArchScope | None:
+        return next((s for s in self.arch_scoped if s.files == b.files), None)
+
+    def gencode_filter(self, archs: tuple[int, ...]) -> dict:
+        """The gencode filter's configuration for these archs (builder/gencode_filter.py), {} without one."""
+        if self.arch_select != "gencode-filter":
+            return {}
+        targets = {}
+        for b in self.binaries:
+            scope = self.scope_of(b)
+            if scope is not None:
+                targets[b.target] = {"all_but": list(scope.all_but)} if scope.all_but else {"archs": list(scope.archs)}
+        return {"archs": sorted(archs), "targets": dict(sorted(targets.items())), "log_dir": "/tmp/gencode-filter"}
+
+    def binary_plans(self, archs: tuple[int, ...], cuda: str) -> tuple[BinaryPlan, ...]:
+        """Per binary, the SASS a build for `archs` makes (the gencode filter's own rule applied to what upstream
+        builds), where the engine data knows the release's binaries for this CUDA; () elsewhere."""
+        from . import gencode_filter
+
+        if not self.binaries or not cuda or ".".join(cuda.split(".")[:2]) != self.binaries_cuda:
+            return ()
+        config = self.gencode_filter(archs)
+        # with the below-sm_90 switch OFF the CMake writes no sm_8x entry at all: the filter's fallback (a target
+        # no requested GPU loads keeps its first entry) picks from what is left
+        below = [k for k in self.arch_knobs if k.format == "switch-below"]
+        switched_off = bool(below) and all(k.value(archs) == "OFF" for k in below)
+        out = []
+        for b in self.binaries:
+            listed = tuple(c for c in b.sass if not (switched_off and int(re.sub(r"\D", "", c)) < below[0].threshold)) \
+                if switched_off else b.sass
+            if not config:
+                out.append(BinaryPlan(b, listed))
+                continue
+            scope = config["targets"].get(b.target)
+            kept = tuple(c for c in listed if gencode_filter.keep(c, archs, scope)) or listed[:1]
+            out.append(BinaryPlan(b, kept))
+        return tuple(out)
+
     def built_sass(self, archs: tuple[int, ...], cuda: str) -> tuple[str, ...]:
         """Every SASS name the build emits with this CUDA: the selected archs plus what the package builds
-        regardless of them (builds_extra_sass), e.g. sm_90a and the Blackwell code of sglang-kernel."""
+        regardless of them (builds_extra_sass), e.g. sm_90a and the Blackwell code of sglang-kernel — or, where
+        the engine data lists the release's binaries, the union of what each keeps."""
+        per_binary = self.binary_plans(archs, cuda)
+        if per_binary:
+            return tuple(sorted({s for bp in per_binary for s in bp.sass},
+                                key=lambda n: (int(re.sub(r"\D", "", n)), n)))
         names = {archs_mod.sm(a) for a in self.built_archs(archs)}
         if self.compiled and cuda:
             fits = [(Version(m), s) for m, s in self.builds_extra_sass if Version(cuda) >= Version(m)]
@@ -211,6 +300,10 @@ class Knowledge:
     def known_cuda(self) -> list[str]:
         return list(self.data["cuda"])
 
+    def base_gcc(self, os_tag: str) -> str:
+        """The GCC version of the base OS's devel image, "" where the data does not know that OS."""
+        return self.data.get("base_os", {}).get(os_tag, {}).get("gcc", "")
+
     def cuda_archs(self, cuda: str) -> tuple[int, ...]:
         """The archs nvcc of this CUDA version can target (by major.minor)."""
         mm = ".".join(cuda.split(".")[:2])
@@ -269,7 +362,7 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     # torch_pin = "via:<package>" and companions may name a package of any of the files
     names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
-    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}}
+    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
         _KnowledgeChecker(file, known).check(data, shape)
@@ -437,6 +530,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         min_cuda=merged.get("min_cuda", "0"),
         min_arch=merged.get("min_arch", 0),
         min_cmake=merged.get("min_cmake", ""),
+        min_gcc=merged.get("min_gcc", ""),
         build_requirements=tuple(merged.get("build_requirements", ())),
         build_requirements_list=tuple(merged.get("build_requirements_list", ())),
         build_command=merged.get("build_command", ""),
@@ -466,6 +560,11 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
         arch_scoped=tuple(archs_mod.ArchScope.from_json(e) for e in merged.get("arch_scoped", ())),
+        holds=tuple(merged.get("holds", ())),
+        bound_to=tuple(merged.get("bound_to", ())),
+        arch_select=merged.get("arch_select", ""),
+        binaries=tuple(Binary(b["files"], b["target"], tuple(b["sass"]), b["units"]) for b in merged.get("binaries", ())),
+        binaries_cuda=merged.get("binaries_cuda", ""),
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

@@ -40,6 +40,7 @@ from .errors import UserError
 
 __all__ = [
     "CMakeParseError",
+    "PlanUnusable",
     "ExternalSource",
     "CUDA_CONTEXT",
     "fetch_plan_from_tree",
@@ -71,6 +72,7 @@ CUDA_CONTEXT: Mapping[str, str] = {
 }
 
 _ROOT = "/__src__"  # virtual absolute path of the source tree inside the interpreter
+_FETCHED = "/__fetched__"  # virtual root of the downloads: <name>_SOURCE_DIR is _FETCHED/<name> once populated
 _HEX_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _FETCH_COMMANDS = ("fetchcontent_declare", "fetchcontent_populate", "externalproject_add")
@@ -78,6 +80,10 @@ _FETCH_COMMANDS = ("fetchcontent_declare", "fetchcontent_populate", "externalpro
 
 class CMakeParseError(UserError):
     """The CMake code could not be read or a download's location could not be resolved."""
+
+
+class PlanUnusable(UserError):
+    """A plan that was read but cannot drive a sealed compile (a download without a hash or without an override)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,9 @@ class ExternalSource:
     patch_command: str | None = None  # PATCH_COMMAND, tree paths relative (skipped if overridden)
     cmake_file: str = ""  # file (relative to the tree) and line of the declare
     line: int = 0
+    # SOURCE_DIR inside another download's checkout ("<other>/<path>", e.g. "repo-flashmla/csrc/cutlass"): the
+    # other's CMake code reads it there, so it is fetched into that place of the other's checkout
+    inside: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -771,6 +780,18 @@ class _Interp:
             return _Guard(cmake_var, ("cmake",), frozenset(provides), _cond_key(cond), file, line)
         return None
 
+    def _is_default_for_unset(self, cond: list[_Arg], body: list) -> bool:
+        """`if(NOT DEFINED X)` whose branch sets X: a default for a variable the configure may be given with -D
+        (sgl-kernel's GITHUB_ARTIFACTORY, a mirror host). The configure modelled here is builder's, which passes
+        no such -D, and X was never assigned before: the default applies."""
+        words = [a.text for a in cond]
+        if len(words) != 3 or words[:2] != ["NOT", "DEFINED"] or any(a.quoted for a in cond):
+            return False
+        var = words[2]
+        if not _IDENT.fullmatch(var) or var in self.vars:
+            return False
+        return any(c.name == "set" and c.args and c.args[0].text == var for c in _walk(body))
+
     # -- execution -------------------------------------------------------------------------
     def run(self, nodes: list, definite: bool) -> None:
         for node in nodes:
@@ -809,6 +830,8 @@ class _Interp:
                     continue
                 self.vars = dict(before)
                 value = self.evaluate(cond)
+                if value is None and self._is_default_for_unset(cond, body):
+                    value = True
             if value is False:
                 continue
             self.vars = dict(before)
@@ -876,6 +899,7 @@ class _Interp:
             for a in cmd.args:
                 text, _ = self.expand(a.text)
                 self.made_available.add(text.lower())
+                self._populated(text.lower())
         elif name in ("list", "string", "math", "get_filename_component", "cmake_path",
                       "file", "execute_process", "find_program", "find_package", "find_path",
                       "find_library", "get_property", "get_target_property"):
@@ -928,6 +952,12 @@ class _Interp:
                     and t not in CUDA_CONTEXT and t not in _SPECIAL_DIRS:
                 self.vars[t] = _Unknown()
 
+    def _populated(self, name: str) -> None:
+        """FetchContent sets <lowercase name>_SOURCE_DIR once a declared download is populated; later code (a
+        nested declare, include paths) refers to places inside it."""
+        if any(f.name == name for f in self.found):
+            self.vars.setdefault(f"{name}_SOURCE_DIR", f"{_FETCHED}/{name}")
+
     def cmd_fetch(self, cmd: _Cmd) -> None:
         if not cmd.args:
             return
@@ -935,6 +965,7 @@ class _Interp:
         name = name_text.lower()
         if cmd.name == "fetchcontent_populate" and len(cmd.args) == 1:
             self.made_available.add(name)
+            self._populated(name)
             return
         kw: dict[str, list[str]] = {}
         current: str | None = None
@@ -1072,6 +1103,18 @@ def _to_source(found: _Found, interp: _Interp, feeds: Mapping[str, set[str]]) ->
         override_var = "FETCHCONTENT_SOURCE_DIR_" + name.upper()
         override_kind, kinds, builtin = "cmake", ("cmake",), True
 
+    inside = None
+    source_dir = (kw.get("SOURCE_DIR") or [None])[0]
+    if source_dir and source_dir.startswith(_FETCHED + "/"):
+        inside = PurePosixPath(source_dir[len(_FETCHED) + 1:]).as_posix()
+        parent = inside.split("/", 1)[0]
+        if "/" not in inside or ".." in inside.split("/"):
+            raise CMakeParseError(f"{found.cmd.file}:{found.cmd.line}: {name}: SOURCE_DIR {source_dir!r} is not a "
+                                  f"directory inside the checkout of {parent}")
+        if not override_var:  # the nested download is made available by name only through its parent's code
+            override_var = "FETCHCONTENT_SOURCE_DIR_" + name.upper()
+            override_kind, kinds, builtin = "cmake", ("cmake",), True
+
     patch = kw.get("PATCH_COMMAND")
     return ExternalSource(
         name=name,
@@ -1092,6 +1135,7 @@ def _to_source(found: _Found, interp: _Interp, feeds: Mapping[str, set[str]]) ->
         patch_command=_relative(" ".join(patch)) if patch else None,
         cmake_file=found.cmd.file,
         line=found.cmd.line,
+        inside=inside,
     )
 
 
@@ -1227,6 +1271,8 @@ def _notes(plan: Sequence[ExternalSource], mode: str) -> list[str]:
 
 def _jsonable(src: ExternalSource) -> dict:
     d = asdict(src)
+    if d["inside"] is None:  # only nested downloads carry it (plan files written before it existed stay the same)
+        del d["inside"]
     for k, v in d.items():
         if isinstance(v, tuple):
             d[k] = list(v)
@@ -1241,24 +1287,39 @@ def plan_document(sdist: Path, *, engine: str, version: str) -> dict:
 
 
 def plan_document_from_tree(root: Path, *, engine: str, version: str, repository: str, commit: str,
-                            subdir: str = ".") -> dict:
-    """The same for a git source: `root` is the checkout of `commit`, the package lives in `subdir` of it."""
+                            subdir: str = ".", cuda: str = "") -> dict:
+    """The same for a git source: `root` is the checkout of `commit`, the package lives in `subdir` of it.
+    `cuda` ("13.0") is the toolkit the configure runs with: CMake code that picks a repository by CUDA_VERSION
+    (sgl-kernel: DeepGEMM from one fork on 12.8, another elsewhere) takes that branch."""
     tree = _Tree.from_dir(Path(root) / subdir if subdir not in ("", ".") else Path(root))
     return _document(tree, engine, version,
-                     {"git": {"repository": repository, "commit": commit, "subdir": subdir}})
+                     {"git": {"repository": repository, "commit": commit, "subdir": subdir}}, cuda)
 
 
-def _document(tree: _Tree, engine: str, version: str, origin: dict) -> dict:
-    plan = _plan(tree)
+def cuda_context(cuda: str) -> dict[str, str]:
+    """CUDA_CONTEXT plus the toolkit version find_package(CUDAToolkit) reports (major.minor of `cuda`)."""
+    if not cuda:
+        return dict(CUDA_CONTEXT)
+    short = ".".join(cuda.split(".")[:2])
+    return {**CUDA_CONTEXT, "CUDA_VERSION": short, "CUDAToolkit_VERSION": short}
+
+
+def _document(tree: _Tree, engine: str, version: str, origin: dict, cuda: str = "") -> dict:
+    """The plan document; a CMake form the reader cannot resolve makes a document that says so ("unresolved",
+    with the file and line), so one package is UNPINNED and every other is still planned."""
     mode = cmake_args_mode(tree.read("setup.py"), tree.read("pyproject.toml"))
+    head = {"engine": engine, "version": version, **origin, "target": "cuda", **({"cuda": cuda} if cuda else {})}
+    try:
+        plan = _plan(tree, cuda_context(cuda) if cuda else None)
+        rust = _rust_toolchain(tree)
+    except CMakeParseError as exc:
+        return {**head, "cmake_args": mode, "unresolved": str(exc), "sources": [], "rust_toolchain": None,
+                "cargo_git_sources": [], "notes": []}
     return {
-        "engine": engine,
-        "version": version,
-        **origin,
-        "target": "cuda",
+        **head,
         "cmake_args": mode,
         "sources": [_jsonable(s) for s in plan],
-        "rust_toolchain": _rust_toolchain(tree),
+        "rust_toolchain": rust,
         "cargo_git_sources": _cargo_git_sources(tree),
         "notes": _notes(plan, mode),
     }
@@ -1320,8 +1381,12 @@ def cmake_overrides_file(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-
     return "\n".join(lines) + "\n"
 
 
+def _checkout_dir(s: ExternalSource, dest: str) -> str:
+    return f"{dest}/{s.inside}" if s.inside else f"{dest}/{s.name}"
+
+
 def _override_path(s: ExternalSource, dest: str) -> str:
-    path = f"{dest}/{s.name}"
+    path = _checkout_dir(s, dest)
     if s.override_subpath:
         path += "/" + s.override_subpath.strip("/")
     return path
@@ -1349,7 +1414,7 @@ def render_fetch_script(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-d
     for s in plan:
         if not _NAME_OK.fullmatch(s.name):
             raise UserError(f"unusable source name {s.name!r}")
-        d = f"{dest}/{s.name}"
+        d = _checkout_dir(s, dest)
         lines.append(f"# {s.name}: {s.repository} @ {s.commit or s.url_hash}"
                      + ("" if s.reproducible or s.name in pins else "  (NOT a commit)"))
         lines.append(f"rm -rf {q(d)} && mkdir -p {q(d)}")
@@ -1357,7 +1422,7 @@ def render_fetch_script(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-d
             algo, _, digest = (s.url_hash or "").partition("=")
             tool = _HASH_TOOLS.get(algo.upper())
             if not tool or not re.fullmatch(r"[0-9a-fA-F]+", digest):
-                raise UserError(f"{s.name}: URL download without a usable URL_HASH "
+                raise PlanUnusable(f"{s.name}: URL download without a usable URL_HASH "
                                 f"({s.url_hash!r}): not reproducible")
             archive = f"{dest}/.{s.name}.archive"
             lines += [
@@ -1431,7 +1496,7 @@ def override_env(plan: Sequence[ExternalSource], dest: str = "/opt/vllm-deps", *
                            f"{'ignores' if cmake_args == 'ignored' else 'may not pass'} "
                            f"CMAKE_ARGS)")
     if blocked:
-        raise UserError("these sources cannot be redirected to a local checkout: "
+        raise PlanUnusable("these sources cannot be redirected to a local checkout: "
                         + "; ".join(blocked))
     if dflags:
         env["CMAKE_ARGS"] = " ".join(dflags)

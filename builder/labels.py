@@ -59,6 +59,8 @@ def image_labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]
         if p.recipe.compiled:  # what its audit found, built here or taken from the index alike
             out += [(package(p.name, what), "${" + audit_arg(p.name, what) + "}", True) for what in AUDITED]
         out.append((package(p.name, "cache-key"), keys[p.name], False))
+        # what kind of binaries it holds and what they only load with (a pure-Python label would hide a torch binding)
+        out.append((package(p.name, "binary-kinds"), p.recipe.describe_binaries(cell.torch, cell.cuda, cell.python), False))
     return out
 
 

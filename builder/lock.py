@@ -187,14 +187,18 @@ def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict,
     doc = fetchplan.plan_document(path, engine=name, version=version)
     fetchplan.write_plan_file(doc, target)
     deps._plan_doc.cache_clear()
+    if doc.get("unresolved"):
+        echo(f"  {name} {version}: fetch plan UNPINNED ({doc['unresolved']}); wrote {target.name} saying so")
     deps.deps_context.cache_clear()
     echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
     return target
 
 
-def refresh_fetch_plan_git(name: str, version: str, git: dict, subdir: str, echo=print) -> Path | None:
+def refresh_fetch_plan_git(name: str, version: str, git: dict, subdir: str, echo=print, *, cuda: str = "") -> Path | None:
     """Read the external sources a git source's CMake files download, at the locked commit, into
-    data/fetchplans/ (None, said on `echo`, when the commit is unknown or cannot be fetched)."""
+    data/fetchplans/ (None, said on `echo`, when the commit is unknown or cannot be fetched). `lock` and `build`
+    (when it pins a tag itself) both come here. A CMake form the reader cannot resolve still writes the plan
+    file: it says "unresolved" with the file and line, and that one package is UNPINNED."""
     import tempfile
 
     from . import deps, fetchplan
@@ -204,20 +208,31 @@ def refresh_fetch_plan_git(name: str, version: str, git: dict, subdir: str, echo
     if not commit:
         echo(f"  {name} {version}: fetch plan not read: the commit of {git.get('tag', '?')} is unknown")
         return None
-    if target.is_file() and fetchplan.load_plan_file(target).get("git", {}).get("commit") == commit:
-        return target
+    if target.is_file():
+        known = fetchplan.load_plan_file(target)
+        if known.get("git", {}).get("commit") == commit and known.get("cuda", "") == _short_cuda(cuda):
+            return target
     with tempfile.TemporaryDirectory(prefix="builder-plan-") as tmp:
         code, why = docker.git_fetch_commit(git["repository"], commit, Path(tmp))
         if code != 0:
             echo(f"  {name} {version}: fetch plan not read: cannot fetch {git['repository']} {commit} ({why})")
             return None
         doc = fetchplan.plan_document_from_tree(Path(tmp), engine=name, version=version,
-                                                repository=git["repository"], commit=commit, subdir=subdir)
+                                                repository=git["repository"], commit=commit, subdir=subdir,
+                                                cuda=_short_cuda(cuda))
     fetchplan.write_plan_file(doc, target)
     deps._plan_doc.cache_clear()
     deps.deps_context.cache_clear()
-    echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
+    if doc.get("unresolved"):
+        echo(f"  {name} {version}: fetch plan UNPINNED ({doc['unresolved']}); wrote {target.name} saying so")
+    else:
+        echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
     return target
+
+
+def _short_cuda(cuda: str) -> str:
+    """"13.0.3" -> "13.0": what CMake's CUDA_VERSION holds."""
+    return ".".join(cuda.split(".")[:2]) if cuda else ""
 
 
 def lock_dep_tags(name: str, version: str, echo=print) -> dict:
@@ -273,7 +288,7 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     given profiles / engines; entries already in `lock` for the rest are kept."""
     kn = kn or load_knowledge()
     index = SimpleIndex(index_url)
-    todo: list[tuple[str, str, str]] = []
+    todo: list[tuple[str, str, str, str]] = []  # (name, version, consumer tag, the profile's CUDA)
     from_index: set[str] = set()  # packages some selected profile takes from the index: their wheels are recorded
     for prof_name, prof in raw_matrix.get("profiles", {}).items():
         if profiles and prof_name not in profiles:
@@ -281,13 +296,13 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
         from_index |= {pkg for pkg, choice in prof.get("source", {}).items() if choice == "index"}
         selected = [(e, v) for e, v in prof.get("engines", {}).items() if not engines or e in engines]
         for eng, ver in selected:
-            todo.append((eng, ver, ""))
+            todo.append((eng, ver, "", str(prof.get("cuda", ""))))
         if prof.get("flash_attn") and selected:
-            todo.append(("flash-attn", prof["flash_attn"], ""))
+            todo.append(("flash-attn", prof["flash_attn"], "", str(prof.get("cuda", ""))))
     packages = lock.data.setdefault("packages", {})
     done: set[str] = set()
     while todo:
-        name, version, consumer_tag = todo.pop(0)
+        name, version, consumer_tag, cuda = todo.pop(0)
         key = f"{name}=={version}"
         if key in done:
             continue
@@ -304,14 +319,14 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)
             entry["deps"] = lock_dep_tags(name, version, echo)
         elif r.fetch_plan and "git" in entry:
-            if refresh_fetch_plan_git(name, version, entry["git"], r.source_subdir, echo):
+            if refresh_fetch_plan_git(name, version, entry["git"], r.source_subdir, echo, cuda=cuda):
                 entry["deps"] = lock_dep_tags(name, version, echo)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
             note += f" UNPINNED ({entry['git']['unresolved']})"
         echo(f"locked {key} {note}".rstrip())
         for comp, comp_version in entry.get("pins", {}).items():
-            todo.append((comp, comp_version, r.git_tag))
+            todo.append((comp, comp_version, r.git_tag, cuda))
     lock.data["index"] = index_url
     lock.data["format"] = LOCK_FORMAT
     lock.data["packages"] = dict(sorted(packages.items()))

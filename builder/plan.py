@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import deps, templates
+from . import deps, gencode_filter, templates
 from .cache import CacheHit, WheelCache
 from .cache.local import Wheelhouse
 from .errors import BuilderError
@@ -51,6 +51,10 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "deps": deps.for_package(pkg),
         "patches": r.patches_for(cell.torch),
         "rust_toolchain": r.rust_toolchain,
+        # the arch selection of a CMake with hard-coded gencode lists: its configuration and the filter's code
+        **({"gencode_filter": [r.gencode_filter(pkg.archs),
+                                hashlib.sha256(Path(gencode_filter.__file__).read_bytes()).hexdigest()]}
+           if r.arch_select else {}),
     }
 
 
@@ -175,7 +179,7 @@ def format_plan(plans: list[CellPlan]) -> str:
             if pkg.from_index:
                 knobs, sass = f"from the index as published ({pkg.source.filename}); the audit decides", "?"
             elif not pkg.recipe.compiled:
-                knobs, sass = "pure Python", "-"
+                knobs, sass = pkg.recipe.describe_binaries(c.torch, c.cuda, c.python), "-"
             else:
                 knobs = " ".join(f"{k}={v!r}" for k, v in pkg.knobs) or "archs fixed by the package"
                 sass = ",".join(pkg.built_sass)
@@ -187,12 +191,30 @@ def format_plan(plans: list[CellPlan]) -> str:
                 flag += f"  from {w.hit.location}"
             if not w.reuse and pkg.compiled_here:
                 flag += f"  est {duration(w.estimate.seconds)}" if w.estimate else "  est: no earlier build"
+            if not w.reuse and (gcc := pkg.gcc_problem()):
+                flag += f"  REFUSED: {gcc}"
             lines.append(
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"
             )
+            if pkg.recipe.compiled and not pkg.from_index:
+                lines.append(f"         holds {pkg.recipe.describe_binaries(c.torch, c.cuda, c.python)}")
+                lines += [f"         {line}" for line in binary_lines(pkg)]
         lines.append("")
     return "\n".join(lines)
+
+
+def binary_lines(pkg: Package) -> list[str]:
+    """Per binary the SASS this build makes and its kernel×arch units against upstream's build (where the engine
+    data knows the release's binaries)."""
+    plans = pkg.recipe.binary_plans(pkg.archs, pkg.cuda)
+    if not plans:
+        return []
+    out = [f"{bp.binary.files.rstrip('*'):<28} SASS {','.join(bp.sass):<22} {bp.units:>5} of {bp.default_units:>5} "
+           "kernel×arch units" for bp in plans]
+    done, upstream = sum(bp.units for bp in plans), sum(bp.default_units for bp in plans)
+    out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
+    return out
 
 
 def default_wheelhouse(matrix_path: Path) -> Wheelhouse:

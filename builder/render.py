@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
+import shlex
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import deps, launchline, templates
+from . import deps, gencode_filter, launchline, templates
 from . import labels as labels_mod
 from . import archs as archs_mod
 from .errors import UserError
@@ -38,6 +41,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
     cmake_defines = [(k.cmake, k.value(pkg.archs)) for k in r.arch_knobs if k.cmake]
     scm = [(scm_pretend_variable(r.pypi), r.version)] if r.setuptools_scm else []
     dep = deps.for_package(pkg)
+    gencode = r.gencode_filter(pkg.archs) if not pkg.from_index else {}
     return {
         "name": r.name,
         "dist": r.pypi,
@@ -57,11 +61,19 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "deps": dep,
         "rust_toolchain": r.rust_toolchain,
         "source_remove": list(r.source_remove),
+        # the nvcc launcher that selects the archs of a CMake with hard-coded gencode lists (sglang-kernel)
+        "gencode_filter": dockerfile_quoted(json.dumps(gencode, sort_keys=True), expand=True) if gencode else "",
+        "gencode_filter_lines": gencode_filter_script_lines() if gencode else [],
         "patches": [
             {**pt, "sed": f"s|{_sed_literal(pt['replace'])}|{_sed_literal(pt['with'], replacement=True)}|g"}
             for pt in r.patches_for(torch)
         ],
     }
+
+
+def gencode_filter_script_lines() -> list[str]:
+    """builder/gencode_filter.py, each line shell-quoted for a `printf '%s\\n'` RUN that writes it in the image."""
+    return [shlex.quote(line) for line in Path(gencode_filter.__file__).read_text().splitlines()]
 
 
 def entrypoint(cell: Cell) -> list[str]:

@@ -18,7 +18,7 @@ from packaging.version import Version
 from . import grammar
 from .engines import Recipe
 from .errors import UserError
-from .lock import LOCK_NAME, Lock, resolve_git_commit
+from .lock import LOCK_NAME, Lock, refresh_fetch_plan_git, resolve_git_commit
 from .matrix import Matrix, Profile, Selection, matches, selected_profiles
 
 
@@ -65,6 +65,7 @@ class Package:
     deps_pins: tuple[tuple[str, str], ...] = ()  # fetch-plan source named by tag → commit (matrix.lock)
     cuda: str = ""  # the cell's CUDA (what a package builds beyond its knobs can depend on it)
     nvcc_flags: tuple[str, ...] = ()  # NVCC_APPEND_FLAGS of its compile (engine data, per CUDA): reproducible objects
+    base_gcc: str = ""  # the GCC of the devel base's OS (engine data base_os), "" when unknown
 
     @property
     def name(self) -> str:
@@ -105,6 +106,16 @@ class Package:
         """Every SASS name the wheel will carry (sm_90a and the like included): what plan and labels show.
         Unknown before the audit for a wheel taken from the index: ()."""
         return () if self.from_index else self.recipe.built_sass(self.archs, self.cuda)
+
+    def gcc_problem(self, gcc: str | None = None) -> str:
+        """Why the devel base's GCC (`gcc`, measured; else the OS's from the engine data) is too old for this
+        package's build, "" when it is not (or when nothing is known)."""
+        have = self.base_gcc if gcc is None else gcc
+        need = self.recipe.min_gcc
+        if not need or not have or not self.compiled_here or Version(have) >= Version(need):
+            return ""
+        return (f"{self.name} {self.version} needs GCC >= {need} (its CMake configure stops otherwise); the devel "
+                f"base has GCC {have}: use a base whose OS has a newer one (e.g. ubuntu24.04, trixie)")
 
     def unpinned(self) -> list[str]:
         """What this package would fetch by a movable name (a tag) rather than a commit or hash."""
@@ -323,7 +334,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         source = _source(m, lock, r, prof)
         dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and source.kind != "index" else {}
-        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda,
+        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda, base_gcc=kn.base_gcc(prof.os),
                                 nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and source.kind != "index" else (),
                                 deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
 
@@ -458,6 +469,11 @@ def pin_git_sources(cells: list, echo=print) -> list:
                 commit = resolve(src.repository, src.tag)
                 if commit:
                     pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
+            if pkg.recipe.fetch_plan and not pkg.from_index and pkg.source.kind == "git" and pkg.source.commit:
+                # the commit is known now: its fetch plan is read the way `builder lock` reads it (same code)
+                refresh_fetch_plan_git(pkg.name, pkg.version, {"repository": pkg.source.repository,
+                                                               "tag": pkg.source.tag, "commit": pkg.source.commit},
+                                       pkg.recipe.source_subdir, echo, cuda=pkg.cuda)
             if pkg.recipe.fetch_plan and not pkg.from_index:
                 pins = dict(pkg.deps_pins)
                 for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):

@@ -126,6 +126,15 @@ def check_writable(plans: list[CellPlan], opts: BuildOptions, cache: WheelCache)
         files.writable_dir(opts.pins_dir, "--pins-dir")
 
 
+def check_compilers(plans: list[CellPlan]) -> None:
+    """Refuse to compile a package whose build needs a newer GCC than the devel base's OS has (engine data
+    min_gcc / base_os): the configure would stop after minutes of setup, e.g. vLLM 0.33 on Debian 12's 12.2."""
+    old = [f"{p.cell.id}: {problem}" for p in plans for w in p.wheels if not w.reuse
+           for problem in [w.package.gcc_problem()] if problem]
+    if old:
+        raise UserError("the devel base's compiler is too old:\n  " + "\n  ".join(old))
+
+
 def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
     """Refuse to compile a source known only by a movable name (a tag), unless allowed."""
     if not opts.allow_unpinned:
@@ -180,6 +189,7 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
     steps = steps or steps_for(opts)
     check_options(opts)
     check_pins(plans, opts)
+    check_compilers(plans)
     check_writable(plans, opts, cache)
     host = host or Host.detect()
     outcomes: list[CellOutcome] = []
@@ -272,6 +282,7 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     steps = steps or steps_for(opts)
     check_options(opts)
     check_pins(plans, opts)
+    check_compilers(plans)
     host = host or Host.detect()
     for plan in plans:
         ctx = _work(plan, opts, cache, host, say, io.StringIO())

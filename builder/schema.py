@@ -202,6 +202,7 @@ RULE = Table(
         "min_cuda": VERSION,
         "min_arch": INT,
         "min_cmake": VERSION,
+        "min_gcc": VERSION,  # the oldest GCC its build accepts (checked against the devel base: plan, build, doctor)
         "build_requirements": ListOf(REL_PATH),  # requirements files in the source tree, read in this order
         "build_requirements_list": ListOf(QUOTABLE),
         "build_command": LINE,
@@ -239,7 +240,17 @@ RULE = Table(
         # SASS built whatever the knobs say, by CUDA version: complete sets, the highest min_cuda <= CUDA applies
         "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
         # binaries built for some arch families only, by design: the audit asks them for these archs only
-        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "archs": ARCHS, "why": STR})),
+        # (all_but: loaded on every GPU except these, e.g. a copy another file replaces on sm_90)
+        # --arch for a build that hard-codes its gencode lists: builder's nvcc launcher filters them per CMake target
+        "arch_select": OneOf(("gencode-filter",)),
+        # what kind of binaries the wheel holds and what they are bound to (plan and labels say it)
+        "holds": ListOf(OneOf(("pure Python", "CUDA kernels", "C++ against torch", "Rust", "Rust (vllm-rs)"))),
+        "bound_to": ListOf(STR),
+        # what each binary of the release holds upstream (SASS, kernels per SASS target) and which target makes it
+        "binaries": ListOf(Table(required={"files": QUOTABLE, "target": TOKEN, "sass": ListOf(SASS_NAME), "units": INT})),
+        "binaries_cuda": VERSION,  # the CUDA release those binaries were read from
+        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
+                                    exactly_one_of=("archs", "all_but"))),
     },
 )
 
@@ -278,8 +289,12 @@ BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda", "python-c"))},
                   optional={"apt": ListOf(TOKEN), "libcuda_stub": BOOL, "needs_runtime_jit": BOOL})
 
+# the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
+BASE_OS = Table(required={"gcc": VERSION})
+
 BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
-                           "build_tools": BUILD_TOOLS}, optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN)})
+                           "build_tools": BUILD_TOOLS},
+                 optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN)})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -288,6 +303,7 @@ EXTRA = Table(optional={
     "cuda": TableOf(CUDA, key=CUDA_KEY),
     "build_tools": Table(optional=BUILD_TOOLS.required),
     "serve_jit": TableOf(SERVE_JIT, key=TOKEN),
+    "base_os": TableOf(BASE_OS, key=TOKEN),
 })
 
 

@@ -686,3 +686,43 @@ def test_the_engine_data_scopes_the_vllm_libraries_its_cmake_builds_per_family()
     assert scopes["vllm/vllm_flash_attn/_vllm_fa3_C*"] == (90,)
     assert scopes["vllm/_deepselect_C*"] == (100, 103)
     assert "vllm/_C*" not in scopes and not any(80 in a for a in scopes.values())  # nothing excuses sm_80 code
+
+
+def test_a_copy_loaded_on_every_gpu_but_some_is_asked_for_the_others_only(built, tmp_path):
+    """sglang-kernel ships common_ops twice: sgl_kernel/load_utils.py loads sm90/ on compute capability 9.0 and
+    sm100/ on every other GPU. With `all_but` the sm100/ copy is asked for every requested arch except 9.0, the
+    sm90/ copy for 9.0 only; a copy that lacks a GPU it loads on still fails, naming the file."""
+    from builder.archs import ArchScope
+
+    site = tmp_path / "site" / "sgl_kernel"
+    (site / "sm90").mkdir(parents=True)
+    (site / "sm100").mkdir()
+    shutil.copy(built["sm90a"], site / "sm90" / "common_ops.abi3.so")
+    shutil.copy(built["sm80"], site / "sm100" / "common_ops.abi3.so")
+    scopes = [ArchScope("sgl_kernel/sm90/common_ops*", (90,), "sm90/ on 9.0"),
+              ArchScope("sgl_kernel/sm100/common_ops*", (), "sm100/ elsewhere", all_but=(90,))]
+    assert scopes[1].covers(80) and scopes[1].covers(120) and not scopes[1].covers(90)
+    ok = audit(tmp_path / "site", [80, 90], scopes)
+    assert ok.ok and ok.proven
+    other = ok.binary("sgl_kernel/sm100/common_ops.abi3.so")
+    assert [r.arch for r in other.results] == [80]
+    assert other.status == "ok (sm100/ elsewhere: for every GPU but sm_90 only)"
+    assert other.to_json()["scope"]["all_but"] == [90]
+    assert ArchScope.from_json(other.to_json()["scope"]) == scopes[1]
+    # an A10G (8.6) loads the sm100/ copy: its sm_80 SASS runs there; a Thor (11.0) loads it too and finds nothing
+    assert audit(tmp_path / "site", [86, 90], scopes).ok
+    bad = audit(tmp_path / "site", [90, 110], scopes)
+    assert {b.path: b.missing for b in bad.failures} == {"sgl_kernel/sm100/common_ops.abi3.so": [110]}
+
+
+def test_the_engine_data_scopes_sglang_kernel_by_what_loads_where():
+    from builder.engines import load_knowledge
+
+    scopes = {s.files: s for s in load_knowledge().recipe("sglang-kernel", "0.4.10").arch_scoped}
+    assert scopes["sgl_kernel/sm90/common_ops*"].archs == (90,)
+    assert scopes["sgl_kernel/sm100/common_ops*"].all_but == (90,)
+    assert scopes["sgl_kernel/flashmla_ops*"].archs == (90, 100, 103)
+    assert 80 in scopes["sgl_kernel/flash_ops*"].archs and 100 not in scopes["sgl_kernel/flash_ops*"].archs
+    assert all(s.why for s in scopes.values())
+    assert not any(s.matches("sgl_kernel/infllm_ops.abi3.so") or s.matches("sgl_kernel/spatial_ops.abi3.so")
+                   for s in scopes.values())

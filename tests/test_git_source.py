@@ -151,7 +151,9 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
         ctx = deps.deps_context("sglang-kernel", "0.4.10")
         assert ctx["missing"] == "" and ctx["env"] == []
         assert ctx["cmake_defines"] == [("FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS", "/opt/deps/repo-cutlass"),
-                                        ("FETCHCONTENT_SOURCE_DIR_REPO-FMT", "/opt/deps/repo-fmt")]
+                                        ("FETCHCONTENT_SOURCE_DIR_REPO-FMT", "/opt/deps/repo-fmt"),
+                                        # and FetchContent downloads nothing itself (the compile RUN has no network)
+                                        ("FETCHCONTENT_FULLY_DISCONNECTED", "ON")]
         script = "\n".join(ctx["script_lines"])
         assert "sha256sum -c -" in script and "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28" in script
         # the same commit again: the plan is kept, nothing fetched

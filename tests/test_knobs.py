@@ -46,14 +46,17 @@ def test_flash_attn_always_forces_the_source_build():
 @pytest.mark.parametrize(
     "cuda, archs, sass",
     [
-        # what the 0.4.10 x86_64 wheel on PyPI (nvcc 13.0.88, torch 2.14.1) holds across its .so files
-        ("13.0.3", (80, 90), ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_103a", "sm_120a")),
-        ("13.0.3", (90,), ("sm_90", "sm_90a", "sm_100f", "sm_103a", "sm_120a")),
+        # 0.4.10 on CUDA 13.0: the gencode filter keeps, per binary, what a requested GPU loading it runs (sm_90a
+        # for FlashMLA and FA3 on 9.0); the upstream wheel holds sm_80 ... sm_120a (test_sglang_kernel_wheel.py)
+        ("13.0.3", (80, 90), ("sm_80", "sm_90", "sm_90a")),
+        # sm100/common_ops, loaded by no requested GPU, keeps its first entry so the module still builds
+        ("13.0.3", (90,), ("sm_90", "sm_90a")),
+        # a CUDA release whose binaries the data does not list: what the CMakeLists adds whatever --arch says
         ("12.4.1", (90,), ("sm_90", "sm_90a")),
     ],
 )
 def test_sglang_kernel_says_what_it_builds_beyond_the_asked_archs(cuda, archs, sass):
-    """sm_90a and the Blackwell code come with the CUDA version whatever --arch says: plan and labels show it."""
+    """What the compile emits for --arch, shown by plan and labels."""
     assert recipe("sglang-kernel", "0.4.10").built_sass(archs, cuda) == sass
     # a package without such extras shows exactly its selected archs
     assert recipe("vllm", "0.33.0").built_sass((80, 90), cuda) == ("sm_80", "sm_90")
@@ -143,3 +146,20 @@ def test_sglang_rust_extensions_get_a_toolchain():
     stage = R.render(P.plan_cells([cell], None)[0], m.defaults["index"]).split("AS build-sglang\n", 1)[1].split("\nFROM ", 1)[0]
     assert "--default-toolchain 1.95" in stage and "CARGO_HOME=/opt/cargo" in stage
     assert stage.index("--default-toolchain") < stage.index("pip wheel")
+
+
+def test_sglang_kernel_arch_selection_per_binary_halves_its_compile_for_80_90():
+    """Kernel×arch units of the 0.4.10 binaries (fatbin entries per SASS target, counted in the PyPI wheel: the
+    data is held against it by tests/test_sglang_kernel_wheel.py): upstream's build vs a build for 80,90 through
+    the gencode filter, per binary and in all."""
+    plans = {bp.binary.target: bp for bp in recipe("sglang-kernel", "0.4.10").binary_plans((80, 90), "13.0.3")}
+    assert {t: bp.sass for t, bp in plans.items()} == {
+        "flash_ops": ("sm_80", "sm_90a"), "flashmla_ops": ("sm_90a",), "infllm_ops": ("sm_80", "sm_90"),
+        "common_ops_sm90_build": ("sm_90", "sm_90a"), "common_ops_sm100_build": ("sm_80",),
+        "spatial_ops": ("sm_80", "sm_90", "sm_90a")}
+    assert sum(bp.default_units for bp in plans.values()) == 1725
+    assert sum(bp.units for bp in plans.values()) == 917
+    config = recipe("sglang-kernel", "0.4.10").gencode_filter((80, 90))
+    assert config["targets"]["common_ops_sm100_build"] == {"all_but": [90]}
+    assert config["targets"]["common_ops_sm90_build"] == {"archs": [90]}
+    assert "infllm_ops" not in config["targets"]  # unscoped: every requested GPU

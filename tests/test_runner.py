@@ -112,7 +112,7 @@ def test_a_pure_python_package_is_exempt_from_the_device_code_rule(tmp_path):
     ctx = CellContext(plan=p, opts=options(tmp_path), cache=wh, host=HOST, say=lambda s: None, log=io.StringIO())
     pure_wheel(ctx.out_dir("sglang"), "sglang", "0.5.23")
     result = AuditStep().run(ctx, sglang)
-    assert result.status is Status.OK and result.reason == "pure Python: no device code expected"
+    assert result.status is Status.OK and result.reason.startswith("no device code expected (Rust, C++ against torch; bound to torch ")
     # the same wheel for a package that compiles kernels fails
     kernel = next(w for w in p.wheels if w.package.name == "sglang-kernel")
     pure_wheel(ctx.out_dir("sglang-kernel"), "sglang_kernel", "0.4.10")

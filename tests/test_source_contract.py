@@ -479,8 +479,11 @@ def test_sglang_kernel_data_says_what_the_published_0_4_10_wheel_holds(tmp_path)
     for name, found in sorted(sass.items()):
         print(f"{name}: {', '.join(sorted(found))}")
     union = set().union(*sass.values())
-    assert tuple(sorted(union, key=lambda n: (int(re.sub(r"\D", "", n)), n))) == \
-        recipe("sglang-kernel", "0.4.10").built_sass((80, 90), "13.0.3")
+    # what upstream's build makes (engine data `binaries`, per file in tests/test_sglang_kernel_wheel.py); a build
+    # for 80,90 keeps a subset of it through the gencode filter
+    upstream = {s for b in recipe("sglang-kernel", "0.4.10").binaries for s in b.sass}
+    assert union == upstream
+    assert set(recipe("sglang-kernel", "0.4.10").built_sass((80, 90), "13.0.3")) < union
     # sm_90 loads sm90/, every other GPU sm100/ — both are built, and the sm_80 code lives in both
     assert 'if compute_capability == 90:\n        ops_subdir = "sm90"' in loader and 'ops_subdir = "sm100"' in loader
     assert {"sm_80", "sm_90"} <= sass["sgl_kernel/sm100/common_ops.abi3.so"]

@@ -37,7 +37,8 @@ class AuditStep:
                               f"audit failed for {label}: no binary in the wheel carries device code, but {pkg.name} "
                               "compiles CUDA kernels (did a build knob switch CUDA off?); not cached, not tagged",
                               artifacts=summary)
-        why = "pure Python: no device code expected" if not pkg.recipe.compiled else \
+        why = f"no device code expected ({pkg.recipe.describe_binaries(ctx.cell.torch, ctx.cell.cuda, ctx.cell.python)})" \
+            if not pkg.recipe.compiled else \
             f"device code covers {', '.join(map(archs_mod.sm, ctx.cell.archs))}"
         # the engine data's prediction of what the build emits, against what the binaries carry: the image's
         # labels say what was found (builder/labels.py); a predicted arch nobody carries is reported here

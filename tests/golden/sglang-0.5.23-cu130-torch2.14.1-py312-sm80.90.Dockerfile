@@ -114,10 +114,10 @@ RUN mkdir -p /opt/deps \
       > /opt/deps/fetch.sh
 RUN --mount=type=secret,id=ca \
     with-ca sh /opt/deps/fetch.sh
-# ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100f, sm_103a, sm_120a -----
+# ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_90, sm_90a -----
 # Archs are hard-coded in its CMakeLists: sm_90 always, sm_80/sm_89 (sm_86 in FA3) only with ENABLE_BELOW_SM90,
-# and more by CUDA version whatever the switch says (engine data builds_extra_sass). Its nvcc runs --threads=32
-# unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
+# and more by CUDA version whatever the switch says; where the engine data knows the release's binaries, the gencode
+# filter below selects per binary. Its nvcc runs --threads=32 unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
 FROM torch AS build-sglang-kernel
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
@@ -140,9 +140,169 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# --arch per binary: its CMakeLists hard-codes the gencode lists, so every nvcc call runs through builder's gencode
+# filter (CMAKE_CUDA_COMPILER_LAUNCHER; builder/gencode_filter.py, written here as it is): per CMake target it keeps
+# the -gencode entries whose code loads on a requested GPU that loads that binary (engine data arch_scoped)
+# hadolint ignore=SC2016
+RUN printf '%s\n' \
+      '#!/usr/bin/env python3' \
+      '"""The arch selection of a build whose CMake hard-codes its gencode lists (sglang-kernel): a compiler launcher.' \
+      '' \
+      'sglang-kernel'"'"'s CMakeLists writes `-gencode=arch=compute_XX,code=sm_XX` lists per target and per CUDA version and' \
+      'has no switch that takes the user'"'"'s archs (only ENABLE_BELOW_SM90, on or off for sm_80/sm_89 together), so' \
+      '`--arch 80,90` alone changes nothing it compiles. CMake runs every CUDA compile through' \
+      'CMAKE_CUDA_COMPILER_LAUNCHER (the hook ccache uses); this launcher drops, per CMake target, the gencode entries' \
+      'whose code loads on no requested GPU that loads that target'"'"'s binary (the engine data'"'"'s arch_scoped rules, e.g.' \
+      'the sm90/ copy of common_ops only on 9.0), then runs the compiler with the rest. The audit afterwards checks' \
+      'the result in the binaries, as for every package.' \
+      '' \
+      'The same rule (`keep`) counts the kernel×arch units a build makes (plan, benchmarks). This file is also the' \
+      'script the build stage runs (standard library only): `python3 gencode_filter.py COMPILER ARGS...`, configured by' \
+      'the environment variable BUILDER_GENCODE_FILTER: {"archs": [80, 90], "targets": {"<target>": {"archs": [...]}' \
+      '| {"all_but": [...]}}}.' \
+      '"""' \
+      '' \
+      'from __future__ import annotations' \
+      '' \
+      'import json' \
+      'import os' \
+      'import re' \
+      'import sys' \
+      '' \
+      'ENV = "BUILDER_GENCODE_FILTER"' \
+      '_GENCODE_FLAGS = ("-gencode", "--generate-code")' \
+      '_CODE = re.compile(r"(sm|compute|lto)_(\d+)([af]?)")' \
+      '_TARGET_DIR = re.compile(r"CMakeFiles/([^/]+)\.dir/")' \
+      '' \
+      '' \
+      'def runs_on(kind: str, code_arch: int, variant: str, gpu: int) -> bool:' \
+      '    """Whether device code of `kind` ("sass" | "ptx" | other) compiled for `code_arch` (with variant "", "a"' \
+      '    or "f") loads on a GPU of compute capability `gpu` — the one copy of this rule (builder.archs.runs_on is' \
+      '    this function; it lives here because the build stage runs this file alone).' \
+      '' \
+      '    - arch-specific ('"'"'a'"'"', sm_90a): exactly that GPU, SASS and PTX alike;' \
+      '    - SASS, and family-specific ('"'"'f'"'"') code: the same major, a minor at least as high' \
+      '      (sm_80 runs on 8.6 and 8.9, not on 9.0; sm_100f runs on 10.0 and 10.3);' \
+      '    - plain PTX JIT-compiles for any later GPU;' \
+      '    - LTO IR and unknown kinds are not loadable as they are.' \
+      '    """' \
+      '    if variant == "a":' \
+      '        return code_arch == gpu' \
+      '    if kind == "sass" or variant == "f":' \
+      '        return code_arch // 10 == gpu // 10 and code_arch % 10 <= gpu % 10' \
+      '    if kind == "ptx":' \
+      '        return code_arch <= gpu' \
+      '    return False' \
+      '' \
+      '' \
+      'def loads_on(scope: dict | None, gpu: int) -> bool:' \
+      '    if not scope:' \
+      '        return True' \
+      '    if scope.get("all_but"):' \
+      '        return gpu not in scope["all_but"]' \
+      '    return gpu in scope.get("archs", ())' \
+      '' \
+      '' \
+      'def keep(code: str, archs, scope: dict | None = None) -> bool:' \
+      '    """Whether one code of a gencode entry ("sm_90a", "compute_80") serves a requested GPU that loads the binary."""' \
+      '    m = _CODE.fullmatch(code.strip())' \
+      '    if not m:' \
+      '        return True  # not an arch this filter understands: left alone' \
+      '    kind = {"sm": "sass", "compute": "ptx"}.get(m.group(1), "other")' \
+      '    gpus = [a for a in archs if loads_on(scope, a)]' \
+      '    return any(runs_on(kind, int(m.group(2)), m.group(3), g) for g in gpus)' \
+      '' \
+      '' \
+      'def _split_entry(value: str) -> tuple[str, list[str]] | None:' \
+      '    """"arch=compute_90a,code=sm_90a" / "arch=compute_80,code=[sm_80,compute_80]" -> ("compute_90a", codes)."""' \
+      '    m = re.fullmatch(r"arch=([^,]+),code=(?:\[([^\]]*)\]|(.+))", value)' \
+      '    if not m:' \
+      '        return None' \
+      '    codes = (m.group(2) if m.group(2) is not None else m.group(3)).split(",")' \
+      '    return m.group(1), [c for c in codes if c]' \
+      '' \
+      '' \
+      'def filter_args(args: list[str], archs, scope: dict | None) -> tuple[list[str], list[str], list[str]]:' \
+      '    """(new args, codes kept, codes dropped). A compile left with no entry keeps its first one, so the target' \
+      '    still builds (a binary no requested GPU loads)."""' \
+      '    out: list[str | tuple[str, list[str]]] = []  # plain arguments, or (arch, codes) of a gencode entry' \
+      '    i = 0' \
+      '    while i < len(args):' \
+      '        a = args[i]' \
+      '        value = None' \
+      '        if a in _GENCODE_FLAGS and i + 1 < len(args):' \
+      '            value, i = args[i + 1], i + 1' \
+      '        elif a.startswith(tuple(f + "=" for f in _GENCODE_FLAGS)):' \
+      '            value = a.split("=", 1)[1]' \
+      '        parsed = _split_entry(value) if value is not None else None' \
+      '        if parsed is not None:' \
+      '            out.append(parsed)' \
+      '        elif value is not None:  # a gencode spelling this filter does not read: passed through unchanged' \
+      '            out += [a] if "=" in a else [a, value]' \
+      '        else:' \
+      '            out.append(a)' \
+      '        i += 1' \
+      '    entries = [e for e in out if isinstance(e, tuple)]' \
+      '    kept = {id(e): [c for c in e[1] if keep(c, archs, scope)] for e in entries}' \
+      '    if entries and not any(kept.values()):' \
+      '        kept[id(entries[0])] = list(entries[0][1])' \
+      '    codes_kept = [c for e in entries for c in kept[id(e)]]' \
+      '    codes_dropped = [c for e in entries for c in e[1] if c not in kept[id(e)]]' \
+      '    final = []' \
+      '    for e in out:' \
+      '        if isinstance(e, str):' \
+      '            final.append(e)' \
+      '        elif kept[id(e)]:' \
+      '            codes = kept[id(e)]' \
+      '            final.append(f"-gencode=arch={e[0]},code={codes[0]}" if len(codes) == 1' \
+      '                         else f"-gencode=arch={e[0]},code=[{'"'"','"'"'.join(codes)}]")' \
+      '    return final, codes_kept, codes_dropped' \
+      '' \
+      '' \
+      'def target_of(args: list[str]) -> str:' \
+      '    """The CMake target a compile belongs to, from its object path (CMakeFiles/<target>.dir/...)."""' \
+      '    for i, a in enumerate(args):' \
+      '        if a in ("-o", "--output-file") and i + 1 < len(args):' \
+      '            m = _TARGET_DIR.search(args[i + 1])' \
+      '            if m:' \
+      '                return m.group(1)' \
+      '    return ""' \
+      '' \
+      '' \
+      'def main(argv: list[str]) -> int:' \
+      '    if len(argv) < 2:' \
+      '        print("usage: gencode_filter.py COMPILER [ARGS...]", file=sys.stderr)' \
+      '        return 2' \
+      '    config = json.loads(os.environ.get(ENV) or "{}")' \
+      '    archs = [int(a) for a in config.get("archs", ())]' \
+      '    if not archs:' \
+      '        print(f"gencode filter: {ENV} names no archs; refusing to guess", file=sys.stderr)' \
+      '        return 2' \
+      '    target = target_of(argv[2:])' \
+      '    scope = config.get("targets", {}).get(target)' \
+      '    args, kept, dropped = filter_args(argv[2:], archs, scope)' \
+      '    marker_dir = config.get("log_dir")' \
+      '    if dropped and marker_dir and target:  # one line per target in the build log, not one per source file' \
+      '        os.makedirs(marker_dir, exist_ok=True)' \
+      '        marker = os.path.join(marker_dir, target)' \
+      '        if not os.path.exists(marker):' \
+      '            open(marker, "w").close()' \
+      '            print(f"gencode filter: {target}: keeps {'"'"' '"'"'.join(sorted(set(kept)))}; drops {'"'"' '"'"'.join(sorted(set(dropped)))}",' \
+      '                  file=sys.stderr)' \
+      '    os.execvp(argv[1], [argv[1], *args])' \
+      '    return 127  # pragma: no cover' \
+      '' \
+      '' \
+      'if __name__ == "__main__":' \
+      '    sys.exit(main(sys.argv))' \
+      > /usr/local/bin/builder-gencode-filter \
+ && chmod 0755 /usr/local/bin/builder-gencode-filter
+ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}}}"
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
-      -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" \
+      -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=/usr/local/bin/builder-gencode-filter \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang-kernel") and Version(v.public) == Version("0.4.10"), "built %s %s, the lock pins sglang-kernel 0.4.10" % (n, v)'
 # ---- wheels-sglang-kernel: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -189,7 +349,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
@@ -399,17 +561,20 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="3accb1740bf0b655fa0a1164377fa8709369d619c72daada852a836bae4c8a42"
+LABEL io.builder.package.sglang.cache-key="07a67a6ce796da6594920db2d4b36e8de8b26fbb59ed73afaddfda3fe6db871e"
+LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="3f2eceb4e2f75781f0a84b9fe9f649be7a2d69b867149e5557f893429e3c4b00"
+LABEL io.builder.package.sglang-kernel.cache-key="f09f85b0da262628e48f529e0bd47d8361470b8c990ecd26631bbc039be9aa86"
+LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="303ea4c64220d0acb93f61741fc61924021e03eda04997e85c8024018211db35"
+LABEL io.builder.package.flash-attn.cache-key="a70979157ae55dc4f999ad912d2d7368753ebc130c28fa70bdc0d06ef08bf270"
+LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -184,7 +184,7 @@ WORKDIR /src
 
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-vllm /opt/deps /opt/deps
-ENV CMAKE_ARGS="-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/opt/deps/vllm-flash-attn"
+ENV CMAKE_ARGS="-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/opt/deps/vllm-flash-attn -DFETCHCONTENT_FULLY_DISCONNECTED=ON"
 ENV DEEPGEMM_SRC_DIR="/opt/deps/deepgemm"
 ENV DEEPSELECT_SRC_DIR="/opt/deps/deepselect"
 ENV FLASH_KDA_SRC_DIR="/opt/deps/flashkda"
@@ -207,7 +207,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.33.0"), "built %s %s, the lock pins vllm 0.33.0" % (n, v)'
@@ -255,7 +257,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
+# named by the build system, instead of landing unpinned and unknown to the cache key
+RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
     pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
@@ -470,11 +474,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="6823a7dd69181784e8e893db49da2bc6608992c4a6dbe96306782d39b2af08d1"
+LABEL io.builder.package.vllm.cache-key="df6c09a3e9ee14ad398404ce59a7783ad73221d5a2c8fa8bf8943f7470335614"
+LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="8cb6f185bca987116cfbff47a2345c0f65717015dc5f53baf8dff26d77ca2c17"
+LABEL io.builder.package.flash-attn.cache-key="11bb8df0d47acaa0ba9b736b2380f91a181fa54a7e13d4dde92249b390e5da4e"
+LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]
