@@ -787,6 +787,10 @@ from .smoke.command import smoke as smoke_command  # noqa: E402 - the verb lives
 
 main.add_command(smoke_command)
 
+from .bench.command import bench as bench_command  # noqa: E402 - builder bench lives with its stage (builder/bench/)
+
+main.add_command(bench_command)
+
 from .release import register as register_release_verbs  # noqa: E402 - publish, verify-repro, serve (builder/release.py)
 
 register_release_verbs(main, build, selection_options, BuilderCommand)
