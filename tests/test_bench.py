@@ -178,10 +178,10 @@ def client_python() -> str:
     marker = root / ".builder-installed"
     if not marker.is_file():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-        res = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "vllm==0.26.0"], capture_output=True,
+        res = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "vllm==0.26.0", "pandas"], capture_output=True,
                              text=True, timeout=5400)
         assert res.returncode == 0, res.stderr[-3000:]
-        marker.write_text("vllm==0.26.0\n")
+        marker.write_text("vllm==0.26.0 pandas\n")
     return str(python)
 
 

@@ -197,6 +197,12 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     rows, failures = [], []
     t_all = time.monotonic()
+
+    def document() -> dict:
+        return {"environment": env_info, "client": client.NAME, "workload": {**w.to_json(), "dataset": dataset_info},
+                "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"],
+                "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
+
     for name in names:
         strat = run_mod.NO_SPECULATION if name == NONE else recipe.strategy(name)
         say(f"[{name}] starting {cell.engine} ({lch.name})")
@@ -208,10 +214,9 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
         except run_mod.BenchFailed as exc:
             failures.append({"strategy": name, "why": exc.why, "log_tail": exc.tail})
             say(f"[{name}] FAILED: {exc.why}\n{exc.tail}")
-    run_mod.lossless(rows, float(bench_data["lossless"]["threshold"]))
-    doc = {"environment": env_info, "client": client.NAME, "workload": {**w.to_json(), "dataset": dataset_info},
-           "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"],
-           "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
+        run_mod.lossless(rows, float(bench_data["lossless"]["threshold"]))
+        results.write(document(), base_dir, png=False)  # what is done so far survives an interrupted run
+    doc = document()
     paths = results.write(doc, base_dir)
     click.echo(json.dumps(doc, indent=1) if as_json else results.table(doc))
     if not as_json:
