@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.bench import NONE, data, results, run, workload
+from builder.bench import NONE, results, run, workload
 from builder.bench.command import parse_strategies
 from builder.engines import recipe
 from builder.errors import UserError

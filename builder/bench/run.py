@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
