@@ -14,20 +14,30 @@ from builder import render
 
 from .helpers import REPO
 from .test_bench import client_python
-from .test_smoke_docker import _build, _cell, _tree_digest, leftovers, stand_in_image  # noqa: F401 - fixture
+from .test_smoke_docker import _build, _cell, _tree_digest, leftovers
 
 pytestmark = pytest.mark.docker
 MATRIX = REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"
 
 
-@pytest.fixture(scope="session")
-def mtp2_only_image(stand_in_image, local_bases) -> str:  # noqa: F811 - the fixture above
+def _image(local_bases, strategies: str | None, suffix: str) -> str:
     cell = _cell()
-    labels = [(k, "MTP2" if k == "io.builder.strategies" else v)
+    labels = [(k, strategies if strategies and k == "io.builder.strategies" else v)
               for k, v in render.labels(cell, {p.name: "test-double" for p in cell.packages})]
-    tag = f"builder-test/bench-stand-in:{_tree_digest()}-mtp2-only"
+    tag = f"builder-test/bench-stand-in:{_tree_digest()}{suffix}"
     _build(tag, labels, local_bases["debian"])
     return tag
+
+
+@pytest.fixture(scope="session")
+def stand_in(local_bases) -> str:
+    """The stand-in image, labelled like builder labels the cell's runtime image (MTP2, MTP7)."""
+    return _image(local_bases, None, "")
+
+
+@pytest.fixture(scope="session")
+def mtp2_only_image(local_bases) -> str:
+    return _image(local_bases, "MTP2", "-mtp2-only")
 
 
 def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -43,8 +53,8 @@ def test_a_strategy_the_image_was_not_built_for_is_refused_before_a_container_st
 
 
 @pytest.mark.slow
-def test_bench_in_containers_records_the_digest_and_removes_every_container(stand_in_image, tmp_path):  # noqa: F811
-    r = bench(stand_in_image, "--strategy", "none,MTP2", "--gpus", "none", "--workload", "quick",
+def test_bench_in_containers_records_the_digest_and_removes_every_container(stand_in, tmp_path):
+    r = bench(stand_in, "--strategy", "none,MTP2", "--gpus", "none", "--workload", "quick",
               "--client-python", client_python(), "--out-dir", str(tmp_path), "--boot-timeout", "60",
               "--env", "STAND_IN_TTFT_MS=60", "--env", "STAND_IN_ITL_MS=5", "--env", "STAND_IN_ACCEPT=1")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -53,4 +63,4 @@ def test_bench_in_containers_records_the_digest_and_removes_every_container(stan
     rows = {row["strategy"]: row for row in doc["rows"]}
     assert 55 <= rows["none"]["ttft_ms_p50"] <= 90 and rows["MTP2"]["spec_acceptance_rate"] == 0.5
     assert rows["MTP2"]["lossless"] == "ok"
-    assert leftovers(stand_in_image) == []
+    assert leftovers(stand_in) == []
