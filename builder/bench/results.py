@@ -19,7 +19,8 @@ COLUMNS = [  # (key, header, format)
     ("itl_ms_p50", "ITL p50", "{:.1f}"), ("itl_ms_p99", "p99", "{:.1f}"),
     ("tpot_ms_p50", "TPOT p50", "{:.1f}"), ("tpot_ms_p99", "p99", "{:.1f}"),
     ("e2el_ms_p50", "E2E p50", "{:.0f}"), ("e2el_ms_p99", "p99", "{:.0f}"),
-    ("request_goodput", "goodput", "{:.2f}"), ("slo_ttft_p99_met", "P99<SLO", "{}"), ("spec_acceptance_length", "acc len", "{:.3f}"),
+    ("request_goodput", "goodput", "{:.2f}"), ("slo_ttft_p99_met", "P99<SLO", "{}"),
+    ("spec_acceptance_length", "acc len", "{:.3f}"),
     ("spec_acceptance_rate", "acc rate", "{:.4f}"), ("lossless_match_rate", "lossless", "{:.2f}"),
     ("peak_gpu_memory_mib", "GPU MiB", "{}"), ("boot_s", "boot s", "{:.0f}"), ("first_request_ttft_s", "1st TTFT s", "{:.3f}"),
 ]
@@ -27,7 +28,8 @@ CSV_KEYS = ["digest", "engine", "engine_version", "gpu", "driver", "cuda", "stra
             "request_throughput", "output_throughput", "request_goodput",
             *[f"{m}_ms_p{p}" for m in ("ttft", "itl", "tpot", "e2el") for p in (50, 90, 99)],
             "spec_drafts", "spec_draft_tokens", "spec_accepted", "spec_acceptance_length", "spec_acceptance_rate",
-            "lossless_match_rate", "lossless", "slo_ttft_p99_met", "peak_gpu_memory_mib", "boot_s", "first_request_ttft_s", "argv"]
+            "lossless_match_rate", "lossless", "slo_ttft_p99_met", "peak_gpu_memory_mib", "boot_s",
+            "first_request_ttft_s", "argv"]
 
 
 def _fmt(fmt: str, v) -> str:
