@@ -102,11 +102,11 @@ def plot(docs: list[dict], dest: Path) -> Path:
     ax2.bar([x + 0.2 for x in xs], itl, width=0.4, label="ITL p99 (ms)")
     ax2.set_xticks(list(xs), labels, fontsize=8)
     ax2.set_title("P99 TTFT and ITL per strategy")
-    ax2.legend(fontsize=8)
     slo = (docs[0].get("slo") or {}).get("ttft_ms") if docs else None
     if slo:
-        ax2.axhline(slo, color="red", linestyle="--", linewidth=1)
-    fig.suptitle(", ".join(sorted({f"{d['environment'].get('gpu')}, workload {d['rows'][0]['workload']}"
+        ax2.axhline(slo, color="red", linestyle="--", linewidth=1, label=f"TTFT SLO {slo:g} ms")
+    ax2.legend(fontsize=8)
+    fig.suptitle(", ".join(sorted({f"GPU {d['environment'].get('gpu')}, workload {d['rows'][0]['workload']}"
                                     for d in docs if d["rows"]})), fontsize=10)
     fig.tight_layout()
     dest.parent.mkdir(parents=True, exist_ok=True)
