@@ -125,6 +125,13 @@ def test_nvidia_smi_output_is_read_with_the_brand_of_each_gpu():
     assert [(g.index, g.compute_cap, g.brand) for g in gpus] == [(0, 90, "NVIDIA"), (1, 90, "NVIDIA")]
 
 
+def test_the_h200_hosts_recorded_nvidia_smi_output_reads_as_the_h200_case():
+    """nvidia-smi as the H200 test host printed it on 2026-12-01 (tests/fixtures/gpu-host/)."""
+    text = (REPO / "tests" / "fixtures" / "gpu-host" / "h200-2026-12-01-nvidia-smi.txt").read_text()
+    csv = "\n".join(ln.rsplit(",", 1)[0] for ln in text.splitlines() if ln.startswith("0, "))
+    assert host.parse_nvidia_smi(csv, text) == [GPUS["h200-580"]]
+
+
 def test_min_driver_per_cuda_release_is_data():
     d = host.rules()["cuda"]["min_driver"]
     assert {k: d[k] for k in ("12.1", "12.4", "12.8", "12.9", "13.0")} == {
