@@ -74,7 +74,13 @@ def _nvidia_smi() -> dict:
 @click.group("bench", cls=BenchGroup, epilog=EPILOG)
 def bench():
     """Which strategy serves fastest from this image on this host: boot per strategy, a real load generator,
-    one row per digest x strategy x workload (`builder bench TARGET --help`); `diff` two results; `plot` them."""
+    one row per digest x strategy x workload (`builder bench TARGET --help`); `diff` two results; `plot` them.
+
+    \b
+    Example:
+      builder bench 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --strategy all --repeats 3
+      builder bench diff last-week/bench.json today/bench.json
+    """
 
 
 @bench.command("run", epilog=EPILOG)
