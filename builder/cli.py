@@ -739,17 +739,29 @@ def lock(m, sel, index_url, check):
 
 
 @main.command()
+@click.argument("images", nargs=-1)
 @click.option("--registry", default=None, help="Registry host[:port] to check (default: the matrix's).")
 @click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--host", "host_mode", is_flag=True,
+              help="Will IMAGE... run on this host's GPUs (driver, CUDA, device code)? Nothing is pulled.")
+@click.option("--gpus-file", default=None, help="With --host: judge the GPUs of a JSON file instead of nvidia-smi's.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def doctor(registry, matrix_path, as_json):
+def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json):
     """Check this host: docker, buildx, BuildKit, registry, GPUs and driver — and how to fix what is missing.
+    With --host: per GPU and image, runs / runs with the forward-compatibility package / refused, with the rule.
 
     \b
     Example:
       builder doctor
       builder doctor --registry 127.0.0.1:5000 --json
+      builder doctor --host registry.example.com/ml/vllm@sha256:... image.json
     """
+    if host_mode:
+        from .host import command as host_command
+
+        sys.exit(host_command(images, gpus_file, as_json, click.echo))
+    if images or gpus_file:
+        raise UserError("IMAGE... and --gpus-file go with --host")
     from .doctor import run_checks
 
     if registry is not None:
@@ -778,6 +790,10 @@ def doctor(registry, matrix_path, as_json):
 from .smoke.command import smoke as smoke_command  # noqa: E402 - the verb lives with its stage (builder/smoke/)
 
 main.add_command(smoke_command)
+
+from .bench.command import bench as bench_command  # noqa: E402 - builder bench lives with its stage (builder/bench/)
+
+main.add_command(bench_command)
 
 from .release import register as register_release_verbs  # noqa: E402 - publish, verify-repro, serve (builder/release.py)
 

@@ -1,0 +1,262 @@
+"""`builder bench IMAGE|CELL`, `builder bench diff OLD.json NEW.json`, `builder bench plot RESULT.json...`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .. import archs as archs_mod
+from .. import matrix as matrix_mod
+from ..engines import STRATEGIES
+from ..errors import EXIT_FAILED, UserError
+from . import NONE, client, data, results
+
+EPILOG = """\b
+Exit codes:
+  0  every strategy was benchmarked (bench), no regression (diff)
+  1  a strategy failed to boot or to run (bench), a regression (diff)
+  2  bad input (a strategy the image was not built for, a result with too few repeats), refused before anything ran
+  3  the environment is missing (no Docker daemon for an image)"""
+
+
+class BenchGroup(click.Group):
+    """`builder bench TARGET ...` runs a benchmark; `diff` and `plot` are verbs of their own."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: str) -> tuple[str, ...]:
+    """none + the named strategies; `all` is none + every strategy the image was built for. A strategy the
+    engine version cannot run, or the image was not built and smoke-tested for, is refused."""
+    from ..smoke.command import parse_strategies as smoke_strategies
+
+    if value.strip().lower() == "all":
+        return (NONE, *built_for)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    wanted = [NONE] if any(n.lower() == NONE for n in names) else []
+    rest = ",".join(n for n in names if n.lower() != NONE)
+    for s in smoke_strategies(rest, ()) if rest else ():
+        why = recipe.strategy_problem(s)
+        if why:
+            raise UserError(f"--strategy {s}: {why}")
+        if s not in built_for:
+            raise UserError(f"--strategy {s}: {subject} was built and smoke-tested for "
+                            f"{', '.join(built_for) or 'no strategy'}; bench runs only what the image was built for")
+        wanted.append(s)
+    if not wanted:
+        raise UserError("--strategy: name at least one of none, " + ", ".join(STRATEGIES) + ", or all")
+    return tuple(dict.fromkeys(wanted))
+
+
+def _nvidia_smi() -> dict:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    lines = [ln.split(",") for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+    if not lines:
+        return {}
+    names = sorted({ln[0].strip() for ln in lines})
+    return {"gpu": f"{len(lines)} x {', '.join(names)}", "driver": lines[0][1].strip()}
+
+
+@click.group("bench", cls=BenchGroup, epilog=EPILOG)
+def bench():
+    """Which strategy serves fastest from this image on this host: boot per strategy, a real load generator,
+    one row per digest x strategy x workload (`builder bench TARGET --help`); `diff` two results; `plot` them.
+
+    \b
+    Example:
+      builder bench 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --strategy all --repeats 3
+      builder bench diff last-week/bench.json today/bench.json
+    """
+
+
+@bench.command("run", epilog=EPILOG)
+@click.argument("target")
+@click.option("--strategy", "strategy", default="all", show_default=True,
+              help="none,MTP2,MTP7,DFlash2 (comma-separated) or all: none + every strategy the image was built for.")
+@click.option("--model", default="tiny", show_default=True, help="A local checkpoint directory, or 'tiny' (dummy weights).")
+@click.option("--drafter", default=None, help="The DFlash2 drafter (default: the tiny drafter with --model tiny).")
+@click.option("--workload", default="article", show_default=True,
+              help="A workload of builder/data/bench.toml (article, quick), a TOML file of one, or a JSONL of prompts.")
+@click.option("--requests", type=int, default=None, help="Requests per run (default: the workload's).")
+@click.option("--concurrency", type=int, default=None, help="Concurrent clients (default: the workload's).")
+@click.option("--seed", type=int, default=None, help="The workload's seed (default: the workload's).")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Runs per strategy on one boot; `bench diff` needs at least 3 to tell a regression from noise.")
+@click.option("--slo-ttft-ms", type=float, default=None, help="Goodput objective (default: the data's, 300 ms).")
+@click.option("--no-lossless", is_flag=True, help="Skip the greedy-output comparison with no speculation.")
+@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--profile", multiple=True, help="Profiles to look the cell up in.")
+@click.option("--arch", default=None, help="SM archs of the cell, e.g. 80,90.")
+@click.option("--launcher", type=click.Choice(["auto", "docker", "process"]), default="auto", show_default=True)
+@click.option("--python", "python", default="python3", show_default=True, help="The engine's interpreter (process launcher).")
+@click.option("--client-python", default=None,
+              help="The interpreter with vLLM installed that runs the load generator (default: --python for a vLLM "
+                   "cell, else python3).")
+@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
+              help="none: start the engine without GPUs (CPU engines, test doubles).")
+@click.option("--boot-timeout", type=float, default=900.0, show_default=True)
+@click.option("--engine-args", default="", help="More engine flags, one shell-quoted string.")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="logs/bench", show_default=True,
+              help="bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON result instead of the table.")
+def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, seed, repeats, slo_ttft_ms, no_lossless,
+            matrix_path, profile, arch, launcher, python, client_python, gpus, boot_timeout, engine_args, env, out_dir,
+            as_json):
+    """Benchmark TARGET (an image, or a cell id with --launcher process) under each strategy.
+
+    \b
+    Example:
+      builder bench 127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90 --strategy all
+      builder bench vllm-0.26.0-cu130-torch2.11.0-py312-sm90 --matrix tests/fixtures/gpu-host/matrix.toml \\
+          --launcher process --strategy none,MTP2 --repeats 3
+      builder bench diff old/bench.json new/bench.json
+    """
+    from ..smoke import Model, detect_gpu
+    from ..smoke.command import find_cell, parse_env
+    from ..smoke.launch import DockerLauncher, ProcessLauncher, docker_client
+    from . import run as run_mod
+    from . import workload as workload_mod
+
+    if repeats < 1:
+        raise UserError(f"--repeats: at least 1, got {repeats}")
+    if boot_timeout <= 0:
+        raise UserError(f"--boot-timeout: must be positive, got {boot_timeout:g}")
+    try:
+        extra_args = tuple(shlex.split(engine_args))
+    except ValueError as exc:
+        raise UserError(f"--engine-args: {exc}") from None
+    extra_env = parse_env(env)
+    w = workload_mod.load(workload, requests, concurrency, seed)
+    sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
+                               profiles=tuple(p.strip() for v in profile for p in v.split(",") if p.strip()))
+    m = matrix_mod.load(Path(matrix_path))
+    cell, image = find_cell(m, sel, target)
+    launcher = "docker" if launcher == "auto" else launcher
+    if launcher == "process" and image is not None:
+        raise UserError(f"--launcher process runs a cell's engine installed on this host; {target} is an image")
+    env_info: dict = {"subject": target}
+    labels: dict = {}
+    dock = None
+    if launcher == "docker":
+        dock = docker_client()
+        image = image or cell.ref
+        try:
+            img = dock.images.get(image)
+        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
+            raise UserError(f"{image}: no such local image (build it, or pull it first)") from None
+        labels = img.labels or {}
+        if cell is None:
+            label = labels.get("io.builder.cell")
+            if not label:
+                raise UserError(f"{image} carries no io.builder.cell label: it was not built by builder")
+            cell, _ = find_cell(m, sel, label)
+        env_info["digest"] = (img.attrs.get("RepoDigests") or [img.id])[0]
+        built_for = tuple(s for s in labels.get("io.builder.strategies", "").split(",") if s)
+        subject = image
+    else:
+        env_info["digest"] = f"process:{python}"
+        built_for = tuple(cell.strategies)
+        subject = f"cell {cell.id}"
+    recipe = cell.engine_recipe
+    names = parse_strategies(strategy, built_for, recipe, subject)
+    have_gpu, why_no_gpu, _ = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
+    if gpus == "all" and not have_gpu:
+        raise UserError(f"--gpus all: {why_no_gpu}")
+    if gpus == "auto" and not have_gpu:
+        raise UserError(f"bench needs a GPU: {why_no_gpu} (--gpus none only for CPU engines and test doubles)")
+    model_obj = Model.resolve(model, drafter)
+    base_dir = Path(out_dir).resolve() / cell.id
+    bench_data = data()
+    slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
+    if launcher == "docker":
+        lch = DockerLauncher(image, gpus=have_gpu, client=dock)
+        env_info.update(engine=labels.get("io.builder.engine"), engine_version=labels.get("io.builder.engine.version"),
+                        cuda=labels.get("io.builder.cuda"))
+    else:
+        lch = ProcessLauncher(python=python, gpus=have_gpu, extra_env=dict(extra_env))
+        probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
+        env_info.update(engine=cell.engine, engine_version=(probe.get("dists") or {}).get(recipe.pypi),
+                        cuda=probe.get("torch_cuda") or cell.cuda, torch=probe.get("torch"), python=probe.get("python"))
+    env_info.update(_nvidia_smi() if have_gpu else {"gpu": "none", "driver": None})
+    dataset_info = workload_mod.write_dataset(w, model_obj.target, base_dir / f"workload-{w.name}.jsonl")
+    opts = run_mod.BenchOptions(strategies=names, workload=w, model=model_obj, repeats=repeats,
+                                boot_timeout=boot_timeout,
+                                client_python=client_python or (python if cell.engine == "vllm" else "python3"),
+                                extra_args=extra_args, extra_env=extra_env, out_dir=base_dir, slo_ttft_ms=slo,
+                                lossless=not no_lossless, gpus=have_gpu)
+    say = (lambda s: click.echo(s, err=True))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    rows, failures = [], []
+    t_all = time.monotonic()
+
+    def document() -> dict:
+        return {"environment": env_info, "client": client.NAME, "workload": {**w.to_json(), "dataset": dataset_info},
+                "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"],
+                "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
+
+    for name in names:
+        strat = run_mod.NO_SPECULATION if name == NONE else recipe.strategy(name)
+        say(f"[{name}] starting {cell.engine} ({lch.name})")
+        t0 = time.monotonic()
+        try:
+            row = run_mod.bench_strategy(cell, lch, strat, opts, Path(dataset_info["path"]), say)
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            rows.append(row)
+        except run_mod.BenchFailed as exc:
+            failures.append({"strategy": name, "why": exc.why, "log_tail": exc.tail})
+            say(f"[{name}] FAILED: {exc.why}\n{exc.tail}")
+        run_mod.lossless(rows, float(bench_data["lossless"]["threshold"]))
+        results.write(document(), base_dir, png=False)  # what is done so far survives an interrupted run
+    doc = document()
+    paths = results.write(doc, base_dir)
+    click.echo(json.dumps(doc, indent=1) if as_json else results.table(doc))
+    if not as_json:
+        click.echo("results: " + " ".join(str(p) for k, p in paths.items() if k != "png_missing"))
+        if "png_missing" in paths:
+            click.echo(f"no PNG: {paths['png_missing']}")
+    if failures:
+        sys.exit(EXIT_FAILED)
+
+
+@bench.command("diff", epilog=EPILOG)
+@click.argument("old")
+@click.argument("new")
+@click.option("--min-change", type=float, default=None, help="Smallest relative change that counts (default: the data's).")
+@click.option("--json", "as_json", is_flag=True)
+def diff_cmd(old, new, min_change, as_json):
+    """Compare two bench results; exit 1 on a regression beyond the noise of their repeats."""
+    entries, problems = results.diff(results.load(old), results.load(new), min_change)
+    if problems:
+        raise UserError("; ".join(problems))
+    if as_json:
+        click.echo(json.dumps(entries, indent=1))
+    else:
+        click.echo(results.diff_table(entries))
+    bad = [e for e in entries if e["regression"]]
+    if bad:
+        click.echo(f"{len(bad)} regression(s): " + ", ".join(f"{e['strategy']} {e['figure']} {e['change']:+.1%}"
+                                                             for e in bad), err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@bench.command("plot")
+@click.argument("results_json", nargs=-1, required=True)
+@click.option("-o", "--output", default="bench.png", show_default=True)
+def plot_cmd(results_json, output):
+    """Draw the PNG of one or more results (several engines in one chart)."""
+    click.echo(results.plot([results.load(p) for p in results_json], Path(output)))

@@ -1,0 +1,288 @@
+"""One engine boot per strategy, with the smoke launchers and the smoke launch line: readiness, warm-up (the
+first request's TTFT), the load generator `repeats` times, the engine's own speculative-decoding figures
+(/metrics deltas around each run; SGLang's server info), peak GPU memory (nvidia-smi, sampled through the boot
+and the runs) and the greedy outputs of the losslessness prompts. The engine is always stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from ..engines import Strategy
+from ..errors import UserError
+from ..resolve import Cell
+from ..smoke import layers
+from ..smoke.launch import Launcher, StartFailed
+from . import NONE, client, data
+from .workload import Workload
+
+NO_SPECULATION = Strategy(name=NONE, versions=SpecifierSet(), why_not="", flags=())
+
+
+def launch_line(cell: Cell, launcher: Launcher, opts: layers.SmokeOptions, strategy: Strategy, port: int) -> list[str]:
+    """The engine's launch line for one strategy: the one derivation smoke and serve use (bench calls it here only)."""
+    return layers.engine_argv(cell, launcher, opts, strategy, port)
+
+
+@dataclass
+class BenchOptions:
+    strategies: tuple[str, ...]
+    workload: Workload
+    model: layers.Model
+    repeats: int = 1
+    boot_timeout: float = 900.0
+    client_python: str = "python3"
+    client_env: dict[str, str] = field(default_factory=dict)
+    client_timeout: float = 1800.0
+    extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+    out_dir: Path = Path("logs/bench")
+    slo_ttft_ms: float | None = None
+    lossless: bool = True
+    gpus: bool = True
+
+
+class GpuMemory:
+    """Peak memory used on every GPU nvidia-smi lists, sampled every half second while running."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.baseline: list[int] | None = None
+        self.peak: list[int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def sample() -> list[int] | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if out.returncode != 0:
+            return None
+        try:
+            return [int(float(x)) for x in out.stdout.split()]
+        except ValueError:
+            return None
+
+    def __enter__(self):
+        if self.enabled:
+            self.baseline = self.sample()
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self):
+        while not self._stop.wait(0.5):
+            s = self.sample()
+            if s is not None:
+                self.peak = s if self.peak is None else [max(a, b) for a, b in zip(self.peak, s)]
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=15)
+
+    def figures(self) -> dict:
+        if self.peak is None:
+            return {"peak_gpu_memory_mib": None}
+        return {"peak_gpu_memory_mib": max(self.peak), "gpu_memory_before_mib": max(self.baseline or [0]),
+                "peak_gpu_memory_per_gpu_mib": self.peak}
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def greedy_outputs(base: str, path: str, model_name: str, prompts: list[str], max_tokens: int,
+                   timeout: float) -> list[str]:
+    out = []
+    for p in prompts:
+        r = _post(base + path, {"model": model_name, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
+                                "seed": 0}, timeout)
+        out.append((r.get("choices") or [{}])[0].get("text", ""))
+    return out
+
+
+def spec_figures(smoke: dict, before: dict, after: dict, server_info: dict | None) -> dict:
+    """The engine's own view of speculative decoding over one run: counter deltas (vLLM: drafts, draft tokens,
+    accepted; acceptance length = 1 + accepted / drafts as vLLM reports it), SGLang's accept-length gauge and
+    server info."""
+    names = smoke.get("spec_metrics", {})
+    out: dict = {}
+    for key in ("drafts", "draft_tokens", "accepted"):
+        name = names.get(key)
+        if name and name in after:
+            out[f"spec_{key}"] = int(after[name] - before.get(name, 0.0))
+    drafts, tokens, accepted = out.get("spec_drafts"), out.get("spec_draft_tokens"), out.get("spec_accepted")
+    if tokens:
+        out["spec_acceptance_rate"] = round((accepted or 0) / tokens, 4)
+    if drafts and accepted is not None:
+        out["spec_acceptance_length"] = round(1 + accepted / drafts, 4)
+    if names.get("accept_length") and names["accept_length"] in after:
+        out["spec_acceptance_length"] = round(after[names["accept_length"]], 4)
+    if server_info:
+        value = layers._find(server_info, "avg_spec_accept_length")
+        if value is not None:
+            out["spec_acceptance_length_server_info"] = value
+    return out
+
+
+def cross_check(engine: dict) -> str | None:
+    """Where the client measured acceptance too (vLLM's client reads the same counters): do they agree?"""
+    c = engine.get("client_spec_decode")
+    if not c or "spec_draft_tokens" not in engine:
+        return None
+    same = c.get("spec_decode_draft_tokens") == engine["spec_draft_tokens"] and \
+        c.get("spec_decode_accepted_tokens") == engine.get("spec_accepted")
+    return "agrees" if same else (f"differs: client {c.get('spec_decode_draft_tokens')} draft / "
+                                  f"{c.get('spec_decode_accepted_tokens')} accepted tokens, engine "
+                                  f"{engine['spec_draft_tokens']} / {engine.get('spec_accepted')}")
+
+
+def median_and_spread(runs: list[dict], keys) -> tuple[dict, dict]:
+    med, spread = {}, {}
+    for k in keys:
+        vals = [r[k] for r in runs if isinstance(r.get(k), (int, float))]
+        if not vals:
+            med[k] = None
+            continue
+        m = statistics.median(vals)
+        med[k] = m
+        spread[k] = {"min": min(vals), "max": max(vals),
+                     "relative": round((max(vals) - min(vals)) / m, 4) if m else 0.0}
+    return med, spread
+
+
+SUMMARY_KEYS = ["request_throughput", "output_throughput", "request_goodput", "duration", "completed", "errors",
+                *[f"{m}_ms_p{p}" for m in client.METRICS for p in client.PERCENTILES]]
+
+
+def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: BenchOptions, dataset: Path,
+                   say=lambda s: None) -> dict:
+    """One row (before losslessness is compared): boots, drives, stops."""
+    eng = cell.engine_recipe
+    smoke = eng.smoke
+    if not eng.launch or not eng.health:
+        raise UserError(f"the engine data has no launch line or health path for {cell.engine} {cell.version}")
+    bench_data = data()
+    tiny_args = bench_data.get("engines", {}).get(cell.engine, {}).get("tiny_args", []) if opts.model.tiny else []
+    smoke_opts = layers.SmokeOptions(strategies=(strategy.name,), model=opts.model, gpus=opts.gpus,
+                                     extra_args=tuple(tiny_args) + tuple(opts.extra_args), extra_env=opts.extra_env,
+                                     log_dir=opts.out_dir, boot_timeout=opts.boot_timeout)
+    port = layers.free_port()
+    argv = launch_line(cell, launcher, smoke_opts, strategy, port)
+    env = {**layers.HUB_OFF, **dict(strategy.env), **opts.extra_env}
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = (opts.out_dir / f"{cell.id}-{strategy.name}-{opts.workload.name}.log").resolve()
+    base = f"http://127.0.0.1:{port}"
+    row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": argv,
+                 "env": {k: v for k, v in env.items() if k not in layers.HUB_OFF}, "log": str(log_path)}
+    with GpuMemory(opts.gpus) as mem:
+        t0 = time.monotonic()
+        try:
+            server = launcher.start(argv, env, port, log_path)
+        except StartFailed as exc:
+            raise BenchFailed(strategy.name, str(exc)) from None
+        try:
+            while True:
+                code = server.exit_code()
+                if code is not None:
+                    raise BenchFailed(strategy.name, f"the engine exited with code {code} during boot",
+                                      layers._log_tail(log_path))
+                status, _ = layers._get(base + eng.health, timeout=5)
+                if status == 200:
+                    break
+                if time.monotonic() - t0 > opts.boot_timeout:
+                    raise BenchFailed(strategy.name, f"not ready after {opts.boot_timeout:g}s (GET {eng.health}: "
+                                      f"{status or 'nothing'})", layers._log_tail(log_path))
+                time.sleep(1.0)
+            row["boot_s"] = round(time.monotonic() - t0, 1)
+            say(f"[{strategy.name}] ready in {row['boot_s']}s")
+            name = layers._models_name(base) or launcher.where(opts.model.target)
+            path = smoke.get("completions", "/v1/completions")
+            first = layers._completion(base, path, name, 16, 600)  # the first request after boot: JIT, graphs
+            row["first_request_ttft_s"] = round(first["ttft_s"], 4) if first["ttft_s"] is not None else None
+            row["first_request_latency_s"] = round(first["latency_s"], 4)
+            runs = []
+            for i in range(opts.repeats):
+                before = layers.parse_metrics(layers._get(base + "/metrics")[1])
+                args = client.argv(opts.client_python, base, name, str(opts.model.target), dataset,
+                                   opts.workload.requests, opts.workload.concurrency, opts.workload.output_tokens,
+                                   opts.workload.seed, opts.out_dir, f"client-{strategy.name}-{i}.json",
+                                   opts.slo_ttft_ms)
+                try:
+                    done = client.run(args, {**os.environ, **opts.client_env}, opts.client_timeout)
+                except client.ClientFailed as exc:
+                    raise BenchFailed(strategy.name, str(exc), exc.tail()) from None
+                after = layers.parse_metrics(layers._get(base + "/metrics")[1])
+                info = None
+                if smoke.get("server_info"):
+                    code, body = layers._get(base + smoke["server_info"])
+                    try:
+                        info = json.loads(body) if code == 200 else None
+                    except ValueError:
+                        info = None
+                figs = client.figures(done.result)
+                figs.update(spec_figures(smoke, before, after, info))
+                figs["client_seconds"] = round(done.seconds, 2)
+                check = cross_check(figs)
+                if check:
+                    figs["spec_cross_check"] = check
+                runs.append(figs)
+                say(f"[{strategy.name}] run {i + 1}/{opts.repeats}: {figs['request_throughput']:.2f} req/s, "
+                    f"TTFT p99 {figs['ttft_ms_p99']:.0f} ms in {done.seconds:.1f}s")
+            row["client_argv"] = args
+            row["runs"] = runs
+            spec_keys = sorted({k for r in runs for k in r if k.startswith("spec_") and k != "spec_cross_check"})
+            med, spread = median_and_spread(runs, SUMMARY_KEYS + spec_keys)
+            row.update(med)
+            row["spread"] = spread
+            row["repeats"] = len(runs)
+            if opts.slo_ttft_ms is not None and row.get("ttft_ms_p99") is not None:  # the article's target: P99
+                row["slo_ttft_p99_met"] = row["ttft_ms_p99"] < opts.slo_ttft_ms
+            checks = {r.get("spec_cross_check") for r in runs if r.get("spec_cross_check")}
+            if checks:
+                row["spec_cross_check"] = "; ".join(sorted(checks))
+            if opts.lossless:
+                ll = bench_data["lossless"]
+                row["greedy_outputs"] = greedy_outputs(base, path, name, list(ll["prompts"]), int(ll["max_tokens"]), 300)
+        finally:
+            server.stop()
+    row.update(mem.figures())
+    return row
+
+
+def lossless(rows: list[dict], threshold: float) -> None:
+    """Each strategy's greedy outputs against the no-speculation row's: match rate in the row, flagged below
+    the threshold."""
+    base = next((r for r in rows if r["strategy"] == NONE and r.get("greedy_outputs")), None)
+    for r in rows:
+        outs = r.get("greedy_outputs")
+        if r["strategy"] == NONE or not outs:
+            continue
+        if base is None:
+            r["lossless_match_rate"], r["lossless"] = None, "no baseline: add --strategy none"
+            continue
+        same = sum(a == b for a, b in zip(outs, base["greedy_outputs"]))
+        r["lossless_match_rate"] = round(same / len(outs), 4)
+        r["lossless"] = "ok" if r["lossless_match_rate"] >= threshold else \
+            f"FLAGGED: {same}/{len(outs)} greedy outputs equal no speculation's (threshold {threshold:g})"
+
+
+class BenchFailed(Exception):
+    def __init__(self, strategy: str, why: str, tail: str = ""):
+        super().__init__(f"{strategy}: {why}")
+        self.strategy, self.why, self.tail = strategy, why, tail

@@ -1,0 +1,362 @@
+"""`builder doctor --host [IMAGE...]`: will these images run on this host's GPUs — before anyone pulls them.
+
+Per GPU (nvidia-smi: name, driver, compute capability, product brand) and per image (its config and labels, read
+from the local daemon, else from its registry without pulling, else from a saved JSON of them): *runs*, *runs
+with the forward-compatibility package* (data-center GPUs only) or *refused*, each with the rule that decided it.
+The facts are data (builder/data/host.toml); which device code loads where is archs.runs_on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from . import archs as archs_mod
+from . import docker
+from .errors import UserError
+
+RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"
+LABEL_CUDA = "io.builder.cuda"
+LABEL_ARCHS = "io.builder.archs"
+PACKAGE_LABEL = re.compile(r"io\.builder\.package\.(?P<name>.+)\.(?P<kind>sass|ptx)$")
+
+
+def rules() -> dict:
+    return tomllib.loads(resources.files("builder").joinpath("data/host.toml").read_text())
+
+
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+# -- GPUs --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    driver: str
+    compute_cap: int  # 90 = 9.0
+    brand: str  # nvidia-smi's "Product Brand": NVIDIA, Tesla, GeForce, Quadro, ...
+
+    @classmethod
+    def from_json(cls, data: dict, index: int = 0) -> "Gpu":
+        try:
+            cc = data["compute_cap"]
+            cc = archs_mod.parse(str(cc), "compute_cap")[0]
+            driver = str(data["driver"])
+            _v(driver)
+            return cls(int(data.get("index", index)), str(data["name"]), driver, cc, str(data.get("brand", "")))
+        except (KeyError, InvalidVersion, UserError, ValueError, TypeError) as exc:
+            raise UserError(f"GPU record {data!r}: needs name, driver (e.g. 580.65.06), compute_cap (e.g. 9.0) "
+                            f"and brand ({exc})") from None
+
+
+def parse_nvidia_smi(csv_text: str, q_text: str = "") -> list[Gpu]:
+    """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader` and the "Product
+    Brand" lines of `nvidia-smi -q` (one per GPU, in the same order)."""
+    brands = re.findall(r"^\s*Product Brand\s*:\s*(.+?)\s*$", q_text, re.M)
+    gpus = []
+    for i, line in enumerate(ln for ln in csv_text.splitlines() if ln.strip()):
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4:
+            continue
+        gpus.append(Gpu.from_json({"index": fields[0], "name": fields[1], "driver": fields[2],
+                                   "compute_cap": fields[3], "brand": brands[i] if i < len(brands) else ""}, i))
+    return gpus
+
+
+def host_gpus() -> tuple[list[Gpu], str]:
+    """(this host's GPUs, why there are none)."""
+    code, out, err = docker.probe(["nvidia-smi", "--query-gpu=index,name,driver_version,compute_cap",
+                                   "--format=csv,noheader"], 60)
+    if code == 127:
+        return [], "this host has no NVIDIA GPU (nvidia-smi not found)"
+    if code != 0:
+        return [], f"nvidia-smi fails (exit {code}): {(err or out).strip()[:200]}"
+    _, q, _ = docker.probe(["nvidia-smi", "-q"], 60)
+    gpus = parse_nvidia_smi(out, q)
+    return gpus, "" if gpus else "nvidia-smi lists no GPU"
+
+
+# -- images ------------------------------------------------------------------------------------------------
+@dataclass
+class ImageFacts:
+    ref: str
+    source: str  # "local image", "registry (not pulled)", "file"
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> str | None:
+        return self.env.get("CUDA_VERSION") or self.labels.get(LABEL_CUDA) or None
+
+    @property
+    def require_cuda(self) -> str | None:
+        return self.env.get("NVIDIA_REQUIRE_CUDA") or None
+
+    def device_code(self) -> dict[str, list[str] | None]:
+        """package -> its code names ("sm_80", "sm_90a", "compute_90"); None when the labels do not say
+        (a wheel taken from the index). Without package labels: the image's io.builder.archs as SASS."""
+        out: dict[str, list[str] | None] = {}
+        for key, value in sorted(self.labels.items()):
+            m = PACKAGE_LABEL.match(key)
+            if not m:
+                continue
+            names = out.setdefault(m["name"], [])
+            if value.strip() == "from-index":
+                out[m["name"]] = None
+            elif names is not None:
+                names += [v.strip() for v in value.split(",") if v.strip()]
+        out = {k: v for k, v in out.items() if v is None or v}
+        if not out and self.labels.get(LABEL_ARCHS):
+            out["image"] = [archs_mod.sm(a) for a in archs_mod.parse(self.labels[LABEL_ARCHS], LABEL_ARCHS)]
+        return out
+
+
+def _env_dict(env) -> dict[str, str]:
+    if isinstance(env, dict):
+        return {str(k): str(v) for k, v in env.items()}
+    return dict(e.split("=", 1) if "=" in e else (e, "") for e in env or [])
+
+
+def facts_from_json(ref: str, data, source: str) -> ImageFacts:
+    """docker image inspect (a list, or one object), an OCI image config ({"config": {...}}), or skopeo
+    inspect's summary ({"Labels": ..., "Env": ...})."""
+    if isinstance(data, list):
+        if not data:
+            raise UserError(f"{ref}: an empty inspect list")
+        data = data[0]
+    if not isinstance(data, dict):
+        raise UserError(f"{ref}: not an image config (expected a JSON object)")
+    config = data.get("Config") or data.get("config") or data
+    return ImageFacts(ref, source, _env_dict(config.get("Env")), dict(config.get("Labels") or {}))
+
+
+def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
+    """The config of an image: a JSON file of it, the local daemon's, else its registry's (skopeo, nothing pulled)."""
+    path = Path(ref)
+    if ref.endswith(".json") or path.is_file():
+        try:
+            return facts_from_json(ref, json.loads(path.read_text()), "file")
+        except FileNotFoundError:
+            raise UserError(f"{ref}: no such file") from None
+        except ValueError as exc:
+            raise UserError(f"{ref}: not JSON ({exc})") from None
+    code, out, _ = docker.probe([docker_cmd, "image", "inspect", "--format", "{{json .Config}}", ref], 60)
+    if code == 0 and out.strip():
+        return facts_from_json(ref, json.loads(out), "local image")
+    from .cache.config import is_loopback
+    from .errors import CommandError
+
+    host = docker.image_registry(ref)
+    if host:
+        args = docker.skopeo_inspect_args(f"docker://{ref}", tls_verify=not is_loopback(host))
+        args.insert(1, "--config")
+        try:
+            return facts_from_json(ref, json.loads(docker.skopeo(args, timeout=120).stdout), "registry (not pulled)")
+        except (CommandError, ValueError):
+            pass
+    raise UserError(f"{ref}: not a local image, not readable from its registry and not a JSON file of its config "
+                    f"(docker image inspect {ref} > image.json on a host that has it)")
+
+
+# -- the rules ---------------------------------------------------------------------------------------------
+def cuda_release(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def driver_cuda(driver: str, data: dict) -> str | None:
+    """The newest CUDA release whose minimum driver this driver meets."""
+    fits = [r for r, d in data["cuda"]["min_driver"].items() if _v(driver) >= _v(d)]
+    return max(fits, key=_v) if fits else None
+
+
+def require_satisfied(require: str, gpu: Gpu, data: dict) -> tuple[bool, str]:
+    """NVIDIA_REQUIRE_CUDA as the container toolkit reads it: space-separated clauses are ORed, the
+    comma-separated constraints of one clause ANDed (cuda>=X, brand=B, driver>=D, driver<D)."""
+    have_cuda = driver_cuda(gpu.driver, data)
+    for clause in require.split():
+        ok = True
+        for cons in clause.split(","):
+            m = re.fullmatch(r"(cuda|driver|brand|arch)\s*(>=|<=|==|=|<|>)\s*(\S+)", cons.strip())
+            if not m:
+                ok = False
+                break
+            key, op, want = m.groups()
+            if key == "brand":
+                ok = gpu.brand.replace(" ", "").lower() == want.lower()
+            elif key == "arch":
+                ok = _cmp(_v(archs_mod.dotted(gpu.compute_cap)), op, _v(want))
+            else:
+                have = have_cuda if key == "cuda" else gpu.driver
+                ok = have is not None and _cmp(_v(have), op, _v(want))
+            if not ok:
+                break
+        if ok:
+            return True, clause
+    return False, require.split()[0] if require.split() else require
+
+
+def _cmp(a: Version, op: str, b: Version) -> bool:
+    if op in ("<", ">"):  # driver<471 means a driver of branch 470: compare the major only when b has none
+        if len(b.release) == 1:
+            a = Version(str(a.release[0]))
+    return {">=": a >= b, "<=": a <= b, "==": a == b, "=": a == b, "<": a < b, ">": a > b}[op]
+
+
+def _code(name: str) -> tuple[str, int, str] | None:
+    m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", name.strip())
+    return ("sass" if m[1] == "sm" else "ptx", int(m[2]), m[3]) if m else None
+
+
+@dataclass
+class Verdict:
+    gpu: Gpu
+    image: str
+    verdict: str
+    rule: str
+    details: list[str] = field(default_factory=list)
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"gpu": asdict(self.gpu), "image": self.image, "verdict": self.verdict, "rule": self.rule,
+                "details": self.details, "fix": self.fix}
+
+
+def judge(gpu: Gpu, facts: ImageFacts, data: dict | None = None) -> Verdict:
+    data = data or rules()
+    cc = archs_mod.dotted(gpu.compute_cap)
+    details: list[str] = []
+    cuda = facts.cuda
+    if not cuda:
+        return Verdict(gpu, facts.ref, UNKNOWN, "the image names no CUDA release (no CUDA_VERSION, no io.builder.cuda)")
+    release = cuda_release(cuda)
+    need = data["cuda"]["min_driver"].get(release)
+    if need is None:
+        return Verdict(gpu, facts.ref, UNKNOWN, f"the host data has no minimum driver for CUDA {release} "
+                       "(builder/data/host.toml [cuda.min_driver])")
+    driver_ok = _v(gpu.driver) >= _v(need)
+    driver_rule = f"CUDA {release} needs driver >= {need}; GPU {gpu.index} has {gpu.driver}"
+    fc = data["forward_compat"]
+    major = release.split(".")[0]
+    compat_min = fc["min_driver"].get(major)
+    data_center = gpu.brand in fc["brands"]
+    compat_ok = not driver_ok and data_center and compat_min is not None and _v(gpu.driver) >= _v(compat_min)
+
+    # device code, package by package
+    for pkg, codes in facts.device_code().items():
+        if codes is None:
+            details.append(f"{pkg}: from the index, its device code is not in the labels (the audit log has it): not judged")
+            continue
+        parsed = [(c, _code(c)) for c in codes]
+        sass = [c for c, p in parsed if p and p[0] == "sass" and archs_mod.runs_on("sass", p[1], p[2], gpu.compute_cap)]
+        ptx = [c for c, p in parsed if p and p[0] == "ptx" and archs_mod.runs_on("ptx", p[1], p[2], gpu.compute_cap)]
+        if sass:
+            continue
+        if ptx and (driver_ok or compat_ok):
+            details.append(f"{pkg}: no SASS for {cc}; {ptx[0]} PTX is JIT-compiled at first load (slow start)")
+            continue
+        if ptx:
+            return Verdict(gpu, facts.ref, REFUSED, f"{pkg}: only PTX ({', '.join(ptx)}) fits compute capability "
+                           f"{cc}, and PTX JIT needs a driver at least as new as the PTX: {driver_rule}", details)
+        why = _why_not(codes, gpu.compute_cap)
+        return Verdict(gpu, facts.ref, REFUSED, f"{pkg} has no device code for compute capability {cc} "
+                       f"({', '.join(codes)}): {why} — \"no kernel image is available for execution on the device\"",
+                       details, fix=f"use an image built with --arch {gpu.compute_cap} (or an arch whose SASS runs on {cc})")
+
+    if facts.require_cuda:
+        ok, clause = require_satisfied(facts.require_cuda, gpu, data)
+        if not ok:
+            details.append(f"NVIDIA_REQUIRE_CUDA: no clause holds for this GPU (the container runtime refuses with "
+                           f"'unsatisfied condition: {clause}' unless NVIDIA_DISABLE_REQUIRE=1)")
+        elif not clause.startswith("cuda"):
+            details.append(f"NVIDIA_REQUIRE_CUDA: the container runtime accepts it through {clause}")
+    if driver_ok:
+        return Verdict(gpu, facts.ref, RUNS, driver_rule, details)
+    package = fc["package"].format(major=major, minor=release.split(".")[1])
+    if compat_ok:
+        return Verdict(gpu, facts.ref, COMPAT, f"{driver_rule}; forward compatibility: {gpu.brand} is a data-center "
+                       f"brand and the driver is at least {compat_min}", details,
+                       fix=f"install {package} in the image (its libraries first on LD_LIBRARY_PATH), or upgrade the "
+                           f"driver to {need} or newer")
+    if not data_center:
+        why = f"forward compatibility is for data-center GPUs only ({gpu.brand or 'no brand'} is not one)"
+    elif compat_min is None:
+        why = f"the host data names no forward-compatibility floor for CUDA {major}"
+    else:
+        why = f"{package} supports drivers from {compat_min}"
+    return Verdict(gpu, facts.ref, REFUSED, f"{driver_rule}; {why}", details,
+                   fix=f"upgrade the driver to {need} or newer, or use an image of an older CUDA release")
+
+
+def _why_not(codes: list[str], gpu: int) -> str:
+    reasons = []
+    for c in codes:
+        p = _code(c)
+        if p is None:
+            continue
+        kind, arch, variant = p
+        if variant == "a":
+            reasons.append(f"{c} runs only on {archs_mod.dotted(arch)}")
+        elif kind == "sass" or variant == "f":
+            reasons.append(f"{c} runs on {arch // 10}.{arch % 10}–{arch // 10}.9 only")
+        else:
+            reasons.append(f"{c} PTX needs {archs_mod.dotted(arch)} or newer")
+    return "; ".join(reasons) + "; no PTX" if not any((_code(c) or ("",))[0] == "ptx" for c in codes) else "; ".join(reasons)
+
+
+def report(images: list[str], gpus: list[Gpu], docker_cmd: str = "docker") -> list[Verdict]:
+    data = rules()
+    facts = [image_facts(i, docker_cmd) for i in images]
+    return [judge(g, f, data) for f in facts for g in gpus]
+
+
+def table(gpus: list[Gpu], verdicts: list[Verdict]) -> str:
+    lines = [f"GPU {g.index}: {g.name}, compute capability {archs_mod.dotted(g.compute_cap)}, driver {g.driver}, "
+             f"brand {g.brand or '?'} (driver's newest CUDA: {driver_cuda(g.driver, rules()) or 'older than the data'})"
+             for g in gpus]
+    for v in verdicts:
+        lines.append(f"{v.image} on GPU {v.gpu.index}: {v.verdict.upper()} — {v.rule}")
+        lines += [f"    {d}" for d in v.details]
+        if v.fix and v.verdict != RUNS:
+            lines.append(f"    fix: {v.fix}")
+    return "\n".join(lines)
+
+
+def gpus_from_file(path: str) -> list[Gpu]:
+    """A JSON list of GPU records ({"name", "driver", "compute_cap", "brand"}): judge a host you are not on."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--gpus-file {path}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise UserError(f"--gpus-file {path}: expected a non-empty JSON list of GPU records")
+    return [Gpu.from_json(d, i) for i, d in enumerate(data)]
+
+
+def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo) -> int:
+    """The body of `builder doctor --host`: 0 when every image runs on every GPU (compat included), 1 when one
+    is refused or cannot be judged, 3 when there is no GPU to judge against."""
+    from .errors import EXIT_ENVIRONMENT, EXIT_FAILED
+
+    if gpus_file:
+        gpus, why = gpus_from_file(gpus_file), ""
+    else:
+        gpus, why = host_gpus()
+    verdicts = report(list(images), gpus) if gpus else []
+    if as_json:
+        echo(json.dumps({"gpus": [asdict(g) for g in gpus], "no_gpu": why or None,
+                         "verdicts": [v.to_json() for v in verdicts]}, indent=2))
+    elif gpus:
+        echo(table(gpus, verdicts) if images else table(gpus, []) + "\n(no image named: give IMAGE... to judge)")
+    if not gpus:
+        if not as_json:
+            echo(f"no GPU to judge against: {why} (--gpus-file FILE judges another host's)")
+        return EXIT_ENVIRONMENT
+    return EXIT_FAILED if any(v.verdict in (REFUSED, UNKNOWN) for v in verdicts) else 0

@@ -1,0 +1,220 @@
+"""builder bench: the article workload (exact prompt lengths in the tiny model's tokenizer), the refusal of a strategy
+the image was not built for, the engine's speculative-decoding figures and the losslessness check, the outputs
+(table, JSON, CSV, PNG), `bench diff` on recorded results — and the real load generator (vLLM's `vllm bench
+serve`) with the statistics it reports, against the stand-in engine server (tests/fixtures/smoke/stand_in: a
+TEST DOUBLE with known latencies, not an engine) through the process launcher on 127.0.0.1.
+
+The load-generator test needs an environment with vLLM (which needs torch): BUILDER_BENCH_CLIENT_PYTHON names
+one (on the GPU host: the vLLM bundle's interpreter); without it the test is slow and installs vllm==0.26.0 into
+$BUILDER_ENGINE_VENVS (default ~/.cache/builder/engine-venvs, reused)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.bench import NONE, results, run, workload
+from builder.bench.command import parse_strategies
+from builder.engines import recipe
+from builder.errors import UserError
+from builder.smoke import tinymodel
+
+from .helpers import REPO
+
+STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
+SMOKE_MATRIX = REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"
+CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
+RECORDED = REPO / "tests" / "fixtures" / "bench"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tinymodel.TinyModel:
+    return tinymodel.ensure(tmp_path_factory.mktemp("models"))
+
+
+def builder(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+# -- workloads ---------------------------------------------------------------------------------------------
+def test_article_workload_is_data_and_its_prompts_have_exact_lengths_in_the_models_tokenizer(tiny, tmp_path):
+    w = workload.load("article")
+    assert (w.concurrency, w.requests, w.output_tokens) == (50, 200, 256)
+    assert w.mix == ((0.7, 32, 128), (0.3, 512, 2048))
+    lengths = workload.input_lengths(w)
+    assert sum(32 <= n <= 128 for n in lengths) == 140 and sum(512 <= n <= 2048 for n in lengths) == 60
+    assert lengths == workload.input_lengths(w)  # the seed fixes them
+    info = workload.write_dataset(w, tiny.target, tmp_path / "article.jsonl")
+    assert info["requests"] == 200 and info["exact_length"] == 200
+    rows = [json.loads(x) for x in (tmp_path / "article.jsonl").read_text().splitlines()]
+    maker = workload.PromptMaker(tiny.target / "tokenizer.json")
+    assert [maker.count(r["prompt"]) for r in rows[:20]] == lengths[:20]
+    assert {r["output_tokens"] for r in rows} == {256}
+
+
+def test_a_workload_file_overrides_and_bad_workloads_are_refused(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('concurrency = 8\nrequests = 10\noutput_tokens = 64\nmix = [{ share = 1.0, input_tokens = [10, 20] }]\n')
+    w = workload.load(str(f), requests=5)
+    assert (w.name, w.concurrency, w.requests) == ("mine", 8, 5)
+    f.write_text('concurrency = 8\nrequests = 10\noutput_tokens = 64\nmix = [{ share = 0.5, input_tokens = [10, 20] }]\n')
+    with pytest.raises(UserError, match="add up to 1"):
+        workload.load(str(f))
+    with pytest.raises(UserError, match="neither a workload"):
+        workload.load("no-such-workload")
+    r = builder("bench", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--workload", "nope")
+    assert r.returncode == 2 and "neither a workload of the data" in r.stderr
+
+
+# -- strategies --------------------------------------------------------------------------------------------
+def test_a_strategy_the_image_was_not_built_for_is_refused_before_anything_runs():
+    r = recipe("vllm", "0.26.0")
+    assert parse_strategies("all", ("MTP2", "MTP7"), r, "img") == (NONE, "MTP2", "MTP7")
+    assert parse_strategies("none,mtp2", ("MTP2", "MTP7"), r, "img") == (NONE, "MTP2")
+    with pytest.raises(UserError, match="was built and smoke-tested for MTP2;"):
+        parse_strategies("MTP7", ("MTP2",), r, "img")
+    with pytest.raises(UserError, match="DFlash2"):  # the engine data: vLLM 0.26.0 cannot run DFlash2
+        parse_strategies("DFlash2", ("MTP2", "MTP7", "DFlash2"), r, "img")
+    # through the verb, on this GPU-less host: refused with exit 2 before any GPU question is asked
+    out = builder("bench", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--strategy", "DFlash2")
+    assert out.returncode == 2 and "the stand-in has no DFlash2 before 2.0" in out.stderr
+    out = builder("bench", "vllm-0.26.0-cu130-torch2.11.0-py312-sm90", "--matrix",
+                  str(REPO / "tests" / "fixtures" / "gpu-host" / "matrix.toml"), "--launcher", "process",
+                  "--strategy", "none,MTP2,MTP9")
+    assert out.returncode == 2 and "'MTP9' is not a strategy" in out.stderr
+
+
+# -- the engine's figures and losslessness ---------------------------------------------------------------
+def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and_server_info():
+    vllm = {"spec_metrics": {"drafts": "d", "draft_tokens": "t", "accepted": "a"}}
+    f = run.spec_figures(vllm, {"d": 10, "t": 20, "a": 1}, {"d": 110, "t": 220, "a": 51}, None)
+    assert f == {"spec_drafts": 100, "spec_draft_tokens": 200, "spec_accepted": 50, "spec_acceptance_rate": 0.25,
+                 "spec_acceptance_length": 1.5}
+    sgl = {"spec_metrics": {"drafts": "sglang:spec_verify_calls_total", "accept_length": "sglang:spec_accept_length"}}
+    f = run.spec_figures(sgl, {"sglang:spec_verify_calls_total": 3},
+                         {"sglang:spec_verify_calls_total": 66, "sglang:spec_accept_length": 1.7},
+                         {"internal_states": [{"avg_spec_accept_length": 1.69}]})
+    assert f == {"spec_drafts": 63, "spec_acceptance_length": 1.7, "spec_acceptance_length_server_info": 1.69}
+    agree = {"spec_draft_tokens": 200, "spec_accepted": 50,
+             "client_spec_decode": {"spec_decode_draft_tokens": 200, "spec_decode_accepted_tokens": 50}}
+    assert run.cross_check(agree) == "agrees"
+    agree["client_spec_decode"]["spec_decode_accepted_tokens"] = 49
+    assert run.cross_check(agree).startswith("differs")
+
+
+def test_losslessness_is_the_match_rate_against_no_speculation_and_flags_below_the_threshold():
+    rows = [{"strategy": NONE, "greedy_outputs": ["a", "b", "c", "d"]},
+            {"strategy": "MTP2", "greedy_outputs": ["a", "b", "c", "d"]},
+            {"strategy": "MTP7", "greedy_outputs": ["a", "x", "c", "y"]}]
+    run.lossless(rows, 1.0)
+    assert (rows[1]["lossless_match_rate"], rows[1]["lossless"]) == (1.0, "ok")
+    assert rows[2]["lossless_match_rate"] == 0.5 and rows[2]["lossless"].startswith("FLAGGED: 2/4")
+    alone = [{"strategy": "MTP2", "greedy_outputs": ["a"]}]
+    run.lossless(alone, 1.0)
+    assert alone[0]["lossless_match_rate"] is None and "no baseline" in alone[0]["lossless"]
+
+
+# -- outputs and diff on recorded results -----------------------------------------------------------------
+def recorded() -> dict:
+    return results.load(str(RECORDED / "stand-in-quick.json"))
+
+
+def test_outputs_table_json_csv_and_png(tmp_path):
+    doc = recorded()
+    paths = results.write(doc, tmp_path)
+    assert json.loads(paths["json"].read_text())["rows"] == doc["rows"]
+    head, *lines = paths["csv"].read_text().splitlines()
+    assert head.startswith("digest,engine,engine_version,gpu,driver,cuda,strategy") and len(lines) == len(doc["rows"])
+    text = paths["table"].read_text()
+    assert "TTFT p50" in text and all(r["strategy"] in text for r in doc["rows"])
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 10_000
+
+
+def test_diff_flags_only_regressions_beyond_the_noise_of_the_repeats(tmp_path):
+    old = recorded()
+    assert all(len(r["runs"]) >= 3 for r in old["rows"])
+    same, problems = results.diff(old, old)
+    assert not problems and same and not any(e["regression"] for e in same)
+    slower = copy.deepcopy(old)
+    for run_ in slower["rows"][0]["runs"]:
+        run_["ttft_ms_p99"] *= 3  # every repeat far outside the old range
+    noisy = copy.deepcopy(old)
+    for i, run_ in enumerate(noisy["rows"][0]["runs"]):  # one repeat inside the old range: noise, not regression
+        run_["ttft_ms_p99"] *= 1.0 if i == 0 else 3
+    entries, _ = results.diff(old, slower)
+    flagged = [(e["strategy"], e["figure"]) for e in entries if e["regression"]]
+    assert flagged == [(old["rows"][0]["strategy"], "ttft_ms_p99")]
+    entries, _ = results.diff(old, noisy)
+    assert not any(e["regression"] for e in entries)
+    paths = {}
+    for name, doc in (("old", old), ("slower", slower)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(doc))
+    assert builder("bench", "diff", str(paths["old"]), str(paths["old"])).returncode == 0
+    bad = builder("bench", "diff", str(paths["old"]), str(paths["slower"]))
+    assert bad.returncode == 1 and "REGRESSION" in bad.stdout and "ttft_ms_p99" in bad.stderr
+    few = copy.deepcopy(old)
+    few["rows"][0]["runs"] = few["rows"][0]["runs"][:2]
+    paths["few"] = tmp_path / "few.json"
+    paths["few"].write_text(json.dumps(few))
+    short = builder("bench", "diff", str(paths["old"]), str(paths["few"]))
+    assert short.returncode == 2 and "at least 3" in short.stderr
+
+
+# -- the real load generator against the stand-in ----------------------------------------------------------
+def client_python() -> str:
+    given = os.environ.get("BUILDER_BENCH_CLIENT_PYTHON")
+    if given:
+        return given
+    root = Path(os.environ.get("BUILDER_ENGINE_VENVS", Path.home() / ".cache" / "builder" / "engine-venvs")) / "bench-vllm-0.26.0"
+    python = root / "bin" / "python"
+    marker = root / ".builder-installed"
+    if not marker.is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
+        res = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "vllm==0.26.0", "pandas"], capture_output=True,
+                             text=True, timeout=5400)
+        assert res.returncode == 0, res.stderr[-3000:]
+        marker.write_text("vllm==0.26.0 pandas\n")
+    return str(python)
+
+
+@pytest.mark.slow
+def test_the_load_generator_reports_the_stand_ins_known_latencies_and_the_engines_counters(tiny, tmp_path):
+    """TTFT 60 ms and 5 ms between tokens (STAND_IN_TTFT_MS / STAND_IN_ITL_MS), 32 output tokens: vLLM's client
+    must see TTFT ~ 60 ms, ITL and TPOT ~ 5 ms, E2E ~ 60 + 31 x 5 = 215 ms; the stand-in accepts 1 token per
+    draft, so MTP2's acceptance rate is 1/2 and length 2; under MTP7 the stand-in changes some greedy outputs,
+    which losslessness must flag."""
+    out = tmp_path / "out"
+    env = ["--env", f"PYTHONPATH={STAND_IN}", "--env", "STAND_IN_TTFT_MS=60", "--env", "STAND_IN_ITL_MS=5",
+           "--env", "STAND_IN_ACCEPT=1", "--env", "STAND_IN_LOSSY_K=7"]
+    r = builder("bench", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+                "--gpus", "none", "--model", str(tiny.target), "--workload", "quick", "--repeats", "3",
+                "--strategy", "all", "--client-python", client_python(), "--out-dir", str(out), "--boot-timeout", "60",
+                *env, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / CELL / "bench.json").read_text())
+    rows = {row["strategy"]: row for row in doc["rows"]}
+    assert list(rows) == [NONE, "MTP2", "MTP7"] and doc["client"] == "vllm bench serve"
+    for row in rows.values():
+        assert row["repeats"] == 3 and row["completed"] == 16 and row["errors"] == 0
+        assert 55 <= row["ttft_ms_p50"] <= 90, row
+        assert 4.5 <= row["itl_ms_p50"] <= 8 and 4.5 <= row["tpot_ms_p50"] <= 8, row
+        assert 200 <= row["e2el_ms_p50"] <= 300, row
+        assert row["ttft_ms_p50"] <= row["ttft_ms_p90"] <= row["ttft_ms_p99"]
+        assert 4 / 0.3 <= row["request_throughput"] <= 4 / 0.2 + 2
+        assert row["request_goodput"] == pytest.approx(row["request_throughput"], rel=0.05)  # every TTFT < 300 ms
+        assert set(row["spread"]["ttft_ms_p99"]) == {"min", "max", "relative"}
+        assert row["boot_s"] >= 1.0 and row["first_request_ttft_s"] >= 0.06
+        assert row["argv"][:3] == ["python3", "-m", "stand_in_engine.server"]
+    assert rows["MTP2"]["spec_acceptance_rate"] == 0.5 and rows["MTP2"]["spec_acceptance_length"] == 2.0
+    assert rows["MTP7"]["spec_draft_tokens"] == 7 * rows["MTP7"]["spec_drafts"]
+    assert NONE not in [k for k in rows[NONE] if k.startswith("spec_drafts")]
+    assert rows["MTP2"]["lossless"] == "ok" and rows["MTP7"]["lossless"].startswith("FLAGGED")
+    assert (out / CELL / "bench.png").is_file() and (out / CELL / "bench.csv").is_file()
