@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..engines import Strategy
 from ..errors import UserError
+from ..launchline import LaunchLine
 from ..resolve import Cell
 from ..smoke import layers
 from ..smoke.launch import Launcher, StartFailed
@@ -28,9 +29,10 @@ from .workload import Workload
 NO_SPECULATION = Strategy(name=NONE, versions=SpecifierSet(), why_not="", flags=())
 
 
-def launch_line(cell: Cell, launcher: Launcher, opts: layers.SmokeOptions, strategy: Strategy, port: int) -> list[str]:
-    """The engine's launch line for one strategy: the one derivation smoke and serve use (bench calls it here only)."""
-    return layers.engine_argv(cell, launcher, opts, strategy, port)
+def launch_line(cell: Cell, launcher: Launcher, opts: layers.SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
+    """The engine's launch line for one strategy: builder/launchline.py, the one derivation of the image's
+    ENTRYPOINT, `builder serve` and smoke L3 (bench calls it here only)."""
+    return layers.engine_line(cell, launcher, opts, strategy, port)
 
 
 @dataclass
@@ -183,17 +185,17 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                                      extra_args=tuple(tiny_args) + tuple(opts.extra_args), extra_env=opts.extra_env,
                                      log_dir=opts.out_dir, boot_timeout=opts.boot_timeout)
     port = layers.free_port()
-    argv = launch_line(cell, launcher, smoke_opts, strategy, port)
+    line = launch_line(cell, launcher, smoke_opts, strategy, port)
     env = {**layers.HUB_OFF, **dict(strategy.env), **opts.extra_env}
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.out_dir / f"{cell.id}-{strategy.name}-{opts.workload.name}.log").resolve()
     base = f"http://127.0.0.1:{port}"
-    row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": argv,
+    row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": line.argv,
                  "env": {k: v for k, v in env.items() if k not in layers.HUB_OFF}, "log": str(log_path)}
     with GpuMemory(opts.gpus) as mem:
         t0 = time.monotonic()
         try:
-            server = launcher.start(argv, env, port, log_path)
+            server = launcher.start(line, env, port, log_path)
         except StartFailed as exc:
             raise BenchFailed(strategy.name, str(exc)) from None
         try:
