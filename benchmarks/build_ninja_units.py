@@ -239,10 +239,11 @@ def ensure_venv(client, venv: Path, image: str = DEVEL_IMAGE) -> None:
         raise SystemExit(f"installing torch 2.14.0 into {venv} failed:\n{logs[-3000:]}")
 
 
-def stub_source(source, cmake_dir: Path, dest: Path) -> None:
+def stub_source(source, cmake_dir: Path, dest: Path) -> str:
     """A stand-in for a repository that cannot be fetched here: a directory holding (empty) every file the
     engine's own CMake names under that source's directory, so the configure gets through; its kernels are not
-    counted where its CMake globs them (the count says which sources were stubs)."""
+    counted where its CMake globs them, nor where the source's own CMake would add them: the returned line says
+    which of the two applies."""
     root = dest / (source.override_subpath or "")
     root.mkdir(parents=True, exist_ok=True)
     # FetchContent_MakeAvailable adds a source's own CMakeLists.txt as a subdirectory: the stub's adds nothing
@@ -255,6 +256,12 @@ def stub_source(source, cmake_dir: Path, dest: Path) -> None:
             f.touch()
         elif "*" not in rel:
             f.mkdir(parents=True, exist_ok=True)
+    caveats = []
+    if re.search(r"file\(GLOB[^)]*_SOURCE_DIR\}/[^)\s]*\.cu\b", text):
+        caveats.append("the CUDA sources its CMake globs there are not counted")
+    if re.search(rf"FetchContent_MakeAvailable\(\s*{re.escape(source.name)}\s*\)", text):
+        caveats.append("FetchContent_MakeAvailable would add its CMakeLists.txt, if it has one")
+    return "stub" + (f" ({'; '.join(caveats)})" if caveats else "")
 
 
 def vllm_sources(real: dict[str, Path], stubs_dir: Path, src: Path) -> tuple[dict[str, dict], dict[str, str]]:
@@ -267,9 +274,8 @@ def vllm_sources(real: dict[str, Path], stubs_dir: Path, src: Path) -> tuple[dic
             mounts[str(real[s.name].resolve())] = {"bind": where, "mode": "ro"}
             kinds[s.name] = f"real ({real[s.name]})"
         else:
-            stub_source(s, src, stubs_dir / s.name)
+            kinds[s.name] = stub_source(s, src, stubs_dir / s.name)
             mounts[str(stubs_dir / s.name)] = {"bind": where, "mode": "ro"}
-            kinds[s.name] = "stub"
     return mounts, kinds
 
 

@@ -77,6 +77,7 @@ def test_vllm_build_ninja_compiles_only_the_requested_archs_and_downloads_nothin
     # every source of the committed fetch plan stood at its override, real or a named stub
     assert set(result["sources"]) == {s.name for s in deps.plan_sources("vllm", "0.33.0")}
     assert {n for n, kind in result["sources"].items() if kind.startswith("real")} == {p.name for p in real}
+    assert all(kind.startswith("stub") for n, kind in result["sources"].items() if n not in {p.name for p in real})
     # the rendered knob reached vLLM's CMake, and nothing was downloaded: the container had no network, FetchContent
     # was fully disconnected and populated no sub-build
     assert "-- CUDA target architectures: 8.0;9.0" in [ln.strip() for ln in cell["status"]]
