@@ -343,7 +343,8 @@ def vllm(venv: Path, asked: tuple[int, ...], real: dict[str, Path], keep: Path |
     ensure_venv(client, venv)
     sdist = _sdist("vllm==0.33.0")
     r = recipe(*VLLM)
-    result: dict = {}
+    # what plan and the image labels say the build emits, held against what build.ninja makes nvcc emit
+    result: dict = {"planned_sass": list(r.built_sass(asked, "13.0"))}  # the devel base's nvcc 13.0
     with tempfile.TemporaryDirectory(prefix="vllm-ninja-") as tmp:
         tmp = Path(tmp)
         with tarfile.open(sdist) as tf:
@@ -442,6 +443,7 @@ def main() -> int:
                 print(f"{name} {label}: downloads {r[label]['downloads'] or 'none'}, FETCHCONTENT_FULLY_DISCONNECTED "
                       f"{'ON' if r[label]['disconnected'] else 'off'}, network none")
             print(f"{name} cell: gencode outside the requested archs and scopes: {r['cell']['gencode_outside'] or 'none'}")
+            print(f"{name} cell: plan says SASS {' '.join(r['planned_sass'])}; build.ninja has {' '.join(r['cell']['sass'])}")
     return 0
 
 

@@ -90,6 +90,8 @@ def test_vllm_build_ninja_compiles_only_the_requested_archs_and_downloads_nothin
     assert cell["gencode_outside"] == [
         "_C_stable_libtorch: sm_89 (csrc/quantization/w8a8/cutlass/scaled_mm_c2x.cu)"], cell["gencode_outside"]
     assert cell["sass"] == ["sm_80", "sm_89", "sm_90", "sm_90a"]
+    # every SASS plan and the labels name for the cell (engine data) is really built
+    assert set(result["planned_sass"]) <= set(cell["sass"]), result["planned_sass"]
     assert cell["per_target"]["_flashmla_C"]["sass"] == ["sm_90a"]
     if "vllm-flash-attn" in result["sources"] and result["sources"]["vllm-flash-attn"].startswith("real"):
         assert cell["per_target"]["_vllm_fa3_C"]["sass"] == ["sm_90a"]
