@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from . import archs as archs_mod
-from . import files, grammar
+from . import files, grammar, net
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from . import render as render_mod
@@ -54,7 +54,7 @@ class BuilderGroup(click.Group):
         except BuilderError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()  # the same exit code, with the traceback
-            click.secho(f"error: {exc}", fg="red", err=True)
+            click.secho(f"error: {net.redact(str(exc))}", fg="red", err=True)  # no user:password@ of a URL
             ctx.exit(exc.exit_code)
         except OSError as exc:  # a filesystem fault no check foresaw: the path and the OS's words, not a traceback
             if ctx.obj and ctx.obj.get("debug"):
@@ -507,7 +507,8 @@ def wheels_verify(matrix_path, wheelhouse_dir, move_aside):
             continue
         bad += 1
         where = inventory.quarantine(wh, e, why) if move_aside else ""
-        click.echo(f"BAD  {e.package}=={e.version} {e.key[:16]}: {why}" + (f" (moved to {where})" if where else ""))
+        kept = " (left where it is: builder moves only its own entries)" if move_aside and not where else ""
+        click.echo(f"BAD  {e.package}=={e.version} {e.key[:16]}: {why}" + (f" (moved to {where})" if where else kept))
     click.echo(f"{len(found) - bad} of {len(found)} entries verified")
     if bad:
         sys.exit(EXIT_FAILED)
@@ -532,8 +533,8 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
 
     if not (unused or older_than is not None or leftovers):
         raise UserError("wheels prune: say what to remove: --unused, --older-than DAYS and/or --leftovers")
-    if older_than is not None and older_than < 0:
-        raise UserError(f"--older-than: {older_than:g} is negative")
+    if older_than is not None and not 0 <= older_than <= 100_000:  # NaN fails both comparisons
+        raise UserError(f"--older-than: {older_than:g} is not a number of days from 0 to 100000")
     wh = _wheelhouse(m, wheelhouse_dir)
     used = {w.key for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels} if unused else None
     doomed = [(e.path, why) for e, why in inventory.prunable(wh, used, older_than)]
