@@ -38,6 +38,7 @@ from pathlib import Path
 import requests
 from requests.adapters import HTTPAdapter
 
+from .. import net
 from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
@@ -161,15 +162,8 @@ def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...],
 
 # -- HTTP ------------------------------------------------------------------------------------------------
 def timeouts() -> tuple[float, float]:
-    """(connect, read) seconds for every request to a remote store; BUILDER_REMOTE_TIMEOUT sets the read one."""
-    raw = os.environ.get("BUILDER_REMOTE_TIMEOUT", "60")
-    try:
-        read = float(raw)
-    except ValueError:
-        raise UserError(f"BUILDER_REMOTE_TIMEOUT: {raw!r} is not a number of seconds") from None
-    if read <= 0:
-        raise UserError(f"BUILDER_REMOTE_TIMEOUT: {raw!r} must be positive")
-    return (min(5.0, read), read)
+    """(connect, read) seconds for every request to a remote store (builder/net.py: BUILDER_REMOTE_TIMEOUT)."""
+    return net.timeouts()
 
 
 class _TimeoutAdapter(HTTPAdapter):
@@ -193,12 +187,14 @@ def with_timeouts(session: requests.Session) -> requests.Session:
 
 
 NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                  requests.exceptions.ContentDecodingError)
+                  requests.exceptions.ContentDecodingError, requests.TooManyRedirects)
 
 
 def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     """A remote store that does not answer: exit 3, naming it and the way out."""
-    text = str(exc)
+    text = net.redact(str(exc))
+    if isinstance(exc, requests.TooManyRedirects):
+        text = "it redirects in a loop (more than 30 redirects)"
     known = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out|timed out|Connection reset by peer|Connection aborted"
                       r"|IncompleteRead\([^)]*\)|Response ended prematurely|RemoteDisconnected\([^)]*\)", text)
     reason = known.group(0) if known else (text.splitlines()[0][:200] if text else type(exc).__name__)
