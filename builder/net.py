@@ -144,3 +144,16 @@ def stream_into(resp, part: Path, what: str = "the download", limit: int | None 
             size += len(chunk)
             fh.write(chunk)
     return h.hexdigest(), size
+
+
+def speaks_registry_api(headers, body: bytes) -> bool:
+    """Whether an answer to GET /v2/ comes from an OCI distribution registry: its API version header, or the
+    JSON object the spec's endpoint answers with (random bytes with HTTP 200 are not a registry)."""
+    if (headers.get("Docker-Distribution-API-Version") or "").lower().startswith("registry/2"):
+        return True
+    try:
+        import json
+
+        return isinstance(json.loads(body), dict)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return False

@@ -167,7 +167,9 @@ def timeouts() -> tuple[float, float]:
 
 
 class _TimeoutAdapter(HTTPAdapter):
-    """Every request gets a timeout: a store that stops answering is an error, never a hang."""
+    """Every request gets a timeout: a store that stops answering is an error, never a hang. And every answer
+    read whole (not streamed: oras' own requests, token endpoints) is read here under the document cap, before
+    requests would buffer it without limit (builder/net.py)."""
 
     def __init__(self, timeout: tuple[float, float]):
         super().__init__()
@@ -176,7 +178,14 @@ class _TimeoutAdapter(HTTPAdapter):
     def send(self, request, **kwargs):
         if kwargs.get("timeout") is None:
             kwargs["timeout"] = self._timeout
-        return super().send(request, **kwargs)
+        resp = super().send(request, **kwargs)
+        if not kwargs.get("stream"):
+            try:
+                resp._content = net.read_document(resp, f"{request.method} {request.url}")
+            finally:
+                resp.close()
+            resp._content_consumed = True
+        return resp
 
 
 def with_timeouts(session: requests.Session) -> requests.Session:
