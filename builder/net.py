@@ -37,6 +37,14 @@ def redact(text: str) -> str:
     return _BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", text))
 
 
+class RedactingFilter:
+    """A logging filter that redacts every record's message (see `redact`)."""
+
+    def filter(self, record) -> bool:
+        record.msg, record.args = redact(record.getMessage()), ()
+        return True
+
+
 def _number(var: str, default: float, low: float, high: float, integer: bool = False) -> float:
     raw = os.environ.get(var)
     if raw is None:

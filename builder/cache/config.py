@@ -84,8 +84,12 @@ def _registry_url(value: str, where: str) -> str:
 def _http_url(value, where: str, what: str) -> str:
     if not isinstance(value, str):
         raise _fail(where, f"expected a URL string, got {type(value).__name__}")
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise _fail(where, f"{value!r} is not an http(s) URL of {what} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
         raise _fail(where, f"{value!r} is not an http(s) URL of {what}")
     if parts.username or parts.password:
         raise _fail(where, f"{what}: put no credentials in the URL (use BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD)")
@@ -102,6 +106,8 @@ def parse_spec(value, where: str, default_registry: str) -> RemoteSpec:
             raise _fail(where, f"{value!r}: unknown store kind {kind!r}; write registry, registry:HOST/REPO or index:URL")
         if kind == "index" and not sep:
             raise _fail(where, "index needs its URL: index:http://127.0.0.1:8080/simple")
+        if sep and not rest:
+            raise _fail(where, f"{value!r}: nothing after the colon; write registry, registry:HOST/REPO or index:URL")
         value = {"kind": kind, "url": rest} if sep else {"kind": kind}
     if not isinstance(value, dict):
         raise _fail(where, f"expected a string like \"registry\" or a table, got {type(value).__name__}")

@@ -176,6 +176,13 @@ class Wheelhouse:
                                        "entries: move it away by hand")
                 self.discard(CacheHit(self.name, package, key, str(final), ()), "replaced by a new build")
             os.rename(tmp, final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.filename is not None or exc.errno is None:
+                raise
+            # e.g. a full disk: say where, and where the compiled wheels still are
+            raise OSError(exc.errno, f"storing {package} (key {key[:16]}) in the wheelhouse failed: {exc.strerror}; "
+                                     f"the wheels are still in {wheels[0].parent}", str(final.parent)) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
