@@ -9,6 +9,8 @@
   huge      HTTP 200 and 2 GB of bytes without a Content-Length (streamed from one 1 MiB buffer, not allocated);
             GET /v2/ answers like a registry, so the cap is met on the manifest or index page that follows
   huge-declared   the same with `Content-Length: 2147483648`
+  liar      speaks the registry API's upload protocol (GET /v2/, blob uploads 202/201, manifest PUT 201) and keeps
+            nothing: every other GET answers random bytes with HTTP 200
 """
 
 from __future__ import annotations
@@ -48,9 +50,37 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
         self.sent.append(sent)
 
+    def _liar(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if self.command == "HEAD":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.command == "POST":
+            self.send_response(202)
+            self.send_header("Location", self.path.split("?")[0] + "upload-1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.command in ("PUT", "PATCH"):
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            body = os.urandom(512)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
     def do_GET(self) -> None:  # noqa: N802
         mode = self.mode
-        if mode.startswith("huge") and self.path.rstrip("/") == "/v2":
+        if mode in ("liar",) and self.path.rstrip("/") == "/v2":
+            mode = "huge"
+        if mode == "liar":
+            self._liar()
+        elif mode.startswith("huge") and self.path.rstrip("/") == "/v2":
             self.send_response(200)
             self.send_header("Docker-Distribution-API-Version", "registry/2.0")
             self.send_header("Content-Type", "application/json")
@@ -87,6 +117,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_HEAD = do_GET
     do_POST = do_GET
     do_PUT = do_GET
+    do_PATCH = do_GET
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

@@ -109,3 +109,70 @@ def test_redaction_of_credentials_in_urls():
     assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
     assert net.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
     assert net.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
+
+
+def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
+    """Issue: `wheels push` to a server answering 200 to anything said "1 pushed" and recorded an empty digest.
+    Now the artifact is read back after the push; a server that keeps nothing is exit 3 and nothing is recorded."""
+    from builder.cache.local import MANIFEST, Wheelhouse
+
+    from .test_cache import a_wheel
+    from builder.cache import file_records
+
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = a_wheel(tmp_path / "out")
+    key = "e" * 64
+    wh.store("demo", key, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}, "compiled": False})
+    before = (wh.entry_dir("demo", key) / MANIFEST).read_bytes()
+    for mode in ("liar", "garbage"):
+        with hostile.serve(mode) as (host, _):
+            code, err, took, _ = run(["wheels", "push", "--matrix", str(REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"),
+                                      "--wheelhouse", str(wh.root), "--cache-remote", f"registry:{host}/w",
+                                      "--key", f"demo:{key}"], tmp_path)
+        assert code == 3 and "Traceback" not in err, err
+        assert host in err and ("reading it back" if mode == "liar" else "is this an OCI registry") in err, err
+        assert (wh.entry_dir("demo", key) / MANIFEST).read_bytes() == before  # no digest recorded
+
+
+@pytest.mark.parametrize("mode", ["500", "garbage", "hang"])
+def test_publish_checks_the_registry_before_any_work(fx, tmp_path, mode):
+    """Issue: publish with the registry down or answering 500 built and smoked first, then exited 1. Now it is
+    exit 3 before anything is built: no work, log or wheelhouse directory appears."""
+    with hostile.serve(mode) as (host, _):
+        code, err, took, _ = run(["publish", "--matrix", str(fx / "fx" / "matrix.toml"), "--registry", f"{host}/x",
+                                  "--work-dir", str(tmp_path / "w"), "--log-dir", str(tmp_path / "l"),
+                                  "--wheelhouse", str(tmp_path / "wh"), "--images-json", str(tmp_path / "images.json")],
+                                 tmp_path)
+    assert code == 3 and "Traceback" not in err and host in err and "nothing was built" in err, err
+    assert not any((tmp_path / d).exists() for d in ("w", "l", "wh", "images.json"))
+
+
+def test_no_secret_reaches_a_message_or_a_file(fx, tmp_path):
+    """Secrets stay secret: passwords carrying a unique marker (the environment's registry and index
+    credentials, a user:password@ written into URLs) against a registry and an index that refuse them, with
+    --debug (every command line logged): the marker is in no output and no file builder wrote."""
+    import uuid
+
+    marker = f"builder-secret-{uuid.uuid4().hex}"
+    env = {"BUILDER_REGISTRY_USER": "ci", "BUILDER_REGISTRY_PASSWORD": marker,
+           "BUILDER_INDEX_USER": "ci", "BUILDER_INDEX_PASSWORD": marker}
+    m = ["--matrix", str(fx / "fx" / "matrix.toml")]
+    seen = []
+    with hostile.serve("401") as (host, _):
+        for argv in (["--debug", "plan", *m, "--remote", "--cache-remote", f"registry:{host}/w"],
+                     ["--debug", "wheels", "pull", *m, "--cache-remote", f"index:http://{host}/simple"],
+                     ["--debug", "publish", *m, "--registry", f"{host}/x", "--work-dir", str(tmp_path / "w"),
+                      "--log-dir", str(tmp_path / "l"), "--images-json", str(tmp_path / "i.json")],
+                     ["lock", "--matrix", str(fx / "real.toml"), "--index", f"http://ci:{marker}@{host}/simple"],
+                     ["wheels", "pull", *m, "--cache-remote", f"index:http://ci:{marker}@{host}/simple"],
+                     ["publish", *m, "--registry", f"ci:{marker}@{host}/x"],
+                     ["doctor", "--registry", f"ci:{marker}@{host}"]):
+            proc = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                                  cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
+            out = proc.stdout + proc.stderr
+            seen.append((argv[1] if argv[0] == "--debug" else argv[0], proc.returncode))
+            assert marker not in out, f"{argv}: the secret is in the output:\n{out[-2000:]}"
+            assert argv[0] == "--debug" or "Traceback" not in out, out[-3000:]  # --debug keeps tracebacks
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
+    assert not written, written
+    assert all(code in (2, 3) for _, code in seen), seen

@@ -377,6 +377,13 @@ class IndexStore:
                 (replacing if f.name in existing else new).append(f)
             if new or replacing:
                 self._twine(new + replacing, replacing=[f.name for f in replacing])
+                listed = self.files(package) or {}  # read back: an upload counts only once the index lists it
+                for f in new + replacing:
+                    sha = listed.get(f.name, (None, None))[1]
+                    if f.name not in listed or (sha and sha != sha256_file(f)):
+                        raise EnvironmentProblem(f"cache remote {self.label}: uploaded {f.name}, but the index "
+                                                 f"{'does not list it' if f.name not in listed else 'lists other bytes'}; "
+                                                 "not recorded as pushed")
             names = tuple(f.name for f in files)
         finally:
             shutil.rmtree(stage, ignore_errors=True)

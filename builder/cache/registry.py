@@ -282,8 +282,19 @@ class RegistryStore:
                 raise EnvironmentProblem(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        digest = resp.headers.get("Docker-Content-Digest", "")
-        return CacheHit(self.name, package, key, f"{self.ref(package, key)}@{digest}" if digest else self.ref(package, key),
+        # a push proves nothing until the artifact reads back: the manifest, builder-wheel.json and every layer
+        # as recorded (a server answering 200 to anything would otherwise count as a registry that keeps wheels)
+        archs = tuple(a for a in (audit.get("archs") or ()) if isinstance(a, int)) if isinstance(audit, dict) else ()
+        back = self.lookup(package, key, archs)
+        if back is None or not back.usable:
+            raise EnvironmentProblem(f"cache remote {self.label} accepted the push of {self.ref(package, key)}, but reading it back "
+                                     f"{'found nothing' if back is None else 'gave: ' + back.problem}; not recorded as pushed")
+        digest = back.manifest["registry"]["digest"]
+        said = resp.headers.get("Docker-Content-Digest", "")
+        if said and said != digest:
+            raise EnvironmentProblem(f"cache remote {self.label}: the push of {self.ref(package, key)} answered {said}, "
+                                     f"the registry serves {digest}; not recorded as pushed")
+        return CacheHit(self.name, package, key, f"{self.ref(package, key)}@{digest}",
                         tuple(w.name for w in wheels), {**meta, "registry": {"ref": self.ref(package, key), "digest": digest}},
                         remote=True)
 
