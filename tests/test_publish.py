@@ -416,6 +416,9 @@ def test_a_failure_mid_publish_moves_no_alias(shared, tmp_path):
         assert images["images"][CELL]["digest"] == d2 and CELL_90 not in images["images"]
         assert images["aliases"][f"{reg.host}/mid/cuda-ext:1.0.0"]["digest"] == d1
         assert images["images"][CELL]["aliases"] == []  # this push moved none
+        # and the entry says which digest each alias it did not move still names
+        assert images["images"][CELL]["aliases_not_moved"] == {f"{reg.host}/mid/cuda-ext:1.0.0": d1,
+                                                              f"{reg.host}/mid/cuda-ext:latest-cu130": d1}
     finally:
         reg.stop()
 
