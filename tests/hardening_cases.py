@@ -831,6 +831,25 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
+def check_case(case: Case) -> tuple["Verdict", list[str]]:
+    """Run one case in a fresh temp dir (world-writable when it runs as nobody): its verdict, and which of
+    builder's output directories it left that the case itself did not make."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="builder-hardening-", dir="/tmp"))
+    try:
+        if case.as_nobody:
+            tmp.chmod(0o777)
+        make_fixture(tmp, case)
+        before = snapshot(tmp)
+        res = run(case, tmp)
+        verdict = judge(case, res, before, snapshot(tmp))
+        made = {rel.split("/")[0] for rel in case.files}
+        return verdict, [d for d in OUTPUTS if d not in made and (tmp / d).exists()]
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
 @dataclass
 class Verdict:
     clear: bool  # the expected exit code, a message naming the problem, nothing written, no secret echoed

@@ -170,3 +170,24 @@ def test_a_deeply_nested_manifest_is_one_bad_entry_not_a_crash(tmp_path):
         assert "Traceback" not in res.output and "RecursionError" not in res.output, res.output
     res = run_cli("plan", "--matrix", str(FIXTURE_MATRIX), "--wheelhouse", str(wh.root), cwd=tmp_path)
     assert res.exit_code == 0, res.output
+
+
+def test_a_full_wheelhouse_names_where_and_where_the_wheels_still_are(tmp_path, monkeypatch):
+    """Issue: a full wheelhouse lost the compile behind an OSError naming no path."""
+    import errno
+
+    import pytest
+
+    from builder.cache import local
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local.shutil, "copyfile", full)
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = a_wheel(tmp_path / "out")
+    with pytest.raises(OSError) as exc:
+        wh.store("demo", OWN_GOOD, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}})
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(wh.root / "demo")
+    assert str(whl.parent) in exc.value.strerror and "No space left on device" in exc.value.strerror
+    assert not list((wh.root / "demo").iterdir())  # no half entry

@@ -35,9 +35,6 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-from requests.adapters import HTTPAdapter
-
 from .. import net
 from ..errors import EnvironmentProblem, UserError
 
@@ -172,41 +169,58 @@ def timeouts() -> tuple[float, float]:
     return net.timeouts()
 
 
-class _TimeoutAdapter(HTTPAdapter):
-    """Every request gets a timeout: a store that stops answering is an error, never a hang. And every answer
-    read whole (not streamed: oras' own requests, token endpoints) is read here under the document cap, before
-    requests would buffer it without limit (builder/net.py)."""
+def _timeout_adapter():
+    """The HTTPAdapter every session to a remote uses (requests is imported only by verbs that talk to one)."""
+    from requests.adapters import HTTPAdapter
 
-    def __init__(self, timeout: tuple[float, float]):
-        super().__init__()
-        self._timeout = timeout
+    class TimeoutAdapter(HTTPAdapter):
+        """Every request gets a timeout: a store that stops answering is an error, never a hang. And every answer
+        read whole (not streamed: oras' own requests, token endpoints) is read here under the document cap,
+        before requests would buffer it without limit (builder/net.py)."""
 
-    def send(self, request, **kwargs):
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = self._timeout
-        resp = super().send(request, **kwargs)
-        if not kwargs.get("stream"):
-            try:
-                resp._content = net.read_document(resp, f"{request.method} {request.url}")
-            finally:
-                resp.close()
-            resp._content_consumed = True
-        return resp
+        def __init__(self, timeout: tuple[float, float]):
+            super().__init__()
+            self._timeout = timeout
+
+        def send(self, request, **kwargs):
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = self._timeout
+            resp = super().send(request, **kwargs)
+            if not kwargs.get("stream"):
+                try:
+                    resp._content = net.read_document(resp, f"{request.method} {request.url}")
+                finally:
+                    resp.close()
+                resp._content_consumed = True
+            return resp
+
+    return TimeoutAdapter
 
 
-def with_timeouts(session: requests.Session) -> requests.Session:
-    adapter = _TimeoutAdapter(timeouts())
+def with_timeouts(session):
+    adapter = _timeout_adapter()(timeouts())
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
 
 
-NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                  requests.exceptions.ContentDecodingError, requests.TooManyRedirects)
+def __getattr__(name: str):
+    """NETWORK_ERRORS, made on first use: importing requests costs a third of a second that plan, render and
+    every refusal of bad input need not pay."""
+    if name == "NETWORK_ERRORS":
+        import requests
+
+        value = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                 requests.exceptions.ContentDecodingError, requests.TooManyRedirects)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     """A remote store that does not answer: exit 3, naming it and the way out."""
+    import requests
+
     text = net.redact(str(exc))
     if isinstance(exc, requests.TooManyRedirects):
         text = "it redirects in a loop (more than 30 redirects)"
