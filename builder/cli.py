@@ -434,7 +434,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         from . import publish as publish_mod
 
         publish_mod.check_tools()
-        publish_mod.check_registry(opts.publish)
+        publish_mod.check_registry(opts.publish, lambda s: click.echo(s, err=True))
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here

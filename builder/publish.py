@@ -364,9 +364,10 @@ def check_images_json(path: Path) -> None:
     load_images(path)
 
 
-def check_registry(target: Target) -> None:
+def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) -> None:
     """The registry answers GET /v2/ like a registry (exit 3 before anything is built, not after), and lets the
-    credentials in when it asks for some."""
+    credentials in when it asks for some. A transient failure (refused or reset, a timeout, 429, 5xx) is
+    retried like every registry operation (--retries, backoff from 2 s): a registry still coming up is waited for."""
     import requests
 
     from . import net
@@ -374,19 +375,29 @@ def check_registry(target: Target) -> None:
 
     scheme = "https" if target.tls_verify else "http"
     url = f"{scheme}://{target.host}/v2/"
-    session = with_timeouts(requests.Session())
-    try:
-        resp = session.get(url, auth=target.credentials, stream=True)
-        body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
-    except NETWORK_ERRORS as exc:
-        reason = net.redact(str(exc)).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise EnvironmentProblem(f"the registry {target.host} does not answer ({reason}): start it or fix "
-                                 "--registry / defaults.registry; nothing was built") from None
-    finally:
-        session.close()
-    if resp.status_code >= 500:
-        raise EnvironmentProblem(f"the registry {target.host} answers GET /v2/ with HTTP {resp.status_code}; "
-                                 "nothing was built")
+    for attempt in range(1, target.attempts + 1):
+        session = with_timeouts(requests.Session())
+        why = ""
+        try:
+            resp = session.get(url, auth=target.credentials, stream=True)
+            body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
+            if resp.status_code >= 500 or resp.status_code == 429:
+                why = f"HTTP {resp.status_code}"
+        except NETWORK_ERRORS as exc:
+            text = net.redact(str(exc))
+            why = "connection refused" if "Connection refused" in text else \
+                (text.splitlines()[0][:200] if text else type(exc).__name__)
+        finally:
+            session.close()
+        if not why:
+            break
+        if attempt == target.attempts:
+            raise EnvironmentProblem(f"the registry {target.host} does not answer GET /v2/ ({why}, {attempt} "
+                                     "attempts): start it or fix --registry / defaults.registry; nothing was built")
+        delay = min(target.backoff * 2 ** (attempt - 1), MAX_BACKOFF)
+        say(f"GET /v2/ on {target.host}: transient registry error ({why}); attempt {attempt + 1} of "
+            f"{target.attempts} in {delay:g}s")
+        target.sleep(delay)
     if resp.status_code not in (200, 401) or not net.speaks_registry_api(resp.headers, body):
         raise EnvironmentProblem(f"{target.host} answers GET /v2/ with HTTP {resp.status_code} and no registry API: "
                                  "is --registry an OCI registry? nothing was built")

@@ -596,7 +596,7 @@ def _round_two() -> list[Case]:
              expect=("--images-json",)))
     add(Case("publish-images-json-empty", "publish", [*PUBLISH, "--images-json", ""], expect=("--images-json",)))
     add(Case("publish-smoke-model-missing", "publish", [*PUBLISH, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model",)))
-    add(Case("publish-registry-down", "publish", [*PUBLISH, "--registry", "127.0.0.1:9/x"], code=3,
+    add(Case("publish-registry-down", "publish", [*PUBLISH, "--registry", "127.0.0.1:9/x", "--retries", "0"], code=3,
              expect=("127.0.0.1:9", "does not answer", "nothing was built")))
     # build
     add(Case("build-smoke-model-missing", "build", [*BUILD, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model", "config.json")))
