@@ -55,10 +55,8 @@ def run_input(case: hc.Case) -> tuple[hc.Case, hc.Verdict, float]:
     try:
         hc.make_fixture(tmp, case)
         before = hc.snapshot(tmp)
-        t0 = time.perf_counter()
         res = hc.run(case, tmp)
-        took = time.perf_counter() - t0
-        return case, hc.judge(case, res, before, hc.snapshot(tmp)), took
+        return case, hc.judge(case, res, before, hc.snapshot(tmp)), (res.wall, res.cpu, len(res.calls))
     finally:
         _rm(tmp)
 
@@ -68,8 +66,14 @@ def inputs() -> bool:
         results = list(pool.map(run_input, hc.CASES))
     tried = len(results)
     clear = sum(v.clear for _, v, _ in results)
+    fine = sum(v.clear and c.cls == "fine" for c, v, _ in results)
     tracebacks = sum(v.traceback for _, v, _ in results)
     accepted = sum(v.accepted for _, v, _ in results)
+    misleading = sum(v.misleading for _, v, _ in results)
+    verbs: Counter = Counter()
+    for case, _, _ in results:
+        words = [a for a in case.args if not a.startswith("-") and "{" not in a][:2]
+        verbs[" ".join(words[:2]) if words[:1] == ["wheels"] else words[0] if words else "?"] += 1
     per_class: Counter = Counter()
     per_class_clear: Counter = Counter()
     for case, v, _ in results:
@@ -77,12 +81,17 @@ def inputs() -> bool:
         per_class_clear[case.cls] += v.clear
     print("bad inputs (tests/hardening_cases.py, each through the real CLI)")
     print(f"  inputs tried        {tried}")
-    print(f"  clear               {clear}")
+    print(f"  clear               {clear} (of which fine: {fine}, inputs that are acceptable and ran as they should)")
+    print(f"  misleading          {misleading}")
     print(f"  tracebacks          {tracebacks}")
     print(f"  silently accepted   {accepted}")
-    print(f"  other               {tried - clear - tracebacks - accepted}")
+    print("  by verb             " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
     print("  by class            " + ", ".join(f"{c} {per_class_clear[c]}/{n}" for c, n in per_class.items()))
-    print(f"  slowest refusal     {max(t for *_, t in results):.2f}s")
+    refused = [t for c, _, t in results if c.code == 2]
+    watched = [t for c, _, t in results if hc._watched(c)]
+    print(f"  slowest refusal     {max(t[0] for t in refused):.2f} s wall (4 cases at a time on this host), "
+          f"{max(t[1] for t in refused):.2f} s CPU")
+    print(f"  docker/skopeo calls before a refusal: {sum(t[2] for t in watched)} in {len(watched)} watched refusals")
     for case, v, _ in results:
         if not v.clear:
             print(f"  NOT CLEAR {case.id}: {v.why.splitlines()[0]}")
@@ -217,8 +226,75 @@ def fault_brace_bomb(tmp: Path) -> tuple[bool, str]:
     return res.returncode == 2 and took < 5 and _clean(res), f"22 brace groups answered in {took:.2f}s"
 
 
+PEAK_RSS: list[int] = []  # MB, every verb against the 2 GB remote
+
+
+def _hostile(mode: str):
+    def fault(tmp: Path) -> tuple[bool, str]:
+        from tests import hostile
+        from tests.test_hostile_remotes import RSS_LIMIT_MB, run, verbs
+
+        hc.make_fixture(tmp)
+        (tmp / "real.toml").write_text((REPO / "matrix.toml").read_text())
+        (tmp / "real.lock").write_text((REPO / "matrix.lock").read_text())
+        bad, rss, slowest = [], [], 0.0
+        with hostile.serve(mode) as (host, _):
+            for name, argv in verbs(tmp, host).items():
+                env = {"BUILDER_REGISTRY_USER": "u", "BUILDER_REGISTRY_PASSWORD": "p"} if mode == "401" else {}
+                code, err, took, peak = run(argv, tmp, env)
+                rss.append(peak)
+                slowest = max(slowest, took)
+                errors = [line for line in err.splitlines() if line.startswith("error: ")]
+                if code != 3 or "Traceback" in err or len(errors) != 1 or host not in errors[0] or peak >= RSS_LIMIT_MB:
+                    bad.append(f"{name}: exit {code}, {peak} MB")
+        if mode.startswith("huge"):
+            PEAK_RSS.extend(rss)
+        return not bad, (f"{len(rss)} verbs: exit 3 naming the remote, slowest {slowest:.1f} s, peak RSS {max(rss)} MB"
+                         + (f"; FAILED {bad}" if bad else ""))
+
+    fault.__name__ = f"fault_remote_{mode.replace('-', '_')}"
+    return fault
+
+
+def fault_foreign_wheelhouse(tmp: Path) -> tuple[bool, str]:
+    """prune (every flag) and verify --quarantine against a wheelhouse full of foreign files and directories."""
+    from builder.cache.local import Wheelhouse
+    from tests.test_wheelhouse_ownership import OWN_GOOD, fingerprint, foreign_tree, own_entry
+
+    root, outside = tmp / "wh", tmp / "outside"
+    own = own_entry(Wheelhouse(root), OWN_GOOD, tmp)
+    foreign_tree(root, outside)
+    before = fingerprint(root, skip=(own,))
+    for argv in (["wheels", "verify", "--wheelhouse", str(root), "--quarantine"],
+                 ["wheels", "prune", "--matrix", str(hc.FIXTURE / "matrix.toml"), "--wheelhouse", str(root), "--unused",
+                  "--older-than", "0", "--leftovers"]):
+        subprocess.run([*PY, *argv], capture_output=True, text=True, cwd=tmp)
+    after = fingerprint(root)
+    touched = [k for k, v in before.items() if after.get(k) != v]
+    ok = not touched and not own.exists()
+    return ok, f"{len(before)} foreign paths, {len(touched)} touched; builder's own entry removed: {not own.exists()}"
+
+
+def fault_push_to_a_registry_that_keeps_nothing(tmp: Path) -> tuple[bool, str]:
+    from builder.cache.local import MANIFEST, Wheelhouse
+    from tests import hostile
+    from tests.test_hostile_remotes import run
+    from tests.test_wheelhouse_ownership import OWN_GOOD, own_entry
+
+    wh = Wheelhouse(tmp / "wh")
+    entry = own_entry(wh, OWN_GOOD, tmp)
+    before = (entry / MANIFEST).read_bytes()
+    with hostile.serve("liar") as (host, _):
+        code, err, _, _ = run(["wheels", "push", "--matrix", str(hc.FIXTURE / "matrix.toml"), "--wheelhouse", str(wh.root),
+                               "--cache-remote", f"registry:{host}/w", "--key", f"demo:{OWN_GOOD}"], tmp)
+    ok = code == 3 and "reading it back" in err and (entry / MANIFEST).read_bytes() == before and "Traceback" not in err
+    return ok, f"exit {code}; manifest unchanged: {(entry / MANIFEST).read_bytes() == before}"
+
+
 FAULTS = [fault_read_only_wheelhouse, fault_full_wheelhouse, fault_dir_under_a_file, fault_no_daemon, fault_no_docker,
-          fault_sigterm, fault_sigint, fault_corrupt_wheel, fault_brace_bomb]
+          fault_sigterm, fault_sigint, fault_corrupt_wheel, fault_brace_bomb, fault_foreign_wheelhouse,
+          *[_hostile(mode) for mode in ("500", "garbage", "hang", "redirect", "401", "huge", "huge-declared")],
+          fault_push_to_a_registry_that_keeps_nothing]
 
 
 def faults() -> bool:
@@ -236,6 +312,8 @@ def faults() -> bool:
         print(f"  {'survived' if ok else 'FAILED  '}  {fault.__name__.removeprefix('fault_'):<22} {detail}")
     print(f"  faults tried        {len(FAULTS)}")
     print(f"  survived            {survived}")
+    if PEAK_RSS:
+        print(f"  peak RSS against the 2 GB remote: {max(PEAK_RSS)} MB (limit 300 MB; {len(PEAK_RSS)} runs)")
     return survived == len(FAULTS)
 
 
@@ -283,7 +361,11 @@ def secrets() -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", action="store_true", help="only the bad-input table (no Docker needed)")
+    ap.add_argument("--remotes", action="store_true", help="only the hostile remotes and the foreign wheelhouse")
     args = ap.parse_args()
+    if args.remotes:
+        FAULTS[:] = [f for f in FAULTS if f.__name__.startswith(("fault_remote_", "fault_foreign", "fault_push"))]
+        return 0 if faults() else 1
     ok = inputs()
     if not args.inputs:
         print()

@@ -643,15 +643,40 @@ def audit(target: str | os.PathLike, archs: list[int], scopes: Iterable[archs_mo
             where = Path(exc.filename).relative_to(path).as_posix() if exc.filename else str(path)
             report.binaries.append(BinaryReport(where or ".", (), (), error=f"{where or path}: {_read_error(exc)}"))
 
-        for root, dirs, files in os.walk(path, onerror=unreadable):
+        # every library and wheel, each real file once: a symlink is followed (into a directory too) unless its
+        # target is audited under its own name in the tree; one pointing out of the tree is audited, not skipped
+        direct, linked, seen_dirs = [], [], {os.path.realpath(path)}
+        for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
             dirs.sort()
+            for d in list(dirs):
+                real = os.path.realpath(os.path.join(root, d))
+                if real in seen_dirs:  # a loop, or a tree reached twice
+                    dirs.remove(d)
+                seen_dirs.add(real)
+            via_link = os.path.realpath(root) != os.path.normpath(os.path.join(os.path.realpath(path),
+                                                                                os.path.relpath(root, path)))
             for name in sorted(files):
                 full = Path(root, name)
-                if full.is_symlink() or not full.is_file():
-                    continue  # a link's target is audited under its own name
                 if not (_is_shared_lib(name) or name.endswith(".whl")):
                     continue
+                (linked if via_link or full.is_symlink() else direct).append(full)
+        audited = set()
+        for full in direct:
+            if full.is_file():
+                audited.add(os.path.realpath(full))
                 report.binaries.extend(_audit_file(full, full.relative_to(path).as_posix(), wanted, scopes))
+        for full in linked:
+            label = full.relative_to(path).as_posix()
+            real = os.path.realpath(full)
+            if real in audited:
+                continue
+            audited.add(real)
+            if not os.path.exists(real):
+                report.binaries.append(BinaryReport(label, (), (), error=f"{label}: a symlink to {real}, which does not exist"))
+            elif not os.path.isfile(real):
+                continue
+            else:
+                report.binaries.extend(_audit_file(Path(real), label, wanted, scopes))
         return report
     if not path.exists():
         raise UserError(f"audit: {target}: no such file or directory")

@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from . import archs as archs_mod
-from . import files, grammar
+from . import files, grammar, net
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from . import render as render_mod
@@ -53,12 +53,12 @@ class BuilderGroup(click.Group):
                 return super().invoke(ctx)
         except BuilderError as exc:
             if ctx.obj and ctx.obj.get("debug"):
-                traceback.print_exc()  # the same exit code, with the traceback
-            click.secho(f"error: {exc}", fg="red", err=True)
+                click.echo(net.redact(traceback.format_exc()), err=True)  # the same exit code, with the traceback
+            click.secho(f"error: {net.redact(str(exc))}", fg="red", err=True)  # no user:password@ of a URL
             ctx.exit(exc.exit_code)
         except OSError as exc:  # a filesystem fault no check foresaw: the path and the OS's words, not a traceback
             if ctx.obj and ctx.obj.get("debug"):
-                traceback.print_exc()
+                click.echo(net.redact(traceback.format_exc()), err=True)
             paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
             click.secho(f"error: {paths + ': ' if paths else ''}{exc.strerror or exc}", fg="red", err=True)
             ctx.exit(EXIT_FAILED)
@@ -105,17 +105,28 @@ def wheelhouse_option(f):
                         help="Local wheel cache (default: wheelhouse/ next to the matrix file).")(f)
 
 
+def _checked(wh):
+    """A wheelhouse whose path is a directory or can become one (not a file, nor under one)."""
+    for p in (wh.root, *wh.root.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise UserError(f"--wheelhouse: {wh.root}" + (" is a file" if p == wh.root else f": {p} is a file")
+                                + ", not a directory")
+            break
+    return wh
+
+
 def _wheelhouse(m, wheelhouse_dir):
     from .cache.local import Wheelhouse
 
-    return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(m.path)
+    return _checked(Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(m.path))
 
 
 def _wheelhouse_at(matrix_path, wheelhouse_dir):
     """The wheelhouse for verbs that need no cells: --wheelhouse, else wheelhouse/ next to the matrix file."""
     from .cache.local import Wheelhouse
 
-    return Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(Path(matrix_path))
+    return _checked(Wheelhouse(Path(wheelhouse_dir)) if wheelhouse_dir else plan_mod.default_wheelhouse(Path(matrix_path)))
 
 
 _CACHE_FLAGS = "builder.cache_flags"
@@ -217,8 +228,11 @@ def main(ctx, debug):
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    net.check_environment()  # BUILDER_REMOTE_TIMEOUT=nan and the like: exit 2 before any verb works
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
+        for handler in logging.getLogger().handlers:  # no user:password@ of a URL in a debug line either
+            handler.addFilter(net.RedactingFilter())
 
 
 @main.command()
@@ -331,6 +345,10 @@ def _build_host(m) -> dict:
         layer_cache = f"{m.defaults['registry']}/buildcache"
     if layer_cache:
         grammar.check(grammar.image_name, layer_cache, "--layer-cache")
+        port = re.match(r"[^/:]+:([0-9]+)/", layer_cache)
+        if "/" not in layer_cache or (port and not 0 < int(port.group(1)) < 65536):
+            raise UserError(f"--layer-cache: {layer_cache!r} is not a registry repository HOST[:PORT]/PATH "
+                            "(port 1-65535)")
     from .publish import META
 
     return {"builder": builder, "layer_cache": layer_cache or None,
@@ -412,12 +430,22 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         **_build_host(m),
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
+    if opts.publish is not None and not dry_run:  # `builder publish`: the registry answers, or exit 3 before any work
+        from . import publish as publish_mod
+
+        publish_mod.check_tools()
+        publish_mod.check_registry(opts.publish, lambda s: click.echo(s, err=True))
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here
     plans = plan_mod.plan_cells(cells, cache, history=wheelhouse, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
     if dry_run:
-        runner.dry_run(plans, cache, opts, click.echo)
+        if as_json:  # the same commands, as JSON
+            lines: list[str] = []
+            runner.dry_run(plans, cache, opts, lines.append)
+            click.echo(json.dumps({"dry_run": True, "cells": [p.cell.id for p in plans], "commands": lines}, indent=2))
+        else:
+            runner.dry_run(plans, cache, opts, click.echo)
         return
     runner.check_pins(plans, opts)
     runner.check_writable(plans, opts, _wheelhouse(m, wheelhouse_dir))  # read-only wheelhouse, log dir under a file: exit 2
@@ -507,7 +535,8 @@ def wheels_verify(matrix_path, wheelhouse_dir, move_aside):
             continue
         bad += 1
         where = inventory.quarantine(wh, e, why) if move_aside else ""
-        click.echo(f"BAD  {e.package}=={e.version} {e.key[:16]}: {why}" + (f" (moved to {where})" if where else ""))
+        kept = " (left where it is: builder moves only its own entries)" if move_aside and not where else ""
+        click.echo(f"BAD  {e.package}=={e.version} {e.key[:16]}: {why}" + (f" (moved to {where})" if where else kept))
     click.echo(f"{len(found) - bad} of {len(found)} entries verified")
     if bad:
         sys.exit(EXIT_FAILED)
@@ -532,8 +561,8 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
 
     if not (unused or older_than is not None or leftovers):
         raise UserError("wheels prune: say what to remove: --unused, --older-than DAYS and/or --leftovers")
-    if older_than is not None and older_than < 0:
-        raise UserError(f"--older-than: {older_than:g} is negative")
+    if older_than is not None and not 0 <= older_than <= 100_000:  # NaN fails both comparisons
+        raise UserError(f"--older-than: {older_than:g} is not a number of days from 0 to 100000")
     wh = _wheelhouse(m, wheelhouse_dir)
     used = {w.key for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels} if unused else None
     doomed = [(e.path, why) for e, why in inventory.prunable(wh, used, older_than)]
@@ -646,6 +675,8 @@ def audit_cmd(target, arch, as_json, verbose, allow_no_device_code, packages):
     from .engines import load_knowledge
 
     archs = list(archs_mod.parse(arch))
+    if not target.strip():  # Path("") is the current directory: never audit that by accident
+        raise UserError("audit: an empty target; give a wheel, a .so, a directory or an image")
     grammar.check(grammar.path_argument, target, "audit")
     wanted = []
     for spec in packages:
@@ -657,7 +688,10 @@ def audit_cmd(target, arch, as_json, verbose, allow_no_device_code, packages):
 
     def scopes_of(pairs) -> list:
         kn = load_knowledge()
-        return [s for name, version in pairs for s in kn.recipe(name, version).arch_scoped]
+        try:
+            return [s for name, version in pairs for s in kn.recipe(name, version).arch_scoped]
+        except UserError as exc:
+            raise UserError(f"--package: {exc}") from None
 
     if Path(target).exists() or Path(target).is_symlink():
         report = audit(target, archs, scopes_of(wanted))
@@ -716,7 +750,7 @@ def lock(m, sel, index_url, check):
         raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "
                         "(use --profile, --engine or --cuda)")
     if index_url is not None:
-        grammar.check(grammar.url, index_url, "--index")
+        grammar.check(grammar.index_url, index_url, "--index")
     profiles = matrix_mod.selected_profiles(m, sel, default_all=True)
     old = Lock.load(resolve.lock_path(m))
     lock_path = old.path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import http.client
 import re
 import shutil
 import urllib.error
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import docker
+from . import docker, net
 from .cache.config import is_loopback
+from .errors import BuilderError
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"
 
@@ -197,14 +199,21 @@ def _registry_host(registry: str) -> str:
 
 
 def _get_v2(url: str, timeout: float) -> tuple[int | None, str]:
+    """(HTTP status, what is wrong); an answer without the registry API's header or JSON is not a registry."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, ""
+            status, body, headers = resp.status, net.read_urllib(resp, url, limit=1 << 20), resp.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        try:
+            status, body, headers = exc.code, net.read_urllib(exc, url, limit=1 << 20), exc.headers
+        except (BuilderError, OSError):
+            return exc.code, ""
+    except (urllib.error.URLError, OSError, ValueError, BuilderError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         return None, str(reason)
+    if status in (200, 401) and not net.speaks_registry_api(headers, body):
+        return None, f"HTTP {status} without the registry API's header or JSON (not an OCI registry)"
+    return status, ""
 
 
 def check_registry(registry: str, timeout: float = 5.0) -> Check:

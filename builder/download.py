@@ -4,27 +4,21 @@ before its bytes were counted and hashed; the caller decides what the figures mu
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import requests
 
+from . import net
 from .errors import BuilderError, EnvironmentProblem
 from .pypi import ca_bundle_file
 
 CHUNK = 1 << 20
 
 
-def stream_into(resp: requests.Response, part: Path) -> tuple[str, int]:
-    """Write a streamed response body into `part`: (sha256 hex, bytes)."""
-    h, size = hashlib.sha256(), 0
-    with open(part, "wb") as fh:
-        for chunk in resp.iter_content(chunk_size=CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-            fh.write(chunk)
-    return h.hexdigest(), size
+def stream_into(resp: requests.Response, part: Path, what: str = "the download", limit: int | None = None) -> tuple[str, int]:
+    """Write a streamed response body into `part`: (sha256 hex, bytes); capped (builder/net.py)."""
+    return net.stream_into(resp, part, what, limit)
 
 
 def ca_bundle() -> str | bool:
@@ -47,10 +41,10 @@ def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -
             with session.get(url, stream=True, verify=ca_bundle()) as resp:
                 if resp.status_code != 200:
                     raise (EnvironmentProblem if resp.status_code >= 500 else BuilderError)(
-                        f"GET {url} answered HTTP {resp.status_code}")
-                digest, size = stream_into(resp, part)
+                        f"GET {net.redact(url)} answered HTTP {resp.status_code}")
+                digest, size = stream_into(resp, part, f"GET {url}")
         except NETWORK_ERRORS as exc:
-            raise EnvironmentProblem(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})") from None
+            raise EnvironmentProblem(net.redact(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})")) from None
         if digest != sha256:
             raise DownloadMismatch(f"{dest.name}: the index served {size} bytes with sha256 {digest[:16]}…, "
                                    f"matrix.lock pins {sha256[:16]}…; not used")

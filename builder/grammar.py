@@ -120,6 +120,19 @@ def url(value, schemes: tuple[str, ...] = ("https", "http")) -> str:
     return value
 
 
+def index_url(value) -> str:
+    """A package index URL: a URL without user:password@ (it would reach Dockerfiles and logs; indexes take
+    credentials from the environment) and without ?query or #fragment."""
+    value = url(value)
+    parts = urllib.parse.urlsplit(value)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("carries credentials: put none in an index URL (pip reads them from the environment "
+                         "or ~/.netrc, builder's index cache from BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD)")
+    if parts.query or parts.fragment:
+        raise ValueError("is not an index URL: it takes no ?query or #fragment")
+    return value
+
+
 def git_url(value) -> str:
     """A URL git can fetch from: https/http/git/ssh/file, or an absolute local path."""
     value = _string(value)

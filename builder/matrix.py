@@ -153,7 +153,7 @@ def load(path: Path) -> Matrix:
     if not grammar._NAME_RE.fullmatch(defaults["registry"]) or len(defaults["registry"]) > 200:
         raise UserError(f"defaults.registry: {grammar.describe(defaults['registry'])} is not a registry/repository "
                         "prefix like 127.0.0.1:5000/builder")
-    grammar.check(grammar.url, defaults["index"], "defaults.index")
+    grammar.check(grammar.index_url, defaults["index"], "defaults.index")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?", defaults["model"], re.ASCII):
         raise UserError(f"defaults.model: {grammar.describe(defaults['model'])} is not a model id like Qwen/Qwen3.8-27B-FP8")
     if defaults["source_date_epoch"] is not None:

@@ -81,7 +81,15 @@ def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: fl
     from .cache.config import is_loopback, registry_credentials
 
     registry = re.sub(r"^(docker|https?)://", "", registry).rstrip("/")
+    if not registry:
+        raise UserError("--registry: empty; give HOST[:PORT]/PATH (images go to PATH/<engine>:<tag>)")
+    if "@" in registry.split("/")[0]:
+        raise UserError("--registry: put no credentials in it; use BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD "
+                        "or docker login")
     grammar.check(grammar.image_name, f"{registry}/x", "--registry")
+    port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", registry.split("/")[0])
+    if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
+        raise UserError(f"--registry: {registry!r}: port {port.group(1)} is out of range (1-65535)")
     if "/" not in registry:
         raise UserError(f"--registry: {registry!r}: give HOST[:PORT]/PATH (images go to PATH/<engine>:<tag>)")
     if not 1 <= attempts <= 100:
@@ -218,10 +226,15 @@ def load_images(path: Path) -> dict:
         return {"format": IMAGES_FORMAT, "images": {}, "aliases": {}}
     try:
         data = json.loads(path.read_text())
+    except RecursionError:
+        raise UserError(f"{path}: not a readable images.json (nested too deeply); move it away or fix it") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable images.json ({exc}); move it away or fix it") from None
     if not isinstance(data, dict) or data.get("format") != IMAGES_FORMAT:
         raise UserError(f"{path}: not an images.json of format {IMAGES_FORMAT}")
+    for part in ("images", "aliases"):
+        if not isinstance(data.get(part, {}), dict):
+            raise UserError(f"{path}: its {part!r} is not a table; move it away or fix it")
     data.setdefault("images", {})
     data.setdefault("aliases", {})
     return data
@@ -325,8 +338,13 @@ def finish(outcomes, plans, target: Target, claims: dict[str, list[str]], say: C
     data = load_images(target.images_json)
     for o in outcomes:
         if o.cell.id in pushed:
-            names = [n for n in claims.get(o.cell.id, []) if f"{pushed[o.cell.id]['repository']}:{n}" in moved]
+            repo = pushed[o.cell.id]["repository"]
+            names = [n for n in claims.get(o.cell.id, []) if f"{repo}:{n}" in moved]
             data["images"][o.cell.id] = image_entry(o, by_id[o.cell.id], pushed[o.cell.id], names, epoch)
+            held_names = [n for n in (due.get(o.cell.id) or []) if n not in names]
+            if held_names:  # what each alias still names (the digest an earlier run moved it to; null: never moved)
+                data["images"][o.cell.id]["aliases_not_moved"] = {
+                    f"{repo}:{n}": (data["aliases"].get(f"{repo}:{n}") or {}).get("digest") for n in held_names}
     for ref, digest in moved.items():
         data["aliases"][ref] = {"digest": digest, "cell": next(c for c, a in pushed.items() if ref.startswith(a["repository"] + ":") and a["digest"] == digest)}
     if pushed:
@@ -334,6 +352,61 @@ def finish(outcomes, plans, target: Target, claims: dict[str, list[str]], say: C
         say(f"wrote {target.images_json}")
     pulls = [f"docker pull {a['repository']}@{a['digest']}" for a in pushed.values()]
     return Summary(published=list(pushed), failed=failed, aliases=moved, aliases_held=held, pulls=pulls)
+
+
+def check_images_json(path: Path) -> None:
+    """Before anything is built: images.json can be read (or is absent) and its directory written."""
+    from . import files
+
+    if path.is_dir():
+        raise UserError(f"--images-json: {path} is a directory")
+    files.writable_dir(path.parent, "--images-json")
+    load_images(path)
+
+
+def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) -> None:
+    """The registry answers GET /v2/ like a registry (exit 3 before anything is built, not after), and lets the
+    credentials in when it asks for some. A transient failure (refused or reset, a timeout, 429, 5xx) is
+    retried like every registry operation (--retries, backoff from 2 s): a registry still coming up is waited for."""
+    import requests
+
+    from . import net
+    from .cache.config import NETWORK_ERRORS, with_timeouts
+
+    scheme = "https" if target.tls_verify else "http"
+    url = f"{scheme}://{target.host}/v2/"
+    for attempt in range(1, target.attempts + 1):
+        session = with_timeouts(requests.Session())
+        why = ""
+        try:
+            resp = session.get(url, auth=target.credentials, stream=True)
+            body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
+            if resp.status_code >= 500 or resp.status_code == 429:
+                why = f"HTTP {resp.status_code}"
+        except NETWORK_ERRORS as exc:
+            text = net.redact(str(exc))
+            why = "connection refused" if "Connection refused" in text else \
+                (text.splitlines()[0][:200] if text else type(exc).__name__)
+        finally:
+            session.close()
+        if not why:
+            break
+        if attempt == target.attempts:
+            raise EnvironmentProblem(f"the registry {target.host} does not answer GET /v2/ ({why}, {attempt} "
+                                     "attempts): start it or fix --registry / defaults.registry; nothing was built")
+        delay = min(target.backoff * 2 ** (attempt - 1), MAX_BACKOFF)
+        say(f"GET /v2/ on {target.host}: transient registry error ({why}); attempt {attempt + 1} of "
+            f"{target.attempts} in {delay:g}s")
+        target.sleep(delay)
+    if resp.status_code not in (200, 401) or not net.speaks_registry_api(resp.headers, body):
+        raise EnvironmentProblem(f"{target.host} answers GET /v2/ with HTTP {resp.status_code} and no registry API: "
+                                 "is --registry an OCI registry? nothing was built")
+    if resp.status_code == 401 and not resp.headers.get("WWW-Authenticate", "").lower().startswith("bearer"):
+        # a Basic registry that refuses what we sent (a token registry answers 401 until skopeo gets a token)
+        raise EnvironmentProblem(
+            f"the registry {target.host} refuses "
+            + (f"the credentials from {target.credentials_from}" if target.credentials else "anonymous pushes")
+            + " (HTTP 401): docker login, or set BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD; nothing was built")
 
 
 def check_tools() -> None:

@@ -8,6 +8,7 @@ the remote zip with HTTP range requests, so a 300 MB wheel costs a few hundred k
 from __future__ import annotations
 
 import email.parser
+import http.client
 import html
 import html.parser
 import json
@@ -24,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
+from . import net
 from .errors import BuilderError, EnvironmentProblem, UserError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -150,9 +152,9 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 class SimpleIndex:
-    def __init__(self, url: str = DEFAULT_INDEX, timeout: float = 60.0):
+    def __init__(self, url: str = DEFAULT_INDEX, timeout: float | None = None):
         self.url = url.rstrip("/")
-        self.timeout = timeout
+        self.timeout = net.timeouts()[1] if timeout is None else timeout  # BUILDER_REMOTE_TIMEOUT
         self._ctx = _ssl_context()
         self._projects: dict[str, list[DistFile]] = {}
 
@@ -165,13 +167,20 @@ class SimpleIndex:
         req = urllib.request.Request(url, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
-                return resp.read(), resp.headers.get("Content-Type", ""), resp.geturl()
+                return net.read_urllib(resp, f"the index {url}"), resp.headers.get("Content-Type", ""), resp.geturl()
         except urllib.error.HTTPError as exc:
+            exc.close()
             if exc.code >= 500:  # the index is down, not the request wrong
-                raise EnvironmentProblem(f"{url}: the index answers HTTP {exc.code}; try again later") from exc
-            raise IndexError_(f"{url}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise EnvironmentProblem(f"{url}: the index is unreachable ({getattr(exc, 'reason', exc)})") from exc
+                raise EnvironmentProblem(f"{url}: the index answers HTTP {exc.code}; try again later") from None
+            if 300 <= exc.code < 400:  # urllib gives up on a loop (or more than 10 hops)
+                raise EnvironmentProblem(f"{url}: the index redirects in a loop (HTTP {exc.code})") from None
+            if exc.code in (401, 403):
+                raise EnvironmentProblem(f"{url}: the index refuses access (HTTP {exc.code})") from None
+            raise IndexError_(f"{url}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise EnvironmentProblem(f"{url}: the index is unreachable ({getattr(exc, 'reason', exc)})") from None
+        except ValueError as exc:  # a URL urllib cannot even parse
+            raise UserError(f"{url}: not a usable URL ({exc})") from None
 
     def files(self, project: str) -> list[DistFile]:
         name = canonicalize_name(project)
@@ -179,8 +188,9 @@ class SimpleIndex:
             body, content_type, answered = self._get(f"{self.url}/{name}/", {"Accept": ACCEPT_ANY})
             try:
                 files = project_files(body.decode("utf-8", "replace"), content_type, answered)
-            except ValueError as exc:
-                raise IndexError_(f"{answered}: not a simple-API project page ({exc})") from None
+            except (ValueError, RecursionError) as exc:  # an index that answers garbage is the environment's fault
+                raise EnvironmentProblem(f"{answered}: the index answers no simple-API project page "
+                                         f"({str(exc)[:200]})") from None
             self._projects[name] = [f for f in files if not f.yanked]
         return self._projects[name]
 

@@ -64,6 +64,20 @@ def _strategy(value: str) -> str:
     return match
 
 
+def _bind_address(value: str) -> str:
+    """--bind: one IP address of this host to publish the port on ('' would mean every interface); an IPv6
+    address comes back in brackets, as docker's -p wants it."""
+    import ipaddress
+
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        addr = ipaddress.ip_address(bare)
+    except ValueError:
+        raise UserError(f"--bind: {value!r} is not an IP address (127.0.0.1, the default; 0.0.0.0 for every "
+                        "interface, said explicitly)") from None
+    return f"[{addr}]" if addr.version == 6 else str(addr)
+
+
 def register(main, build_command, selection_options, command_class) -> None:
     """Add publish, verify-repro and serve to `main` (builder/cli.py)."""
     BuilderCommand = command_class
@@ -86,11 +100,11 @@ def register(main, build_command, selection_options, command_class) -> None:
         m = matrix_mod.load(matrix_path)
         if images_json == "":
             raise UserError("--images-json: an empty path")
-        target = pub.make_target(registry or m.defaults["registry"],
+        target = pub.make_target(registry if registry is not None else m.defaults["registry"],
                                  Path(images_json).resolve() if images_json else m.path.resolve().parent / "images.json",
                                  attempts=retries + 1, aliases=not no_aliases)
-        if not build_kwargs.get("dry_run"):
-            pub.check_tools()
+        pub.check_images_json(target.images_json)  # a bad file is found now, not after the push
+        # skopeo and the registry are checked by build once every option is (exit 3 before anything is built)
         click.get_current_context().meta[pub.META] = target
         return build_command.callback(**build_kwargs)
 
@@ -143,6 +157,12 @@ def register(main, build_command, selection_options, command_class) -> None:
             pins_dir=Path(pins_dir).resolve() if pins_dir else m.path.resolve().parent / pins.DIR_NAME,
             no_cache=True, builder=buildx_builder)
         runner.check_options(opts)
+        from . import files
+
+        if buildx_builder is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", buildx_builder):
+            raise UserError(f"--builder: {buildx_builder!r} is not a builder name (letters, digits, '_', '.', '-')")
+        files.writable_dir(opts.work_dir, "--work-dir")  # under a file: exit 2 now, not after the first build
+        files.writable_dir(opts.log_dir, "--log-dir")
         (cell,) = resolve.pin_git_sources([cells[cell_id]], echo=lambda s: click.echo(s, err=True))
         docker.require_buildx()
         click.echo(f"SOURCE_DATE_EPOCH={stamp.value} (from {stamp.origin})", err=True)
@@ -186,7 +206,10 @@ def register(main, build_command, selection_options, command_class) -> None:
         strategy = _strategy(strategy)
         if not 0 < port < 65536:
             raise UserError(f"--port: {port} is not a TCP port")
-        if gpus not in ("all", "none") and not all(g.isdigit() for g in _split((gpus,))):
+        bind = _bind_address(bind)
+        if not Path(model_path).is_dir():  # before the image is looked up (docker, skopeo)
+            raise UserError(f"--model: {model_path} is not a directory (the checkpoint to mount)")
+        if gpus not in ("all", "none") and (not _split((gpus,)) or not all(g.isdigit() for g in _split((gpus,)))):
             raise UserError(f"--gpus: {gpus!r}: write all, none or device ids like 0,1")
         if name is not None and not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
             raise UserError(f"--name: {name!r} is not a container name (letters, digits, '_', '.', '-')")

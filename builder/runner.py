@@ -93,6 +93,11 @@ def check_options(opts: BuildOptions) -> None:
     for flag, path in (("--work-dir", opts.work_dir), ("--log-dir", opts.log_dir), ("--pins-dir", opts.pins_dir)):
         if path is not None:
             grammar.check(grammar.path_argument, str(path), flag)
+    if opts.smoke and opts.smoke_model != "tiny":  # found now, not after the compile and the image
+        grammar.check(grammar.path_argument, opts.smoke_model, "--smoke-model")
+        if not (Path(opts.smoke_model) / "config.json").is_file():
+            raise UserError(f"--smoke-model {opts.smoke_model}: not a model directory (no config.json); give a local "
+                            "checkpoint or 'tiny'")
 
 
 def check_ca_bundle(path: Path) -> None:

@@ -83,5 +83,5 @@ def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Pat
     if drafter_value and not drafter and s.drafter:
         notes.append(f"{strategy} drafts with {s.drafter} (engine data); the engine downloads it unless you pass "
                      "--drafter DIR (mounted read-only)")
-    health = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '') else bind}:{port}{recipe.health}" if recipe.health else ""
+    health = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '') else '[::1]' if bind == '[::]' else bind}:{port}{recipe.health}" if recipe.health else ""
     return ServeLine(argv, health, notes)

@@ -424,6 +424,247 @@ CASES: list[Case] = [
     Case("only-22-groups-no-match", "selector", [*PLAN, "--only", "cuda-" + "{a,b}" * 22], expect=("the selection is empty",)),
 ]
 
+# -- round two: the verbs added since (wheels, smoke, serve, publish, verify-repro, lock's index, doctor) --------
+CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+KEY = "c" * 64
+SECRET = "s3cr3t-marker-pw"  # a password in URLs below: it must never appear in any output (judge)
+WH = ["--wheelhouse", "{tmp}/wh"]
+SMOKE = ["smoke", CELL, *M, "--report-dir", "{tmp}/r"]
+SERVE = ["serve", "127.0.0.1:5000/builder-test/cuda-ext:1", "--strategy", "MTP2", "--model", "{tmp}"]
+PUBLISH = ["publish", *M, "--work-dir", "{tmp}/w", "--log-dir", "{tmp}/l", "--pins-dir", "{tmp}/p", "--wheelhouse",
+           "{tmp}/wh", "--images-json", "{tmp}/images.json"]
+REPRO = ["verify-repro", CELL, *M, "--work-dir", "{tmp}/w", "--log-dir", "{tmp}/l"]
+LOCK = ["lock", *M, "--check"]
+NUMBERS = {"nan": "nan", "inf": "inf", "neg-inf": "-inf", "negative": "-1", "huge": "1e308", "word": "abc", "empty": ""}
+BAD_REMOTES = {  # --cache-remote SPEC → what the refusal names
+    "registry-empty-url": ("registry:", ("--cache-remote",)),
+    "registry-port-range": ("registry:127.0.0.1:99999/w", ("port 99999",)),
+    "registry-uppercase": ("registry:127.0.0.1:5000/W", ("not a registry repository",)),
+    "registry-newline": ("registry:127.0.0.1:5000/w\nx", ("--cache-remote",)),
+    "registry-credentials": (f"registry:bob:{SECRET}@127.0.0.1:5000/w", ("--cache-remote",)),
+    "index-no-url": ("index", ("needs its URL",)),
+    "index-ftp": ("index:ftp://127.0.0.1/simple", ("not an http(s) URL",)),
+    "index-broken-ipv6": ("index:http://[::1/simple", ("--cache-remote",)),
+    "index-credentials": (f"index:http://bob:{SECRET}@127.0.0.1:8080/simple", ("no credentials",)),
+    "index-query": ("index:http://127.0.0.1:8080/simple?x=1", ("no ?query",)),
+    "index-space": ("index:http://127.0.0.1:8080/sim ple", ("not an http(s) URL",)),
+    "index-port-range": ("index:http://127.0.0.1:99999/simple", ("--cache-remote",)),
+    "unknown-kind": ("s3:bucket", ("unknown store kind",)),
+    "empty": ("", ("--cache-remote",)),
+    "comma": (",", ("--cache-remote",)),
+}
+BAD_KEYS = {
+    "traversal": ("../../x:" + KEY, ("not a package name",)),
+    "short": ("abc", ("at least its first 8",)),
+    "not-hex": ("zzzzzzzzzz", ("at least its first 8",)),
+    "too-long": ("a" * 65, ("at least its first 8",)),
+    "empty": ("", ("at least its first 8",)),
+    "comma": (",", ("at least its first 8",)),
+    "newline": ("cuda-ext\n:" + KEY, ("not a package name",)),
+    "uppercase-package": ("Cuda:" + KEY, ("not a package name",)),
+    "unknown": ("cuda-ext:" + "d" * 20, ("no entry of the wheelhouse",)),
+}
+BAD_ARCHS = {"empty": "", "comma": ",", "word": "abc", "zero": "0", "huge": "100000", "negative": "-80", "nan": "nan",
+             "newline": "80\n90", "semicolon": "80;90", "inf": "inf"}
+# spellings --arch accepts on purpose (README): a run on them is fine, not a refusal
+FINE_ARCHS = {"double-comma": "80,,90", "float": "8.0", "space": "80 90", "sm-prefix": "sm_80"}
+BAD_INDEXES = {  # lock --index
+    "broken-ipv6": ("http://[::1/simple", ("--index",)),
+    "credentials": (f"http://bob:{SECRET}@127.0.0.1:8080/simple", ("--index",)),
+    "empty": ("", ("--index",)),
+    "newline": ("http://127.0.0.1/simple\nx", ("--index",)),
+    "nul": ("http://127.0.0.1/sim\x01ple", ("--index",)),
+    "query": ("http://127.0.0.1:8080/simple?x=1", ("--index",)),
+    "no-host": ("http:///simple", ("--index",)),
+}
+
+
+def _round_two() -> list[Case]:
+    out = []
+    add = out.append
+    # wheels prune / verify / ls / push / pull
+    for name, v in NUMBERS.items():
+        add(Case(f"prune-older-than-{name}", "wheels", ["wheels", "prune", *M, *WH, "--older-than", v], expect=("--older-than",)))
+    add(Case("prune-nothing-asked", "wheels", ["wheels", "prune", *M, *WH], expect=("say what to remove",)))
+    add(Case("prune-wheelhouse-under-a-file", "wheels", ["wheels", "prune", *M, "--wheelhouse", "{tmp}/afile/wh", "--unused"],
+             files={"afile": "x"}, expect=("afile",)))
+    add(Case("verify-wheelhouse-under-a-file", "wheels", ["wheels", "verify", "--wheelhouse", "{tmp}/afile/wh"],
+             files={"afile": "x"}, expect=("afile",)))
+    add(Case("ls-wheelhouse-is-a-file", "wheels", ["wheels", "ls", "--wheelhouse", "{tmp}/afile"], files={"afile": "x"},
+             expect=("--wheelhouse",)))
+    for verb in ("push", "pull"):
+        for name, (spec, expect) in BAD_KEYS.items():
+            add(Case(f"{verb}-key-{name}", "wheels", ["wheels", verb, *M, *WH, "--cache-remote", "registry", "--key", spec],
+                     expect=("--key", *expect)))
+        for name, (spec, expect) in BAD_REMOTES.items():
+            add(Case(f"{verb}-remote-{name}", "wheels", ["wheels", verb, *M, *WH, "--cache-remote", spec], expect=expect))
+        add(Case(f"{verb}-no-remote", "wheels", ["wheels", verb, *M, *WH, "--no-remote"], expect=("no remote wheel store",)))
+        add(Case(f"{verb}-contradiction", "wheels", ["wheels", verb, *M, *WH, "--no-remote", "--cache-remote", "registry"],
+                 expect=("contradict",)))
+        for name, v in (("nan", "nan"), ("negative", "-5"), ("word", "soon"), ("zero", "0")):
+            add(Case(f"{verb}-remote-timeout-{name}", "wheels", ["wheels", verb, *M, *WH, "--cache-remote", "registry"],
+                     env={"BUILDER_REMOTE_TIMEOUT": v}, expect=("BUILDER_REMOTE_TIMEOUT",)))
+    add(Case("push-pull-only-remote", "wheels", ["wheels", "push", *M, *WH],
+             matrix=lambda t: t + '\n[defaults.cache]\nremotes = [{ kind = "registry", push = false }]\n',
+             expect=("pull-only",)))
+    # plan --remote: every remote spec is checked before any request
+    for name, (spec, expect) in BAD_REMOTES.items():
+        add(Case(f"plan-remote-{name}", "remote", [*PLAN, "--remote", "--cache-remote", spec], expect=expect))
+    for name, v in (("nan", "nan"), ("inf", "inf"), ("negative", "-1"), ("word", "x"), ("empty", "")):
+        add(Case(f"plan-remote-timeout-{name}", "remote", [*PLAN, "--remote", "--cache-remote", "registry"],
+                 env={"BUILDER_REMOTE_TIMEOUT": v}, expect=("BUILDER_REMOTE_TIMEOUT",)))
+    for name, v in (("word", "big"), ("tiny", "10"), ("negative", "-1")):
+        add(Case(f"plan-remote-max-bytes-{name}", "remote", [*PLAN, "--remote", "--cache-remote", "registry"],
+                 env={"BUILDER_REMOTE_MAX_BYTES": v}, expect=("BUILDER_REMOTE_MAX_BYTES",)))
+    add(Case("matrix-cache-remote-port", "remote", [*PLAN, "--remote"],
+             matrix=lambda t: t + '\n[defaults.cache]\nremotes = ["registry:127.0.0.1:99999/w"]\n', expect=("port 99999",)))
+    add(Case("matrix-cache-remote-credentials", "remote", [*PLAN, "--remote"],
+             matrix=lambda t: t + f'\n[defaults.cache]\nremotes = ["index:http://bob:{SECRET}@127.0.0.1:8080/simple"]\n',
+             expect=("no credentials",)))
+    add(Case("wheel-manifest-nested", "fine", [*PLAN, "--wheelhouse", "{tmp}/wh"], code=0,
+             files={"wh": directory, "wh/cuda-ext": directory, f"wh/cuda-ext/{KEY}": directory,
+                    f"wh/cuda-ext/{KEY}/builder-wheel.json": "[" * 50000 + "]" * 50000}, expect=("cuda-ext",)))
+    # smoke
+    for v in (",", " ", ", ,", "L5", "L0;L1", "l0,,x"):
+        add(Case(f"smoke-layers-{v!r}", "smoke", [*SMOKE, "--layers", v], expect=("--layers",)))
+    for v in (",", " ", "MTP3", "mtp2;rm", "all,MTP2x"):
+        add(Case(f"smoke-strategy-{v!r}", "smoke", [*SMOKE, "--strategy", v], expect=("--strategy",)))
+    for v in ("A B=1", "=1", "A", "1A=2", "A-B=1", "A\nB=1", "PATH;x=1"):
+        add(Case(f"smoke-env-{v!r}", "smoke", [*SMOKE, "--env", v], expect=("--env",)))
+    for name, v in NUMBERS.items():
+        add(Case(f"smoke-boot-timeout-{name}", "smoke", [*SMOKE, "--boot-timeout", v], expect=("--boot-timeout",)))
+    add(Case("smoke-boot-timeout-zero", "smoke", [*SMOKE, "--boot-timeout", "0"], expect=("--boot-timeout",)))
+    for v in ("0", "65536", "-1", "99999"):
+        add(Case(f"smoke-port-{v}", "smoke", [*SMOKE, "--port", v], expect=("--port",)))
+    add(Case("smoke-port-word", "smoke", [*SMOKE, "--port", "http"], expect=("--port",)))
+    add(Case("smoke-report-dir-under-a-file", "smoke", [*SMOKE[:-2], "--report-dir", "{tmp}/afile/r"], files={"afile": "x"},
+             expect=("--report-dir", "afile")))
+    add(Case("smoke-report-dir-is-a-file", "smoke", [*SMOKE[:-2], "--report-dir", "{tmp}/afile"], files={"afile": "x"},
+             expect=("--report-dir", "is a file")))
+    add(Case("smoke-engine-args-unclosed", "smoke", [*SMOKE, "--engine-args", "'--x"], expect=("--engine-args",)))
+    add(Case("smoke-model-missing", "smoke", [*SMOKE, "--model", "{tmp}/nomodel", "--launcher", "process"],
+             expect=("--model",)))
+    add(Case("smoke-unknown-target", "smoke", ["smoke", "no-such-cell", *M], expect=("neither a cell",)))
+    add(Case("smoke-arch-word", "smoke", [*SMOKE, "--arch", "x"], expect=("--arch",)))
+    add(Case("smoke-launcher-bad", "smoke", [*SMOKE, "--launcher", "ssh"], expect=("--launcher",)))
+    add(Case("smoke-gpus-bad", "smoke", [*SMOKE, "--gpus", "two"], expect=("--gpus",)))
+    add(Case("smoke-process-on-image", "smoke", ["smoke", "127.0.0.1:5000/x/y:1", *M, "--launcher", "process"],
+             expect=("--launcher process",)))
+    # serve
+    for v in ("", " ", "not-an-ip;x", "999.1.1.1", "localhost", "127.0.0.1:80", "::1]", "0.0.0.0\n"):
+        add(Case(f"serve-bind-{v!r}", "serve", [*SERVE, "--bind", v], expect=("--bind",)))
+    for v in ("0", "65536", "-1"):
+        add(Case(f"serve-port-{v}", "serve", [*SERVE, "--port", v], expect=("--port",)))
+    for v in ("", ",", "MTP3", "mtp2;x"):
+        add(Case(f"serve-strategy-{v!r}", "serve", [*SERVE[:2], "--strategy", v, *SERVE[4:]], expect=("--strategy",)))
+    for v in ("a,b", "0;1", "-1", ""):
+        add(Case(f"serve-gpus-{v!r}", "serve", [*SERVE, "--gpus", v], expect=("--gpus",)))
+    for v in ("a b", "-x", "", "x\ny"):
+        add(Case(f"serve-name-{v!r}", "serve", [*SERVE, "--name", v], expect=("--name",)))
+    add(Case("serve-engine-args-unclosed", "serve", [*SERVE, "--engine-args", '"x'], expect=("--engine-args",)))
+    for v in ("Not An Image", "", "x\ny", "a" * 300 + ":1"):
+        add(Case(f"serve-image-{v[:12]!r}", "serve", ["serve", v, "--strategy", "MTP2", "--model", "{tmp}"], expect=("IMAGE",)))
+    add(Case("serve-model-under-a-file", "serve", [*SERVE[:4], "--model", "{tmp}/afile/m"], files={"afile": "x"},
+             expect=("--model",)))
+    # publish: every value before the build, the registry before any work
+    for name, (v, expect) in {
+        "registry-empty": ("", ("--registry", "empty")),
+        "registry-port-range": ("127.0.0.1:99999/x", ("--registry", "port 99999")),
+        "registry-no-path": ("127.0.0.1:5000", ("--registry", "HOST[:PORT]/PATH")),
+        "registry-uppercase": ("127.0.0.1:5000/X", ("--registry",)),
+        "registry-space": ("127.0.0.1:5000/a b", ("--registry",)),
+        "registry-newline": ("127.0.0.1:5000/a\nb", ("--registry",)),
+        "registry-credentials": (f"bob:{SECRET}@127.0.0.1:5000/x", ("--registry", "no credentials")),
+        "registry-url-credentials": (f"https://bob:{SECRET}@127.0.0.1:5000/x", ("--registry", "no credentials")),
+        "registry-semicolon": ("127.0.0.1:5000/x;id", ("--registry",)),
+    }.items():
+        add(Case(f"publish-{name}", "publish", [*PUBLISH, "--registry", v], expect=expect))
+    for v in ("-1", "100", "-100"):
+        add(Case(f"publish-retries-{v}", "publish", [*PUBLISH, "--retries", v], expect=("--retries",)))
+    add(Case("publish-retries-word", "publish", [*PUBLISH, "--retries", "many"], expect=("--retries",)))
+    add(Case("publish-images-json-under-a-file", "publish", [*PUBLISH, "--images-json", "{tmp}/afile/images.json"],
+             files={"afile": "x"}, expect=("--images-json", "afile")))
+    add(Case("publish-images-json-garbage", "publish", PUBLISH, files={"images.json": "not json"},
+             expect=("images.json", "not a readable images.json")))
+    add(Case("publish-images-json-nested", "publish", PUBLISH, files={"images.json": "[" * 100000 + "]" * 100000},
+             expect=("images.json", "nested")))
+    add(Case("publish-images-json-wrong-format", "publish", PUBLISH, files={"images.json": '{"format": 99}'},
+             expect=("images.json", "format")))
+    add(Case("publish-images-json-images-not-table", "publish", PUBLISH,
+             files={"images.json": '{"format": 1, "images": [1]}'}, expect=("images.json", "not a table")))
+    add(Case("publish-images-json-is-dir", "publish", [*PUBLISH, "--images-json", "{tmp}/adir"], files={"adir": directory},
+             expect=("--images-json",)))
+    add(Case("publish-images-json-empty", "publish", [*PUBLISH, "--images-json", ""], expect=("--images-json",)))
+    add(Case("publish-smoke-model-missing", "publish", [*PUBLISH, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model",)))
+    add(Case("publish-registry-down", "publish", [*PUBLISH, "--registry", "127.0.0.1:9/x", "--retries", "0"], code=3,
+             expect=("127.0.0.1:9", "does not answer", "nothing was built")))
+    # build
+    add(Case("build-smoke-model-missing", "build", [*BUILD, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model", "config.json")))
+    add(Case("build-smoke-model-is-file", "build", [*BUILD, "--smoke-model", "{tmp}/afile"], files={"afile": "x"},
+             expect=("--smoke-model",)))
+    add(Case("build-smoke-model-newline", "build", [*BUILD, "--smoke-model", "{tmp}/m\nx"], expect=("--smoke-model",)))
+    add(Case("build-dry-run-json", "fine", [*DRY, "--json"], code=0, expect=('"dry_run": true', '"commands"')))
+    add(Case("build-progress-bad", "build", [*BUILD, "--progress", "loud"], expect=("--progress",)))
+    for v in ("a b", "../x", "", "x;y"):
+        add(Case(f"build-builder-{v!r}", "build", [*DRY, "--builder", v], expect=("--builder",)))
+    for v in ("a b", "127.0.0.1:99999/c", "127.0.0.1:5000/UP"):
+        add(Case(f"build-layer-cache-{v!r}", "build", [*DRY, "--layer-cache", v], expect=("--layer-cache",)))
+    for v in ("nan", "1.5", "", "1e3"):
+        add(Case(f"build-max-jobs-{v!r}", "build", [*DRY, "--max-jobs", v], expect=("--max-jobs",)))
+    for name, (spec, expect) in list(BAD_REMOTES.items())[:6]:
+        add(Case(f"build-remote-{name}", "build", [*DRY, "--cache-remote", spec], expect=expect))
+    add(Case("build-remote-timeout-nan", "build", [*DRY, "--cache-remote", "registry"], env={"BUILDER_REMOTE_TIMEOUT": "nan"},
+             expect=("BUILDER_REMOTE_TIMEOUT",)))
+    # verify-repro
+    add(Case("repro-work-dir-under-a-file", "repro", [*REPRO[:-4], "--work-dir", "{tmp}/afile/w"], files={"afile": "x"},
+             expect=("--work-dir", "afile")))
+    add(Case("repro-log-dir-under-a-file", "repro", [*REPRO[:-2], "--log-dir", "{tmp}/afile/l"], files={"afile": "x"},
+             expect=("--log-dir", "afile")))
+    add(Case("repro-unknown-cell", "repro", ["verify-repro", "nope", *M], expect=("no such cell",)))
+    add(Case("repro-max-jobs-zero", "repro", [*REPRO, "--max-jobs", "0"], expect=("--max-jobs",)))
+    add(Case("repro-ca-bundle-empty", "repro", [*REPRO, "--ca-bundle", ""], expect=("--ca-bundle",)))
+    add(Case("repro-builder-bad", "repro", [*REPRO, "--builder", "a b"], expect=("--builder",)))
+    add(Case("repro-pins-dir-newline", "repro", [*REPRO, "--pins-dir", "{tmp}/p\nx"], expect=("--pins-dir",)))
+    # lock's index
+    for name, (v, expect) in BAD_INDEXES.items():
+        add(Case(f"lock-index-{name}", "lock", [*LOCK, "--index", v], expect=expect))
+    for name, v in (("nan", "nan"), ("negative", "-2"), ("word", "slow")):
+        add(Case(f"lock-remote-timeout-{name}", "lock", LOCK, env={"BUILDER_REMOTE_TIMEOUT": v}, expect=("BUILDER_REMOTE_TIMEOUT",)))
+    add(Case("lock-matrix-index-credentials", "lock", LOCK, matrix=add_default(f'index = "https://bob:{SECRET}@pypi.org/simple"'),
+             expect=("defaults.index",)))
+    # audit
+    for name, v in BAD_ARCHS.items():
+        add(Case(f"audit-arch-{name}", "audit", ["audit", "{tmp}/libhost.so", "--arch", v], files={"libhost.so": HOST_ELF},
+                 expect=("--arch",)))
+    for name, v in FINE_ARCHS.items():
+        add(Case(f"audit-arch-{name}", "fine", ["audit", "{tmp}/libhost.so", "--arch", v], code=1, files={"libhost.so": HOST_ELF},
+                 expect=("nothing proven",)))
+    for v in ("x", "x==", "==1", "x==1;rm", "X Y==1"):
+        add(Case(f"audit-package-{v!r}", "audit", ["audit", "{tmp}/libhost.so", "--arch", "80", "--package", v],
+                 files={"libhost.so": HOST_ELF}, expect=("--package",)))
+    add(Case("audit-empty-target", "audit", ["audit", "", "--arch", "80"], expect=("audit",)))
+    add(Case("audit-dir-symlink-out-of-tree", "audit-proof", ["audit", "{tmp}/tree", "--arch", "80"], code=1,
+             files={"tree": directory, "outside.so": HOST_ELF, "tree/lib.so": lambda p: os.symlink("../outside.so", p)},
+             expect=("nothing proven",)))
+    add(Case("audit-dir-dangling-symlink", "audit-corrupt", ["audit", "{tmp}/tree", "--arch", "80"],
+             files={"tree": directory, "tree/lib.so": lambda p: os.symlink("/nonexistent/x.so", p)},
+             expect=("lib.so", "does not exist")))
+    add(Case("audit-wheel-member-traversal", "audit-proof", ["audit", "{tmp}/t-1.0-py3-none-any.whl", "--arch", "80"], code=1,
+             files={"t-1.0-py3-none-any.whl": wheel({"../../evil.so": HOST_ELF})}, expect=("nothing proven",)))
+    # matrix (the CI include list): the selectors every verb shares
+    for name, args in (("arch-word", ["--arch", "x"]), ("only-unclosed", ["--only", "{a"]), ("cuda-unknown", ["--cuda", "x;y"]),
+                       ("profile-unknown", ["--profile", "nope"]), ("engine-unknown", ["--engine", "nope"])):
+        add(Case(f"matrix-verb-{name}", "selector", ["matrix", *M, *args],
+                 expect=("cuda x;y",) if name == "cuda-unknown" else (args[0],)))
+    # doctor
+    for name, v in (("empty", ""), ("credentials", f"bob:{SECRET}@127.0.0.1:5000"), ("newline", "127.0.0.1:5000\nx"),
+                    ("control", "127.0.0.1\x07:5000")):
+        add(Case(f"doctor-registry-{name}", "doctor", ["doctor", "--registry", v], expect=("--registry",)))
+    return out
+
+
+CASES += _round_two()
+
 
 def make_fixture(tmp: Path, case: Case | None = None) -> Path:
     """A private copy of the cuda-ext fixture under tmp/fx, with the case's edits and files; returns tmp."""
@@ -497,8 +738,41 @@ def argv(case: Case, tmp: Path) -> list[str]:
     return [a.replace("{fx}", str(tmp / "fx")).replace("{tmp}", str(tmp)) for a in case.args]
 
 
+# Refusals come before any docker call: for a case refused with exit 2 the docker and skopeo a verb would run
+# are wrappers that record the call (then run the real tool), and the daemon's socket is one that does not
+# exist, so a docker SDK call (smoke, serve) would turn the refusal into exit 3. (git is not watched: the
+# build reads SOURCE_DATE_EPOCH from `git log -1` of the matrix's repository before checking its options.)
+TOOLS = ("docker", "skopeo")
+_SHIMS: list[Path] = []
+
+
+def _shim_dir() -> Path:
+    if not _SHIMS:
+        import atexit
+        import tempfile
+
+        d = Path(tempfile.mkdtemp(prefix="builder-hardening-shims-", dir="/tmp"))
+        atexit.register(shutil.rmtree, d, True)
+        for tool in TOOLS:
+            real = shutil.which(tool) or f"/usr/bin/{tool}"
+            (d / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "$BUILDER_HARDENING_CALLS"\nexec {real} "$@"\n')
+            (d / tool).chmod(0o755)
+        _SHIMS.append(d)
+    return _SHIMS[0]
+
+
+def _watched(case: Case) -> bool:
+    return case.code == 2 and not case.as_nobody and "PATH" not in case.env and "DOCKER_HOST" not in case.env
+
+
 def run(case: Case, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The case through the real entry point (`python -m builder.cli`), in tmp."""
+    """The case through the real entry point (`python -m builder.cli`), in tmp. The result also carries `calls`
+    (docker / skopeo commands run, for a case refused with exit 2), `cpu` (the child's user + system
+    seconds, from wait4) and `wall` (seconds)."""
+    import tempfile
+    import threading
+    import time
+
     env = {**os.environ, "PYTHONPATH": str(REPO), **case.env}
     env.pop("BUILDER_CA_BUNDLE", None) if "BUILDER_CA_BUNDLE" not in case.env else None
     env.pop("SOURCE_DATE_EPOCH", None) if "SOURCE_DATE_EPOCH" not in case.env else None
@@ -508,8 +782,38 @@ def run(case: Case, tmp: Path, timeout: float = 120) -> subprocess.CompletedProc
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["HOME"] = str(tmp)
         python = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
-    return subprocess.run([*python, "-m", "builder.cli", *argv(case, tmp)], capture_output=True, text=True, cwd=tmp,
-                          env=env, timeout=timeout)
+    calls = None
+    if _watched(case):
+        fd, name = tempfile.mkstemp(prefix="builder-hardening-calls-", dir="/tmp")
+        os.close(fd)
+        calls = Path(name)
+        env.update(BUILDER_HARDENING_CALLS=str(calls), PATH=f"{_shim_dir()}:{env.get('PATH', '')}",
+                   DOCKER_HOST="unix:///nonexistent/builder-hardening.sock")
+    t0 = time.monotonic()
+    proc = subprocess.Popen([*python, "-m", "builder.cli", *argv(case, tmp)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()))
+               for k, f in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for r in readers:
+        r.start()
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        killer.cancel()
+    for r in readers:
+        r.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out.get("stdout", ""), out.get("stderr", ""))
+    res.wall = time.monotonic() - t0
+    res.cpu = usage.ru_utime + usage.ru_stime
+    res.calls = []
+    if calls is not None:
+        res.calls = calls.read_text().splitlines()
+        calls.unlink()
+    return res
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -527,19 +831,49 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
+def check_case(case: Case) -> tuple["Verdict", list[str]]:
+    """Run one case in a fresh temp dir (world-writable when it runs as nobody): its verdict, and which of
+    builder's output directories it left that the case itself did not make."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="builder-hardening-", dir="/tmp"))
+    try:
+        if case.as_nobody:
+            tmp.chmod(0o777)
+        make_fixture(tmp, case)
+        before = snapshot(tmp)
+        res = run(case, tmp)
+        verdict = judge(case, res, before, snapshot(tmp))
+        made = {rel.split("/")[0] for rel in case.files}
+        return verdict, [d for d in OUTPUTS if d not in made and (tmp / d).exists()]
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
 @dataclass
 class Verdict:
-    clear: bool
+    clear: bool  # the expected exit code, a message naming the problem, nothing written, no secret echoed
     traceback: bool
-    accepted: bool
+    accepted: bool  # exit 0 where a refusal was expected: silently accepted
     why: str
+
+    @property
+    def misleading(self) -> bool:
+        """Refused, but with the wrong code or a message that does not name the problem (or it wrote or echoed)."""
+        return not (self.clear or self.traceback or self.accepted)
 
 
 def judge(case: Case, res: subprocess.CompletedProcess[str], before: dict, after: dict) -> Verdict:
     out = res.stdout + res.stderr
     traceback = "Traceback (most recent call last)" in out
-    accepted = res.returncode == 0
+    accepted = res.returncode == 0 and case.code != 0
     problems = []
+    if SECRET in out:
+        problems.append("echoed a secret")
+    if getattr(res, "calls", None):
+        problems.append(f"ran {res.calls[0]!r} before refusing")
+    if case.code == 2 and getattr(res, "cpu", 0) > 1.0:
+        problems.append(f"took {res.cpu:.2f} s of CPU to refuse (at most 1 s)")
     if res.returncode != case.code:
         problems.append(f"exit {res.returncode}, expected {case.code}")
     missing = [f for f in case.expect if f not in out]

@@ -515,6 +515,29 @@ def test_audit_directory(built, tmp_path):
     assert "pkg/sub/libhost.so.2" in format_report(report90, verbose=True)
 
 
+def test_audit_directory_follows_symlinks_out_of_the_tree(built, tmp_path):
+    """A library symlinked (or inside a directory symlinked) out of the tree is read, not skipped: here it
+    lacks sm_90, so the audit fails naming the link. A dangling link is an error, a loop is walked once."""
+    root, outside = tmp_path / "tree", tmp_path / "outside"
+    (root / "pkg").mkdir(parents=True)
+    (outside / "libs").mkdir(parents=True)
+    shutil.copy(built["sm80_sm90"], root / "pkg" / "_C.so")
+    shutil.copy(built["sm80"], outside / "libold.so.1")
+    shutil.copy(built["sm80"], outside / "libs" / "libdeep.so")
+    os.symlink(outside / "libold.so.1", root / "pkg" / "libold.so")
+    os.symlink(outside / "libs", root / "pkg" / "vendored")
+    os.symlink("..", root / "pkg" / "loop")  # a directory loop: walked once
+    report = audit(root, [80, 90])
+    assert sorted(b.path for b in report.failures) == ["pkg/libold.so", "pkg/vendored/libdeep.so"]
+    assert not report.ok
+    os.symlink(tmp_path / "gone.so", root / "pkg" / "libgone.so")
+    assert any(b.path == "pkg/libgone.so" and "does not exist" in (b.error or "") for b in audit(root, [80]).binaries)
+    from .helpers import run_cli
+
+    res = run_cli("audit", str(root / "pkg"), "--arch", "80,90")
+    assert res.exit_code != 0 and "libold.so" in res.output
+
+
 def test_empty_directory_passes_but_says_so(tmp_path):
     report = audit(tmp_path, [80])
     assert report.ok and not report.has_device_code and report.binaries == []

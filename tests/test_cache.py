@@ -111,7 +111,7 @@ def test_discard_quarantines_with_the_reason(tmp_path):
 
 
 def test_entries_follow_the_umask_and_stale_temporaries_go(tmp_path):
-    stale = tmp_path / "wheelhouse" / "demo" / f".{KEY[:12]}-dead"
+    stale = tmp_path / "wheelhouse" / "demo" / f".{KEY[:12]}-dead_123"  # a name mkdtemp gives
     stale.mkdir(parents=True)
     old = os.umask(0o002)
     try:

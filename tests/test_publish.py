@@ -333,13 +333,14 @@ def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(sh
     assert f"credentials from docker login ({cfg / 'config.json'})" in ok.stderr
     reg = Client(auth_registry.host, (auth_registry.user, auth_registry.password))
     assert reg.tags("login/cuda-ext") == ["1.0.0-cu130-py311-sm80.90"]  # --no-aliases: the full tag only
-    # a wrong password: refused by the registry, not retried, nothing written
+    # a wrong password: refused by the registry before anything is built (exit 3), not retried, nothing written
     (tmp_path / "bad").mkdir()
     bad = run_publish(shared, tmp_path / "bad", f"{auth_registry.host}/wrong", "--retries", "3",
                       env={"BUILDER_REGISTRY_USER": auth_registry.user, "BUILDER_REGISTRY_PASSWORD": "not-it"})
     out = bad.stdout + bad.stderr
-    assert bad.returncode == 1, out[-4000:]
-    assert "unauthorized" in out and "transient" not in out
+    assert bad.returncode == 3, out[-4000:]
+    assert "refuses the credentials" in out and "nothing was built" in out and "transient" not in out
+    assert not (tmp_path / "bad" / "work").exists() and "compile" not in bad.stdout
     assert "not-it" not in out
     assert reg.tags("wrong/cuda-ext") == []
     assert not (tmp_path / "bad" / "images.json").exists()
@@ -416,6 +417,9 @@ def test_a_failure_mid_publish_moves_no_alias(shared, tmp_path):
         assert images["images"][CELL]["digest"] == d2 and CELL_90 not in images["images"]
         assert images["aliases"][f"{reg.host}/mid/cuda-ext:1.0.0"]["digest"] == d1
         assert images["images"][CELL]["aliases"] == []  # this push moved none
+        # and the entry says which digest each alias it did not move still names
+        assert images["images"][CELL]["aliases_not_moved"] == {f"{reg.host}/mid/cuda-ext:1.0.0": d1,
+                                                              f"{reg.host}/mid/cuda-ext:latest-cu130": d1}
     finally:
         reg.stop()
 

@@ -35,9 +35,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-from requests.adapters import HTTPAdapter
-
+from .. import net
 from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
@@ -83,8 +81,12 @@ def _registry_url(value: str, where: str) -> str:
 def _http_url(value, where: str, what: str) -> str:
     if not isinstance(value, str):
         raise _fail(where, f"expected a URL string, got {type(value).__name__}")
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in value):
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise _fail(where, f"{value!r} is not an http(s) URL of {what} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
         raise _fail(where, f"{value!r} is not an http(s) URL of {what}")
     if parts.username or parts.password:
         raise _fail(where, f"{what}: put no credentials in the URL (use BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD)")
@@ -101,6 +103,8 @@ def parse_spec(value, where: str, default_registry: str) -> RemoteSpec:
             raise _fail(where, f"{value!r}: unknown store kind {kind!r}; write registry, registry:HOST/REPO or index:URL")
         if kind == "index" and not sep:
             raise _fail(where, "index needs its URL: index:http://127.0.0.1:8080/simple")
+        if sep and not rest:
+            raise _fail(where, f"{value!r}: nothing after the colon; write registry, registry:HOST/REPO or index:URL")
         value = {"kind": kind, "url": rest} if sep else {"kind": kind}
     if not isinstance(value, dict):
         raise _fail(where, f"expected a string like \"registry\" or a table, got {type(value).__name__}")
@@ -161,44 +165,65 @@ def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...],
 
 # -- HTTP ------------------------------------------------------------------------------------------------
 def timeouts() -> tuple[float, float]:
-    """(connect, read) seconds for every request to a remote store; BUILDER_REMOTE_TIMEOUT sets the read one."""
-    raw = os.environ.get("BUILDER_REMOTE_TIMEOUT", "60")
-    try:
-        read = float(raw)
-    except ValueError:
-        raise UserError(f"BUILDER_REMOTE_TIMEOUT: {raw!r} is not a number of seconds") from None
-    if read <= 0:
-        raise UserError(f"BUILDER_REMOTE_TIMEOUT: {raw!r} must be positive")
-    return (min(5.0, read), read)
+    """(connect, read) seconds for every request to a remote store (builder/net.py: BUILDER_REMOTE_TIMEOUT)."""
+    return net.timeouts()
 
 
-class _TimeoutAdapter(HTTPAdapter):
-    """Every request gets a timeout: a store that stops answering is an error, never a hang."""
+def _timeout_adapter():
+    """The HTTPAdapter every session to a remote uses (requests is imported only by verbs that talk to one)."""
+    from requests.adapters import HTTPAdapter
 
-    def __init__(self, timeout: tuple[float, float]):
-        super().__init__()
-        self._timeout = timeout
+    class TimeoutAdapter(HTTPAdapter):
+        """Every request gets a timeout: a store that stops answering is an error, never a hang. And every answer
+        read whole (not streamed: oras' own requests, token endpoints) is read here under the document cap,
+        before requests would buffer it without limit (builder/net.py)."""
 
-    def send(self, request, **kwargs):
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = self._timeout
-        return super().send(request, **kwargs)
+        def __init__(self, timeout: tuple[float, float]):
+            super().__init__()
+            self._timeout = timeout
+
+        def send(self, request, **kwargs):
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = self._timeout
+            resp = super().send(request, **kwargs)
+            if not kwargs.get("stream"):
+                try:
+                    resp._content = net.read_document(resp, f"{request.method} {request.url}")
+                finally:
+                    resp.close()
+                resp._content_consumed = True
+            return resp
+
+    return TimeoutAdapter
 
 
-def with_timeouts(session: requests.Session) -> requests.Session:
-    adapter = _TimeoutAdapter(timeouts())
+def with_timeouts(session):
+    adapter = _timeout_adapter()(timeouts())
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
 
 
-NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                  requests.exceptions.ContentDecodingError)
+def __getattr__(name: str):
+    """NETWORK_ERRORS, made on first use: importing requests costs a third of a second that plan, render and
+    every refusal of bad input need not pay."""
+    if name == "NETWORK_ERRORS":
+        import requests
+
+        value = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                 requests.exceptions.ContentDecodingError, requests.TooManyRedirects)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     """A remote store that does not answer: exit 3, naming it and the way out."""
-    text = str(exc)
+    import requests
+
+    text = net.redact(str(exc))
+    if isinstance(exc, requests.TooManyRedirects):
+        text = "it redirects in a loop (more than 30 redirects)"
     known = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out|timed out|Connection reset by peer|Connection aborted"
                       r"|IncompleteRead\([^)]*\)|Response ended prematurely|RemoteDisconnected\([^)]*\)", text)
     reason = known.group(0) if known else (text.splitlines()[0][:200] if text else type(exc).__name__)

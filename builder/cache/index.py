@@ -45,6 +45,7 @@ from packaging.version import InvalidVersion
 
 from . import CacheCorrupt, CacheHit, manifest_problem, sha256_file
 from .config import NETWORK_ERRORS, RemoteSpec, down, index_credentials, with_timeouts
+from .. import net
 from ..download import stream_into
 from ..errors import BuilderError, EnvironmentProblem
 from ..pypi import ACCEPT_ANY, project_files
@@ -263,7 +264,11 @@ class IndexStore:
         """{file name: (absolute URL, sha256 or None)} from the project's simple page; None when there is none."""
         url = self.page(package)
         try:
-            resp = self.session().get(url, headers={"Accept": ACCEPT_ANY})
+            resp = self.session().get(url, headers={"Accept": ACCEPT_ANY}, stream=True)
+            try:
+                body = net.read_document(resp, f"cache remote {self.label}: {url}")
+            finally:
+                resp.close()
         except NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         if resp.status_code == 404:
@@ -274,8 +279,8 @@ class IndexStore:
         if resp.status_code != 200:
             raise EnvironmentProblem(f"cache remote {self.label}: GET {url} answered HTTP {resp.status_code}")
         try:
-            listed = project_files(resp.text, resp.headers.get("Content-Type", ""), resp.url)
-        except ValueError as exc:
+            listed = project_files(body.decode("utf-8", "replace"), resp.headers.get("Content-Type", ""), resp.url)
+        except (ValueError, RecursionError) as exc:
             raise EnvironmentProblem(f"cache remote {self.label}: {url} is not a simple-API page ({exc})") from None
         return {f.filename: (f.url, f.sha256 or None) for f in listed}
 
@@ -316,7 +321,7 @@ class IndexStore:
                     with self.session().get(url, stream=True) as resp:
                         if resp.status_code != 200:
                             raise EnvironmentProblem(f"cache remote {self.label}: GET {url} answered HTTP {resp.status_code}")
-                        got, size = stream_into(resp, part)
+                        got, size = stream_into(resp, part, f"cache remote {self.label}: {url}")
                 except NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 where = f"{self.label}: {hit.package} {hit.key[:16]}: {name}"
@@ -372,6 +377,13 @@ class IndexStore:
                 (replacing if f.name in existing else new).append(f)
             if new or replacing:
                 self._twine(new + replacing, replacing=[f.name for f in replacing])
+                listed = self.files(package) or {}  # read back: an upload counts only once the index lists it
+                for f in new + replacing:
+                    sha = listed.get(f.name, (None, None))[1]
+                    if f.name not in listed or (sha and sha != sha256_file(f)):
+                        raise EnvironmentProblem(f"cache remote {self.label}: uploaded {f.name}, but the index "
+                                                 f"{'does not list it' if f.name not in listed else 'lists other bytes'}; "
+                                                 "not recorded as pushed")
             names = tuple(f.name for f in files)
         finally:
             shutil.rmtree(stage, ignore_errors=True)

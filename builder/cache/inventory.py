@@ -3,6 +3,7 @@ pruning what no cell needs any more."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pathlib import Path
 from .. import archs as archs_mod
 from ..audit import audit
 from . import CacheHit, manifest_problem, verify_files
-from .local import QUARANTINE, Wheelhouse
+from .local import PACKAGE_NAME, QUARANTINE, QUARANTINED_NAME, TEMP_NAME, Wheelhouse
 from .tiered import PULLS
 
 
@@ -58,6 +59,9 @@ def verify(wh: Wheelhouse, entry: Entry) -> str:
     meta = entry.manifest
     if "__unreadable__" in meta or not meta:
         return meta.get("__unreadable__", "no manifest (an interrupted store?)")
+    foreign = wh.not_own(entry.package, entry.key, meta)
+    if foreign:
+        return foreign
     problem = manifest_problem(meta, tuple(entry.archs) or (0,))
     if problem:
         return problem
@@ -80,14 +84,18 @@ def verify(wh: Wheelhouse, entry: Entry) -> str:
 
 
 def quarantine(wh: Wheelhouse, entry: Entry, why: str) -> str:
+    """Move an entry aside ("" when it is not provably builder's own: then it stays where it is)."""
     return wh.discard(CacheHit(wh.name, entry.package, entry.key, str(entry.path), ()), why)
 
 
 def prunable(wh: Wheelhouse, used_keys: set[str] | None, older_than_days: float | None) -> list[tuple[Entry, str]]:
-    """Entries to remove and why: keys no selected cell uses, entries older than the limit."""
+    """Entries to remove and why: keys no selected cell uses, entries older than the limit. Only builder's
+    own entries (wh.not_own): a directory that is not provably one is never a candidate."""
     now = time.time()
     out = []
     for e in entries(wh):
+        if wh.not_own(e.package, e.key, e.manifest or None):
+            continue
         if used_keys is not None and e.key not in used_keys:
             out.append((e, "no selected cell uses this key"))
         elif older_than_days is not None and now - e.path.stat().st_mtime > older_than_days * 86400:
@@ -98,17 +106,30 @@ def prunable(wh: Wheelhouse, used_keys: set[str] | None, older_than_days: float 
 def leftovers(wh: Wheelhouse, stale_after_s: float = 3600) -> list[Path]:
     """Quarantined entries, and temporary directories of stores and pulls that died (older than an hour: a
     younger one may belong to a build storing right now)."""
-    out = sorted((wh.root / QUARANTINE).glob("*/*")) if (wh.root / QUARANTINE).is_dir() else []
-    if wh.root.is_dir():
+    def real_dir(p: Path) -> bool:
+        return p.is_dir() and not p.is_symlink()
+
+    out = []
+    quarantined = wh.root / QUARANTINE
+    if real_dir(quarantined):  # only what discard() put there: <package>/<key>-<time>-<pid>/ with its QUARANTINED note
+        for pkg in sorted(quarantined.iterdir()):
+            if PACKAGE_NAME.fullmatch(pkg.name) and real_dir(pkg):
+                out += sorted(p for p in pkg.iterdir() if QUARANTINED_NAME.fullmatch(p.name) and real_dir(p)
+                              and (p / "QUARANTINED").is_file() and not (p / "QUARANTINED").is_symlink())
+    if real_dir(wh.root):
         now = time.time()
-        pulls = wh.root / PULLS  # downloads from a remote store that a killed build left
-        if pulls.is_dir():
-            out += sorted(p for p in pulls.iterdir() if now - p.stat().st_mtime > stale_after_s)
-        for pkg in wh.root.iterdir():
-            if pkg.is_dir() and not pkg.name.startswith("."):
-                out += sorted(p for p in pkg.iterdir()
-                              if p.is_dir() and p.name.startswith(".") and now - p.stat().st_mtime > stale_after_s)
+        pulls = wh.root / PULLS  # downloads from a remote store that a killed build left: <package>-<key12>-<random>
+        if real_dir(pulls):
+            out += sorted(p for p in pulls.iterdir() if PULL_NAME.fullmatch(p.name) and real_dir(p)
+                          and now - p.stat().st_mtime > stale_after_s)
+        for pkg in sorted(wh.root.iterdir()):
+            if PACKAGE_NAME.fullmatch(pkg.name) and real_dir(pkg):
+                out += sorted(p for p in pkg.iterdir() if TEMP_NAME.fullmatch(p.name) and real_dir(p)
+                              and now - p.stat().st_mtime > stale_after_s)
     return out
+
+
+PULL_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?-[0-9a-f]{12}-[a-z0-9_]{8}")  # tiered.fetch's mkdtemp
 
 
 def remove(path: Path) -> None:

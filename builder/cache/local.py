@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -29,6 +30,12 @@ from . import CacheCorrupt, CacheHit, manifest_problem, verify_files
 MANIFEST = "builder-wheel.json"
 QUARANTINE = ".quarantine"
 LOCKS = ".locks"
+# what builder itself names under the wheelhouse; nothing else there is ever moved or removed
+PACKAGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
+KEY_NAME = re.compile(r"[0-9a-f]{64}")
+TEMP_NAME = re.compile(r"\.[0-9a-f]{12}-[a-z0-9_]{8}")  # store()'s mkdtemp
+QUARANTINED_NAME = re.compile(r"[0-9a-f]{64}-[0-9]{8}T[0-9]{6}-[0-9]+")  # discard()'s destination
+MANIFEST_MAX_BYTES = 16 << 20
 
 
 def _umask() -> int:
@@ -50,11 +57,39 @@ class Wheelhouse:
     def read_manifest(self, package: str, key: str) -> dict | None:
         path = self.entry_dir(package, key) / MANIFEST
         try:
-            return json.loads(path.read_text())
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                return {"__unreadable__": f"{path.name} is not a regular file"}
+            with open(path, "rb") as fh:
+                raw = fh.read(MANIFEST_MAX_BYTES + 1)
+            if len(raw) > MANIFEST_MAX_BYTES:
+                return {"__unreadable__": f"{path.name} is larger than {MANIFEST_MAX_BYTES} bytes"}
+            meta = json.loads(raw)
         except FileNotFoundError:
             return None
+        except RecursionError:  # absurdly nested JSON: one bad entry, not a crash of every verb
+            return {"__unreadable__": f"{path.name}: nested too deeply"}
         except (OSError, ValueError) as exc:
             return {"__unreadable__": f"{path.name}: {exc}"}
+        return meta if isinstance(meta, dict) else {"__unreadable__": f"{path.name}: not a JSON object"}
+
+    def not_own(self, package: str, key: str, meta: dict | None = None) -> str:
+        """Why the directory <package>/<key> is not provably one of builder's entries ("" when it is: a real
+        directory with key- and package-shaped names whose manifest names that very package and key). Only such
+        entries are ever moved or removed."""
+        d = self.entry_dir(package, key)
+        if not PACKAGE_NAME.fullmatch(package) or not KEY_NAME.fullmatch(key):
+            return f"{d} is not named <package>/<64-hex key>"
+        if d.is_symlink() or not d.is_dir():
+            return f"{d} is not a directory"
+        meta = self.read_manifest(package, key) if meta is None else meta
+        if meta is None:
+            return f"{d} has no {MANIFEST}"
+        if "__unreadable__" in meta:
+            return f"{d}: {meta['__unreadable__']}"
+        if meta.get("package") != package or meta.get("key") != key:
+            return (f"{d}: its {MANIFEST} is for {str(meta.get('package'))[:80]} key {str(meta.get('key'))[:16]}, "
+                    "not for this directory (a copied or moved entry?)")
+        return ""
 
     def lookup(self, package: str, key: str, archs: tuple[int, ...]) -> CacheHit | None:
         """The entry for this key, or None; an entry that is there but unusable comes back with `problem`."""
@@ -64,6 +99,9 @@ class Wheelhouse:
             return None
         problem = meta.get("__unreadable__", "") if isinstance(meta, dict) else ""
         problem = problem or manifest_problem(meta, archs)
+        if not problem and (meta.get("package") != package or meta.get("key") != key):
+            problem = (f"its manifest is for {str(meta.get('package'))[:80]} key {str(meta.get('key'))[:16]}, "
+                       "not this key (a copied or moved entry?)")
         names = tuple(meta.get("wheels", ())) if not problem else ()
         if not problem:
             for name in names:
@@ -99,11 +137,14 @@ class Wheelhouse:
         return out
 
     def entries(self) -> Iterator[tuple[str, str]]:
-        """(package, key) of every entry directory (complete or not), sorted."""
+        """(package, key) of every directory named like an entry (<package>/<64-hex key>, no symlink), sorted;
+        whether it really is one is `not_own`'s question. Anything else under the wheelhouse is not builder's."""
         if not self.root.is_dir():
             return
-        for pkg_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            for entry in sorted(e for e in pkg_dir.iterdir() if e.is_dir() and not e.name.startswith(".")):
+        for pkg_dir in sorted(p for p in self.root.iterdir()
+                              if PACKAGE_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()):
+            for entry in sorted(e for e in pkg_dir.iterdir()
+                                if KEY_NAME.fullmatch(e.name) and e.is_dir() and not e.is_symlink()):
                 yield pkg_dir.name, entry.name
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -121,16 +162,27 @@ class Wheelhouse:
             for w in wheels:
                 shutil.copyfile(w, tmp / w.name)
                 os.chmod(tmp / w.name, 0o666 & ~mask)
-            manifest = {**manifest, "wheels": names}
+            manifest = {**manifest, "package": package, "key": key, "wheels": names}  # what makes it builder's entry
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
             os.chmod(tmp / MANIFEST, 0o666 & ~mask)
             os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700
             why = verify_files([tmp / n for n in names], manifest)
             if why:  # the copy is not what was audited: never let it become an entry
                 raise CacheCorrupt(f"storing {package} {key[:16]}: {why}")
-            if final.exists():
+            if final.exists() or final.is_symlink():
+                foreign = self.not_own(package, key)
+                if foreign:
+                    raise CacheCorrupt(f"cannot store {package} {key[:16]}: {foreign}; builder moves only its own "
+                                       "entries: move it away by hand")
                 self.discard(CacheHit(self.name, package, key, str(final), ()), "replaced by a new build")
             os.rename(tmp, final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.filename is not None or exc.errno is None:
+                raise
+            # e.g. a full disk: say where, and where the compiled wheels still are
+            raise OSError(exc.errno, f"storing {package} (key {key[:16]}) in the wheelhouse failed: {exc.strerror}; "
+                                     f"the wheels are still in {wheels[0].parent}", str(final.parent)) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -157,6 +209,10 @@ class Wheelhouse:
         src = Path(hit.location)
         if not src.exists():
             return ""
+        foreign = self.not_own(hit.package, hit.key) if src == self.entry_dir(hit.package, hit.key) else \
+            f"{src} is not an entry directory of {self.root}"
+        if foreign:
+            return ""  # not provably builder's: left where it is (the caller says so)
         dest = self.root / QUARANTINE / hit.package / f"{hit.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.rename(src, dest)
@@ -167,7 +223,7 @@ class Wheelhouse:
         """Temporary directories of this key left by a build that died mid-store (the caller holds the key's
         lock, so no live writer owns them)."""
         for stale in (self.root / package).glob(f".{key[:12]}-*"):
-            if stale.is_dir():
+            if TEMP_NAME.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
 
     @contextlib.contextmanager

@@ -38,6 +38,7 @@ import requests
 
 from . import CacheCorrupt, CacheHit, manifest_problem
 from .config import NETWORK_ERRORS, RemoteSpec, down, is_loopback, registry_credentials, with_timeouts
+from .. import net
 from ..download import stream_into
 from ..errors import EnvironmentProblem
 
@@ -89,11 +90,15 @@ class RegistryStore:
             return self._oras
         probe = with_timeouts(requests.Session())
         try:
-            resp = probe.get(f"{self.scheme}://{self.host}/v2/")
+            resp = probe.get(f"{self.scheme}://{self.host}/v2/", stream=True)
+            body = net.read_document(resp, f"cache remote {self.label}: GET /v2/", limit=1 << 20)
         except NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         finally:
             probe.close()
+        if resp.status_code in (200, 401) and not net.speaks_registry_api(resp.headers, body):
+            raise EnvironmentProblem(f"cache remote {self.label}: GET /v2/ answered HTTP {resp.status_code} without "
+                                     "the registry API's header or JSON: is this an OCI registry?")
         challenge = resp.headers.get("WWW-Authenticate", "")
         backend = "token" if challenge.lower().startswith("bearer") else "basic"
         if resp.status_code not in (200, 401):
@@ -140,26 +145,34 @@ class RegistryStore:
         client = self.client()
         container = self._container(package, key)
         resp = self._request(client, f"{self.scheme}://{container.manifest_url()}", "GET",
-                             headers={"Accept": OCI_MANIFEST})
+                             headers={"Accept": OCI_MANIFEST}, stream=True)
         if resp.status_code == 404:
+            resp.close()
             return None
         self._check(resp, f"reading {self.ref(package, key)}")
+        raw = self._read(resp, f"cache remote {self.label}: the manifest of {self.ref(package, key)}")
         try:
-            oci = resp.json()
-        except ValueError:
+            oci = json.loads(raw)
+        except (ValueError, RecursionError):
             return self._bad(package, key, "", "its OCI manifest is not JSON")
-        digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(resp.content).hexdigest()
-        layers = {(l.get("annotations") or {}).get(TITLE): l for l in oci.get("layers", []) if isinstance(l, dict)}
+        if not isinstance(oci, dict) or not isinstance(oci.get("layers", []), list):
+            return self._bad(package, key, "", "its OCI manifest is not an image manifest")
+        digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(raw).hexdigest()
+        layers = {(l.get("annotations") or {}).get(TITLE): l for l in oci.get("layers", [])
+                  if isinstance(l, dict) and isinstance(l.get("annotations") or {}, dict)}
         meta_layer = layers.get(MANIFEST_LAYER)
-        if meta_layer is None:
+        if meta_layer is None or not isinstance(meta_layer.get("digest"), str):
             return self._bad(package, key, digest, f"the artifact has no {MANIFEST_LAYER} layer (not pushed by builder?)")
-        blob = self._request(client, self._blob_url(package, key, meta_layer["digest"]), "GET")
+        size = meta_layer.get("size")
+        blob = self._request(client, self._blob_url(package, key, meta_layer["digest"]), "GET", stream=True)
         self._check(blob, f"reading {MANIFEST_LAYER} of {self.ref(package, key)}")
-        if "sha256:" + hashlib.sha256(blob.content).hexdigest() != meta_layer["digest"]:
+        content = self._read(blob, f"cache remote {self.label}: {MANIFEST_LAYER} of {self.ref(package, key)}",
+                             size if isinstance(size, int) and 0 <= size <= net.document_limit() else None)
+        if "sha256:" + hashlib.sha256(content).hexdigest() != meta_layer["digest"]:
             return self._bad(package, key, digest, f"its {MANIFEST_LAYER} blob does not match its digest")
         try:
-            meta = json.loads(blob.content)
-        except ValueError:
+            meta = json.loads(content)
+        except (ValueError, RecursionError):
             return self._bad(package, key, digest, f"its {MANIFEST_LAYER} is not JSON")
         problem = manifest_problem(meta, archs)
         if not problem and (meta.get("key") != key or meta.get("package") != package):
@@ -180,6 +193,14 @@ class RegistryStore:
                                       "layers": {n: layers[n]["digest"] for n in names}}}
         return CacheHit(self.name, package, key, f"{self.ref(package, key)}@{digest}", names if not problem else (),
                         entry, problem, remote=True)
+
+    def _read(self, resp: requests.Response, what: str, limit: int | None = None) -> bytes:
+        try:
+            return net.read_document(resp, what, limit)
+        except NETWORK_ERRORS as exc:
+            raise down(self.label, exc) from None
+        finally:
+            resp.close()
 
     def _bad(self, package: str, key: str, digest: str, problem: str) -> CacheHit:
         where = f"{self.ref(package, key)}@{digest}" if digest else self.ref(package, key)
@@ -208,7 +229,7 @@ class RegistryStore:
                 resp = self._request(client, self._blob_url(hit.package, hit.key, digest), "GET", stream=True)
                 try:
                     self._check(resp, f"downloading {name}")
-                    sha, size = stream_into(resp, part)
+                    sha, size = stream_into(resp, part, f"cache remote {self.label}: {name}", rec["bytes"])
                 except NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 finally:
@@ -261,8 +282,19 @@ class RegistryStore:
                 raise EnvironmentProblem(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        digest = resp.headers.get("Docker-Content-Digest", "")
-        return CacheHit(self.name, package, key, f"{self.ref(package, key)}@{digest}" if digest else self.ref(package, key),
+        # a push proves nothing until the artifact reads back: the manifest, builder-wheel.json and every layer
+        # as recorded (a server answering 200 to anything would otherwise count as a registry that keeps wheels)
+        archs = tuple(a for a in (audit.get("archs") or ()) if isinstance(a, int)) if isinstance(audit, dict) else ()
+        back = self.lookup(package, key, archs)
+        if back is None or not back.usable:
+            raise EnvironmentProblem(f"cache remote {self.label} accepted the push of {self.ref(package, key)}, but reading it back "
+                                     f"{'found nothing' if back is None else 'gave: ' + back.problem}; not recorded as pushed")
+        digest = back.manifest["registry"]["digest"]
+        said = resp.headers.get("Docker-Content-Digest", "")
+        if said and said != digest:
+            raise EnvironmentProblem(f"cache remote {self.label}: the push of {self.ref(package, key)} answered {said}, "
+                                     f"the registry serves {digest}; not recorded as pushed")
+        return CacheHit(self.name, package, key, f"{self.ref(package, key)}@{digest}",
                         tuple(w.name for w in wheels), {**meta, "registry": {"ref": self.ref(package, key), "digest": digest}},
                         remote=True)
 

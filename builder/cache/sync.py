@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import CacheCorrupt, verify_files
+from .local import PACKAGE_NAME
 from .tiered import TieredCache
 from ..errors import UserError
 
@@ -43,8 +44,10 @@ def from_keys(specs: tuple[str, ...], cache: TieredCache, known: list[Target]) -
     out = []
     for spec in specs:
         package, _, key = spec.rpartition(":")
-        if len(key) < 8 or any(c not in "0123456789abcdef" for c in key):
+        if len(key) < 8 or len(key) > 64 or any(c not in "0123456789abcdef" for c in key):
             raise UserError(f"--key {spec!r}: give a cache key (at least its first 8 hex characters), optionally as PACKAGE:KEY")
+        if package and not PACKAGE_NAME.fullmatch(package):  # `../../x:KEY` would name a path, not a package
+            raise UserError(f"--key {spec!r}: {package!r} is not a package name (lowercase letters, digits, '.', '_', '-')")
         found = {(t.package, t.key): t for t in known + local
                  if t.key.startswith(key) and (not package or t.package == package)}
         if not found:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
+from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from .. import resolve
@@ -31,8 +33,10 @@ def _split(value: str | None) -> tuple[str, ...]:
 
 
 def parse_strategies(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
-    if not value:
+    if value is None:
         return default
+    if not _split(value):  # `--strategy ,` would drop every strategy: L2 and L3 would prove nothing
+        raise UserError(f"--strategy {value!r}: no strategy named; give MTP2,MTP7,DFlash2 or all")
     if value.strip().lower() == "all":
         return STRATEGIES
     names = []
@@ -48,9 +52,11 @@ def parse_strategies(value: str | None, default: tuple[str, ...]) -> tuple[str, 
 
 
 def parse_layers(value: str | None) -> tuple[str, ...]:
-    if not value:
+    if value is None:
         return LAYERS
     layers = tuple(v.upper() for v in _split(value))
+    if not layers:  # `--layers ,` would skip every layer and pass
+        raise UserError(f"--layers {value!r}: no layer named; give some of {', '.join(LAYERS)}")
     bad = [v for v in layers if v not in LAYERS]
     if bad:
         raise UserError(f"--layers: {', '.join(bad)} unknown; layers are {', '.join(LAYERS)}")
@@ -63,6 +69,10 @@ def parse_env(values: tuple[str, ...]) -> dict[str, str]:
         key, sep, val = v.partition("=")
         if not sep or not key:
             raise UserError(f"--env {v!r}: write NAME=VALUE")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UserError(f"--env {v!r}: {key!r} is not a variable name (letters, digits, '_')")
+        if "\0" in val:
+            raise UserError(f"--env {key}: the value contains a NUL byte")
         out[key] = val
     return out
 
@@ -137,6 +147,8 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
     m = matrix_mod.load(Path(matrix_path))
     cell, image = find_cell(m, sel, target)
     layer_list = parse_layers(layers)
+    if strategy is not None:
+        parse_strategies(strategy, ())  # the names now; the cell's own list once the image named the cell
     extra_env = parse_env(env)
     try:
         extra_args = tuple(shlex.split(engine_args))
@@ -144,8 +156,9 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         raise UserError(f"--engine-args: {exc}") from None
     if port is not None and not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
-    if boot_timeout <= 0:
-        raise UserError(f"--boot-timeout: must be positive, got {boot_timeout:g}")
+    if not 0 < boot_timeout <= 86400:  # NaN fails too
+        raise UserError(f"--boot-timeout: must be a number of seconds from 0 to 86400, got {boot_timeout:g}")
+    files.writable_dir(Path(report_dir), "--report-dir")  # before any container: not after a 900 s L3
     if launcher == "auto":
         launcher = "docker"
     if launcher == "process" and image is not None:

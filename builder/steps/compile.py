@@ -57,6 +57,9 @@ class CompileStep:
                 ctx.reused[pkg.name] = hit
                 return wheels
         where = ctx.cache.discard(hit, hit.problem)
+        if not hit.remote and not where and Path(hit.location).exists():  # not provably builder's: never moved
+            raise CacheCorrupt(f"{hit.location} holds no entry builder may replace ({hit.problem}); builder moves "
+                               "only its own entries: move it away by hand, then build again (nothing was compiled)")
         ctx.note(f"cache entry of {pkg.name}=={pkg.version} (key {wheel.short_key}) is bad: {hit.problem}; "
                  f"{where if hit.remote else 'moved to ' + where if where else 'discarded'}; compiling again")
         return None

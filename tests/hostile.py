@@ -1,0 +1,142 @@
+"""A stand-in for a hostile remote (a test double: no real registry or index misbehaves on purpose), served on
+127.0.0.1 from a thread of the test process. Each mode answers every request the same way:
+
+  500       HTTP 500 with a short body
+  garbage   HTTP 200, random bytes, no registry header
+  hang      reads the request, never answers
+  redirect  HTTP 302 to itself, forever
+  401       HTTP 401 with a Basic challenge, whatever credentials come
+  huge      HTTP 200 and 2 GB of bytes without a Content-Length (streamed from one 1 MiB buffer, not allocated);
+            GET /v2/ answers like a registry, so the cap is met on the manifest or index page that follows
+  huge-declared   the same with `Content-Length: 2147483648`
+  liar      speaks the registry API's upload protocol (GET /v2/, blob uploads 202/201, manifest PUT 201) and keeps
+            nothing: every other GET answers random bytes with HTTP 200
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import socketserver
+import threading
+from typing import Iterator
+
+HUGE = 2 << 30
+_BLOCK = b"x" * (1 << 20)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    mode = "500"
+    stop: threading.Event
+    sent: list[int]
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _huge(self, declared: bool) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        if declared:
+            self.send_header("Content-Length", str(HUGE))
+        self.end_headers()
+        sent = 0
+        try:
+            while sent < HUGE and not self.stop.is_set():
+                self.wfile.write(_BLOCK)
+                sent += len(_BLOCK)
+        except OSError:  # the client stopped reading: what a cap does
+            pass
+        self.sent.append(sent)
+
+    def _liar(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if self.command == "HEAD":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.command == "POST":
+            self.send_response(202)
+            self.send_header("Location", self.path.split("?")[0] + "upload-1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.command in ("PUT", "PATCH"):
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            body = os.urandom(512)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        mode = self.mode
+        if mode in ("liar",) and self.path.rstrip("/") == "/v2":
+            mode = "huge"
+        if mode == "liar":
+            self._liar()
+        elif mode.startswith("huge") and self.path.rstrip("/") == "/v2":
+            self.send_response(200)
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+        elif mode.startswith("huge"):
+            self._huge(declared=mode == "huge-declared")
+        elif mode == "500":
+            self.send_response(500)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"oops\n")
+        elif mode == "garbage":
+            body = os.urandom(4096)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif mode == "hang":
+            self.stop.wait(300)
+        elif mode == "redirect":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif mode == "401":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="nobody gets in"')
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    do_HEAD = do_GET
+    do_POST = do_GET
+    do_PUT = do_GET
+    do_PATCH = do_GET
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@contextlib.contextmanager
+def serve(mode: str) -> Iterator[tuple[str, list[int]]]:
+    """(host:port, bytes sent per huge answer) of a stand-in answering in `mode`, for the block's duration."""
+    stop, sent = threading.Event(), []
+    handler = type("Handler", (_Handler,), {"mode": mode, "stop": stop, "sent": sent})
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", sent
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -1,0 +1,179 @@
+"""Bounded against hostile remotes (builder/net.py): every answer read from a registry, an index or a download
+has a size cap and a timeout from one place, enforced while it streams. The remotes are stand-ins on 127.0.0.1
+(tests/hostile.py, test doubles: no real service misbehaves on demand) answering 500, garbage, nothing (hang),
+a redirect loop, 401 forever, and 2 GB bodies with and without a Content-Length. Every verb that reads a remote
+must end with exit 3 and one message naming the remote, no traceback, within the timeout, and under the 2 GB
+body its peak RSS (measured by the kernel for the child: wait4's ru_maxrss) must stay under 300 MB."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import net
+from builder.errors import UserError
+
+from . import hardening_cases as hc
+from . import hostile
+from .helpers import REPO
+
+RSS_LIMIT_MB = 300
+TIMEOUT_S = 2
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("hostile")
+    hc.make_fixture(tmp)
+    shutil.copy(REPO / "matrix.toml", tmp / "real.toml")  # lock reads vLLM's and SGLang's pages from the index
+    shutil.copy(REPO / "matrix.lock", tmp / "real.lock")
+    return tmp
+
+
+def verbs(tmp: Path, host: str) -> dict[str, list[str]]:
+    m = ["--matrix", str(tmp / "fx" / "matrix.toml")]
+    return {
+        "plan --remote (registry)": ["plan", *m, "--remote", "--cache-remote", f"registry:{host}/w"],
+        "plan --remote (index)": ["plan", *m, "--remote", "--cache-remote", f"index:http://{host}/simple"],
+        "wheels pull (registry)": ["wheels", "pull", *m, "--cache-remote", f"registry:{host}/w"],
+        "wheels pull (index)": ["wheels", "pull", *m, "--cache-remote", f"index:http://{host}/simple"],
+        "lock --index": ["lock", "--matrix", str(tmp / "real.toml"), "--index", f"http://{host}/simple"],
+    }
+
+
+def run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[int, str, float, int]:
+    """(exit code, stderr, seconds, peak RSS in MB) of the real CLI in a child process."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "BUILDER_REMOTE_TIMEOUT": str(TIMEOUT_S),
+                                 **(env or {})})
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, err, time.monotonic() - t0, usage.ru_maxrss // 1024
+
+
+MODES = ["500", "garbage", "hang", "redirect", "401", "huge", "huge-declared"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_remote_reading_verb_survives_a_hostile_remote(fx, mode):
+    with hostile.serve(mode) as (host, sent):
+        for name, argv in verbs(fx, host).items():
+            env = {"BUILDER_REGISTRY_USER": "u", "BUILDER_REGISTRY_PASSWORD": "p"} if mode == "401" else {}
+            code, err, took, rss = run(argv, fx, env)
+            lines = [line for line in err.splitlines() if line.startswith("error: ")]
+            assert code == 3, f"{name} against {mode}: exit {code}\n{err[-2000:]}"
+            assert "Traceback" not in err, f"{name} against {mode}:\n{err[-3000:]}"
+            assert len(lines) == 1 and host in lines[0], f"{name} against {mode} does not name {host}:\n{err}"
+            assert took < TIMEOUT_S * 4 + 5, f"{name} against {mode} took {took:.1f}s"
+            assert rss < RSS_LIMIT_MB, f"{name} against {mode}: peak RSS {rss} MB"
+            if mode.startswith("huge"):
+                assert "cap" in lines[0], lines[0]
+                assert sent and sent[-1] < 256 << 20, f"{name} read {sent[-1]} bytes of the 2 GB"
+
+
+def test_doctor_calls_a_garbage_server_no_registry():
+    from builder import doctor
+
+    with hostile.serve("garbage") as (host, _):
+        check = doctor.check_registry(host)
+    assert not check.ok and "not an OCI registry" in check.detail
+    with hostile.serve("huge") as (host, _):  # answers /v2/ like a registry
+        assert doctor.check_registry(host).ok
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "abc", "1e999", ""])
+def test_remote_timeout_must_be_a_finite_positive_number(monkeypatch, value):
+    monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", value)
+    with pytest.raises(UserError, match="BUILDER_REMOTE_TIMEOUT"):
+        net.timeouts()
+
+
+def test_lock_honours_the_remote_timeout(monkeypatch):
+    from builder.pypi import SimpleIndex
+
+    monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", "7")
+    assert SimpleIndex("http://127.0.0.1:1/simple").timeout == 7
+
+
+def test_redaction_of_credentials_in_urls():
+    assert net.redact("GET http://user:s3cret@127.0.0.1:8080/simple failed") == "GET http://***@127.0.0.1:8080/simple failed"
+    assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
+    assert net.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
+    assert net.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
+
+
+def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
+    """Issue: `wheels push` to a server answering 200 to anything said "1 pushed" and recorded an empty digest.
+    Now the artifact is read back after the push; a server that keeps nothing is exit 3 and nothing is recorded."""
+    from builder.cache.local import MANIFEST, Wheelhouse
+
+    from .test_cache import a_wheel
+    from builder.cache import file_records
+
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = a_wheel(tmp_path / "out")
+    key = "e" * 64
+    wh.store("demo", key, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}, "compiled": False})
+    before = (wh.entry_dir("demo", key) / MANIFEST).read_bytes()
+    for mode in ("liar", "garbage"):
+        with hostile.serve(mode) as (host, _):
+            code, err, took, _ = run(["wheels", "push", "--matrix", str(REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"),
+                                      "--wheelhouse", str(wh.root), "--cache-remote", f"registry:{host}/w",
+                                      "--key", f"demo:{key}"], tmp_path)
+        assert code == 3 and "Traceback" not in err, err
+        assert host in err and ("reading it back" if mode == "liar" else "is this an OCI registry") in err, err
+        assert (wh.entry_dir("demo", key) / MANIFEST).read_bytes() == before  # no digest recorded
+
+
+@pytest.mark.parametrize("mode", ["500", "garbage", "hang"])
+def test_publish_checks_the_registry_before_any_work(fx, tmp_path, mode):
+    """Issue: publish with the registry down or answering 500 built and smoked first, then exited 1. Now it is
+    exit 3 before anything is built: no work, log or wheelhouse directory appears."""
+    with hostile.serve(mode) as (host, _):
+        code, err, took, _ = run(["publish", "--matrix", str(fx / "fx" / "matrix.toml"), "--registry", f"{host}/x", "--retries", "0",
+                                  "--work-dir", str(tmp_path / "w"), "--log-dir", str(tmp_path / "l"),
+                                  "--wheelhouse", str(tmp_path / "wh"), "--images-json", str(tmp_path / "images.json")],
+                                 tmp_path)
+    assert code == 3 and "Traceback" not in err and host in err and "nothing was built" in err, err
+    assert mode in ("garbage",) or "does not answer" in err
+    assert not any((tmp_path / d).exists() for d in ("w", "l", "wh", "images.json"))
+
+
+def test_no_secret_reaches_a_message_or_a_file(fx, tmp_path):
+    """Secrets stay secret: passwords carrying a unique marker (the environment's registry and index
+    credentials, a user:password@ written into URLs) against a registry and an index that refuse them, with
+    --debug (every command line logged): the marker is in no output and no file builder wrote."""
+    import uuid
+
+    marker = f"builder-secret-{uuid.uuid4().hex}"
+    env = {"BUILDER_REGISTRY_USER": "ci", "BUILDER_REGISTRY_PASSWORD": marker,
+           "BUILDER_INDEX_USER": "ci", "BUILDER_INDEX_PASSWORD": marker}
+    m = ["--matrix", str(fx / "fx" / "matrix.toml")]
+    seen = []
+    with hostile.serve("401") as (host, _):
+        for argv in (["--debug", "plan", *m, "--remote", "--cache-remote", f"registry:{host}/w"],
+                     ["--debug", "wheels", "pull", *m, "--cache-remote", f"index:http://{host}/simple"],
+                     ["--debug", "publish", *m, "--registry", f"{host}/x", "--retries", "0", "--work-dir", str(tmp_path / "w"),
+                      "--log-dir", str(tmp_path / "l"), "--images-json", str(tmp_path / "i.json")],
+                     ["lock", "--matrix", str(fx / "real.toml"), "--index", f"http://ci:{marker}@{host}/simple"],
+                     ["wheels", "pull", *m, "--cache-remote", f"index:http://ci:{marker}@{host}/simple"],
+                     ["publish", *m, "--registry", f"ci:{marker}@{host}/x"],
+                     ["doctor", "--registry", f"ci:{marker}@{host}"]):
+            proc = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                                  cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
+            out = proc.stdout + proc.stderr
+            seen.append((argv[1] if argv[0] == "--debug" else argv[0], proc.returncode))
+            assert marker not in out, f"{argv}: the secret is in the output:\n{out[-2000:]}"
+            assert argv[0] == "--debug" or "Traceback" not in out, out[-3000:]  # --debug keeps tracebacks
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
+    assert not written, written
+    assert all(code in (2, 3) for _, code in seen), seen
