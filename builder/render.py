@@ -118,6 +118,10 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         "cell": cell,
         "index_url": index_url,
         "build_tools": list(cell.build_tools),
+        "pip_pin": next((t for t in cell.build_tools if re.match(r"pip[=<>~!]", t)), ""),
+        # the first resolve's limit: files uploaded before the engine's release (engine data resolve_as_of)
+        "resolve_as_of": cell.engine_recipe.resolve_as_of,
+        "resolve_as_of_exempt": list(cell.engine_recipe.resolve_as_of_exempt) if cell.engine_recipe.resolve_as_of else [],
         # a wheel taken from the index has no source, build or wheels stage: the runner downloads it
         "packages": [package_context(p, cell.torch) for p in cell.packages if not p.from_index],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],

@@ -8,6 +8,7 @@ A type here is a description, not code that runs: `noun` is how messages spell t
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,6 +86,15 @@ def _sass_name(value: str) -> str:
     return value
 
 
+def _utc_time(value: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", value):
+        raise ValueError(value)
+    datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")  # a real date and time
+    return value
+
+
+UTC_TIME = _grammar(_utc_time, 'a UTC time like "2024-10-17T18:04:43Z"')
+PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 SASS_NAME = _grammar(_sass_name, "a SASS name like sm_90a", "SASS names like sm_90a")
 
 
@@ -222,6 +232,11 @@ RULE = Table(
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
         "source_remove": ListOf(REL_PATH),  # paths of the source tree the build leaves out (why: in the data)
+        # the first resolve of the cell's build and runtime requirements takes only files uploaded before this
+        # moment (UTC, ISO 8601): the engine release's own upload time on the index
+        "resolve_as_of": UTC_TIME,
+        # exact pins the first resolve takes although uploaded later (their era's files are gone from the index)
+        "resolve_as_of_exempt": ListOf(PIN),
         # -- what issue 7 found missing (see builder/data/engines.toml for the evidence per key) --
         # the source takes its version from git through setuptools-scm: the build sets
         # SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> to the pinned version
@@ -282,7 +297,6 @@ def _nvcc_flag(value) -> str:
 CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_jit": RUNTIME_JIT,
                                                   "nvcc_append_flags": ListOf(_grammar(_nvcc_flag, "an nvcc option like -objtemp"))})
 
-PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 
 # serve_jit: one compile an engine does at its first request, what the runtime image needs for it and why

@@ -4,7 +4,10 @@ when one installed distribution requires another with an extra (vLLM 0.33.0: nvi
 the extras from the installed distributions' Requires-Dist. The file it writes is installed by the real pip of this
 environment from wheels written here, in the shape of that closure (--no-index --find-links). The refusal itself
 did not reproduce on these synthetic wheels with pip 23.0.1, 23.2.1, 24.0, 25.0 or 25.3 (each installed both
-files): it was seen with the real vLLM 0.33.0 closure from PyPI, which the slow test of the real cell covers."""
+files), nor with the real packages: nvidia-cudnn-frontend 1.32.0's closure from PyPI (nvidia-cutlass-dsl 4.8.0
+and 4.8.1 with their libs, apache-tvm-ffi, cuda-bindings, ...) hash-locked without the extra, `pip install --dry-run
+--require-hashes` with pip 24.0 and 26.1.2 on Python 3.11 installs it. It was seen with the whole real vLLM 0.33.0
+closure from PyPI in the image (Python 3.12), which the slow test of the real cell covers."""
 
 from __future__ import annotations
 

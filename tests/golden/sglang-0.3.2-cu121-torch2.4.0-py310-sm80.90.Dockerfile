@@ -28,8 +28,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+# the same pins are the constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+ && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -67,12 +69,13 @@ COPY --from=src-sglang /src /src
 WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 RUN --mount=type=secret,id=ca \
     with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
@@ -131,12 +134,13 @@ COPY --from=deps-vllm /opt/deps /opt/deps
 ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
@@ -175,12 +179,13 @@ COPY --from=src-flashinfer /src /src
 WORKDIR /src/python
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -215,14 +220,15 @@ COPY --from=src-flash-attn /src /src
 WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -381,16 +387,19 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both.
+# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
+# exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
       with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
-      && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
-      && rm /tmp/constraints.txt; \
+      && with-ca pip install --no-compile --constraint /tmp/constraints.txt --uploaded-prior-to 2024-09-25T06:17:39Z torch==2.4.0 /wheels/*.whl "$(echo /wheels/sglang-[0-9]*.whl)[srt]" \
+      && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
@@ -426,27 +435,27 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="e75aa6e9c6870a7c80b3b66d3459119572a0696415985a302e652283901ba786"
+LABEL io.builder.package.sglang.cache-key="16948923bd4e3495aa12a32fe235bf7d1b1bf5ea97bb4ff29e8c480dc7403cf2"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="d776aeed30e21e2e957498cf31967ae95971fedf35c820c5078b66bd525a8333"
+LABEL io.builder.package.vllm.cache-key="cf636a12c9b1c44ca207bf8b151466601ff3ff8a2f41d0d74d28fcf93f887115"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="b16159d7d3d581f868caf0dd7b1296b8faebaf94dfc9bbd60aa5fc5d866f908a"
+LABEL io.builder.package.flashinfer.cache-key="ea1466b97dfa882b7cfd09a79494737f0dea4014367bd034599731ff0e8c58e1"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="94fd7a68e71667eb0be0fe2e80f2bd9946090a47b762259c94465587f99ce2ac"
+LABEL io.builder.package.flash-attn.cache-key="1fa8009e7dc359c938a53e05117419da8040f7a82cd21fdfdd02b7c951a74012"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -28,8 +28,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+# the same pins are the constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+ && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -76,12 +78,13 @@ RUN --mount=type=secret,id=ca \
  && with-ca sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal --default-toolchain 1.95 \
  && rm /tmp/rustup-init.sh
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 RUN --mount=type=secret,id=ca \
     with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
@@ -133,12 +136,13 @@ WORKDIR /src/sgl-kernel
 COPY --from=deps-sglang-kernel /opt/deps /opt/deps
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # --arch per binary: its CMakeLists hard-codes the gencode lists, so every nvcc call runs through builder's gencode
 # filter (CMAKE_CUDA_COMPILER_LAUNCHER; builder/gencode_filter.py, written here as it is): per CMake target it keeps
@@ -339,14 +343,15 @@ RUN grep -qF -- '-std=c++17' setup.py \
 RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -507,16 +512,19 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both.
+# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
+# exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
       with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
-      && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
-      && rm /tmp/constraints.txt; \
+      && with-ca pip install --no-compile --constraint /tmp/constraints.txt --uploaded-prior-to 2026-10-30T01:34:56Z torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
+      && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
@@ -561,20 +569,20 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="07a67a6ce796da6594920db2d4b36e8de8b26fbb59ed73afaddfda3fe6db871e"
+LABEL io.builder.package.sglang.cache-key="92dece235918dee50da58db29cc0a07758eb5364d22dbcbb0c2c5408fadfca79"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="f09f85b0da262628e48f529e0bd47d8361470b8c990ecd26631bbc039be9aa86"
+LABEL io.builder.package.sglang-kernel.cache-key="7496e6d3cec023866c4d48bd18415f3cda5eac3fc0542ba982ccfa75a588f199"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="a70979157ae55dc4f999ad912d2d7368753ebc130c28fa70bdc0d06ef08bf270"
+LABEL io.builder.package.flash-attn.cache-key="e03b9105a4fe911061beffc36fee117def4d9225ecb7eab47d0a8518d235f743"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -28,8 +28,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+# the same pins are the constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+ && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -198,14 +200,15 @@ COPY --from=deps-vllm /opt/rust /opt/rust
 ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$PATH CARGO_NET_OFFLINE=true
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/cuda.txt >> /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/rust.txt >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
@@ -247,14 +250,15 @@ RUN grep -qF -- '-std=c++17' setup.py \
 RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -415,16 +419,19 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both.
+# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
+# exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
       with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.14.0' 'vllm==0.33.0' 'flash-attn==2.8.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
-      && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.14.0 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
-      && rm /tmp/constraints.txt; \
+      && with-ca pip install --no-compile --constraint /tmp/constraints.txt --uploaded-prior-to 2026-11-02T10:13:43Z torch==2.14.0 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
+      && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
@@ -474,13 +481,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="df6c09a3e9ee14ad398404ce59a7783ad73221d5a2c8fa8bf8943f7470335614"
+LABEL io.builder.package.vllm.cache-key="2e99934f66fe9a732c66189f0d08d490204f61bcce9d892f3435ce53da84ca70"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="11bb8df0d47acaa0ba9b736b2380f91a181fa54a7e13d4dde92249b390e5da4e"
+LABEL io.builder.package.flash-attn.cache-key="9beba40d6b1f9a62f19a0a72c75e6c16bb2fed7c197b23b3ef587235ce6652dd"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

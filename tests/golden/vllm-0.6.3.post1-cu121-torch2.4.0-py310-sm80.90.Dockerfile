@@ -28,8 +28,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
+# the same pins are the constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==25.1.1 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==8.3.1 tomli==2.2.1 cmake==3.31.6
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+ && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -107,13 +109,14 @@ ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements-build.txt >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
@@ -147,14 +150,15 @@ COPY --from=src-flash-attn /src /src
 WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
-# file the engine data names but the source lacks stops the build here
+# file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
+ && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -313,16 +317,20 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both.
+# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
+# exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
       with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.4.0' 'vllm==0.6.3.post1' 'flash-attn==2.6.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
-      && with-ca pip install --no-compile --constraint /tmp/constraints.txt torch==2.4.0 /wheels/*.whl \
-      && rm /tmp/constraints.txt; \
+      && with-ca pip download --no-deps --dest /tmp/era-exempt pyairports==0.0.1 \
+      && with-ca pip install --no-compile --constraint /tmp/constraints.txt --uploaded-prior-to 2024-10-17T18:04:43Z --find-links /tmp/era-exempt torch==2.4.0 /wheels/*.whl \
+      && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
@@ -356,13 +364,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="3ab18b50fd1ae45984f4b72060c839b48dca553ebbb7a1341bfd70c53aaf697e"
+LABEL io.builder.package.vllm.cache-key="6cb6062af7a176a173374e05f420c017a371cf83aed9b98e3955869a0e512909"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="94fd7a68e71667eb0be0fe2e80f2bd9946090a47b762259c94465587f99ce2ac"
+LABEL io.builder.package.flash-attn.cache-key="1fa8009e7dc359c938a53e05117419da8040f7a82cd21fdfdd02b7c951a74012"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
