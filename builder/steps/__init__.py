@@ -82,6 +82,7 @@ class BuildOptions:
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
     publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
+    compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
 
 
 @dataclass
