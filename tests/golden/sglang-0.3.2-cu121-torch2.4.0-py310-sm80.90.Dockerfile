@@ -45,6 +45,7 @@ RUN printf '%s\n' '#!/bin/sh' \
       'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
       'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
       'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
       'if [ -n "$shim" ]; then' \
       '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
       '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
@@ -105,7 +106,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-ca with-sccache pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.3.2"), "built %s %s, the lock pins sglang 0.3.2" % (n, v)'
@@ -175,7 +176,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.5.5"), "built %s %s, the lock pins vllm 0.5.5" % (n, v)'
@@ -223,7 +224,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flashinfer") and Version(v.public) == Version("0.1.6"), "built %s %s, the lock pins flashinfer 0.1.6" % (n, v)'
@@ -268,7 +269,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
@@ -347,21 +348,21 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="6106e42ee53f83514919c3d0d787a172853e9387719211b633d678378eb0cee0"
+LABEL io.builder.package.sglang.cache-key="0a3d97693ef9d07d704e42417102c265afb10a656e8c40cd35bafc6469778984"
 LABEL io.builder.package.sglang.binaries="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="aa69b7cf926879559d971ae83a6c1887aaa3a30e518eac2fc5b72c47ef44f04b"
+LABEL io.builder.package.vllm.cache-key="ab14908c10ff5b04aab03758e24b05ef7fa61eb4ed2382615d8630cd71120e67"
 LABEL io.builder.package.vllm.binaries="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="sm_80,sm_90"
-LABEL io.builder.package.flashinfer.cache-key="723850c6d80a1c574894225f1b63ec1ff18a5064866fd25743553bea4ca655fd"
+LABEL io.builder.package.flashinfer.cache-key="709470a9282acb7eb2eabe031e45ddde37058729ffcc854f84f6251d807c42c0"
 LABEL io.builder.package.flashinfer.binaries="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="4b8ee093485ab6a368414a26cfc3e308e7c684e22465cb18fe1335bebc17fc47"
+LABEL io.builder.package.flash-attn.cache-key="a6f8020c0cc8c3f9b55e3613b597ceecf00416a3de09ce89c1c732e1ddc4c8fc"
 LABEL io.builder.package.flash-attn.binaries="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

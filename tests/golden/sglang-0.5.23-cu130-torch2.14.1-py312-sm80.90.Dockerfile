@@ -45,6 +45,7 @@ RUN printf '%s\n' '#!/bin/sh' \
       'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
       'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
       'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
       'if [ -n "$shim" ]; then' \
       '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
       '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
@@ -114,7 +115,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-ca with-sccache pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.5.23"), "built %s %s, the lock pins sglang 0.5.23" % (n, v)'
@@ -335,7 +336,7 @@ ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-fi
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" with-sccache pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
       -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=sccache -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=sccache -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="/usr/local/bin/builder-gencode-filter;sccache" \
  && ls -l /wheels \
@@ -387,7 +388,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
@@ -483,17 +484,17 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.sass=""
-LABEL io.builder.package.sglang.cache-key="5f9bbee4e2a0488efacc74253821cb5efce3cb2f656201ac1be7b36fff731c62"
+LABEL io.builder.package.sglang.cache-key="dc3ebd6183c7f5d1cef7ed2dc16229a781b13537d84e65d13f636cf2a6dac20f"
 LABEL io.builder.package.sglang.binaries="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="sm_80,sm_90,sm_90a"
-LABEL io.builder.package.sglang-kernel.cache-key="a258654cf07d7bf552077772aa074160a12e8f15f29d267f5c52d106b8154e5d"
+LABEL io.builder.package.sglang-kernel.cache-key="7310b30209f3c037d4538af6e6b5db68663d18585e55fe2a5bc94e2916dbc975"
 LABEL io.builder.package.sglang-kernel.binaries="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.sglang-kernel.sass-per-binary="sgl_kernel/flash_ops=sm_80,sm_90a sgl_kernel/flashmla_ops=sm_90a sgl_kernel/infllm_ops=sm_80,sm_90 sgl_kernel/sm90/common_ops=sm_90,sm_90a sgl_kernel/sm100/common_ops=sm_80 sgl_kernel/spatial_ops=sm_80,sm_90,sm_90a"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="c290e7bc72fbda7f4043ebb91af5f751a2b5dfa329fc014eb579d0ec9146728c"
+LABEL io.builder.package.flash-attn.cache-key="5d0d24cf710b618c136cacdeb4a3119193a23960b9980404e0fc5a4d3a4b9e6f"
 LABEL io.builder.package.flash-attn.binaries="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -45,6 +45,7 @@ RUN printf '%s\n' '#!/bin/sh' \
       'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
       'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
       'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
       'if [ -n "$shim" ]; then' \
       '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
       '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
@@ -241,7 +242,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.33.0"), "built %s %s, the lock pins vllm 0.33.0" % (n, v)'
@@ -292,7 +293,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
@@ -390,11 +391,11 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="bdabb5ca647c0c8ae2fb71cd525b182634f4c781b04f9e8eb6d75aaa956879a7"
+LABEL io.builder.package.vllm.cache-key="12d57315ba1073156d8c546bd5a485a182c378c106881139e97266df80f0f6d1"
 LABEL io.builder.package.vllm.binaries="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="994b91b3acd327d66d3a0242f64964d5e78fce9d51a1a47e4e2a425c8d03f069"
+LABEL io.builder.package.flash-attn.cache-key="e92b9e247b30c9b195ec5f948a582244ad84588461f1526117a1ab5a351ff50a"
 LABEL io.builder.package.flash-attn.binaries="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

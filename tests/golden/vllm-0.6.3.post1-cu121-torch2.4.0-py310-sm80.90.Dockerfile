@@ -45,6 +45,7 @@ RUN printf '%s\n' '#!/bin/sh' \
       'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
       'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
       'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
       'if [ -n "$shim" ]; then' \
       '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
       '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
@@ -149,7 +150,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.6.3.post1"), "built %s %s, the lock pins vllm 0.6.3.post1" % (n, v)'
@@ -194,7 +195,7 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
 
-RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 \
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
@@ -271,11 +272,11 @@ LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.vllm.version="0.6.3.post1"
 LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143"
 LABEL io.builder.package.vllm.sass="sm_80,sm_90"
-LABEL io.builder.package.vllm.cache-key="2470a02a0f386ebe81829081d07b37ffa1a17a0ed5397664269e16762b2394fa"
+LABEL io.builder.package.vllm.cache-key="e52b3fa6ae853eceac67b7cd0d4799667978b4e27d13733b118488ce4eda32d8"
 LABEL io.builder.package.vllm.binaries="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="sm_80,sm_90"
-LABEL io.builder.package.flash-attn.cache-key="4b8ee093485ab6a368414a26cfc3e308e7c684e22465cb18fe1335bebc17fc47"
+LABEL io.builder.package.flash-attn.cache-key="a6f8020c0cc8c3f9b55e3613b597ceecf00416a3de09ce89c1c732e1ddc4c8fc"
 LABEL io.builder.package.flash-attn.binaries="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
