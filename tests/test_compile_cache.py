@@ -150,3 +150,30 @@ def test_dry_run_hands_the_backend_over_as_a_secret_and_allows_the_host_network(
     assert shared.returncode == 0, shared.stderr
     (wheel,) = [line for line in shared.stdout.splitlines() if "--target wheels-cuda-ext" in line]
     assert "--secret id=sccache,src=" in wheel and "--allow network.host" in wheel
+
+
+def test_plan_estimates_count_the_object_cache(tmp_path):
+    """An earlier compile that hit is brought back to its cold time; a compile with the same inputs but one more
+    arch is expected to hit the shared archs' steps (the estimate says so, as the prediction it is)."""
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+    from builder.estimate import estimate
+
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = tmp_path / "demo-1.0-py3-none-any.whl"
+    whl.write_bytes(b"x")
+    inputs = {"format": 1, "package": "vllm", "source": "sdist:abc", "torch": "2.14.0", "built_archs": [80, 90],
+              "knobs": [["TORCH_CUDA_ARCH_LIST", "8.0;9.0"]]}
+    wh.store("vllm", "a" * 64, [whl], {
+        "version": "0.33.0", "files": file_records([whl]), "audit": {"ok": True}, "built_by": {"at": "2026-11-20"},
+        "key_inputs": inputs,
+        "compile": {"seconds": 100.0, "objects": 10, "threads": 2, "archs": 2, "cores": 2,
+                    "sccache": {"hits": 30, "misses": 10, "compiler_seconds": 40.0}}})
+    # warm earlier compile: 100 s + 30 hits x 4 s per miss = 220 s cold; same threads and archs, other sources
+    other = {**inputs, "source": "sdist:def"}
+    e = estimate(wh, "vllm", "0.33.0", 2, 2, (80, 90), other)
+    assert e.seconds == pytest.approx(220) and "(3m40s cold: 30 object cache hits)" in e.why
+    # same inputs but for the archs, one more arch: sm_80 and sm_90 expected to hit, sm_100's third counted
+    plus = {**inputs, "built_archs": [80, 90, 100], "knobs": [["TORCH_CUDA_ARCH_LIST", "8.0;9.0;10.0"]]}
+    e = estimate(wh, "vllm", "0.33.0", 3, 2, (80, 90, 100), plus)
+    assert e.seconds == pytest.approx(220 * 3 / 2 / 3) and "expects object cache hits for sm_80, sm_90" in e.why
