@@ -177,3 +177,36 @@ def test_plan_estimates_count_the_object_cache(tmp_path):
     plus = {**inputs, "built_archs": [80, 90, 100], "knobs": [["TORCH_CUDA_ARCH_LIST", "8.0;9.0;10.0"]]}
     e = estimate(wh, "vllm", "0.33.0", 3, 2, (80, 90, 100), plus)
     assert e.seconds == pytest.approx(220 * 3 / 2 / 3) and "expects object cache hits for sm_80, sm_90" in e.why
+
+
+def test_under_sccache_nvcc_objects_are_reproducible_without_objtemp_and_lost_with_it(nvcc, tmp_path):
+    """Why with-sccache takes -objtemp out of NVCC_APPEND_FLAGS: with it, sccache 0.16's split of nvcc exits 0
+    and leaves no object; without it, two cold compiles (fresh caches) give identical objects, which is what
+    -objtemp is there for when nvcc runs alone (tests/test_repro.py)."""
+    import hashlib
+    import os
+    import shutil
+
+    sccache = shutil.which("sccache") or str(Path(sys.executable).parent / "sccache")
+    src = FIXTURE / "pkg" / "csrc" / "saxpy.cu"
+
+    def cold_compile(name: str, flags: str | None) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        env = {k: v for k, v in os.environ.items() if k != "NVCC_APPEND_FLAGS"}
+        env.update(SCCACHE_DIR=str(d / "cache"), SCCACHE_SERVER_UDS=str(d / "s.sock"), SCCACHE_IDLE_TIMEOUT="0")
+        if flags:
+            env["NVCC_APPEND_FLAGS"] = flags
+        subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+        try:
+            (d / "obj").mkdir()
+            subprocess.run([sccache, str(nvcc), "-O2", "-c", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                            "-gencode", "arch=compute_90,code=sm_90", "-o", str(d / "obj" / "saxpy.o"), str(src)],
+                           cwd=d, env=env, check=True, capture_output=True)
+        finally:
+            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+        return d / "obj" / "saxpy.o"
+
+    a, b = cold_compile("a", None), cold_compile("b", None)
+    assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+    assert not cold_compile("objtemp", "-objtemp").exists()  # exit 0, no object: why with-sccache drops it
