@@ -8,8 +8,10 @@ real templates, the local bases and nvcc 13.0, in one run:
               per-source steps, whose command line changed) miss
   edit 1 .cu  back to 80,90 with one source edited: only that source's steps miss
 
-Every build starts from an empty wheelhouse (the wheel cache would otherwise skip the compile) and BuildKit's
---no-cache; the local object cache is a cache mount of this run only (BUILDER_SCCACHE_NAMESPACE). "compile RUN
+Every build starts from an empty wheelhouse (the wheel cache would otherwise skip the compile); each change
+reaches the compile RUN, so BuildKit's layer cache does not skip it (no --no-cache: BuildKit then also hands
+the RUN empty cache mounts, the object cache included). The local object cache is a cache mount of this run
+only (BUILDER_SCCACHE_NAMESPACE). "compile RUN
 wall" is BuildKit's own time for the RUN that compiles (its DONE line); "compilers" is sccache's sum of
 compiler seconds (misses only).
 
@@ -110,7 +112,9 @@ def make_fixture(root: Path, sources: int, instances: int) -> Path:
     (pkg / "setup.py").write_text(SETUP)
     engines = (FIXTURE / "engines.toml").read_text().split("\n# The same package described")[0]
     (root / "engines.toml").write_text(engines)
-    (root / "matrix.toml").write_text((FIXTURE / "matrix.toml").read_text())
+    # images under a name of this run only (the fixture's own tag belongs to the tests)
+    (root / "matrix.toml").write_text((FIXTURE / "matrix.toml").read_text()
+                                      .replace("127.0.0.1:5000/builder-test", f"127.0.0.1:5000/bench-cc-{tag}"))
     return root / "matrix.toml"
 
 
@@ -129,7 +133,7 @@ def compile_run_wall(log: str) -> float | None:
 def build(root: Path, name: str, archs: str, namespace: str) -> dict:
     argv = [sys.executable, "-m", "builder.cli", "build", "--matrix", str(root / "matrix.toml"), "--arch", archs,
             "--ca-bundle", CA, "--wheelhouse", str(root / f"wh-{name}"), "--work-dir", str(root / "work"),
-            "--log-dir", str(root / f"logs-{name}"), "--pins-dir", str(root / "pins"), "--no-smoke", "--no-cache",
+            "--log-dir", str(root / f"logs-{name}"), "--pins-dir", str(root / "pins"), "--no-smoke",
             "--quiet", "--json"]
     t0 = time.perf_counter()
     res = subprocess.run(argv, capture_output=True, text=True, cwd=root,
@@ -173,6 +177,10 @@ def main() -> int:
         edited.write_text(edited.read_text().replace("x * 0.999f", "x * 0.998f"))
         runs.append(build(root, "edit-one", "80,90", namespace))
     finally:
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                                "127.0.0.1:5000/bench-cc-*/*"], capture_output=True, text=True).stdout.split()
+        if names:
+            subprocess.run(["docker", "image", "rm", *names], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 
     cold, key, arch, edit = runs
