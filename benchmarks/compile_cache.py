@@ -85,7 +85,7 @@ setup(cmdclass={"build_py": BuildWithNvcc}, distclass=BinaryDistribution)
 '''
 
 
-def kernel_source(i: int, instances: int, edit: str = "") -> str:
+def kernel_source(i: int, instances: int, edit: str = "", unroll: int = 8) -> str:
     """One translation unit: a templated kernel instantiated `instances` times (compile time grows with it)."""
     inst = "\n".join(f"template __global__ void step{i}<{n}>(float *, const float *, int);" for n in range(1, instances + 1))
     return f"""// source {i}{edit}
@@ -95,20 +95,20 @@ __global__ void step{i}(float *out, const float *in, int n) {{
     if (t >= n) return;
     float x = in[t];
 #pragma unroll
-    for (int k = 0; k < N * 8; ++k) x = x * 0.999f + __sinf(x + {i}.0f + k);
+    for (int k = 0; k < N * {unroll}; ++k) x = x * 0.999f + __sinf(x + {i}.0f + k);
     out[t] = x;
 }}
 {inst}
 """
 
 
-def make_fixture(root: Path, sources: int, instances: int) -> Path:
+def make_fixture(root: Path, sources: int, instances: int, unroll: int = 8) -> Path:
     pkg = root / "pkg"
     shutil.copytree(FIXTURE / "pkg", pkg)
     (pkg / "csrc" / "saxpy.cu").unlink()
     tag = uuid.uuid4().hex[:8]  # sources no object cache has seen before
     for i in range(sources):
-        (pkg / "csrc" / f"k{i:02d}.cu").write_text(kernel_source(i, instances) + f"// run {tag}\n")
+        (pkg / "csrc" / f"k{i:02d}.cu").write_text(kernel_source(i, instances, unroll=unroll) + f"// run {tag}\n")
     (pkg / "setup.py").write_text(SETUP)
     engines = (FIXTURE / "engines.toml").read_text().split("\n# The same package described")[0]
     (root / "engines.toml").write_text(engines)
@@ -167,6 +167,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small kernels (the suite's mode)")
     ap.add_argument("--sources", type=int, default=16)
     ap.add_argument("--instances", type=int, default=None, help="template instantiations per source (weight)")
+    ap.add_argument("--unroll", type=int, default=8, help="unrolled iterations per instantiation step (weight)")
     ap.add_argument("--key-change-only", action="store_true",
                     help="only cold and key change (the wall-time goal), e.g. with heavier kernels")
     ap.add_argument("--json", action="store_true")
@@ -178,7 +179,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-cc-"))
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     try:
-        make_fixture(root, args.sources, instances)
+        make_fixture(root, args.sources, instances, args.unroll)
         runs = [build(root, "cold", "80,90", namespace)]
         # a change of the wheel's key that no compile command sees: an environment variable no compiler reads
         engines = root / "engines.toml"
