@@ -427,6 +427,8 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         smoke=not no_smoke,
         smoke_model=smoke_model,
         display=Display("quiet" if quiet else progress_mode),
+        compile_cache=m.defaults["cache"].get("compile"),
+        compile_dist=m.defaults["cache"].get("dist"),
         **_build_host(m),
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything

@@ -1,7 +1,14 @@
 """Compile-time estimates from earlier builds: every cached wheel's manifest records how long its compile
 took, how many objects it compiled and with what parallelism on which host. An estimate takes the most
 recent earlier build of the same package version and scales it by the compile threads (more threads,
-less time) and by the number of SASS archs (each arch is compiled again)."""
+less time) and by the number of SASS archs (each arch is compiled again).
+
+The object cache (sccache, builder/compile_cache.py) enters twice. An earlier compile that hit part of its
+objects took less than a cold one: its time is brought back to cold (each hit costed at that compile's mean
+compiler time per miss). And when the earlier compile had the same inputs but for the archs (same sources,
+torch, CUDA, flags: its key inputs say so), the steps of the archs both share are expected to hit — nvcc's
+cicc/ptxas steps are per arch — so only the new archs' share is counted. That is a prediction: the object cache
+must still hold them (a local cache mount can be pruned; a shared backend expires entries)."""
 
 from __future__ import annotations
 
@@ -26,8 +33,23 @@ def threads(max_jobs: int, nvcc_threads: int, divides: bool) -> int:
     return max(1, max_jobs if divides else max_jobs * nvcc_threads)
 
 
-def estimate(wheelhouse: Wheelhouse, package: str, version: str, n_archs: int, now_threads: int) -> Estimate | None:
-    """From the most recent earlier compile of package==version in the wheelhouse, or None."""
+# key inputs that follow the arch list (knobs spell it; the gencode filter's config holds it) or do not reach a
+# compile command (the templates' text)
+_ARCH_INPUTS = {"built_archs", "knobs", "gencode_filter", "templates", "format"}
+
+
+def _cold_seconds(c: dict) -> float:
+    """The earlier compile's time as if nothing had hit."""
+    s = c.get("sccache") if isinstance(c.get("sccache"), dict) else None
+    if not s or not s.get("hits") or not s.get("misses"):
+        return float(c["seconds"])
+    return float(c["seconds"]) + s["hits"] * float(s.get("compiler_seconds") or 0) / s["misses"]
+
+
+def estimate(wheelhouse: Wheelhouse, package: str, version: str, n_archs: int, now_threads: int,
+             archs: tuple[int, ...] = (), inputs: dict | None = None) -> Estimate | None:
+    """From the most recent earlier compile of package==version in the wheelhouse, or None. `archs` and
+    `inputs` (this compile's built archs and key inputs) let it count the object cache's expected hits."""
     best = None
     for pkg, key in wheelhouse.entries():
         if pkg != package:
@@ -40,12 +62,23 @@ def estimate(wheelhouse: Wheelhouse, package: str, version: str, n_archs: int, n
             continue
         at = (meta.get("built_by") or {}).get("at", "") if isinstance(meta.get("built_by"), dict) else ""
         if best is None or at > best[0]:
-            best = (at, c)
+            best = (at, c, meta.get("key_inputs") if isinstance(meta.get("key_inputs"), dict) else {})
     if best is None:
         return None
-    c = best[1]
+    _, c, then_inputs = best
     then_archs = max(1, int(c.get("archs", n_archs) or n_archs))
+    cold = _cold_seconds(c)
     scale = (c["threads"] / max(1, now_threads)) * (n_archs / then_archs)
-    why = (f"{package} {version} took {duration(c['seconds'])} with {c['threads']} nvcc threads for {then_archs} "
-           f"arch(s) on {c.get('cores', '?')} cores; scaled to {now_threads} threads, {n_archs} arch(s)")
-    return Estimate(c["seconds"] * scale, int(c.get("objects", 0) * n_archs / then_archs), why)
+    why = (f"{package} {version} took {duration(c['seconds'])}"
+           + (f" ({duration(cold)} cold: {c['sccache']['hits']} object cache hits)" if cold != c["seconds"] else "")
+           + f" with {c['threads']} nvcc threads for {then_archs} arch(s) on {c.get('cores', '?')} cores; scaled to "
+           f"{now_threads} threads, {n_archs} arch(s)")
+    seconds = cold * scale
+    shared = sorted(set(archs) & set(then_inputs.get("built_archs") or ())) if archs and inputs else []
+    same_commands = bool(inputs) and all(inputs.get(k) == then_inputs.get(k)
+                                         for k in set(inputs) | set(then_inputs) if k not in _ARCH_INPUTS)
+    if shared and same_commands:
+        seconds *= 1 - len(shared) / n_archs
+        why += (f"; expects object cache hits for {', '.join(f'sm_{a}' for a in shared)} (compiled before with the "
+                f"same inputs), so counts {n_archs - len(shared)} of {n_archs} arch(s)")
+    return Estimate(seconds, int(c.get("objects", 0) * n_archs / then_archs), why)

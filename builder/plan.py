@@ -133,7 +133,7 @@ class CellPlan:
 
 
 def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: int | None = None,
-                     nvcc_threads: int | None = None) -> Estimate | None:
+                     nvcc_threads: int | None = None, cell: Cell | None = None) -> Estimate | None:
     """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism."""
     if not pkg.compiled_here:
         return None
@@ -142,7 +142,8 @@ def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: in
     except BuilderError:  # a host that cannot run the compile has no estimate either
         return None
     now = threads(par.max_jobs, par.nvcc_threads, pkg.recipe.parallelism == "total-threads")
-    return estimate(history, pkg.name, pkg.version, max(1, len(pkg.built_archs)), now)
+    return estimate(history, pkg.name, pkg.version, max(1, len(pkg.built_archs)), now, tuple(pkg.built_archs),
+                    key_inputs(cell, pkg) if cell is not None else None)
 
 
 def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse | None = None,
@@ -159,7 +160,7 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
             hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
-            guess = compile_estimate(history, pkg, host, max_jobs, nvcc_threads) if history is not None and host is not None else None
+            guess = compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell) if history is not None and host is not None else None
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out

@@ -16,6 +16,7 @@ import jinja2
 from . import deps, gencode_filter, launchline, templates
 from . import labels as labels_mod
 from . import archs as archs_mod
+from .compile_cache import SCCACHE_VERSION
 from .errors import UserError
 from .resolve import Cell, Package
 
@@ -113,7 +114,7 @@ def runtime_requirements(cell: Cell) -> list[str]:
     return out + [f"'{req}'" for req in (cell.runtime_jit["pip"] if cell.runtime_jit else [])]
 
 
-def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
+def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bool = False) -> dict:
     return {
         "cell": cell,
         "index_url": index_url,
@@ -122,6 +123,8 @@ def context(cell: Cell, index_url: str, keys: dict[str, str]) -> dict:
         # the first resolve's limit: files uploaded before the engine's release (engine data resolve_as_of)
         "resolve_as_of": cell.engine_recipe.resolve_as_of,
         "resolve_as_of_exempt": list(cell.engine_recipe.resolve_as_of_exempt) if cell.engine_recipe.resolve_as_of else [],
+        "sccache_version": SCCACHE_VERSION,
+        "compile_shared": compile_shared,
         # a wheel taken from the index has no source, build or wheels stage: the runner downloads it
         "packages": [package_context(p, cell.torch) for p in cell.packages if not p.from_index],
         "constraints": ([f"torch=={cell.torch}"] if cell.torch else []) + [f"{p.name}=={p.version}" for p in cell.packages],
@@ -172,10 +175,11 @@ def _refuse_control_characters(value, cell_id: str, path: str = "context") -> No
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
 
-def render(plan: CellPlan, index_url: str) -> str:
-    """The Dockerfile of one planned cell; its labels carry the cache keys plan computed."""
+def render(plan: CellPlan, index_url: str, compile_shared: bool = False) -> str:
+    """The Dockerfile of one planned cell; its labels carry the cache keys plan computed. compile_shared: a
+    shared compile cache is configured, so the compile RUNs reach it (builder/compile_cache.py)."""
     cell = plan.cell
-    ctx = context(cell, index_url, plan.keys)
+    ctx = context(cell, index_url, plan.keys, compile_shared)
     _refuse_control_characters(ctx, cell.id)
     try:
         text = templates.environment().get_template(templates.ENTRY_TEMPLATE).render(**ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .compile_cache import describe
 from .progress import duration
 from .runner import CellOutcome
 from .steps import Status
@@ -53,7 +54,8 @@ def compile_times(o: CellOutcome) -> str:
         c = r.artifacts.get("compile") if r.step == "compile" else None
         if isinstance(c, dict):
             est = f"est {duration(c['estimate_s'])}" if c.get("estimate_s") is not None else "no estimate"
-            out.append(f"{r.subject} {duration(c['seconds'])} ({est})")
+            cached = describe(c.get("sccache"))
+            out.append(f"{r.subject} {duration(c['seconds'])} ({est}{'; ' + cached if cached else ''})")
     return ", ".join(out)
 
 

@@ -14,6 +14,8 @@ are still compiled, audited and cached, and the next cells run.
 from __future__ import annotations
 
 import io
+import os
+import re
 import shutil
 import ssl
 import time
@@ -90,6 +92,13 @@ def check_options(opts: BuildOptions) -> None:
             raise UserError(f"{name}: must be at most 4096, got {value}")
     if opts.source_date_epoch is not None:
         grammar.check(grammar.source_date_epoch, opts.source_date_epoch, "SOURCE_DATE_EPOCH")
+    if opts.compile_dist is not None and not os.environ.get("BUILDER_SCCACHE_DIST_TOKEN"):
+        raise UserError("[defaults.cache] dist names a scheduler but BUILDER_SCCACHE_DIST_TOKEN is not set "
+                        "(the client token of its client_auth)")
+    namespace = os.environ.get("BUILDER_SCCACHE_NAMESPACE")
+    if namespace is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", namespace):
+        raise UserError(f"BUILDER_SCCACHE_NAMESPACE: {namespace!r} is not a name (letters, digits, '_', '.', '-'; "
+                        "at most 64)")
     for flag, path in (("--work-dir", opts.work_dir), ("--log-dir", opts.log_dir), ("--pins-dir", opts.pins_dir)):
         if path is not None:
             grammar.check(grammar.path_argument, str(path), flag)
@@ -216,7 +225,7 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         (cell_dir / "context").mkdir(parents=True)
-        (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url))
+        (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url, opts.compile_reaches_out))
         opts.log_dir.mkdir(parents=True, exist_ok=True)
         log_file = (opts.log_dir / f"{cell.id}.log").open("w")
     except OSError as exc:

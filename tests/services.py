@@ -27,6 +27,7 @@ from testcontainers.core.container import DockerContainer  # noqa: E402
 SERVICES = Path(__file__).resolve().parent / "fixtures" / "services"
 REGISTRY_IMAGE = "builder-test/registry:local"
 INDEX_IMAGE = "builder-test/pypiserver:local"
+REDIS_IMAGE = "builder-test/redis:local"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
@@ -97,3 +98,40 @@ def index(user: str | None = None, password: str | None = None, overwrite: bool 
         env["INDEX_OVERWRITE"] = "1"
     with started(INDEX_IMAGE, 8080, "/simple/", env) as (host, c):
         yield Service(host, c, user, password)
+
+
+def _redis_ping(host: str, password: str | None) -> bool:
+    import socket
+
+    addr, port = host.rsplit(":", 1)
+    try:
+        with socket.create_connection((addr, int(port)), timeout=2) as s:
+            if password:
+                s.sendall(f"AUTH {password}\r\n".encode())
+                if not s.recv(64).startswith(b"+OK"):
+                    return False
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def redis(password: str | None = None) -> Iterator[Service]:
+    """Debian's redis-server on 127.0.0.1 (a free port), optionally with AUTH: the shared compile cache."""
+    c = DockerContainer(build_image(REDIS_IMAGE, SERVICES / "redis"))
+    if password:
+        c.with_env("REDIS_PASSWORD", password)
+    c.ports["6379/tcp"] = ("127.0.0.1", None)  # loopback only
+    c.start()
+    try:
+        host = f"127.0.0.1:{c.get_exposed_port(6379)}"
+        deadline = time.monotonic() + 60
+        while not _redis_ping(host, password):
+            if time.monotonic() > deadline:
+                logs = b"".join(c.get_logs()).decode(errors="replace")[-2000:]
+                pytest.fail(f"redis did not answer on {host}:\n{logs}", pytrace=False)
+            time.sleep(0.2)
+        yield Service(host, c, None, password)
+    finally:
+        c.stop()

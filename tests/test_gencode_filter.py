@@ -122,4 +122,5 @@ def test_the_rendered_build_stage_writes_the_filter_exactly_and_configures_it(tm
     env_line = next(ln for ln in text.splitlines() if ln.startswith("ENV BUILDER_GENCODE_FILTER="))
     config = json.loads(env_line.split("=", 1)[1][1:-1].replace('\\"', '"'))
     assert config["archs"] == [80, 90] and config["targets"]["common_ops_sm100_build"] == {"all_but": [90]}
-    assert "-Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=/usr/local/bin/builder-gencode-filter" in text
+    # the filter first, then sccache: what sccache caches is the nvcc call the filter made
+    assert '-Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="/usr/local/bin/builder-gencode-filter;sccache"' in text

@@ -180,3 +180,68 @@ def test_a_second_engine_builds_and_the_first_reuses_its_layers_and_wheel(second
                                capture_output=True, text=True).stdout.split()
         if names:
             subprocess.run(["docker", "image", "rm", *names], capture_output=True)
+
+
+def test_a_second_engine_compiles_and_the_first_hits_its_objects_in_the_shared_compile_cache(second_engine, tmp_path):
+    """The shared compile cache is real: Redis (Debian's redis-server, with AUTH) started by testcontainers. The
+    second engine compiles a source no cache has seen (its local object cache is cold: a fresh engine); the first
+    engine then compiles the same package from an empty wheelhouse with a cold local object cache of its own, and
+    every cacheable nvcc step is a hit, served by Redis. The password reaches the RUN only as a BuildKit secret."""
+    from .services import redis
+
+    ns = f"cc-{uuid.uuid4().hex[:8]}"
+    password = f"pw-{uuid.uuid4().hex}"
+    fixture = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, fixture)
+    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:
+        fh.write(f"// {ns}\n")
+    with redis(password) as service:
+        text = (fixture / "matrix.toml").read_text().replace("127.0.0.1:5000/builder-test", f"127.0.0.1:5000/{ns}")
+        (fixture / "matrix.toml").write_text(text + f'\n[defaults.cache]\ncompile = "redis://{service.host}"\n')
+
+        def build(name: str, *extra: str, env=None) -> tuple[dict, str, str]:
+            res = builder("build", "--matrix", "matrix.toml", "--wheelhouse", str(tmp_path / f"wh-{name}"),
+                          "--work-dir", str(tmp_path / f"work-{name}"), "--log-dir", str(tmp_path / f"logs-{name}"),
+                          "--pins-dir", str(tmp_path / f"pins-{name}"), "--ca-bundle", str(HOST_CA), "--no-smoke",
+                          "--quiet", "--json", *extra, cwd=fixture,
+                          env={"BUILDER_COMPILE_CACHE_PASSWORD": password, "BUILDER_SCCACHE_NAMESPACE": f"{ns}-{name}",
+                               **(env or {})})
+            assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+            (cell,) = json.loads(res.stdout)
+            dockerfile = (tmp_path / f"work-{name}" / CELL / "Dockerfile").read_text()
+            return cell, (tmp_path / f"logs-{name}" / f"{CELL}.log").read_text(), dockerfile + res.stdout + res.stderr
+
+        try:
+            far, far_log, far_text = build("far", "--builder", second_engine.context, env=second_engine.env)
+            near, near_log, near_text = build("near")
+            first = {s["step"]: s for s in far["steps"]}["compile"]["artifacts"]
+            second = {s["step"]: s for s in near["steps"]}["compile"]["artifacts"]
+            assert first["reused"] is False and second["reused"] is False  # both engines ran the compile
+            cold, warm = first["compile"]["sccache"], second["compile"]["sccache"]
+            # disk first, Redis second; the local disk level of the first engine is cold (its own namespace), so
+            # its hits can only come from Redis
+            assert cold["location"].startswith("Multi-level") and warm["location"].startswith("Multi-level"), (cold, warm)
+            # one .cu for sm_80 and sm_90: cudafe++, cicc and ptxas per arch, the host compile
+            assert cold["hits"] == 0 and cold["misses"] >= 5, cold
+            assert warm["misses"] == 0 and warm["hits"] == cold["misses"], warm
+            assert warm["hits_by_step"].get("cubin [ptxas]") == 2 and warm["hits_by_step"].get("ptx [cicc]") == 2, warm
+            assert first["compile"]["compile_cache"] == f"redis://{service.host}"
+            assert f"sccache {warm['hits']}/{warm['hits']} hits" in near_log
+            # the same wheel from either machine
+            assert first["wheels"] == second["wheels"]
+            # the seal is relaxed only because a shared backend is configured, and the password is in no file,
+            # no log line, no layer
+            assert "RUN --network=host --mount=type=cache,target=/root/.cache/sccache" in far_text
+            for text in (far_log, near_log, far_text, near_text):
+                assert password not in text
+            history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", near["image"]],
+                                     capture_output=True, text=True, check=True).stdout
+            assert password not in history
+            assert not list((tmp_path / "work-near" / CELL).glob("sccache.secret"))  # removed after the compile
+            keys = service.container.exec(["redis-cli", "-a", password, "--no-auth-warning", "DBSIZE"]).output.decode()
+            assert int(keys.strip()) >= cold["misses"], keys
+        finally:
+            names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                                    f"127.0.0.1:5000/{ns}/*"], capture_output=True, text=True).stdout.split()
+            if names:
+                subprocess.run(["docker", "image", "rm", *names], capture_output=True)

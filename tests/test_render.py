@@ -122,8 +122,9 @@ def test_stage_structure(cell_index):
         assert "ARG MAX_JOBS" in stage and "ARG NVCC_THREADS" in stage and "ARG SOURCE_DATE_EPOCH" in stage
         assert "--no-build-isolation" in stage or "setup.py bdist_wheel" in stage
         assert "--mount=type=cache,target=/root/.cache/pip" in stage
-        if pkg.recipe.compiled:
-            assert "--mount=type=cache,target=/root/.cache/ccache" in stage
+        if pkg.recipe.compiled:  # the object cache: sccache's disk level in a cache mount, its server per compile
+            assert "--mount=type=cache,target=/root/.cache/sccache,id=builder-sccache" in stage
+            assert "with-sccache " in stage
 
 
 def test_sources_are_pinned_by_sha256_or_commit():

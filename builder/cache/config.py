@@ -40,7 +40,7 @@ from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
 _TABLE_KEYS = {"kind", "url", "push", "upload", "insecure"}
-_CACHE_KEYS = {"remotes"}
+_CACHE_KEYS = {"remotes", "compile", "dist"}  # compile: the sccache backend (builder/compile_cache.py)
 # HOST[:PORT]/repo/path, lowercase path components as the distribution spec allows
 _REGISTRY_RE = re.compile(
     r"(?P<host>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -133,7 +133,7 @@ def parse_spec(value, where: str, default_registry: str) -> RemoteSpec:
 
 
 def parse_cache_table(table, where: str, default_registry: str) -> dict:
-    """[defaults.cache] → {"remotes": (RemoteSpec, ...)}."""
+    """[defaults.cache] → {"remotes": (RemoteSpec, ...), "compile": CompileCache | None}."""
     if not isinstance(table, dict):
         raise _fail(where, f"expected a table, got {type(table).__name__}")
     unknown = sorted(set(table) - _CACHE_KEYS)
@@ -148,7 +148,10 @@ def parse_cache_table(table, where: str, default_registry: str) -> dict:
         if s.spelled() in seen:
             raise _fail(f"{where}.remotes[{i}]", f"{s.spelled()} is listed twice")
         seen.add(s.spelled())
-    return {"remotes": specs}
+    from ..compile_cache import parse as parse_compile_cache, parse_dist
+
+    return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile"),
+            "dist": parse_dist(table.get("dist"), f"{where}.dist")}
 
 
 def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...], no_remote: bool,

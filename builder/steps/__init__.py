@@ -82,6 +82,13 @@ class BuildOptions:
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
     publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
+    compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
+    compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
+
+    @property
+    def compile_reaches_out(self) -> bool:
+        """Whether the compile RUN talks to a shared backend or a scheduler (and so has the host's network)."""
+        return self.compile_cache is not None or self.compile_dist is not None
 
 
 @dataclass

