@@ -58,12 +58,7 @@ def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Pat
         raise UserError(f"{image}: no {LABEL_ENGINE} / {LABEL_VERSION} labels: not an image builder made")
     recipe = kn.recipe(engine, version)
     built_for = labels_mod.strategies(labels)
-    why = recipe.strategy_problem(strategy)
-    if why:
-        raise UserError(f"--strategy: {why}")
-    if strategy not in built_for:
-        raise UserError(f"--strategy {strategy}: {image} was built and smoke-tested for "
-                        f"{', '.join(built_for) or 'no strategy'} (label {LABEL_STRATEGIES})")
+    labels_mod.check_strategy(recipe, strategy, built_for, image)
     s = recipe.strategy(strategy)
     model = model.resolve()
     if not model.is_dir():

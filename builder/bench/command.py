@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
+from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from ..engines import STRATEGIES
 from ..errors import EXIT_FAILED, UserError
@@ -46,12 +47,7 @@ def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: st
     wanted = [NONE] if any(n.lower() == NONE for n in names) else []
     rest = ",".join(n for n in names if n.lower() != NONE)
     for s in smoke_strategies(rest, ()) if rest else ():
-        why = recipe.strategy_problem(s)
-        if why:
-            raise UserError(f"--strategy {s}: {why}")
-        if s not in built_for:
-            raise UserError(f"--strategy {s}: {subject} was built and smoke-tested for "
-                            f"{', '.join(built_for) or 'no strategy'}; bench runs only what the image was built for")
+        labels_mod.check_strategy(recipe, s, built_for, subject)
         wanted.append(s)
     if not wanted:
         raise UserError("--strategy: name at least one of none, " + ", ".join(STRATEGIES) + ", or all")
