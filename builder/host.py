@@ -19,11 +19,12 @@ from packaging.version import InvalidVersion, Version
 
 from . import archs as archs_mod
 from . import docker
+from . import labels as labels_mod
 from .errors import UserError
 
 RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"
-LABEL_CUDA = "io.builder.cuda"
-LABEL_ARCHS = "io.builder.archs"
+LABEL_CUDA = labels_mod.CUDA
+LABEL_ARCHS = labels_mod.ARCHS
 PACKAGE_LABEL = re.compile(r"io\.builder\.package\.(?P<name>.+)\.(?P<kind>sass|ptx)$")
 
 

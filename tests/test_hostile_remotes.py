@@ -47,17 +47,28 @@ def verbs(tmp: Path, host: str) -> dict[str, list[str]]:
     }
 
 
+# The CLI is started by a small fresh interpreter that reports its child's peak RSS. Measured straight from this
+# process, ru_maxrss would include this process's own RSS at the fork (Linux carries the pre-exec high-water mark
+# over exec), i.e. pytest's size after hundreds of tests, not the CLI's.
+MEASURE = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-m", "builder.cli", *sys.argv[1:]])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write("\\n__peak_rss_kb__ %d\\n" % usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[int, str, float, int]:
     """(exit code, stderr, seconds, peak RSS in MB) of the real CLI in a child process."""
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "BUILDER_REMOTE_TIMEOUT": str(TIMEOUT_S),
-                                 **(env or {})})
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, time.monotonic() - t0, usage.ru_maxrss // 1024
+    proc = subprocess.run([sys.executable, "-c", MEASURE, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, cwd=cwd, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "BUILDER_REMOTE_TIMEOUT": str(TIMEOUT_S),
+                               **(env or {})})
+    err, _, rss = proc.stderr.rstrip("\n").rpartition("\n__peak_rss_kb__ ")
+    return proc.returncode, err, time.monotonic() - t0, int(rss) // 1024
 
 
 MODES = ["500", "garbage", "hang", "redirect", "401", "huge", "huge-declared"]

@@ -157,12 +157,12 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
             raise UserError(f"{image}: no such local image (build it, or pull it first)") from None
         labels = img.labels or {}
         if cell is None:
-            label = labels.get("io.builder.cell")
+            label = labels_mod.cell(labels)
             if not label:
-                raise UserError(f"{image} carries no io.builder.cell label: it was not built by builder")
+                raise UserError(f"{image} carries no {labels_mod.CELL} label: it was not built by builder")
             cell, _ = find_cell(m, sel, label)
         env_info["digest"] = (img.attrs.get("RepoDigests") or [img.id])[0]
-        built_for = tuple(s for s in labels.get("io.builder.strategies", "").split(",") if s)
+        built_for = tuple(labels_mod.strategies(labels))
         subject = image
     else:
         env_info["digest"] = f"process:{python}"
@@ -181,8 +181,8 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
     if launcher == "docker":
         lch = DockerLauncher(image, gpus=have_gpu, client=dock)
-        env_info.update(engine=labels.get("io.builder.engine"), engine_version=labels.get("io.builder.engine.version"),
-                        cuda=labels.get("io.builder.cuda"))
+        engine, engine_version = labels_mod.engine(labels)
+        env_info.update(engine=engine, engine_version=engine_version, cuda=labels.get(labels_mod.CUDA))
     else:
         lch = ProcessLauncher(python=python, gpus=have_gpu, extra_env=dict(extra_env))
         probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
