@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import requests
 
 from .helpers import REPO
@@ -52,6 +53,9 @@ def _package(tmp: Path) -> Path:
     return tmp / "matrix.toml"
 
 
+# slow: a CMake + nvcc toolchain build of its own (about 90 s on 2 cores); the rendered --network=none on every
+# compile RUN is held by the golden files and tests/test_compile_cache.py in the default suite
+@pytest.mark.slow
 def test_a_build_that_downloads_what_no_stage_fetched_fails_at_compile_naming_it(local_bases, tmp_path, docker_engine):
     assert requests.head(DEP_URL, timeout=30, verify=str(HOST_CA) if HOST_CA.is_file() else True).status_code == 200
     matrix = _package(tmp_path)
