@@ -25,7 +25,6 @@ from .errors import UserError
 RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"
 LABEL_CUDA = labels_mod.CUDA
 LABEL_ARCHS = labels_mod.ARCHS
-PACKAGE_LABEL = re.compile(r"io\.builder\.package\.(?P<name>.+)\.(?P<kind>sass|ptx)$")
 
 
 def rules() -> dict:
@@ -105,15 +104,10 @@ class ImageFacts:
         """package -> its code names ("sm_80", "sm_90a", "compute_90"); None when the labels do not say
         (a wheel taken from the index). Without package labels: the image's io.builder.archs as SASS."""
         out: dict[str, list[str] | None] = {}
-        for key, value in sorted(self.labels.items()):
-            m = PACKAGE_LABEL.match(key)
-            if not m:
-                continue
-            names = out.setdefault(m["name"], [])
-            if value.strip() == "from-index":
-                out[m["name"]] = None
-            elif names is not None:
-                names += [v.strip() for v in value.split(",") if v.strip()]
+        for name in labels_mod.packages(self.labels):
+            codes = [v.strip() for what in ("ptx", "sass")
+                     for v in self.labels.get(labels_mod.package(name, what), "").split(",") if v.strip()]
+            out[name] = None if "from-index" in codes else codes
         out = {k: v for k, v in out.items() if v is None or v}
         if not out and self.labels.get(LABEL_ARCHS):
             out["image"] = [archs_mod.sm(a) for a in archs_mod.parse(self.labels[LABEL_ARCHS], LABEL_ARCHS)]

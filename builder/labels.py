@@ -109,6 +109,13 @@ def strategies(labels: dict[str, str]) -> list[str]:
     return [s for s in labels.get(STRATEGIES, "").split(",") if s]
 
 
+def packages(labels: dict[str, str]) -> list[str]:
+    """The packages the labels describe (io.builder.package.<name>.<what>), sorted."""
+    prefix = "io.builder.package."
+    return sorted({key[len(prefix):].rsplit(".", 1)[0] for key in labels if key.startswith(prefix) and
+                   "." in key[len(prefix):]})
+
+
 def package_facts(labels: dict[str, str], name: str) -> dict:
     """What the image says about one package: version, source, cache key and what its audit found."""
     out = {what: labels.get(package(name, what), "") for what in ("version", "source", "cache-key", "sass", "ptx")}
