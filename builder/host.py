@@ -100,18 +100,39 @@ class ImageFacts:
     def require_cuda(self) -> str | None:
         return self.env.get("NVIDIA_REQUIRE_CUDA") or None
 
-    def device_code(self) -> dict[str, list[str] | None]:
-        """package -> its code names ("sm_80", "sm_90a", "compute_90"); None when the labels do not say
-        (a wheel taken from the index). Without package labels: the image's io.builder.archs as SASS."""
-        out: dict[str, list[str] | None] = {}
+    def device_code(self) -> list[tuple[str, list[str] | None, archs_mod.ArchScope | None]]:
+        """(unit, its code names ("sm_80", "sm_90a", "compute_90"), the arch scope of a binary) to judge. Per
+        package: the code every binary with device code carries (its .sass/.ptx labels), then each binary whose
+        coverage differs (its .binaries label), with the engine data's arch scope of that binary when the data
+        knows the package's version (sglang-kernel's sm100/ copy is not loaded on 9.0). Codes None: a wheel taken
+        from the index whose labels do not say. Without package labels: the image's io.builder.archs as SASS."""
+        out: list[tuple[str, list[str] | None, archs_mod.ArchScope | None]] = []
         for name in labels_mod.packages(self.labels):
-            codes = [v.strip() for what in ("ptx", "sass")
-                     for v in self.labels.get(labels_mod.package(name, what), "").split(",") if v.strip()]
-            out[name] = None if "from-index" in codes else codes
-        out = {k: v for k, v in out.items() if v is None or v}
+            facts = labels_mod.package_facts(self.labels, name)
+            common = facts["ptx"] + facts["sass"]
+            if "from-index" in common:
+                out.append((name, None, None))
+                continue
+            if common:
+                out.append((name, common, None))
+            scopes = _arch_scopes(name, facts["version"]) if facts["binaries"] else ()
+            for path, cov in sorted(facts["binaries"].items()):
+                codes = list(cov.get("ptx", [])) + list(cov.get("sass", []))
+                out.append((f"{name} {path}", codes, archs_mod.scope_for(path, scopes)))
         if not out and self.labels.get(LABEL_ARCHS):
-            out["image"] = [archs_mod.sm(a) for a in archs_mod.parse(self.labels[LABEL_ARCHS], LABEL_ARCHS)]
+            out.append(("image", [archs_mod.sm(a) for a in archs_mod.parse(self.labels[LABEL_ARCHS], LABEL_ARCHS)],
+                        None))
         return out
+
+
+def _arch_scopes(name: str, version: str) -> tuple[archs_mod.ArchScope, ...]:
+    """The engine data's arch_scoped binaries of one package version; none when the data does not know it."""
+    from .engines import load_knowledge
+
+    try:
+        return load_knowledge().recipe(name, version).arch_scoped
+    except UserError:
+        return ()
 
 
 def _env_dict(env) -> dict[str, str]:
@@ -245,9 +266,12 @@ def judge(gpu: Gpu, facts: ImageFacts, data: dict | None = None) -> Verdict:
     compat_ok = not driver_ok and data_center and compat_min is not None and _v(gpu.driver) >= _v(compat_min)
 
     # device code, package by package
-    for pkg, codes in facts.device_code().items():
+    for pkg, codes, scope in facts.device_code():
         if codes is None:
             details.append(f"{pkg}: from the index, its device code is not in the labels (the audit log has it): not judged")
+            continue
+        if scope is not None and not scope.covers(gpu.compute_cap):
+            details.append(f"{pkg}: not loaded on {cc} ({scope.why}): not judged")
             continue
         parsed = [(c, _code(c)) for c in codes]
         sass = [c for c, p in parsed if p and p[0] == "sass" and archs_mod.runs_on("sass", p[1], p[2], gpu.compute_cap)]

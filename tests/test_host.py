@@ -181,3 +181,44 @@ def test_an_image_is_judged_from_the_local_daemon_and_from_its_registry_without_
     assert verdicts["NVIDIA H200"]["verdict"] == host.REFUSED and "sm_80" in verdicts["NVIDIA H200"]["rule"]
     assert host.image_facts(tag).source == "registry (not pulled)"
     assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0
+
+
+def _audited(package: str, version: str, binaries: dict[str, list[tuple[int, str]]]) -> dict[str, str]:
+    """The labels of one package as the image step writes them: labels.audit_values of an audit whose binaries
+    carry these SASS entries (path -> [(arch, variant)])."""
+    from builder import labels
+    from builder.audit import AuditReport, BinaryReport, FatbinEntry
+
+    report = AuditReport("wheel", (80, 90), [
+        BinaryReport(path, tuple(FatbinEntry("sass", a, v, False) for a, v in sass), ()) for path, sass in binaries.items()])
+    values = labels.audit_values(package, report)
+    return {labels.package(package, "version"): version,
+            **{labels.package(package, what): values[labels.audit_arg(package, what)] for what in labels.AUDITED}}
+
+
+def test_a_package_whose_binaries_differ_is_judged_binary_by_binary_with_the_data_arch_scopes():
+    # sglang-kernel 0.4.10 built for 80,90: no SASS common to every binary, so the package labels say nothing and
+    # only .binaries does; its sm90/ copy loads on 9.0 only, the sm100/ copy everywhere else (engine data)
+    kernel = {"sgl_kernel/sm90/common_ops.abi3.so": [(90, "a")], "sgl_kernel/sm100/common_ops.abi3.so": [(80, "")],
+              "sgl_kernel/flash_ops.abi3.so": [(80, ""), (90, "a")], "sgl_kernel/spatial_ops.abi3.so": [(80, ""), (90, "")]}
+    labels = _audited("sglang-kernel", "0.4.10", kernel)
+    assert labels["io.builder.package.sglang-kernel.sass"] == ""  # what a package-level reading would judge by
+    img = _image(labels)
+    for gpu in ("h200-580", "a100-570", "l40s-580"):
+        v = host.judge(GPUS[gpu], img)
+        assert v.verdict == R, (gpu, v)
+    assert any("sm100/common_ops.abi3.so: not loaded on 9.0" in d for d in host.judge(GPUS["h200-580"], img).details)
+    assert any("sm90/common_ops.abi3.so: not loaded on 8.0" in d for d in host.judge(GPUS["a100-570"], img).details)
+    # built for 90 only: the copy every other GPU loads has no code, and spatial_ops has sm_90 only
+    only90 = _audited("sglang-kernel", "0.4.10", {"sgl_kernel/sm90/common_ops.abi3.so": [(90, "a")],
+                                                  "sgl_kernel/spatial_ops.abi3.so": [(90, "")],
+                                                  "sgl_kernel/flash_ops.abi3.so": [(90, "a")]})
+    v = host.judge(GPUS["a100-570"], _image(only90))
+    assert v.verdict == X and "no kernel image is available" in v.rule and "compute capability 8.0 (sm_90" in v.rule
+    # an unscoped binary that lacks the GPU's code refuses the image even when the others have it
+    broken = _audited("sglang-kernel", "0.4.10", {**kernel, "sgl_kernel/spatial_ops.abi3.so": [(90, "")]})
+    v = host.judge(GPUS["a100-570"], _image(broken))
+    assert v.verdict == X and "sglang-kernel sgl_kernel/spatial_ops.abi3.so has no device code for compute capability 8.0" in v.rule
+    # a package the engine data does not know is judged binary by binary without scopes
+    v = host.judge(GPUS["h200-580"], _image(_audited("unknown-kernels", "1.0", kernel)))
+    assert v.verdict == X and "sm100/common_ops" in v.rule
