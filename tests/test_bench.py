@@ -102,6 +102,8 @@ def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and
                          {"sglang:spec_verify_calls_total": 66, "sglang:spec_accept_length": 1.7},
                          {"internal_states": [{"avg_spec_accept_length": 1.69}]})
     assert f == {"spec_drafts": 63, "spec_acceptance_length": 1.7, "spec_acceptance_length_server_info": 1.69}
+    # without speculation SGLang 0.5.17 reports the gauge as 0 and no verify calls (H200, bench of 2026-12-01)
+    assert run.spec_figures(sgl, {}, {"sglang:spec_accept_length": 0.0}, None) == {}
     agree = {"spec_draft_tokens": 200, "spec_accepted": 50,
              "client_spec_decode": {"spec_decode_draft_tokens": 200, "spec_decode_accepted_tokens": 50}}
     assert run.cross_check(agree) == "agrees"

@@ -133,7 +133,9 @@ def spec_figures(smoke: dict, before: dict, after: dict, server_info: dict | Non
         out["spec_acceptance_rate"] = round((accepted or 0) / tokens, 4)
     if drafts and accepted is not None:
         out["spec_acceptance_length"] = round(1 + accepted / drafts, 4)
-    if names.get("accept_length") and names["accept_length"] in after:
+    # SGLang's gauge reads 0 on a server that never speculated (the H200 run without speculation): an acceptance
+    # length is at least 1 (the verified token), so 0 is no figure
+    if names.get("accept_length") and after.get(names["accept_length"], 0.0) >= 1.0:
         out["spec_acceptance_length"] = round(after[names["accept_length"]], 4)
     if server_info:
         value = layers._find(server_info, "avg_spec_accept_length")
