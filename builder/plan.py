@@ -67,6 +67,16 @@ def cache_key(cell: Cell, pkg: Package) -> str:
     return key_of(key_inputs(cell, pkg))
 
 
+def route_keys(cell: Cell, pkg: Package) -> dict[str, str]:
+    """A `source = "auto"` package's cache key on each route: the published file's, and the compile's."""
+    import dataclasses
+
+    r = pkg.route
+    out = {"index": cache_key(cell, dataclasses.replace(pkg, source=r.index))} if r.index is not None else {}
+    out["build"] = cache_key(cell, dataclasses.replace(pkg, source=r.build))
+    return out
+
+
 @dataclass(frozen=True)
 class WheelStep:
     package: Package
@@ -110,11 +120,11 @@ class CellPlan:
             "base_devel": c.base_devel,
             "base_runtime": c.base_runtime,
             "strategies": list(c.strategies),
-            "packages": [self._package_json(w) for w in self.wheels],
+            "packages": [self._package_json(c, w) for w in self.wheels],
         }
 
     @staticmethod
-    def _package_json(w: WheelStep) -> dict:
+    def _package_json(cell: Cell, w: WheelStep) -> dict:
         unpinned = w.package.unpinned()
         return {
             "name": w.package.name,
@@ -129,6 +139,7 @@ class CellPlan:
             "estimate": w.estimate.to_json() if w.estimate else None,
             "cached_in": w.hit.store if w.reuse else None,
             "cache_problem": w.hit.problem if w.hit and not w.reuse else None,
+            "route": {**w.package.route.to_json(), "keys": route_keys(cell, w.package)} if w.package.route else None,
         }
 
 
@@ -198,6 +209,10 @@ def format_plan(plans: list[CellPlan]) -> str:
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"
             )
+            if pkg.route is not None:
+                keys = route_keys(c, pkg)
+                lines.append(f"         source auto → {pkg.route.summary}")
+                lines.append("         keys   " + "  ".join(f"{k} {v[:16]}" for k, v in keys.items()))
             if pkg.recipe.compiled and not pkg.from_index:
                 lines.append(f"         holds {pkg.recipe.describe_binaries(c.torch, c.cuda, c.python)}")
                 lines += [f"         {line}" for line in binary_lines(pkg)]

@@ -106,6 +106,8 @@ class CellContext:
     records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
     compiles: dict[str, dict] = field(default_factory=dict)  # package → its compile's time, objects, parallelism
     audits: dict[str, AuditReport] = field(default_factory=dict)
+    # package → the published wheel its `source = "auto"` decision downloaded and audited (builder/steps/route.py)
+    prefetched: dict[str, Path] = field(default_factory=dict)
     # the image the image step built, under a name of this run only (<tag>-run-<random>) that no other build of
     # the cell retags: what smoke runs and publish checks ("" until the image step ran); dropped at the cell's end
     image_ref: str = ""
