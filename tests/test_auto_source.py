@@ -237,3 +237,67 @@ def test_the_recorded_device_code_of_the_real_vllm_wheel_is_what_its_audit_finds
     for archs in ([80, 90, 120], [80, 90, 121]):
         (fail,) = audit.audit(wheel, archs, scopes).failures
         assert fail.path.endswith("vllm/_qutlass_C.abi3.so")
+
+
+# -- build's decision on real files: the fixture's kernel library compiled by the real nvcc, no Docker ------------
+def fixture_cell(tmp, wheel_path):
+    import hashlib
+
+    from .test_auto_source_build import matrix as fixture_matrix
+
+    path = fixture_matrix(tmp)
+    lock = {"format": 1, "packages": {"cuda-ext==1.0.0": {"wheels": [
+        {"filename": wheel_path.name, "url": f"http://127.0.0.1:9/packages/{wheel_path.name}",
+         "sha256": hashlib.sha256(wheel_path.read_bytes()).hexdigest(), "torch": "", "requires_python": ""}]}}}
+    (tmp / "matrix.lock").write_text(tomli_w.dumps(lock))
+    (cell,) = resolve.select(load(path), Selection())
+    return cell, cell.packages[0]
+
+
+@pytest.fixture(scope="module")
+def variants(nvcc, tmp_path_factory):
+    from .test_auto_source_build import saxpy_so, wheel
+
+    tmp = tmp_path_factory.mktemp("variants")
+    lib = saxpy_so(nvcc, tmp / "libsaxpy.so", (80, 90))
+    return {"good": wheel(tmp / "good", lib), "torch": wheel(tmp / "torch", lib, requires=("torch==2.14.0",)),
+            "cuda12": wheel(tmp / "cuda12", lib.replace(b"libcudart.so.13", b"libcudart.so.12")),
+            "nocode": wheel(tmp / "nocode", b"\x7fELF-not-really")}
+
+
+@pytest.mark.parametrize("variant,archs,chosen,reason", [
+    ("good", (80, 90), "index", "the audit of the downloaded wheel passes for sm_80, sm_90: 1 binaries with device code"),
+    ("good", (90, 100), "build", "the audit of the downloaded wheel fails for sm_90, sm_100: libsaxpy.so lacks sm_100"),
+    ("torch", (80, 90), "build", "it pins torch==2.14.0, the cell has no torch"),
+    ("cuda12", (80, 90), "build", "its binaries need libcudart.so.12, the cell has CUDA 13.0.88"),
+    ("nocode", (80, 90), "build", "the audit of the downloaded wheel finds no device code in it"),
+])
+def test_builds_decision_reads_the_downloaded_file(tmp_path, monkeypatch, variants, variant, archs, chosen, reason):
+    """route.decide on real wheels: the audit of the file for the cell's archs, its own METADATA and DT_NEEDED."""
+    import dataclasses
+
+    from builder import route
+
+    cell, pkg = fixture_cell(tmp_path, variants[variant])
+    cell = dataclasses.replace(cell, archs=archs)
+    decided, report = route.decide(pkg, cell, variants[variant])
+    assert decided.chosen == chosen and decided.fact, decided
+    assert reason in decided.reason, decided.reason
+    if chosen == "index":
+        assert "its binaries need libcudart.so.13, the cell's CUDA 13.0.88" in decided.reason
+        assert report.ok
+
+
+def test_a_wheel_for_another_python_is_ruled_out_before_the_download(tmp_path, monkeypatch, variants):
+    import shutil
+
+    from builder import route
+
+    other = variants["good"].with_name("cuda_ext-1.0.0-cp312-cp312-linux_x86_64.whl")
+    shutil.copy(variants["good"], other)
+    cell, pkg = fixture_cell(tmp_path, other)
+    assert pkg.route.chosen == "build" and pkg.route.fact
+    settled, report, wheel = route.settle(pkg, cell, lambda p: pytest.fail("nothing is fetched"),
+                                          lambda line: pytest.fail(line))
+    assert settled.route.reason.startswith("no wheel of cuda-ext 1.0.0 on the index installs on Python 3.11 / bookworm")
+    assert report is None and wheel is None and settled.source.kind == "local"

@@ -50,6 +50,11 @@ def index_image(local_bases):
 
 
 @pytest.fixture(scope="module")
+def registry_image(local_bases):
+    return services.build_image(services.REGISTRY_IMAGE, services.SERVICES / "registry")
+
+
+@pytest.fixture(scope="module")
 def published(nvcc, tmp_path_factory):
     """The fixture's wheel in four variants: as built (sm_80 + sm_90), pinning a torch, linked against CUDA 12's
     runtime (the real library with its DT_NEEDED name libcudart.so.13 changed to .so.12), and for CPython 3.12."""
@@ -165,6 +170,37 @@ def test_auto_takes_the_index_wheel_when_its_audit_and_pins_fit_and_compiles_oth
             assert build_100 == step["artifacts"]["keys"]["build"] != step["artifacts"]["keys"]["index"] == keys["index"]
             assert set(entries(tmp_path)) == {keys["index"], build_100}
 
+    finally:
+        for name in (ref, ref_100):
+            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+
+
+@pytest.mark.slow
+def test_auto_compiles_when_torch_cuda_or_python_differ_and_images_json_records_the_route(
+        index_image, registry_image, published, local_bases, tmp_path, docker_engine, monkeypatch):
+    """Slow (one compile, four runtime images, a publish: ~4 min on 2 cores): each pin that differs makes build
+    compile, with its reason in the output and the labels; a published auto cell's images.json entry says its route."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    matrix(tmp_path)
+    ref = f"127.0.0.1:5000/builder-test/cuda-ext:{CELL.removeprefix('cuda-ext-')}"
+    try:
+        with services.index(overwrite=True) as idx, services.registry() as reg:
+            upload(idx.host, published["good"])
+            lock(tmp_path, idx.host)
+            keys = plan(tmp_path)["route"]["keys"]
+            ca = ["--ca-bundle", str(HOST_CA)] if HOST_CA.is_file() else []
+            res = builder("publish", "--matrix", str(tmp_path / "matrix.toml"), "--registry", f"{reg.host}/team",
+                          "--images-json", str(tmp_path / "images.json"), "--wheelhouse", str(tmp_path / "wheelhouse"),
+                          "--pins-dir", str(tmp_path / "pins"), "--work-dir", str(tmp_path / "work"), "--log-dir",
+                          str(tmp_path / "logs"), "--no-remote", "--quiet", *ca, cwd=tmp_path)
+            assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+            entry = json.loads((tmp_path / "images.json").read_text())["images"]
+            (image,) = entry.values()
+            route = image["wheels"]["cuda-ext"]["route"]
+            assert route["chosen"] == "index" and route["fact"] and route["key"] == keys["index"]
+            assert image["wheels"]["cuda-ext"]["key"] == keys["index"]
+            assert "the audit of the downloaded wheel passes for sm_80, sm_90" in route["reason"]
+
             # 3. a torch pin the cell does not have: ruled out by the file's metadata, no download
             upload(idx.host, published["torch"])
             lock(tmp_path, idx.host)
@@ -206,5 +242,4 @@ def test_auto_takes_the_index_wheel_when_its_audit_and_pins_fit_and_compiles_oth
             assert "cp312-cp312-linux_x86_64.whl" in route_of(res)["reason"]
             assert labels(ref)["io.builder.package.cuda-ext.route"] == "build"
     finally:
-        for name in (ref, ref_100):
-            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True)
