@@ -303,7 +303,7 @@ def matrix_cmd(m, sel):
     cells = resolve.select(m, sel)
     runners = m.defaults["runners"]  # cells that compile CUDA code need large runners; smoke needs a GPU
     include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs)),
-                "runner": runners["compile" if any(p.compiled_here for p in c.packages) else "light"],
+                "runner": runners["compile" if any(p.may_compile for p in c.packages) else "light"],
                 "gpu_runner": runners["gpu"]} for c in cells]
     click.echo(json.dumps({"include": include}))
 

@@ -96,6 +96,13 @@ class Package:
         return self.recipe.compiled and not self.from_index
 
     @property
+    def may_compile(self) -> bool:
+        """Whether a build may compile it: compiled here, or on the auto route with a prediction that left something
+        to build's audit (CI sends such a cell to a compile runner). A prediction from the engine data's record of
+        the very file (by sha256) is what the audit will find."""
+        return self.compiled_here or bool(self.route and not self.route.known and self.recipe.compiled)
+
+    @property
     def knobs(self) -> tuple[tuple[str, str], ...]:
         return () if self.from_index else self.recipe.knob_values(self.archs)
 

@@ -301,3 +301,15 @@ def test_a_wheel_for_another_python_is_ruled_out_before_the_download(tmp_path, m
                                           lambda line: pytest.fail(line))
     assert settled.route.reason.startswith("no wheel of cuda-ext 1.0.0 on the index installs on Python 3.11 / bookworm")
     assert report is None and wheel is None and settled.source.kind == "local"
+
+
+def test_ci_sends_an_auto_cell_to_a_compile_runner_unless_its_route_is_known(tmp_path, monkeypatch):
+    """The engine data's record of the very file (by sha256) is what build's audit finds: a light runner. A file it
+    does not know may still turn into a compile once build audits it: a compile runner."""
+    res = run_cli("matrix", "--matrix", str(matrix(tmp_path, monkeypatch)))
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["include"][0]["runner"] == ["ubuntu-latest"]
+    w = {"filename": VLLM, "url": "https://files.example/" + VLLM, "sha256": "ef" * 32, "torch": "2.14.0",
+         "requires_python": "<3.15,>=3.11"}
+    res = run_cli("matrix", "--matrix", str(matrix(tmp_path, monkeypatch, wheels=[w])))
+    assert json.loads(res.output)["include"][0]["runner"] == ["self-hosted", "linux", "x64", "builder-compile"]
