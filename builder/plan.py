@@ -144,8 +144,9 @@ class CellPlan:
 
 
 def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: int | None = None,
-                     nvcc_threads: int | None = None, cell: Cell | None = None) -> Estimate | None:
-    """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism."""
+                     nvcc_threads: int | None = None, cell: Cell | None = None, dist_cores: int = 0) -> Estimate | None:
+    """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism (and
+    the sccache-dist build servers' cores, when the compile spreads over them)."""
     if not pkg.compiled_here:
         return None
     try:
@@ -154,14 +155,15 @@ def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: in
         return None
     now = threads(par.max_jobs, par.nvcc_threads, pkg.recipe.parallelism == "total-threads")
     return estimate(history, pkg.name, pkg.version, max(1, len(pkg.built_archs)), now, tuple(pkg.built_archs),
-                    key_inputs(cell, pkg) if cell is not None else None)
+                    key_inputs(cell, pkg) if cell is not None else None, dist_cores)
 
 
 def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse | None = None,
-               host: Host | None = None, max_jobs: int | None = None, nvcc_threads: int | None = None) -> list[CellPlan]:
+               host: Host | None = None, max_jobs: int | None = None, nvcc_threads: int | None = None,
+               dist_cores: int = 0) -> list[CellPlan]:
     """Each cell's wheels with their keys; with a cache, whether each is already there (no download); with
     a history (the local wheelhouse), how long each compile should take at the parallelism the build will use
-    (--max-jobs / --nvcc-threads when given, else the host's rule)."""
+    (--max-jobs / --nvcc-threads when given, else the host's rule; plus `dist_cores` of sccache-dist servers)."""
     out = []
     if history is not None and host is None:
         host = Host.detect()
@@ -171,7 +173,8 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
             hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
-            guess = compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell) if history is not None and host is not None else None
+            guess = (compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell, dist_cores)
+                     if history is not None and host is not None else None)
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out

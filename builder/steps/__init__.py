@@ -84,6 +84,7 @@ class BuildOptions:
     publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
     compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
+    compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
 
     @property
     def compile_reaches_out(self) -> bool:

@@ -139,6 +139,7 @@ class CompileStep:
             "sccache": sccache,
             "compile_cache": ctx.opts.compile_cache.url if ctx.opts.compile_cache is not None else "local",
             "compile_dist": ctx.opts.compile_dist,
+            "dist_cores": ctx.opts.compile_dist_cores if ctx.opts.compile_dist else 0,
         }
         if sccache:
             ctx.note(f"{label}: {describe(sccache)}, compilers ran {duration(sccache['compiler_seconds'])}")
