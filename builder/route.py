@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import email.parser
-import hashlib
 import os
 import re
 import shutil
@@ -197,14 +196,6 @@ def download_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "wheels"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fetch_index_wheel(src: Source, note: Callable[[str], None]) -> Path:
     """The pinned published wheel: from the download cache when its bytes still have the pinned sha256, else
     downloaded (streamed and hashed; nothing is kept unless the sha256 is the pinned one)."""
@@ -213,8 +204,10 @@ def fetch_index_wheel(src: Source, note: Callable[[str], None]) -> Path:
     from .cache.config import with_timeouts
     from .download import fetch_pinned
 
+    from .cache import sha256_file
+
     path = download_cache() / src.sha256 / src.filename
-    if path.is_file() and _sha256(path) == src.sha256:
+    if path.is_file() and sha256_file(path) == src.sha256:
         note(f"{src.filename}: in the download cache {path.parent} (sha256 verified)")
         return path
     note(f"download {src.filename} from the index: {src.url} (sha256 {src.sha256[:16]}…)")

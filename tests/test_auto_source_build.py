@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from . import services
-from .helpers import REPO
 from .test_index_source_build import FIXTURE, HOST_CA, builder, saxpy_so, upload
 
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90-auto"
