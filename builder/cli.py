@@ -569,7 +569,8 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
     if older_than is not None and not 0 <= older_than <= 100_000:  # NaN fails both comparisons
         raise UserError(f"--older-than: {older_than:g} is not a number of days from 0 to 100000")
     wh = _wheelhouse(m, wheelhouse_dir)
-    used = {w.key for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels} if unused else None
+    used = ({k for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels
+             for k in w.keys_in_use(p.cell)} if unused else None)
     doomed = [(e.path, why) for e, why in inventory.prunable(wh, used, older_than)]
     if leftovers:
         doomed += [(p, "quarantined or left by an interrupted store") for p in inventory.leftovers(wh)]

@@ -102,6 +102,10 @@ class WheelStep:
     def short_key(self) -> str:
         return self.key[:16]
 
+    def keys_in_use(self, cell: Cell) -> set[str]:
+        """Its key, and for a `source = "auto"` package the key of each route (what build may choose)."""
+        return {self.key, *(route_keys(cell, self.package).values() if self.package.route is not None else ())}
+
 
 @dataclass(frozen=True)
 class CellPlan:

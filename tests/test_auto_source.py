@@ -313,3 +313,23 @@ def test_ci_sends_an_auto_cell_to_a_compile_runner_unless_its_route_is_known(tmp
          "requires_python": "<3.15,>=3.11"}
     res = run_cli("matrix", "--matrix", str(matrix(tmp_path, monkeypatch, wheels=[w])))
     assert json.loads(res.output)["include"][0]["runner"] == ["self-hosted", "linux", "x64", "builder-compile"]
+
+
+def test_prune_unused_keeps_both_routes_of_an_auto_package(tmp_path, monkeypatch):
+    """Either route's wheel is in use: build may take the other one than plan predicts."""
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+
+    path = matrix(tmp_path, monkeypatch)
+    cell, pkg = the_package(path)
+    wh = Wheelhouse(tmp_path / "wheelhouse")
+    whl = tmp_path / VLLM
+    whl.write_bytes(b"x")
+    keys = route_keys(cell, pkg)
+    for key in (*keys.values(), "0" * 64):
+        wh.store("vllm", key, [whl], {"format": 1, "package": "vllm", "key": key, "version": "0.33.0",
+                                     "files": file_records([whl]), "audit": {"ok": True}})
+    res = run_cli("wheels", "prune", "--unused", "--matrix", str(path), "--wheelhouse", str(tmp_path / "wheelhouse"),
+                  "--dry-run")
+    assert res.exit_code == 0, res.output
+    assert "0" * 16 in res.output and keys["index"] not in res.output and keys["build"] not in res.output, res.output
