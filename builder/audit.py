@@ -823,3 +823,87 @@ def format_report(report: AuditReport, *, verbose: bool = False) -> str:
     else:
         lines.append(f"FAILED: {len(report.failures)} of {len(report.binaries)} binaries fail the audit")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- what a published wheel links against
+_SHT_DYNAMIC = 6
+_DT_NEEDED = 1
+_CUDART = re.compile(r"libcudart\.so\.(\d+)$")
+
+
+def _needed(reader: _Reader, what: str) -> list[str]:
+    """The DT_NEEDED names of an ELF shared library (its .dynamic entries, names in .dynstr)."""
+    sections = _elf_sections(reader, what)
+    ident = reader.read_at(0, 6)
+    wide, end = ident[4] == 2, "<" if ident[5] == 1 else ">"
+    dyn = next((s for s in sections if s.type == _SHT_DYNAMIC and s.size), None)
+    strtab = next((s for s in sections if s.name == ".dynstr" and s.size), None)
+    if dyn is None or strtab is None:
+        return []
+    entry = struct.Struct(end + ("qQ" if wide else "iI"))
+    raw = reader.read_exact(dyn.offset, dyn.size, f"{what}: .dynamic")
+    names = reader.read_exact(strtab.offset, strtab.size, f"{what}: .dynstr")
+    out = []
+    for i in range(0, len(raw) - entry.size + 1, entry.size):
+        tag, val = entry.unpack_from(raw, i)
+        if tag == 0:
+            break
+        if tag == _DT_NEEDED and val < len(names):
+            nul = names.find(b"\0", val)
+            out.append(names[val: nul if nul >= 0 else len(names)].decode("latin-1"))
+    return out
+
+
+def wheel_links(wheel: Path) -> dict[str, list[str]]:
+    """Per shared library of a wheel (path inside it), the libraries it needs (DT_NEEDED), read from its ELF."""
+    out: dict[str, list[str]] = {}
+    with zipfile.ZipFile(wheel) as zf, open(wheel, "rb") as raw:
+        for info in sorted(zf.infolist(), key=lambda i: i.filename):
+            if info.is_dir() or not _is_shared_lib(info.filename):
+                continue
+            reader = _zip_member_reader(zf, info, raw)
+            try:
+                out[info.filename] = _needed(reader, f"{wheel.name}!{info.filename}")
+            except (NotElfError, FatbinFormatError):
+                continue
+            finally:
+                if isinstance(reader, _StreamReader):
+                    reader.close()
+    return out
+
+
+def cuda_majors(links: dict[str, list[str]]) -> dict[int, list[str]]:
+    """CUDA runtime major → the binaries that need its libcudart.so.N (a wheel built for CUDA 13 needs .so.13)."""
+    out: dict[int, list[str]] = {}
+    for path, needed in links.items():
+        for name in needed:
+            m = _CUDART.match(name)
+            if m:
+                out.setdefault(int(m.group(1)), []).append(path)
+    return out
+
+
+# --------------------------------------------------------------------------- an audit from recorded entries
+_ENTRY_NAME = re.compile(r"(sm|compute)_(\d+)([af]?)$")
+
+
+def entry_from_name(name: str) -> FatbinEntry:
+    """sm_90a → SASS 90 "a"; compute_80 → PTX 80: the names format_report and the engine data use."""
+    m = _ENTRY_NAME.match(name)
+    if not m:
+        raise ValueError(f"{name!r} is not a SASS or PTX name like sm_90a or compute_80")
+    kind = "sass" if m.group(1) == "sm" else "ptx"
+    return FatbinEntry(kind, int(m.group(2)), m.group(3), False, KIND_ELF if kind == "sass" else KIND_PTX)
+
+
+def audit_recorded(target: str, binaries: dict[str, list[str]], archs: list[int],
+                   scopes: Iterable[archs_mod.ArchScope] = ()) -> AuditReport:
+    """The audit's verdict on device code recorded earlier (path → SASS/PTX names, as an audit of the real file read
+    them): the same coverage rules and arch scopes as `audit`, without the file. What plan predicts with."""
+    scopes = tuple(scopes)
+    wanted = archs_mod.requested(archs)
+    report = AuditReport(target, wanted)
+    for path, names in sorted(binaries.items()):
+        entries = [entry_from_name(n) for n in names]
+        report.binaries.append(_binary_report(f"{target}!{path}", lambda entries=entries: entries, wanted, scopes))
+    return report

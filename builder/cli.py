@@ -255,7 +255,8 @@ def plan(m, sel, wheelhouse_dir, as_json):
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
-    plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir), history=wheelhouse)  # remote look-ups only with --remote
+    plans = plan_mod.plan_cells(cells, _cache(m, wheelhouse_dir), history=wheelhouse,  # remote look-ups only with --remote
+                                dist_cores=m.defaults["cache"].get("dist_cores", 0))
     if as_json:
         click.echo(json.dumps({"cells": [p.to_json() for p in plans], "source_date_epoch": stamp.to_json()}, indent=2))
     else:
@@ -303,7 +304,7 @@ def matrix_cmd(m, sel):
     cells = resolve.select(m, sel)
     runners = m.defaults["runners"]  # cells that compile CUDA code need large runners; smoke needs a GPU
     include = [{"cell": c.id, **c.summary(), "archs": ",".join(map(str, c.archs)),
-                "runner": runners["compile" if any(p.compiled_here for p in c.packages) else "light"],
+                "runner": runners["compile" if any(p.may_compile for p in c.packages) else "light"],
                 "gpu_runner": runners["gpu"]} for c in cells]
     click.echo(json.dumps({"include": include}))
 
@@ -429,6 +430,7 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
         display=Display("quiet" if quiet else progress_mode),
         compile_cache=m.defaults["cache"].get("compile"),
         compile_dist=m.defaults["cache"].get("dist"),
+        compile_dist_cores=m.defaults["cache"].get("dist_cores", 0),
         **_build_host(m),
     )
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
@@ -440,7 +442,8 @@ def build(m, sel, wheelhouse_dir, dry_run, keep_going, max_jobs, nvcc_threads, c
     cells = resolve.pin_git_sources(cells, echo=lambda s: click.echo(s, err=True))
     wheelhouse = _wheelhouse(m, wheelhouse_dir)
     cache = _cache(m, wheelhouse_dir)  # the wheelhouse in front of the remote stores; a remote that is down: exit 3 here
-    plans = plan_mod.plan_cells(cells, cache, history=wheelhouse, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    plans = plan_mod.plan_cells(cells, cache, history=wheelhouse, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+                                dist_cores=m.defaults["cache"].get("dist_cores", 0))
     if dry_run:
         if as_json:  # the same commands, as JSON
             lines: list[str] = []
@@ -566,7 +569,8 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
     if older_than is not None and not 0 <= older_than <= 100_000:  # NaN fails both comparisons
         raise UserError(f"--older-than: {older_than:g} is not a number of days from 0 to 100000")
     wh = _wheelhouse(m, wheelhouse_dir)
-    used = {w.key for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels} if unused else None
+    used = ({k for p in plan_mod.plan_cells(resolve.select(m, sel), None) for w in p.wheels
+             for k in w.keys_in_use(p.cell)} if unused else None)
     doomed = [(e.path, why) for e, why in inventory.prunable(wh, used, older_than)]
     if leftovers:
         doomed += [(p, "quarantined or left by an interrupted store") for p in inventory.leftovers(wh)]

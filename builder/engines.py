@@ -302,6 +302,10 @@ class Knowledge:
     def known_cuda(self) -> list[str]:
         return list(self.data["cuda"])
 
+    def index_wheel(self, sha256: str) -> dict | None:
+        """What the data knows of a published wheel's device code (index_wheels), by its sha256, or None."""
+        return self.data.get("index_wheels", {}).get(sha256)
+
     def base_gcc(self, os_tag: str) -> str:
         """The GCC version of the base OS's devel image, "" where the data does not know that OS."""
         return self.data.get("base_os", {}).get(os_tag, {}).get("gcc", "")
@@ -364,7 +368,8 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     # torch_pin = "via:<package>" and companions may name a package of any of the files
     names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
-    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {}}
+    merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {},
+                               "index_wheels": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
         _KnowledgeChecker(file, known).check(data, shape)

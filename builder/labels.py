@@ -59,6 +59,10 @@ def image_labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]
         if p.recipe.compiled:  # what its audit found, built here or taken from the index alike
             out += [(package(p.name, what), "${" + audit_arg(p.name, what) + "}", True) for what in AUDITED]
         out.append((package(p.name, "cache-key"), keys[p.name], False))
+        route = getattr(p, "route", None)
+        if route is not None:  # source = "auto": the route build took and why (a fact once build decided it)
+            out.append((package(p.name, "route"), route.chosen, False))
+            out.append((package(p.name, "route-reason"), route.summary, False))
         # what kind of binaries it holds and what they only load with (a pure-Python label would hide a torch binding)
         out.append((package(p.name, "binary-kinds"), p.recipe.describe_binaries(cell.torch, cell.cuda, cell.python), False))
     return out
@@ -118,7 +122,8 @@ def packages(labels: dict[str, str]) -> list[str]:
 
 def package_facts(labels: dict[str, str], name: str) -> dict:
     """What the image says about one package: version, source, cache key and what its audit found."""
-    out = {what: labels.get(package(name, what), "") for what in ("version", "source", "cache-key", "sass", "ptx")}
+    out = {what: labels.get(package(name, what), "")
+           for what in ("version", "source", "cache-key", "sass", "ptx", "route", "route-reason")}
     out["sass"] = [s for s in out["sass"].split(",") if s]
     out["ptx"] = [s for s in out["ptx"].split(",") if s]
     raw = labels.get(package(name, "binaries"), "")

@@ -37,6 +37,7 @@ class Locked:
     git: dict
     deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
     wheels: tuple[dict, ...] = ()  # the release's Linux wheels on the index (filename, url, sha256): source = "index"
+    wheels_read: bool = False  # whether `lock` read them at all (source = "auto": none read is another fact than none)
 
 
 class Lock:
@@ -69,6 +70,7 @@ class Lock:
             git=dict(entry.get("git", {})),
             deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
             wheels=tuple(dict(w) for w in entry.get("wheels", ())),
+            wheels_read="wheels" in entry,
         )
 
     def pinned_base(self, ref: str) -> str:
@@ -108,25 +110,40 @@ def resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     return (commit, "") if commit else ("", f"tag {tag} not found in {repository}")
 
 
-def index_wheels(index: SimpleIndex, project: str, version: str) -> list[dict]:
+def index_wheels(index: SimpleIndex, project: str, version: str, required: bool = True) -> list[dict]:
     """The release's Linux wheels, each with the sha256 the index lists: what a profile that takes the package
-    from the index (profiles.<name>.source) may install; resolve picks the one the cell's Python and OS take."""
-    wheels = [{"filename": f.filename, "url": f.url, "sha256": f.sha256}
-              for f in index.release_files(project, version) if f.is_wheel and "linux" in f.filename and f.sha256]
-    if not wheels:
+    from the index (profiles.<name>.source) may install; resolve picks the one the cell's Python and OS take.
+    Each also records the torch its own metadata pins ("" for none) and its Requires-Python: what `plan` can know
+    of a `source = "auto"` choice before any download. `required`: none is an error ("index"), else [] ("auto":
+    the release is compiled)."""
+    from .pypi import IndexError_
+
+    try:
+        files = [f for f in index.release_files(project, version) if f.is_wheel and f.sha256
+                 and ("linux" in f.filename or f.filename.endswith("-none-any.whl"))]
+    except (IndexError_, UserError):  # no such project or release on the index (a 404): nothing published there
+        if required:
+            raise
+        files = []
+    if not files and required:
         raise UserError(f"{project} {version}: the index publishes no Linux wheel with a sha256; it cannot be taken "
                         "from the index (remove it from the profile's source table to build it)")
-    return sorted(wheels, key=lambda w: w["filename"])
+    wheels = []
+    for f in sorted(files, key=lambda f: f.filename):
+        meta = index.file_metadata(f)
+        wheels.append({"filename": f.filename, "url": f.url, "sha256": f.sha256, "torch": meta.pin("torch") or "",
+                       "requires_python": meta.requires_python or ""})
+    return wheels
 
 
 def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, consumer_tag: str = "",
-                 wheels: bool = False) -> dict:
-    """One lock entry, read from the index (and the git host for git sources); with `wheels`, the release's
-    published Linux wheels too."""
+                 wheels: bool = False, auto: bool = False) -> dict:
+    """One lock entry, read from the index (and the git host for git sources); with `wheels` (or `auto`), the
+    release's published Linux wheels too (`auto`: none is no error)."""
     r = kn.recipe(name, version)
     entry: dict = {}
-    if wheels:
-        entry["wheels"] = index_wheels(index, r.pypi, version)
+    if wheels or auto:
+        entry["wheels"] = index_wheels(index, r.pypi, version, required=not auto)
     if r.torch_pin in ("metadata",) or r.torch_pin.startswith("via:") or r.companions:
         meta = index.metadata(r.pypi, version)
         entry["requires_python"] = meta.requires_python or ""
@@ -290,10 +307,12 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     index = SimpleIndex(index_url)
     todo: list[tuple[str, str, str, str]] = []  # (name, version, consumer tag, the profile's CUDA)
     from_index: set[str] = set()  # packages some selected profile takes from the index: their wheels are recorded
+    auto: set[str] = set()  # packages some selected profile takes from the index or compiles (source = "auto")
     for prof_name, prof in raw_matrix.get("profiles", {}).items():
         if profiles and prof_name not in profiles:
             continue
         from_index |= {pkg for pkg, choice in prof.get("source", {}).items() if choice == "index"}
+        auto |= {pkg for pkg, choice in prof.get("source", {}).items() if choice == "auto"}
         selected = [(e, v) for e, v in prof.get("engines", {}).items() if not engines or e in engines]
         for eng, ver in selected:
             todo.append((eng, ver, "", str(prof.get("cuda", ""))))
@@ -309,11 +328,11 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
         done.add(key)
         r = kn.recipe(name, version)
         if r.source == "local":
-            if name in from_index:  # an in-house package whose wheels a private index publishes
-                packages[key] = {"wheels": index_wheels(index, r.pypi, version)}
+            if name in from_index or name in auto:  # an in-house package whose wheels a private index publishes
+                packages[key] = {"wheels": index_wheels(index, r.pypi, version, required=name in from_index)}
                 echo(f"locked {key} wheels from the index")
             continue  # else pinned by content hash at plan time, nothing on an index to read
-        entry = lock_package(kn, index, name, version, consumer_tag, wheels=name in from_index)
+        entry = lock_package(kn, index, name, version, consumer_tag, wheels=name in from_index, auto=name in auto)
         packages[key] = entry
         if r.fetch_plan and "sdist" in entry:
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)

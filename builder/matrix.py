@@ -42,8 +42,9 @@ _TOP_KEYS = {"defaults", "profiles"}
 _PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images", "source"}
 # profiles.<name>.source: where a package's wheel comes from. "build" (the default) compiles it from its pinned
 # source; "index" takes the release's wheel from defaults.index as published (pinned by sha256 in matrix.lock)
-# and lets the audit decide whether it carries the requested archs.
-SOURCE_CHOICES = ("build", "index")
+# and lets the audit decide whether it carries the requested archs; "auto" takes that wheel when its audit passes
+# for the requested archs and its torch / CUDA / Python match the cell, else compiles (builder/route.py).
+SOURCE_CHOICES = ("build", "index", "auto")
 _BASE_KEYS = {"devel", "runtime"}
 
 
@@ -59,10 +60,13 @@ class Profile:
     strategies: tuple[str, ...]
     archs: tuple[int, ...] | None
     base_images: dict[str, str]
-    sources: dict[str, str] = field(default_factory=dict)  # package → "index" (absent: built from source)
+    sources: dict[str, str] = field(default_factory=dict)  # package → "index" | "auto" (absent: built from source)
 
     def from_index(self, package: str) -> bool:
         return self.sources.get(package) == "index"
+
+    def auto(self, package: str) -> bool:
+        return self.sources.get(package) == "auto"
 
     @property
     def cuda_tag(self) -> str:  # 13.0.3 → cu130
@@ -244,7 +248,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         strategies=strategies,
         archs=archs_mod.from_list(p["archs"], f"{where}.archs") if "archs" in p else None,
         base_images=bases,
-        sources={k: v for k, v in sources.items() if v == "index"},
+        sources={k: v for k, v in sources.items() if v != "build"},
     )
 
 

@@ -67,6 +67,16 @@ def cache_key(cell: Cell, pkg: Package) -> str:
     return key_of(key_inputs(cell, pkg))
 
 
+def route_keys(cell: Cell, pkg: Package) -> dict[str, str]:
+    """A `source = "auto"` package's cache key on each route: the published file's, and the compile's."""
+    import dataclasses
+
+    r = pkg.route
+    out = {"index": cache_key(cell, dataclasses.replace(pkg, source=r.index))} if r.index is not None else {}
+    out["build"] = cache_key(cell, dataclasses.replace(pkg, source=r.build))
+    return out
+
+
 @dataclass(frozen=True)
 class WheelStep:
     package: Package
@@ -92,6 +102,10 @@ class WheelStep:
     def short_key(self) -> str:
         return self.key[:16]
 
+    def keys_in_use(self, cell: Cell) -> set[str]:
+        """Its key, and for a `source = "auto"` package the key of each route (what build may choose)."""
+        return {self.key, *(route_keys(cell, self.package).values() if self.package.route is not None else ())}
+
 
 @dataclass(frozen=True)
 class CellPlan:
@@ -110,11 +124,11 @@ class CellPlan:
             "base_devel": c.base_devel,
             "base_runtime": c.base_runtime,
             "strategies": list(c.strategies),
-            "packages": [self._package_json(w) for w in self.wheels],
+            "packages": [self._package_json(c, w) for w in self.wheels],
         }
 
     @staticmethod
-    def _package_json(w: WheelStep) -> dict:
+    def _package_json(cell: Cell, w: WheelStep) -> dict:
         unpinned = w.package.unpinned()
         return {
             "name": w.package.name,
@@ -129,12 +143,14 @@ class CellPlan:
             "estimate": w.estimate.to_json() if w.estimate else None,
             "cached_in": w.hit.store if w.reuse else None,
             "cache_problem": w.hit.problem if w.hit and not w.reuse else None,
+            "route": {**w.package.route.to_json(), "keys": route_keys(cell, w.package)} if w.package.route else None,
         }
 
 
 def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: int | None = None,
-                     nvcc_threads: int | None = None, cell: Cell | None = None) -> Estimate | None:
-    """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism."""
+                     nvcc_threads: int | None = None, cell: Cell | None = None, dist_cores: int = 0) -> Estimate | None:
+    """From earlier compiles of this package version in the wheelhouse, scaled to this host's parallelism (and
+    the sccache-dist build servers' cores, when the compile spreads over them)."""
     if not pkg.compiled_here:
         return None
     try:
@@ -143,14 +159,15 @@ def compile_estimate(history: Wheelhouse, pkg: Package, host: Host, max_jobs: in
         return None
     now = threads(par.max_jobs, par.nvcc_threads, pkg.recipe.parallelism == "total-threads")
     return estimate(history, pkg.name, pkg.version, max(1, len(pkg.built_archs)), now, tuple(pkg.built_archs),
-                    key_inputs(cell, pkg) if cell is not None else None)
+                    key_inputs(cell, pkg) if cell is not None else None, dist_cores)
 
 
 def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse | None = None,
-               host: Host | None = None, max_jobs: int | None = None, nvcc_threads: int | None = None) -> list[CellPlan]:
+               host: Host | None = None, max_jobs: int | None = None, nvcc_threads: int | None = None,
+               dist_cores: int = 0) -> list[CellPlan]:
     """Each cell's wheels with their keys; with a cache, whether each is already there (no download); with
     a history (the local wheelhouse), how long each compile should take at the parallelism the build will use
-    (--max-jobs / --nvcc-threads when given, else the host's rule)."""
+    (--max-jobs / --nvcc-threads when given, else the host's rule; plus `dist_cores` of sccache-dist servers)."""
     out = []
     if history is not None and host is None:
         host = Host.detect()
@@ -160,7 +177,8 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
             inputs = key_inputs(cell, pkg)
             key = key_of(inputs)
             hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
-            guess = compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell) if history is not None and host is not None else None
+            guess = (compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell, dist_cores)
+                     if history is not None and host is not None else None)
             steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out
@@ -198,6 +216,10 @@ def format_plan(plans: list[CellPlan]) -> str:
                 f"  {w.action:<5}  {pkg.name + '==' + pkg.version:<24} key {w.short_key}  "
                 f"SASS {sass:<18} {knobs}{flag}"
             )
+            if pkg.route is not None:
+                keys = route_keys(c, pkg)
+                lines.append(f"         source auto → {pkg.route.summary}")
+                lines.append("         keys   " + "  ".join(f"{k} {v[:16]}" for k, v in keys.items()))
             if pkg.recipe.compiled and not pkg.from_index:
                 lines.append(f"         holds {pkg.recipe.describe_binaries(c.torch, c.cuda, c.python)}")
                 lines += [f"         {line}" for line in binary_lines(pkg)]

@@ -256,12 +256,16 @@ def write_images(path: Path, data: dict) -> None:
 
 def image_entry(outcome, plan, pushed: dict, aliases: list[str], epoch: str | None) -> dict:
     cell = outcome.cell
+    plan = getattr(outcome, "plan", None) or plan  # the routes build chose for `source = "auto"` packages
+    routes = {r.subject: r.artifacts for r in outcome.results if r.step == "route" and r.passed}
     wheels = {}
     for r in outcome.results:
         if r.step == "compile" and r.passed:
             pkg = next(p for p in cell.packages if p.name == r.subject)
             wheels[r.subject] = {"version": pkg.version, "key": plan.keys.get(r.subject, ""),
                                  "files": r.artifacts.get("wheels", []), "reused": bool(r.artifacts.get("reused"))}
+            if r.subject in routes:
+                wheels[r.subject]["route"] = routes[r.subject]
     image = next((r.artifacts for r in outcome.results if r.step == "image" and r.passed), {})
     return {
         "cell": cell.id,

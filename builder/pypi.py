@@ -223,7 +223,10 @@ class SimpleIndex:
             raise UserError(f"{project} {version}: no wheel on {self.url} to read metadata from")
         # Prefer an x86_64 Linux or pure wheel: pins can differ per platform (markers) but not per file
         wheels.sort(key=lambda f: (not f.has_metadata, "x86_64" not in f.filename and "none-any" not in f.filename))
-        chosen = wheels[0]
+        return self.file_metadata(wheels[0])
+
+    def file_metadata(self, chosen: DistFile) -> Metadata:
+        """Core metadata of one wheel: its PEP 658 file, else METADATA read out of the remote zip."""
         if chosen.has_metadata:
             text = self.get(chosen.url + ".metadata").decode()
         else:

@@ -77,6 +77,10 @@ def format_table(outcomes: list[CellOutcome], planned: int) -> str:
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip() for row in rows]
+    for o in outcomes:  # what each source = "auto" package took and why (decided after the download and audit)
+        for r in o.results:
+            if r.step == "route" and r.status is Status.OK:
+                lines.append(f"{o.cell.id}: {r.subject} auto → {r.reason}")
     for o in outcomes:
         smoke = _smoke_result(o)
         if o.ok and smoke is not None and smoke.status is not Status.FAILED and smoke.reason:

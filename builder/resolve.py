@@ -66,6 +66,8 @@ class Package:
     cuda: str = ""  # the cell's CUDA (what a package builds beyond its knobs can depend on it)
     nvcc_flags: tuple[str, ...] = ()  # NVCC_APPEND_FLAGS of its compile (engine data, per CUDA): reproducible objects
     base_gcc: str = ""  # the GCC of the devel base's OS (engine data base_os), "" when unknown
+    # source = "auto": the route (index wheel or compile), predicted by resolve, decided by build (builder/route.py)
+    route: object | None = None
 
     @property
     def name(self) -> str:
@@ -92,6 +94,13 @@ class Package:
     def compiled_here(self) -> bool:
         """Whether a build compiles this package's CUDA code."""
         return self.recipe.compiled and not self.from_index
+
+    @property
+    def may_compile(self) -> bool:
+        """Whether a build may compile it: compiled here, or on the auto route with a prediction that left something
+        to build's audit (CI sends such a cell to a compile runner). A prediction from the engine data's record of
+        the very file (by sha256) is what the audit will find."""
+        return self.compiled_here or bool(self.route and not self.route.known and self.recipe.compiled)
 
     @property
     def knobs(self) -> tuple[tuple[str, str], ...]:
@@ -224,14 +233,13 @@ def _wheel_tags(python: str, os_tag: str, where: str) -> list:
     return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
 
 
-def _index_source(entry, prof: Profile, r: Recipe) -> Source:
-    """The published wheel of `r` this cell's runtime can install, pinned by the sha256 matrix.lock records."""
+def _index_candidate(entry, prof: Profile, r: Recipe) -> tuple[dict | None, str]:
+    """The published wheel of `r` this cell's runtime can install (the lock's entry), or None and why none."""
     from packaging.utils import parse_wheel_filename
 
     where = f"profiles.{prof.name}"
     if not entry.wheels:
-        raise UserError(f"{LOCK_NAME}: no wheels recorded for {r.name} {r.version}, which {where}.source takes from "
-                        "the index; run `builder lock`")
+        return None, f"the index publishes no Linux wheel of {r.name} {r.version}"
     rank = {t: i for i, t in enumerate(_wheel_tags(prof.python, prof.os, where))}
     best = None
     for w in entry.wheels:
@@ -241,10 +249,40 @@ def _index_source(entry, prof: Profile, r: Recipe) -> Source:
             best = (score, w)
     if best is None:
         names = ", ".join(w["filename"] for w in entry.wheels)
-        raise UserError(f"{where}.source.{r.name}: no wheel of {r.name} {r.version} on the index installs on Python "
-                        f"{prof.python} / {prof.os} (it publishes {names}); build it instead")
-    w = best[1]
+        return None, (f"no wheel of {r.name} {r.version} on the index installs on Python {prof.python} / {prof.os} "
+                      f"(it publishes {names})")
+    return best[1], ""
+
+
+def _wheel_source(w: dict) -> Source:
     return Source("index", url=w["url"], sha256=w["sha256"], filename=w["filename"])
+
+
+def _index_source(entry, prof: Profile, r: Recipe) -> Source:
+    """The published wheel of `r` this cell's runtime can install, pinned by the sha256 matrix.lock records."""
+    where = f"profiles.{prof.name}"
+    if not entry.wheels:
+        raise UserError(f"{LOCK_NAME}: no wheels recorded for {r.name} {r.version}, which {where}.source takes from "
+                        "the index; run `builder lock`")
+    w, why = _index_candidate(entry, prof, r)
+    if w is None:
+        raise UserError(f"{where}.source.{r.name}: {why}; build it instead")
+    return _wheel_source(w)
+
+
+def _auto_route(m: Matrix, lock: Lock, r: Recipe, prof: Profile, torch: str, archs: tuple[int, ...]):
+    """source = "auto": the compile source, the published wheel, and which of them build is predicted to take."""
+    from . import route
+
+    build = _source(m, lock, r)
+    entry = lock.get(r.name, r.version)
+    if not entry.wheels_read:
+        raise UserError(f"{LOCK_NAME}: {r.name} {r.version} records no wheels from the index, which "
+                        f"profiles.{prof.name}.source.{r.name} = \"auto\" weighs against compiling; run `builder lock`")
+    w, why = _index_candidate(entry, prof, r)
+    if w is None:
+        return route.no_wheel(r, why, build)
+    return route.predict(m.knowledge, r, w, _wheel_source(w), build, torch, prof.cuda, prof.python, archs)
 
 
 def _source(m: Matrix, lock: Lock, r: Recipe, prof: Profile | None = None) -> Source:
@@ -329,14 +367,17 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     for r in recipes:
         if Version(prof.cuda) < Version(r.min_cuda):
             raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
-        problems = [] if prof.from_index(r.name) else r.arch_problems(archs)
+        route = _auto_route(m, lock, r, prof, torch, archs) if prof.auto(r.name) else None
+        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        source = _source(m, lock, r, prof)
-        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and source.kind != "index" else {}
+        source = (route.index if route.chosen == "index" else route.build) if route else _source(m, lock, r, prof)
+        compiles = source.kind != "index" or route is not None  # an auto package may still be compiled
+        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and compiles else {}
         packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda, base_gcc=kn.base_gcc(prof.os),
-                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and source.kind != "index" else (),
-                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit")))))
+                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and compiles else (),
+                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit"))),
+                                route=route))
 
     jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
     if eng.runtime_jit and jit is None:
@@ -358,7 +399,8 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     sm = ".".join(str(a) for a in archs)
     torch_part = f"-torch{torch}" if torch else ""
     # a cell with a wheel taken from the index is another image than the one compiled here: its own id and tag
-    index_part = "-index" if any(p.from_index for p in packages) else ""
+    # a cell with a package on the "auto" route: one id whatever build decides (its labels say what it took)
+    index_part = "-auto" if any(p.route for p in packages) else "-index" if any(p.from_index for p in packages) else ""
     cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}"
     bases = base_refs(m, prof)
     for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too

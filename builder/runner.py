@@ -62,6 +62,7 @@ class CellOutcome:
     seconds: float = 0.0
     log: Path | None = None
     interrupted: bool = False
+    plan: CellPlan | None = None  # the plan the cell ran: its `source = "auto"` packages on the routes build chose
 
     @property
     def ok(self) -> bool:
@@ -218,14 +219,16 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
 def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callable[[str], None], host: Host,
              steps: tuple[Step, ...] = STEPS) -> CellOutcome:
     cell = plan.cell
-    outcome = CellOutcome(cell)
+    outcome = CellOutcome(cell, plan=plan)
     t0 = time.monotonic()
     cell_dir = opts.work_dir / cell.id
+    auto = any(w.package.route is not None for w in plan.wheels)  # rendered once its routes are settled
     try:  # a filesystem fault here (work or log dir under a file, disk full) fails the cell, naming the path
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         (cell_dir / "context").mkdir(parents=True)
-        (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url, opts.compile_reaches_out))
+        if not auto:
+            (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url, opts.compile_reaches_out))
         opts.log_dir.mkdir(parents=True, exist_ok=True)
         log_file = (opts.log_dir / f"{cell.id}.log").open("w")
     except OSError as exc:
@@ -237,6 +240,8 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
     with log_file as log:
         ctx = _work(plan, opts, cache, host, say, log)
         stop = ""  # once set, the remaining steps of the cell are skipped with this reason
+        if auto:
+            stop = _settle(ctx, outcome, log)
 
         def attempt(step: Step, wheel: WheelStep | None) -> None:
             nonlocal stop
@@ -275,7 +280,7 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
                     stop = f"{step.name} failed for {subject}"
 
         try:
-            for wheel in plan.wheels:
+            for wheel in ctx.plan.wheels:
                 for step in steps:
                     if step.scope == "package":
                         attempt(step, wheel)
@@ -290,6 +295,37 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
     return outcome
 
 
+def _settle(ctx: CellContext, outcome: CellOutcome, log) -> str:
+    """Decide the cell's `source = "auto"` routes (builder/steps/route.py), then render its Dockerfile for them;
+    why the cell stops here ("" when it goes on)."""
+    from .steps.route import NAME, settle_routes
+
+    cell = ctx.cell
+    try:
+        results = settle_routes(ctx)
+    except KeyboardInterrupt as exc:
+        outcome.interrupted = True
+        results = [StepResult(NAME, cell.id, Status.FAILED, f"interrupted by {signal_name(exc)} while deciding routes")]
+    except (BuilderError, OSError) as exc:
+        _try_write(log, traceback.format_exc())
+        results = [StepResult(NAME, cell.id, Status.FAILED, f"deciding the auto routes: "
+                              f"{os_error(exc) if isinstance(exc, OSError) else exc}")]
+    outcome.results += results
+    outcome.cell, outcome.plan = ctx.cell, ctx.plan
+    failed = next((r for r in results if r.status is Status.FAILED), None)
+    if failed is None:
+        try:
+            ctx.dockerfile.write_text(render.render(ctx.plan, ctx.opts.index_url, ctx.opts.compile_reaches_out))
+        except OSError as exc:
+            failed = StepResult("prepare", cell.id, Status.FAILED, f"cannot prepare the cell: {os_error(exc)}")
+            outcome.results.append(failed)
+    if failed is not None:
+        _try_write(log, f"FAILED {failed.step} {failed.subject}: {failed.reason}\n")
+        ctx.say(f"[{cell.id}] FAILED: {failed.reason}")
+        return "interrupted" if outcome.interrupted else f"{failed.step} failed for {failed.subject}"
+    return ""
+
+
 def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None],
             host: Host | None = None, steps: tuple[Step, ...] | None = None) -> None:
     """Print what run_cells would do — the exact buildx command lines — and run nothing."""
@@ -301,6 +337,10 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     for plan in plans:
         ctx = _work(plan, opts, cache, host, say, io.StringIO())
         say(f"# {plan.cell.id}: `builder render --only {plan.cell.id}` writes {ctx.dockerfile}")
+        for wheel in plan.wheels:
+            if wheel.package.route is not None:
+                say(f"# route {wheel.package.name}=={wheel.package.version}: auto → {wheel.package.route.summary}"
+                    + ("" if wheel.package.route.fact else "; build downloads the pinned wheel and audits it to decide"))
         for wheel in plan.wheels:
             for step in steps:
                 if step.scope == "package":

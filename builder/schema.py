@@ -306,9 +306,25 @@ SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda"
 # the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
 BASE_OS = Table(required={"gcc": VERSION})
 
+# index_wheels: the device code of a file an index publishes, per binary, as `builder audit` read it from the
+# real file (keyed by its sha256): what `plan` predicts a `source = "auto"` choice with before any download
+def _device_code_name(value: str) -> str:
+    if not re.fullmatch(r"(sm|compute)_\d{2,3}[af]?", value):
+        raise ValueError("write sm_90, sm_90a, sm_100f or compute_80")
+    return value
+
+
+INDEX_WHEEL = Table(required={"file": _grammar(grammar.filename, "a plain file name"), "package": STR,
+                              "cuda": STR,  # the CUDA runtime majors its binaries need (libcudart.so.N), "" none
+                              "binaries": TableOf(ListOf(_grammar(_device_code_name, "a SASS or PTX name",
+                                                                  "SASS or PTX names like sm_90a or compute_80")))},
+                    optional={"read": STR})
+INDEX_WHEEL_KEY = _grammar(grammar.sha256, "a sha256 (64 lowercase hex digits)")
+
 BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
                            "build_tools": BUILD_TOOLS},
-                 optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN)})
+                 optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN),
+                           "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY)})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -318,6 +334,7 @@ EXTRA = Table(optional={
     "build_tools": Table(optional=BUILD_TOOLS.required),
     "serve_jit": TableOf(SERVE_JIT, key=TOKEN),
     "base_os": TableOf(BASE_OS, key=TOKEN),
+    "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
 })
 
 
@@ -339,7 +356,9 @@ LOCK_ENTRY = Table(optional={
     "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
     "git": LOCK_GIT,
     "deps": TableOf(LOCK_GIT, key=TOKEN),
-    "wheels": ListOf(Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256})),
+    "wheels": ListOf(Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256},
+                           optional={"torch": _grammar(lambda v: v and grammar.version(v), 'a version (or "")'),
+                                     "requires_python": PYTHON_RANGE})),
 })
 def _image_digest(value) -> str:
     if value != "" and not (isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", value, re.ASCII)):

@@ -105,7 +105,7 @@ def closed_port() -> int:
     ('remotes = [{ kind = "registry", upload = "http://h/" }]', "defaults.cache.remotes[0].upload: only an index has an upload URL"),
     ('remotes = [{ kind = "index", url = "http://h/simple", pull = true }]', "unknown key 'pull'"),
     ('remotes = ["registry", "registry"]', "defaults.cache.remotes[1]: registry:127.0.0.1:5000/builder/wheels is listed twice"),
-    ('remote = ["registry"]', "defaults.cache: unknown key 'remote'; allowed: compile, dist, remotes"),
+    ('remote = ["registry"]', "defaults.cache: unknown key 'remote'; allowed: compile, dist, dist_cores, remotes"),
 ])
 def test_a_bad_cache_table_is_exit_2_naming_the_key(tmp_path, cache_toml, message):
     res = cli("plan", "--matrix", str(matrix_with_cache(tmp_path, cache_toml)), cwd=tmp_path)

@@ -210,3 +210,67 @@ def test_under_sccache_nvcc_objects_are_reproducible_without_objtemp_and_lost_wi
     a, b = cold_compile("a", None), cold_compile("b", None)
     assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
     assert not cold_compile("objtemp", "-objtemp").exists()  # exit 0, no object: why with-sccache drops it
+
+
+def test_plan_estimates_count_the_sccache_dist_servers_cores(tmp_path):
+    """[defaults.cache] dist_cores: the compile spreads over the servers' cores besides the local threads; an
+    earlier compile that was spread is counted with the cores it had. Said as the prediction it is."""
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+    from builder.estimate import estimate
+
+    wh = Wheelhouse(tmp_path / "wh")
+    whl = tmp_path / "demo-1.0-py3-none-any.whl"
+    whl.write_bytes(b"x")
+    inputs = {"format": 1, "package": "vllm", "source": "sdist:abc", "built_archs": [80, 90]}
+    wh.store("vllm", "a" * 64, [whl], {
+        "version": "0.33.0", "files": file_records([whl]), "audit": {"ok": True}, "built_by": {"at": "2026-11-20"},
+        "key_inputs": inputs, "compile": {"seconds": 600.0, "objects": 10, "threads": 2, "archs": 2, "cores": 2}})
+    local = estimate(wh, "vllm", "0.33.0", 2, 2, (80, 90), {**inputs, "source": "sdist:def"})
+    spread = estimate(wh, "vllm", "0.33.0", 2, 2, (80, 90), {**inputs, "source": "sdist:def"}, dist_cores=30)
+    assert local.seconds == pytest.approx(600) and spread.seconds == pytest.approx(600 * 2 / 32)
+    assert "scaled to 2 threads and 30 server cores (sccache-dist; a prediction" in spread.why
+    # an earlier compile that ran with 30 server cores took 60 s: 32 threads' worth, so 960 s on 2 local threads
+    wh.store("vllm", "b" * 64, [whl], {
+        "version": "0.33.0", "files": file_records([whl]), "audit": {"ok": True}, "built_by": {"at": "2026-11-21"},
+        "key_inputs": inputs, "compile": {"seconds": 60.0, "objects": 10, "threads": 2, "archs": 2, "cores": 2,
+                                          "compile_dist": "http://127.0.0.1:10600", "dist_cores": 30}})
+    e = estimate(wh, "vllm", "0.33.0", 2, 2, (80, 90), {**inputs, "source": "sdist:def"})
+    assert e.seconds == pytest.approx(60 * 32 / 2) and "with 2 nvcc threads and 30 sccache-dist server cores" in e.why
+
+
+@pytest.mark.parametrize("table,message", [
+    ('dist_cores = 8', "defaults.cache.dist_cores: says the cores of sccache-dist's build servers, but no dist scheduler is set"),
+    ('dist = "http://127.0.0.1:10600"\ndist_cores = 0', "defaults.cache.dist_cores: expected the build servers' cores as a whole number from 1, got 0"),
+    ('dist = "http://127.0.0.1:10600"\ndist_cores = true', "got True"),
+])
+def test_bad_dist_cores_are_exit_2(tmp_path, table, message):
+    from .helpers import run_cli, write_matrix
+
+    path = write_matrix(tmp_path, (REPO / "matrix.toml").read_text().replace("[defaults.mirrors]",
+                                                                            f"[defaults.cache]\n{table}\n\n[defaults.mirrors]"))
+    res = run_cli("plan", "--matrix", str(path))
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
+def test_plan_passes_the_servers_cores_to_its_estimates(tmp_path):
+    """`builder plan` reads [defaults.cache] dist_cores and its estimate for vLLM says the servers' share."""
+    import json
+
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+
+    from .helpers import run_cli, write_matrix
+
+    path = write_matrix(tmp_path, (REPO / "matrix.toml").read_text().replace(
+        "[defaults.mirrors]", '[defaults.cache]\ndist = "http://127.0.0.1:10600"\ndist_cores = 12\n\n[defaults.mirrors]'))
+    whl = tmp_path / "vllm-0.33.0-cp38-abi3-linux_x86_64.whl"
+    whl.write_bytes(b"x")
+    Wheelhouse(tmp_path / "wheelhouse").store("vllm", "c" * 64, [whl], {
+        "version": "0.33.0", "files": file_records([whl]), "audit": {"ok": True}, "built_by": {"at": "2026-11-20"},
+        "key_inputs": {}, "compile": {"seconds": 3600.0, "objects": 500, "threads": 4, "archs": 2, "cores": 4}})
+    res = run_cli("plan", "--matrix", str(path), "--engine", "vllm", "--json")
+    assert res.exit_code == 0, res.output
+    (cell,) = json.loads(res.output[res.output.index("{"):])["cells"]
+    vllm = next(p for p in cell["packages"] if p["name"] == "vllm")
+    assert "and 12 server cores (sccache-dist; a prediction" in vllm["estimate"]["from"], vllm["estimate"]

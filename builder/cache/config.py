@@ -40,7 +40,7 @@ from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
 _TABLE_KEYS = {"kind", "url", "push", "upload", "insecure"}
-_CACHE_KEYS = {"remotes", "compile", "dist"}  # compile: the sccache backend (builder/compile_cache.py)
+_CACHE_KEYS = {"remotes", "compile", "dist", "dist_cores"}  # compile: the sccache backend (builder/compile_cache.py)
 # HOST[:PORT]/repo/path, lowercase path components as the distribution spec allows
 _REGISTRY_RE = re.compile(
     r"(?P<host>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -150,8 +150,15 @@ def parse_cache_table(table, where: str, default_registry: str) -> dict:
         seen.add(s.spelled())
     from ..compile_cache import parse as parse_compile_cache, parse_dist
 
-    return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile"),
-            "dist": parse_dist(table.get("dist"), f"{where}.dist")}
+    dist = parse_dist(table.get("dist"), f"{where}.dist")
+    cores = table.get("dist_cores", 0)
+    if "dist_cores" in table:  # the build servers' cores together (`sccache --dist-status`): plan's estimates
+        if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= 1_000_000:
+            raise _fail(f"{where}.dist_cores", f"expected the build servers' cores as a whole number from 1, got {cores!r}")
+        if dist is None:
+            raise _fail(f"{where}.dist_cores", "says the cores of sccache-dist's build servers, but no dist scheduler is set")
+    return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile"), "dist": dist,
+            "dist_cores": cores}
 
 
 def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...], no_remote: bool,

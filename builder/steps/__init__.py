@@ -84,6 +84,7 @@ class BuildOptions:
     publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
     compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
+    compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
 
     @property
     def compile_reaches_out(self) -> bool:
@@ -106,6 +107,8 @@ class CellContext:
     records: dict[str, dict[str, dict]] = field(default_factory=dict)  # package → {wheel: {sha256, bytes}}
     compiles: dict[str, dict] = field(default_factory=dict)  # package → its compile's time, objects, parallelism
     audits: dict[str, AuditReport] = field(default_factory=dict)
+    # package → the published wheel its `source = "auto"` decision downloaded and audited (builder/steps/route.py)
+    prefetched: dict[str, Path] = field(default_factory=dict)
     # the image the image step built, under a name of this run only (<tag>-run-<random>) that no other build of
     # the cell retags: what smoke runs and publish checks ("" until the image step ran); dropped at the cell's end
     image_ref: str = ""

@@ -23,6 +23,7 @@ from ..estimate import threads
 from ..progress import duration
 from ..plan import WheelStep
 from ..resources import Parallelism, choose
+from ..route import keep_download
 from . import CellContext, Status, StepResult, common_build_args
 
 
@@ -138,6 +139,7 @@ class CompileStep:
             "sccache": sccache,
             "compile_cache": ctx.opts.compile_cache.url if ctx.opts.compile_cache is not None else "local",
             "compile_dist": ctx.opts.compile_dist,
+            "dist_cores": ctx.opts.compile_dist_cores if ctx.opts.compile_dist else 0,
         }
         if sccache:
             ctx.note(f"{label}: {describe(sccache)}, compilers ran {duration(sccache['compiler_seconds'])}")
@@ -153,10 +155,15 @@ class CompileStep:
 
     def _download(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
         pkg, src = wheel.package, wheel.package.source
-        ctx.note(f"download {pkg.name}=={pkg.version} from the index: {src.url} (sha256 {src.sha256[:16]}…)")
         start = time.monotonic()
-        with with_timeouts(requests.Session()) as session:
-            path = fetch_pinned(session, src.url, ctx.out_dir(pkg.name) / src.filename, src.sha256)
+        if pkg.name in ctx.prefetched:  # downloaded (sha256 checked) and audited when its auto route was decided
+            ctx.note(f"take {pkg.name}=={pkg.version} from the index: {src.filename}, downloaded when its route was "
+                     "decided (sha256 verified)")
+            path = keep_download(ctx.prefetched[pkg.name], ctx.out_dir(pkg.name) / src.filename)
+        else:
+            ctx.note(f"download {pkg.name}=={pkg.version} from the index: {src.url} (sha256 {src.sha256[:16]}…)")
+            with with_timeouts(requests.Session()) as session:
+                path = fetch_pinned(session, src.url, ctx.out_dir(pkg.name) / src.filename, src.sha256)
         ctx.wheels[pkg.name] = [path]
         ctx.records[pkg.name] = file_records([path])
         seconds = time.monotonic() - start
