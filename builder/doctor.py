@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import docker, net
-from .cache.config import is_loopback
+from .net import is_loopback
 from .errors import BuilderError
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"

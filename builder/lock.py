@@ -253,7 +253,7 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
     """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest
     (`skopeo inspect --raw`: the digest of exactly what the tag names, an index for a multi-platform image),
     else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never moves."""
-    from .cache.config import is_loopback
+    from .net import is_loopback
     from .errors import CommandError
 
     if "@" in ref:

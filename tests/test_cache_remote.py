@@ -20,7 +20,8 @@ import pytest
 import requests
 
 from builder.cache import CacheCorrupt, file_records
-from builder.cache.config import parse_spec, registry_credentials
+from builder.cache.config import parse_spec
+from builder.net import registry_credentials
 from builder.cache.index import embedded_manifest, label_for, relabel, verify_labelled
 from builder.cache.local import Wheelhouse
 from builder.cache.registry import RegistryStore
