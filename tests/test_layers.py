@@ -154,3 +154,16 @@ def test_the_network_is_nets_and_not_the_wheel_caches(graph):
     assert {m: t for m, t in through_cache.items() if t} == {}
     # what they use of the network is there
     assert all("net" in graph[m] for m in ("publish", "serve", "doctor", "lock", "download", "host", "steps.compile"))
+
+
+def test_the_fetch_plan_is_reached_through_deps(graph):
+    """builder/fetchplan/ reads plans; builder/deps.py is its face to the rest of builder."""
+    users = sorted(m for m, targets in graph.items()
+                   if unit(m) != "fetchplan" and any(unit(t) == "fetchplan" for t in targets))
+    assert users == ["deps"]
+    # its phases build on each other in one direction: model, lexer and tree, the interpreter, document / script
+    order = ["fetchplan.model", "fetchplan.tree", "fetchplan.lexer", "fetchplan.interpreter", "fetchplan.document",
+             "fetchplan.script", "fetchplan"]
+    for i, m in enumerate(order):
+        later = set(order[i + 1:]) - ({"fetchplan.script"} if m == "fetchplan.document" else set())
+        assert not graph[m] & later, (m, sorted(graph[m] & later))
