@@ -3,7 +3,8 @@ FetchContent, cargo): fetched in a separate, cacheable stage at the commits its 
 needs no network.
 
 The face of builder/fetchplan/ (which reads the plans from the engines' CMake files): `builder lock` reads and
-commits plans through it, render asks it for a package's deps stage."""
+commits plans through it, render asks it for a package's deps stage. Where the fetched sources go is one value,
+DEPS_DIR, handed to the templates as `pkg.deps.dir` (and so part of the wheel's cache key)."""
 
 from __future__ import annotations
 
@@ -122,6 +123,7 @@ def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()
         env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -DFETCHCONTENT_FULLY_DISCONNECTED=ON").strip()
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
+        "dir": DEPS_DIR,
         "plan_file": plan_path(name, version).name,
         "missing": "",
         "cmake_defines": defines,
@@ -139,6 +141,7 @@ def missing_context(name: str, version: str, why: str) -> dict:
     """A deps stage that stops the build: the plan of a git source could not be read (no git host at lock time)."""
     message = f"{name} {version}: no fetch plan ({why}); run `builder lock` where the git host answers"
     return {
+        "dir": DEPS_DIR,
         "plan_file": plan_path(name, version).name,
         "missing": message,
         "cmake_defines": [],
