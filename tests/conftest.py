@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import pytest
+
+from .helpers import free_port, registry_config_lines, stop_process  # noqa: F401 - free_port: tests use it through here too
 
 # testcontainers' Ryuk reaper image cannot be pulled here; tests remove what they start.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -106,12 +107,6 @@ def local_bases(docker_engine: DockerEngine) -> dict[str, str]:
 # --- registries ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _v2_status(host: str) -> int | None:
     try:
@@ -122,21 +117,6 @@ def _v2_status(host: str) -> int | None:
     except OSError:
         return None
 
-
-def registry_config_lines(root: Path, host: str) -> list[str]:
-    """docker-registry's config.yml: data under ROOT/data, deletes allowed, listening on HOST (127.0.0.1:PORT)."""
-    return ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:", f"    rootdirectory: {root / 'data'}",
-            "  delete:", "    enabled: true", "http:", f"  addr: {host}"]
-
-
-def stop_process(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM, then SIGKILL if it is still there after `timeout` seconds; reaped either way."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:

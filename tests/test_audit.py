@@ -37,6 +37,8 @@ from builder.audit import (
 )
 from builder.errors import CommandError, UserError
 
+from .helpers import KERNEL_A
+
 S = lambda arch, variant="", compressed=False: FatbinEntry("sass", arch, variant, compressed)
 P = lambda arch, variant="", compressed=True: FatbinEntry("ptx", arch, variant, compressed)
 
@@ -107,10 +109,6 @@ def assert_matches_cuobjdump(tool: Path, path: Path, entries: list[FatbinEntry])
 
 # --------------------------------------------------------------------------- compiled fixtures
 
-KERNEL_A = r"""
-extern "C" __global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }
-extern "C" void launch_scale(float *x, float a) { scale<<<1, 32>>>(x, a); }
-"""
 KERNEL_B = r"""
 extern "C" __global__ void shift(float *x, float b) { x[threadIdx.x] += b; }
 extern "C" void launch_shift(float *x, float b) { shift<<<1, 32>>>(x, b); }

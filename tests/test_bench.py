@@ -15,8 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 from builder.bench import NONE, results, run, workload
@@ -25,7 +23,7 @@ from builder.engines import recipe
 from builder.errors import UserError
 from builder.smoke import tinymodel
 
-from .helpers import REPO
+from .helpers import REPO, client_python
 
 STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
 SMOKE_MATRIX = REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"
@@ -169,20 +167,6 @@ def test_diff_flags_only_regressions_beyond_the_noise_of_the_repeats(tmp_path):
 
 
 # -- the real load generator against the stand-in ----------------------------------------------------------
-def client_python() -> str:
-    given = os.environ.get("BUILDER_BENCH_CLIENT_PYTHON")
-    if given:
-        return given
-    root = Path(os.environ.get("BUILDER_ENGINE_VENVS", Path.home() / ".cache" / "builder" / "engine-venvs")) / "bench-vllm-0.26.0"
-    python = root / "bin" / "python"
-    marker = root / ".builder-installed"
-    if not marker.is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-        res = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "vllm==0.26.0", "pandas"], capture_output=True,
-                             text=True, timeout=5400)
-        assert res.returncode == 0, res.stderr[-3000:]
-        marker.write_text("vllm==0.26.0 pandas\n")
-    return str(python)
 
 
 @pytest.mark.slow

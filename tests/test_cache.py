@@ -19,21 +19,13 @@ import pytest
 from builder.cache import CacheCorrupt, file_records
 from builder.cache.local import MANIFEST, QUARANTINE, Wheelhouse
 
-from .helpers import REPO, run_cli
+from .helpers import REPO, a_wheel, run_cli
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
 KEY = "a" * 64
 
-
-def a_wheel(dest: Path, payload: bytes = b"print('hello')\n") -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / "demo-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("demo/__init__.py", payload)
-        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
-    return path
 
 
 def stored(tmp: Path, archs=(80, 90), ok=True) -> tuple[Wheelhouse, Path]:

@@ -15,7 +15,7 @@ import pytest
 
 from builder import deps, fetchplan, lock
 
-from .test_git_source import KERNEL_PYPROJECT as PYPROJECT  # sgl-kernel's scikit-build-core project
+from .helpers import KERNEL_PYPROJECT as PYPROJECT  # sgl-kernel's scikit-build-core project
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40

@@ -34,7 +34,7 @@ from builder.docker import BuildxCall, stream
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .helpers import MATRIX, REPO
+from .helpers import KERNEL_PYPROJECT, MATRIX, REPO
 
 LOCAL = REPO / "tests" / "fixtures" / "local-engines" / "matrix.toml"
 
@@ -79,16 +79,6 @@ FetchContent_Declare(
     GIT_SHALLOW    OFF
 )
 FetchContent_Populate(repo-fmt)
-"""
-
-KERNEL_PYPROJECT = """\
-[build-system]
-requires = ["scikit-build-core>=0.10"]
-build-backend = "scikit_build_core.build"
-
-[project]
-name = "sglang-kernel"
-version = "0.4.10"
 """
 
 

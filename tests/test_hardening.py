@@ -216,7 +216,7 @@ def test_a_work_dir_that_turns_into_a_file_fails_the_cell_not_the_run(tmp_path):
     from builder.resources import Host
     from builder.steps import BuildOptions
 
-    from .test_runner import FakeCompile, FakeImage
+    from .helpers import FakeCompile, FakeImage
 
     tmp = hc.make_fixture(tmp_path / "t")
     m = matrix.load(tmp / "fx" / "matrix-two.toml")

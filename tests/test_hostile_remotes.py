@@ -127,7 +127,7 @@ def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
     Now the artifact is read back after the push; a server that keeps nothing is exit 3 and nothing is recorded."""
     from builder.cache.local import MANIFEST, Wheelhouse
 
-    from .test_cache import a_wheel
+    from .helpers import a_wheel
     from builder.cache import file_records
 
     wh = Wheelhouse(tmp_path / "wh")

@@ -27,7 +27,7 @@ from builder.errors import CommandError, UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .conftest import free_port, registry_config_lines, stop_process
+from .helpers import free_port, registry_config_lines, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"

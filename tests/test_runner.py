@@ -22,63 +22,11 @@ from builder.steps import BuildOptions, CellContext, Status, StepResult
 from builder.steps.audit import AuditStep
 from builder.steps.cache import CacheStep
 
-from .helpers import MATRIX as SHIPPED, REPO
-from .test_audit import KERNEL_A
+from .helpers import KERNEL_A, MATRIX as SHIPPED, REPO, FakeCompile, FakeImage, pure_wheel
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST = Host(cores=2, free_gb=16.0)
 
-
-def pure_wheel(dest: Path, dist: str = "cuda_ext", version: str = "1.0.0") -> Path:
-    """A valid wheel with Python code only: what a build gives when a knob switched its CUDA part off."""
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{dist}-{version}-cp311-cp311-linux_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{dist}/__init__.py", "")
-        zf.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        zf.writestr(f"{dist}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
-        zf.writestr(f"{dist}-{version}.dist-info/RECORD", "")
-    return path
-
-
-class FakeCompile:
-    """Test double for the compile step (no BuildKit here): exports a given wheel, or raises."""
-
-    name = "compile"
-    scope = "package"
-
-    def __init__(self, fail_for: dict[str, Exception] | None = None):
-        self.fail_for = fail_for or {}
-        self.ran: list[str] = []
-
-    def run(self, ctx: CellContext, wheel) -> StepResult:
-        name = wheel.package.name
-        self.ran.append(name)
-        if name in self.fail_for:
-            raise self.fail_for[name]
-        ctx.wheels[name] = [pure_wheel(ctx.out_dir(name), name.replace("-", "_"))]
-        ctx.records[name] = file_records(ctx.wheels[name])
-        return StepResult(self.name, name, Status.OK, artifacts={"reused": False})
-
-    def dry_run(self, ctx, wheel):
-        return []
-
-
-class FakeImage:
-    """Test double for the image step: records that tagging was attempted."""
-
-    name = "image"
-    scope = "cell"
-
-    def __init__(self):
-        self.ran = 0
-
-    def run(self, ctx, wheel=None) -> StepResult:
-        self.ran += 1
-        return StepResult(self.name, ctx.cell.id, Status.OK, artifacts={"image": ctx.cell.ref, "digest": "sha256:" + "0" * 64})
-
-    def dry_run(self, ctx, wheel=None):
-        return []
 
 
 def planned(matrix_path: Path, wheelhouse: Wheelhouse, **sel):

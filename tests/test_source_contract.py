@@ -43,7 +43,7 @@ from builder.pypi import SimpleIndex
 from builder.resolve import select
 
 from .helpers import MATRIX, REPO
-from .test_flash_attn_kernel import env_of, instructions, stage_lines
+from .helpers import env_of, instructions, stage_lines
 
 pytestmark = pytest.mark.network
 

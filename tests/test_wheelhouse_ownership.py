@@ -18,7 +18,7 @@ from builder.cache import file_records
 from builder.cache.local import MANIFEST, QUARANTINE, Wheelhouse
 
 from .helpers import REPO, run_cli
-from .test_cache import a_wheel
+from .helpers import a_wheel
 
 FIXTURE_MATRIX = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
 OWN_GOOD, OWN_BAD, COPIED = "1" * 64, "2" * 64, "3" * 64
