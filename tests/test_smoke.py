@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -211,17 +212,67 @@ def test_sglang_bounds_are_the_ones_its_wheels_show_mtp_from_0511_dflash2_from_0
     assert "sglang>=0.5.11" in why and "qwen3_5_mtp.py" in why, why
 
 
-def test_every_runnable_strategy_says_what_the_engines_parser_must_resolve_it_to():
+def _flag_values(flags: tuple[str, ...]) -> dict[str, str]:
+    """--a-b VALUE pairs → {"a_b": VALUE}: the destinations argparse gives them."""
+    assert len(flags) % 2 == 0 and all(f.startswith("--") for f in flags[::2]), flags
+    return {f[2:].replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2])}
+
+
+def _what_the_flags_say(engine: str, strategy: Strategy) -> dict[str, object]:
+    """What an engine's parser makes of a strategy's flags, as expect spells it (dotted paths, typed values):
+    vLLM's --speculative-config is JSON; SGLang's flags are one argparse destination each."""
+    if engine == "vllm":
+        (config,) = (v for k, v in _flag_values(strategy.flags).items() if k == "speculative_config")
+        return {f"speculative_config.{k}": v for k, v in json.loads(config).items()}
+    return {k: int(v) if v.isdigit() else v for k, v in _flag_values(strategy.flags).items()}
+
+
+@pytest.mark.parametrize("engine,version", [("vllm", "0.33.0"), ("sglang", "0.5.23")])
+def test_every_strategy_checks_what_its_own_flags_say(engine, version):
+    """expect (what smoke L2 reads back from the engine's parser) and flags (what serve passes) are written
+    separately in the engine data: every expected value must be the one the flags give, and what MTP<k> says in
+    its name must be what the flags ask for (vLLM: k speculative tokens; SGLang's EAGLE chain with top-k 1: k
+    steps, k + 1 draft tokens, the count SGLang itself sets for top-k 1)."""
+    r = recipe(engine, version)
+    assert r.strategies, f"{engine} {version} lists no strategy"
+    for name, strategy in r.strategies.items():
+        said = _what_the_flags_say(engine, strategy)
+        expected = {k: v for k, v in strategy.expect if "@" not in k}
+        assert expected, (name, "expects nothing of the parser")
+        assert {k: said.get(k, "<not in the flags>") for k in expected} == expected, name
+        if engine == "vllm":  # everything vLLM is asked is checked, and smoke L3's ratio is the asked count
+            assert set(said) == set(expected), name
+            assert strategy.k == said["speculative_config.num_speculative_tokens"], name
+        mtp = re.fullmatch(r"MTP(\d+)", name)
+        if mtp:
+            k = int(mtp.group(1))
+            if engine == "vllm":
+                assert (said["speculative_config.method"], said["speculative_config.num_speculative_tokens"]) == ("mtp", k)
+            else:
+                assert (said["speculative_algorithm"], said["speculative_eagle_topk"]) == ("EAGLE", 1), name
+                assert (said["speculative_num_steps"], said["speculative_num_draft_tokens"]) == (k, k + 1), name
+            assert strategy.drafter == "" and "{drafter}" not in strategy.flags, name  # MTP drafts with the model
+        for flag_value in strategy.flags[1::2]:
+            for placeholder in re.findall(r"\{(\w+)\}", flag_value):
+                assert placeholder in ("model", "drafter"), (name, flag_value)
+                assert placeholder != "drafter" or strategy.drafter, (name, "{drafter} without a drafter")
+
+
+def test_the_strategy_check_catches_a_wrong_value():
+    v = recipe("vllm", "0.33.0").strategy("MTP7")
+    wrong = Strategy(v.name, v.versions, v.why_not, ("--speculative-config", '{"method":"mtp","num_speculative_tokens":6}'),
+                     expect=v.expect, k=v.k)
+    said = _what_the_flags_say("vllm", wrong)
+    assert said["speculative_config.num_speculative_tokens"] == 6 != dict(wrong.expect)["speculative_config.num_speculative_tokens"]
+    s = recipe("sglang", "0.5.23").strategy("MTP7")
+    flags = list(s.flags)
+    flags[flags.index("--speculative-num-draft-tokens") + 1] = "7"
+    said = _what_the_flags_say("sglang", Strategy(s.name, s.versions, s.why_not, tuple(flags), expect=s.expect))
+    assert (said["speculative_num_steps"], said["speculative_num_draft_tokens"]) == (7, 7)
+
+
+def test_the_smoke_data_of_each_engine_names_its_parser_and_metrics():
     v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
-    assert dict(v.strategy("MTP7").expect) == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
-    assert v.strategy("MTP2").k == 2 and v.strategy("MTP7").k == 7
-    assert dict(v.strategy("DFlash2").expect)["speculative_config.method"] == "dflash"
-    assert dict(s.strategy("MTP2").expect) == {
-        "speculative_algorithm": "EAGLE", "speculative_algorithm@resolved": "EAGLE",
-        "speculative_draft_model_path": "{model}", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": 3}
-    assert dict(s.strategy("MTP7").expect)["speculative_num_draft_tokens"] == 8
-    assert dict(s.strategy("DFlash2").expect)["speculative_algorithm@resolved"] == "DFLASH"
     for r in (v, s):
         assert r.smoke["args_class"] and "{port}" in r.smoke["serve_args"] and r.smoke["spec_metrics"]["drafts"]
     assert s.smoke["name_resolver"]["call"].endswith("SpeculativeAlgorithm.from_string")
