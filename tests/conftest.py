@@ -1,11 +1,16 @@
-"""Session fixtures for tests that need the Docker engine, local base images or a registry.
+"""Session fixtures for tests that need the Docker engine, local base images, a registry or a CUDA toolkit, and
+the markers that say so.
 
 - ``docker_engine``: the daemon answers and buildx works, else the test FAILS (never skips) and says
   to run ``scripts/setup-docker.sh``.
 - ``local_bases``: ``scripts/make-local-bases.sh`` has built the local stand-ins for nvidia/cuda.
 - ``registry`` / ``auth_registry``: a throwaway ``docker-registry`` on 127.0.0.1.
+- ``nvcc`` / ``cuobjdump``: the host's CUDA 13 compiler and the fatbin dumper (the test extra's wheel).
 
-Any test using one of these fixtures is marked ``docker`` automatically.
+Any test using one of the first four is marked ``docker`` automatically, one using ``nvcc`` or ``cuobjdump``
+(directly or through another fixture) ``toolchain``: ``-m "not toolchain"`` runs the suite on a machine without a
+CUDA toolkit. A test marked ``pure`` runs in-process only: starting any subprocess fails it (the guard below), so
+the fast tier (``-m pure``) cannot shell out by accident.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Iterator, NamedTuple
 
 import pytest
 
-from .helpers import free_port, registry_config_lines, stop_process  # noqa: F401 - free_port: tests use it through here too
+from .helpers import ShellOut, free_port, registry_config_lines, stop_process
 
 # testcontainers' Ryuk reaper image cannot be pulled here; tests remove what they start.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -35,10 +40,12 @@ LOCAL_CUDA_DEVEL = "builder-local/cuda:13.0-devel"
 LOCAL_CUDA_BASE = "builder-local/cuda:13.0-base"
 
 DOCKER_FIXTURES = frozenset({"docker_engine", "local_bases", "registry", "auth_registry"})
+TOOLCHAIN_FIXTURES = frozenset({"nvcc", "cuobjdump"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs the Docker engine that .ci/run starts")
+    config.addinivalue_line("markers", "toolchain: needs the host's CUDA toolkit (nvcc) or cuobjdump (conftest)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,8 +53,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if DOCKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.docker)
+        if TOOLCHAIN_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.toolchain)
+        if item.get_closest_marker("pure") and (DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures:
+            raise pytest.UsageError(f"{item.nodeid} is marked pure but uses {sorted((DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures)}")
         if "local_bases" in fixtures:  # the bases come from Debian's archive and PyPI; builds on them pip-install
             item.add_marker(pytest.mark.network)
+
+
+def _no_subprocess(what: str, method: bool = False):
+    def refuse(*args, **kwargs):
+        args = args[1:] if method else args  # Popen.__init__(self, args, ...)
+        cmd = args[0] if args else kwargs.get("args", kwargs.get("path", "?"))
+        raise ShellOut(f"a test marked pure started a subprocess ({what}: {cmd!r}); drop the pure mark or keep it "
+                       "in-process")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def pure_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests marked pure: every way Python starts a program raises ShellOut (subprocess.Popen under run,
+    check_output and asyncio's subprocesses; os.system, os.posix_spawn*, os.exec*, os.fork)."""
+    if request.node.get_closest_marker("pure") is None:
+        return
+    monkeypatch.setattr(subprocess.Popen, "__init__", _no_subprocess("subprocess.Popen", method=True))
+    for name in ("system", "posix_spawn", "posix_spawnp", "fork", "forkpty", "execv", "execve", "execvp", "execvpe",
+                 "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _no_subprocess(f"os.{name}"))
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

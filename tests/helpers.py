@@ -47,6 +47,10 @@ def write_matrix(tmp: Path, text: str, lock_from: Path = REPO / "matrix.lock") -
     return path
 
 
+class ShellOut(AssertionError):
+    """A test marked pure started a subprocess (conftest's pure_guard)."""
+
+
 # -- processes and ports on 127.0.0.1 ------------------------------------------------------------------------
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
