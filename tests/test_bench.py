@@ -42,6 +42,7 @@ def builder(*args: str, env: dict | None = None, timeout: float = 900) -> subpro
 
 
 # -- workloads ---------------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_article_workload_is_data_and_its_prompts_have_exact_lengths_in_the_models_tokenizer(tiny, tmp_path):
     w = workload.load("article")
     assert (w.concurrency, w.requests, w.output_tokens) == (50, 200, 256)
@@ -90,6 +91,7 @@ def test_a_strategy_the_image_was_not_built_for_is_refused_before_anything_runs(
 
 
 # -- the engine's figures and losslessness ---------------------------------------------------------------
+@pytest.mark.pure
 def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and_server_info():
     vllm = {"spec_metrics": {"drafts": "d", "draft_tokens": "t", "accepted": "a"}}
     f = run.spec_figures(vllm, {"d": 10, "t": 20, "a": 1}, {"d": 110, "t": 220, "a": 51}, None)
@@ -107,6 +109,7 @@ def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and
     assert run.cross_check(agree).startswith("differs")
 
 
+@pytest.mark.pure
 def test_losslessness_is_the_match_rate_against_no_speculation_and_flags_below_the_threshold():
     rows = [{"strategy": NONE, "greedy_outputs": ["a", "b", "c", "d"]},
             {"strategy": "MTP2", "greedy_outputs": ["a", "b", "c", "d"]},
@@ -124,6 +127,7 @@ def recorded() -> dict:
     return results.load(str(RECORDED / "stand-in-quick.json"))
 
 
+@pytest.mark.pure
 def test_outputs_table_json_csv_and_png(tmp_path):
     doc = recorded()
     paths = results.write(doc, tmp_path)

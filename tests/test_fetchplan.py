@@ -157,6 +157,7 @@ def _cmake_texts(sdist: Path) -> dict[str, str]:
 # --- the real releases ----------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_vllm_0_33_0_plan(plan_0_33):
     assert _rows(plan_0_33) == VLLM_0_33_0
@@ -177,6 +178,7 @@ def test_vllm_0_33_0_plan(plan_0_33):
     assert not {s.name for s in plan_0_33} & {"onednn", "arm_compute"}
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_vllm_0_6_3_plan(plan_0_6_3):
     assert _rows(plan_0_6_3) == VLLM_0_6_3
@@ -186,6 +188,7 @@ def test_vllm_0_6_3_plan(plan_0_6_3):
     assert by["cutlass"].shallow is True and by["cutlass"].progress is True
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_reproducible_means_full_commit(plan_0_33, plan_0_6_3):
     for s in plan_0_33 + plan_0_6_3:
@@ -194,6 +197,7 @@ def test_reproducible_means_full_commit(plan_0_33, plan_0_6_3):
     assert tags == {("cutlass", "v4.7.1"), ("triton_kernels", "v3.5.1"), ("cutlass", "v3.5.1")}
 
 
+@pytest.mark.pure
 @pytest.mark.network
 @pytest.mark.parametrize("which", ["0.33.0", "0.6.3.post1"])
 def test_every_override_variable_is_consulted_by_the_cmake_code(which, request):
@@ -222,6 +226,7 @@ def test_every_override_variable_is_consulted_by_the_cmake_code(which, request):
                                  + r"\}\s*\)", text), s
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_setup_py_cmake_args_handling(doc_0_33, doc_0_6_3):
     assert doc_0_33["cmake_args"] == "split-on-whitespace"  # 0.12+: CMAKE_ARGS.split()
@@ -230,6 +235,7 @@ def test_setup_py_cmake_args_handling(doc_0_33, doc_0_6_3):
     assert cmake_args_mode("cmake_args += shlex.split(os.environ['CMAKE_ARGS'])") == "unknown"
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_rust_part_of_0_33(doc_0_33, doc_0_6_3):
     doc = doc_0_33
@@ -243,6 +249,7 @@ def test_rust_part_of_0_33(doc_0_33, doc_0_6_3):
     assert old["rust_toolchain"] is None and old["cargo_git_sources"] == []
 
 
+@pytest.mark.pure
 @pytest.mark.network
 @pytest.mark.parametrize("version", ["0.33.0", "0.6.3.post1"])
 def test_committed_plan_file_equals_fresh_extraction(version, request):
@@ -253,6 +260,7 @@ def test_committed_plan_file_equals_fresh_extraction(version, request):
     assert plan_from_document(committed) == request.getfixturevalue(f"plan_{suffix}")
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_tree_and_sdist_give_the_same_plan(sdist_0_6_3, plan_0_6_3, tmp_path):
     with tarfile.open(sdist_0_6_3) as tf:
@@ -260,6 +268,7 @@ def test_tree_and_sdist_give_the_same_plan(sdist_0_6_3, plan_0_6_3, tmp_path):
     assert fetch_plan_from_tree(tmp_path / "vllm-0.6.3.post1") == plan_0_6_3
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_notes(doc_0_6_3):
     notes = doc_0_6_3["notes"]
@@ -292,6 +301,7 @@ def test_render_fetch_script_for_0_33(plan_0_33):
     assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_render_with_pins_verifies_the_pinned_commit(plan_0_6_3):
     pin = "a" * 40
@@ -301,6 +311,7 @@ def test_render_with_pins_verifies_the_pinned_commit(plan_0_6_3):
     assert "NOT a commit" not in script
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_override_env_0_33(plan_0_33):
     env = override_env(plan_0_33, DEPS_DIR)
@@ -318,6 +329,7 @@ def test_override_env_0_33(plan_0_33):
     }
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_override_env_0_6_3_cannot_use_cmake_args(plan_0_6_3):
     with pytest.raises(UserError, match=r"cutlass \(FETCHCONTENT_SOURCE_DIR_CUTLASS .*ignores"):
@@ -440,6 +452,7 @@ def _sdist(tmp_path: Path, files: dict[str, str], top="pkg-1.0") -> Path:
     return path
 
 
+@pytest.mark.pure
 def test_sdist_without_cmake_files_gives_an_empty_plan(tmp_path):
     path = _sdist(tmp_path, {"setup.py": "from setuptools import setup\nsetup()\n",
                              "pkg/__init__.py": ""})
@@ -450,6 +463,7 @@ def test_sdist_without_cmake_files_gives_an_empty_plan(tmp_path):
     assert override_env([], DEPS_DIR) == {}
 
 
+@pytest.mark.pure
 def test_branch_tag_is_not_reproducible(tmp_path):
     root = _tree(tmp_path, {"CMakeLists.txt": """
 project(p)
@@ -467,6 +481,7 @@ FetchContent_MakeAvailable(foo)
                                                                          ("cmake",))
 
 
+@pytest.mark.pure
 def test_variables_includes_conditions_and_url_downloads(tmp_path):
     root = _tree(tmp_path, {
         "CMakeLists.txt": """
@@ -542,6 +557,7 @@ FetchContent_Declare(qux URL https://example.invalid/qux.zip)
         render_fetch_script([qux], DEPS_DIR)
 
 
+@pytest.mark.pure
 def test_unresolvable_repository_is_an_error(tmp_path):
     root = _tree(tmp_path, {"CMakeLists.txt":
                             "FetchContent_Declare(x GIT_REPOSITORY ${SOMEWHERE} GIT_TAG "
@@ -550,6 +566,7 @@ def test_unresolvable_repository_is_an_error(tmp_path):
         fetch_plan_from_tree(root)
 
 
+@pytest.mark.pure
 def test_values_from_undecidable_branches_stay_unknown(tmp_path):
     sha = "d" * 40
     decl = f"FetchContent_Declare(x GIT_REPOSITORY ${{REPO}} GIT_TAG {sha})\n"
@@ -568,6 +585,7 @@ def test_values_from_undecidable_branches_stay_unknown(tmp_path):
     assert src.repository == "https://c"
 
 
+@pytest.mark.pure
 def test_malformed_cmake_is_an_error(tmp_path):
     root = _tree(tmp_path, {"CMakeLists.txt": "if(A)\n  set(B 1)\n"})
     with pytest.raises(CMakeParseError, match="not closed"):
@@ -577,6 +595,7 @@ def test_malformed_cmake_is_an_error(tmp_path):
         fetch_plan_from_tree(root2)
 
 
+@pytest.mark.pure
 def test_not_a_tarball(tmp_path):
     bad = tmp_path / "x.tar.gz"
     bad.write_bytes(b"not a tarball")

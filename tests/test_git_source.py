@@ -153,6 +153,7 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
         deps.deps_context.cache_clear()
 
 
+@pytest.mark.pure
 def test_a_git_source_without_a_readable_plan_is_unpinned_and_its_deps_stage_stops(repo, tmp_path, monkeypatch):
     monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
     said: list[str] = []

@@ -38,6 +38,7 @@ def options(tmp: Path, **kw) -> BuildOptions:
     return BuildOptions(work_dir=tmp / "work", log_dir=tmp / "logs", index_url="https://pypi.org/simple", **kw)
 
 
+@pytest.mark.pure
 def test_a_compiled_package_without_device_code_is_neither_cached_nor_tagged(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix.toml", wh)
@@ -52,6 +53,7 @@ def test_a_compiled_package_without_device_code_is_neither_cached_nor_tagged(tmp
     assert not out.ok and "no binary in the wheel carries device code" in out.error
 
 
+@pytest.mark.pure
 def test_a_pure_python_package_is_exempt_from_the_device_code_rule(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     (p,) = planned(SHIPPED, wh, engines=("sglang",))
@@ -67,6 +69,7 @@ def test_a_pure_python_package_is_exempt_from_the_device_code_rule(tmp_path):
     assert AuditStep().run(ctx, kernel).status is Status.FAILED
 
 
+@pytest.mark.pure
 def test_an_exception_inside_a_step_fails_that_cell_with_its_message_and_keep_going_runs_the_rest(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix-two.toml", wh)
@@ -90,6 +93,7 @@ def test_an_exception_inside_a_step_fails_that_cell_with_its_message_and_keep_go
     assert "not run: compile did not pass for cuda-ext-badknob" in table
 
 
+@pytest.mark.pure
 def test_without_keep_going_the_run_stops_at_the_first_failed_cell(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix-two.toml", wh)
@@ -152,6 +156,7 @@ def test_gates_block_cache_and_image_but_keep_going_still_caches_the_cells_other
     json.dumps(doc)  # serialisable as --json prints it
 
 
+@pytest.mark.pure
 def test_every_gate_names_steps_that_exist():
     names = {s.name for s in runner.STEPS}
     for step, needs in runner.GATES.items():
@@ -160,6 +165,7 @@ def test_every_gate_names_steps_that_exist():
     assert order == ["compile", "audit", "cache", "image", "smoke", "publish"]
 
 
+@pytest.mark.pure
 def test_sass_of_one_arch_covers_later_minors_of_the_same_major_only():
     assert archs.runs_on("sass", 80, "", 86) and archs.runs_on("sass", 80, "", 89)
     assert not archs.runs_on("sass", 80, "", 90) and not archs.runs_on("sass", 86, "", 80)

@@ -63,6 +63,7 @@ def builder(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[
 
 
 # -- the tiny model ----------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_tiny_model_is_qwen35_block_fp8_with_one_mtp_layer_and_every_quantized_linear_a_multiple_of_128(tiny):
     cfg = json.loads((tiny.target / "config.json").read_text())
     text, q = cfg["text_config"], cfg["quantization_config"]
@@ -94,6 +95,7 @@ def test_tiny_model_is_qwen35_block_fp8_with_one_mtp_layer_and_every_quantized_l
     assert (tiny.target / "video_preprocessor_config.json").is_file()
 
 
+@pytest.mark.pure
 def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exactly(tiny):
     tokenizers = pytest.importorskip("tokenizers", reason="the test extra brings tokenizers")
     cfg = json.loads((tiny.target / "config.json").read_text())
@@ -109,6 +111,7 @@ def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exa
     assert "<|im_start|>" in tc["chat_template"] and tc["eos_token"] == "<|im_end|>"
 
 
+@pytest.mark.pure
 def test_tiny_dflash2_drafter_reads_the_targets_layers_in_blocks_of_8(tiny):
     d = json.loads((tiny.drafter / "config.json").read_text())
     t = json.loads((tiny.target / "config.json").read_text())["text_config"]
@@ -122,6 +125,7 @@ def _positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+@pytest.mark.pure
 def test_tiny_dflash2_drafter_has_every_key_the_dflash2_loaders_of_vllm_0330_and_sglang_0519_0523_require(tiny):
     # The rules below are read from the engines' PyPI wheels (sglang 0.5.19 and 0.5.23, vllm 0.33.0); paths are
     # inside the wheels, line numbers as 0.5.19 / 0.5.23. Neither engine is installed here, so the JSON is
@@ -179,6 +183,7 @@ def test_tiny_dflash2_drafter_has_every_key_the_dflash2_loaders_of_vllm_0330_and
     assert dc["conv_kernel_size"] <= dc["block_size"]  # ours, not an engine's rule: taps past the block read nothing
 
 
+@pytest.mark.pure
 def test_tiny_model_is_deterministic_and_written_once(tmp_path):
     a, b = tinymodel.ensure(tmp_path / "x"), tinymodel.ensure(tmp_path / "x")
     assert a == b and a.target.parent.name.endswith(tinymodel.digest())
@@ -188,6 +193,7 @@ def test_tiny_model_is_deterministic_and_written_once(tmp_path):
 
 
 # -- the engine data smoke reads ---------------------------------------------------------------------------
+@pytest.mark.pure
 def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_its_source_says():
     for version in ("0.17.0", "0.26.0", "0.33.0"):
         for name in ("MTP2", "MTP7"):
@@ -197,6 +203,7 @@ def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_i
     assert recipe("vllm", "0.26.0").strategy_problem("DFlash2")  # DFlash2 still needs >= 0.28
 
 
+@pytest.mark.pure
 def test_sglang_bounds_are_the_ones_its_wheels_show_mtp_from_0511_dflash2_from_0519():
     # qwen3_5_mtp.py is in every wheel from 0.5.9 (EAGLE reuses its one layer per step; 0.5.17 booted MTP2 and
     # MTP7 on the H200); 0.5.11 is the first release the data builds. DFLASH exists from 0.5.11, but the DFlash2
@@ -227,6 +234,7 @@ def _what_the_flags_say(engine: str, strategy: Strategy) -> dict[str, object]:
     return {k: int(v) if v.isdigit() else v for k, v in _flag_values(strategy.flags).items()}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("engine,version", [("vllm", "0.33.0"), ("sglang", "0.5.23")])
 def test_every_strategy_checks_what_its_own_flags_say(engine, version):
     """expect (what smoke L2 reads back from the engine's parser) and flags (what serve passes) are written
@@ -258,6 +266,7 @@ def test_every_strategy_checks_what_its_own_flags_say(engine, version):
                 assert placeholder != "drafter" or strategy.drafter, (name, "{drafter} without a drafter")
 
 
+@pytest.mark.pure
 def test_the_strategy_check_catches_a_wrong_value():
     v = recipe("vllm", "0.33.0").strategy("MTP7")
     wrong = Strategy(v.name, v.versions, v.why_not, ("--speculative-config", '{"method":"mtp","num_speculative_tokens":6}'),
@@ -271,6 +280,7 @@ def test_the_strategy_check_catches_a_wrong_value():
     assert (said["speculative_num_steps"], said["speculative_num_draft_tokens"]) == (7, 7)
 
 
+@pytest.mark.pure
 def test_the_smoke_data_of_each_engine_names_its_parser_and_metrics():
     v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
     for r in (v, s):
