@@ -193,10 +193,8 @@ class FakeImage:
 
 
 # -- the smoke stand-in (tests/fixtures/smoke) ---------------------------------------------------------------
-SMOKE_FIXTURE = REPO / "tests" / "fixtures" / "smoke"
-
+SMOKE_FIXTURE = REPO / "tests" / "fixtures" / "smoke"  # a TEST DOUBLE of an engine server
 SMOKE_MATRIX = SMOKE_FIXTURE / "matrix.toml"
-
 SMOKE_CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
 
 
