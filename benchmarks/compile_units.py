@@ -8,6 +8,7 @@ counted from the real packages — upstream's default build against a build for 
   list) × its SASS targets: FLASH_ATTN_CUDA_ARCHS, default "80;90;100;120" as setup.py reads it.
 
     .venv/bin/python benchmarks/compile_units.py [--arch 80,90]
+    .venv/bin/python benchmarks/compile_units.py --quick   # flash-attn only: the sdist, not the 373 MB wheel
 
 Downloads (once, into ~/.cache/builder/sdists): the wheel (373 MB) and the sdist (8 MB).
 """
@@ -76,7 +77,14 @@ def flash_attn_units(archs: tuple[int, ...]) -> tuple[int, int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="80,90")
-    archs = archs_mod.parse(ap.parse_args().arch)
+    ap.add_argument("--quick", action="store_true", help="flash-attn only (the test suite's mode)")
+    args = ap.parse_args()
+    archs = archs_mod.parse(args.arch)
+    if args.quick:
+        tus, fa_built, fa_default = flash_attn_units(archs)
+        print(f"flash-attn 2.8.3 ({tus} CUDA sources) for {', '.join(map(archs_mod.sm, archs))}: {fa_built} kernel×arch "
+              f"units built of {fa_default} for setup.py's default arch list ({100 * fa_built / fa_default:.1f} %)")
+        return 0
     print(f"SGLang cell (sglang 0.5.23, sglang-kernel 0.4.10, flash-attn 2.8.3, CUDA 13.0) for "
           f"{', '.join(map(archs_mod.sm, archs))}: kernel×arch units, upstream default vs this build\n")
     total_default = total_built = 0

@@ -44,7 +44,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="builder-size-") as tmp:
         wh, wd = Path(tmp) / "wh", Path(tmp) / "w"
         res = builder("build", "--matrix", args.matrix, "--only", args.only, "--wheelhouse", str(wh), "--work-dir", str(wd),
-                      "--log-dir", str(Path(tmp) / "logs"), "--ca-bundle", CA, "--quiet", "--json")
+                      "--log-dir", str(Path(tmp) / "logs"), "--pins-dir", str(Path(tmp) / "pins"), "--ca-bundle", CA,
+                      "--quiet", "--json")
         for r in json.loads(res.stdout):
             cell, ref = r["cell"], r["image"]
             stage = wd / cell / "wheels"

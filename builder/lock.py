@@ -193,20 +193,16 @@ def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
 
 def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict, echo=print) -> Path:
     """Read the external sources the sdist's own CMake files download, into data/fetchplans/."""
-    from . import deps, fetchplan
+    from . import deps
 
-    target = deps.plan_path(name, version)
-    if target.is_file():
-        doc = fetchplan.load_plan_file(target)
-        if doc.get("sdist", {}).get("sha256") == sdist["sha256"]:
-            return target
+    known = deps.committed_plan(name, version)
+    if known is not None and known.get("sdist", {}).get("sha256") == sdist["sha256"]:
+        return deps.plan_path(name, version)
     path = _download(index, sdist["url"], sdist["sha256"], sdist["filename"])
-    doc = fetchplan.plan_document(path, engine=name, version=version)
-    fetchplan.write_plan_file(doc, target)
-    deps._plan_doc.cache_clear()
+    doc = deps.read_plan_from_sdist(path, name, version)
+    target = deps.commit_plan(doc, name, version)
     if doc.get("unresolved"):
         echo(f"  {name} {version}: fetch plan UNPINNED ({doc['unresolved']}); wrote {target.name} saying so")
-    deps.deps_context.cache_clear()
     echo(f"wrote fetch plan {target.name}: {len(doc['sources'])} external sources")
     return target
 
@@ -218,28 +214,24 @@ def refresh_fetch_plan_git(name: str, version: str, git: dict, subdir: str, echo
     file: it says "unresolved" with the file and line, and that one package is UNPINNED."""
     import tempfile
 
-    from . import deps, fetchplan
+    from . import deps
 
-    target = deps.plan_path(name, version)
     commit = git.get("commit", "")
     if not commit:
         echo(f"  {name} {version}: fetch plan not read: the commit of {git.get('tag', '?')} is unknown")
         return None
-    if target.is_file():
-        known = fetchplan.load_plan_file(target)
-        if known.get("git", {}).get("commit") == commit and known.get("cuda", "") == _short_cuda(cuda):
-            return target
+    known = deps.committed_plan(name, version)
+    if known is not None and known.get("git", {}).get("commit") == commit \
+            and known.get("cuda", "") == _short_cuda(cuda):
+        return deps.plan_path(name, version)
     with tempfile.TemporaryDirectory(prefix="builder-plan-") as tmp:
         code, why = docker.git_fetch_commit(git["repository"], commit, Path(tmp))
         if code != 0:
             echo(f"  {name} {version}: fetch plan not read: cannot fetch {git['repository']} {commit} ({why})")
             return None
-        doc = fetchplan.plan_document_from_tree(Path(tmp), engine=name, version=version,
-                                                repository=git["repository"], commit=commit, subdir=subdir,
-                                                cuda=_short_cuda(cuda))
-    fetchplan.write_plan_file(doc, target)
-    deps._plan_doc.cache_clear()
-    deps.deps_context.cache_clear()
+        doc = deps.read_plan_from_tree(Path(tmp), name, version, repository=git["repository"], commit=commit,
+                                       subdir=subdir, cuda=_short_cuda(cuda))
+    target = deps.commit_plan(doc, name, version)
     if doc.get("unresolved"):
         echo(f"  {name} {version}: fetch plan UNPINNED ({doc['unresolved']}); wrote {target.name} saying so")
     else:
@@ -270,7 +262,7 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
     """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest
     (`skopeo inspect --raw`: the digest of exactly what the tag names, an index for a multi-platform image),
     else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never moves."""
-    from .cache.config import is_loopback
+    from .net import is_loopback
     from .errors import CommandError
 
     if "@" in ref:

@@ -78,7 +78,7 @@ def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: fl
                 aliases: bool = True) -> Target:
     """A Target for REGISTRY (HOST[:PORT]/PATH), with the credentials the environment or docker login has for
     its host. Plain HTTP only for a loopback registry."""
-    from .cache.config import is_loopback, registry_credentials
+    from .net import is_loopback, registry_credentials
 
     registry = re.sub(r"^(docker|https?)://", "", registry).rstrip("/")
     if not registry:
@@ -375,7 +375,7 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
     import requests
 
     from . import net
-    from .cache.config import NETWORK_ERRORS, with_timeouts
+    from .net import NETWORK_ERRORS, with_timeouts
 
     scheme = "https" if target.tls_verify else "http"
     url = f"{scheme}://{target.host}/v2/"

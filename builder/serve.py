@@ -27,7 +27,7 @@ def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
     labels = docker.image_labels(image, docker_cmd)
     if labels is not None:
         return labels
-    from .cache.config import is_loopback
+    from .net import is_loopback
 
     host = docker.image_registry(image)
     if host:

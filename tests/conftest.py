@@ -1,11 +1,16 @@
-"""Session fixtures for tests that need the Docker engine, local base images or a registry.
+"""Session fixtures for tests that need the Docker engine, local base images, a registry or a CUDA toolkit, and
+the markers that say so.
 
 - ``docker_engine``: the daemon answers and buildx works, else the test FAILS (never skips) and says
   to run ``scripts/setup-docker.sh``.
 - ``local_bases``: ``scripts/make-local-bases.sh`` has built the local stand-ins for nvidia/cuda.
 - ``registry`` / ``auth_registry``: a throwaway ``docker-registry`` on 127.0.0.1.
+- ``nvcc`` / ``cuobjdump``: the host's CUDA 13 compiler and the fatbin dumper (the test extra's wheel).
 
-Any test using one of these fixtures is marked ``docker`` automatically.
+Any test using one of the first four is marked ``docker`` automatically, one using ``nvcc`` or ``cuobjdump``
+(directly or through another fixture) ``toolchain``: ``-m "not toolchain"`` runs the suite on a machine without a
+CUDA toolkit. A test marked ``pure`` runs in-process only: starting any subprocess fails it (the guard below), so
+the fast tier (``-m pure``) cannot shell out by accident.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +26,8 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import pytest
+
+from .helpers import ShellOut, free_port, registry_config_lines, stop_process
 
 # testcontainers' Ryuk reaper image cannot be pulled here; tests remove what they start.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -34,10 +40,12 @@ LOCAL_CUDA_DEVEL = "builder-local/cuda:13.0-devel"
 LOCAL_CUDA_BASE = "builder-local/cuda:13.0-base"
 
 DOCKER_FIXTURES = frozenset({"docker_engine", "local_bases", "registry", "auth_registry"})
+TOOLCHAIN_FIXTURES = frozenset({"nvcc", "cuobjdump"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs the Docker engine that .ci/run starts")
+    config.addinivalue_line("markers", "toolchain: needs the host's CUDA toolkit (nvcc) or cuobjdump (conftest)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,8 +53,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if DOCKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.docker)
+        if TOOLCHAIN_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.toolchain)
+        if item.get_closest_marker("pure") and (DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures:
+            raise pytest.UsageError(f"{item.nodeid} is marked pure but uses {sorted((DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures)}")
         if "local_bases" in fixtures:  # the bases come from Debian's archive and PyPI; builds on them pip-install
             item.add_marker(pytest.mark.network)
+
+
+def _no_subprocess(what: str, method: bool = False):
+    def refuse(*args, **kwargs):
+        args = args[1:] if method else args  # Popen.__init__(self, args, ...)
+        cmd = args[0] if args else kwargs.get("args", kwargs.get("path", "?"))
+        raise ShellOut(f"a test marked pure started a subprocess ({what}: {cmd!r}); drop the pure mark or keep it "
+                       "in-process")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def pure_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests marked pure: every way Python starts a program raises ShellOut (subprocess.Popen under run,
+    check_output and asyncio's subprocesses; os.system, os.posix_spawn*, os.exec*, os.fork)."""
+    if request.node.get_closest_marker("pure") is None:
+        return
+    monkeypatch.setattr(subprocess.Popen, "__init__", _no_subprocess("subprocess.Popen", method=True))
+    for name in ("system", "posix_spawn", "posix_spawnp", "fork", "forkpty", "execv", "execve", "execvp", "execvpe",
+                 "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _no_subprocess(f"os.{name}"))
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -106,12 +141,6 @@ def local_bases(docker_engine: DockerEngine) -> dict[str, str]:
 # --- registries ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _v2_status(host: str) -> int | None:
     try:
@@ -122,21 +151,6 @@ def _v2_status(host: str) -> int | None:
     except OSError:
         return None
 
-
-def registry_config_lines(root: Path, host: str) -> list[str]:
-    """docker-registry's config.yml: data under ROOT/data, deletes allowed, listening on HOST (127.0.0.1:PORT)."""
-    return ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:", f"    rootdirectory: {root / 'data'}",
-            "  delete:", "    enabled: true", "http:", f"  addr: {host}"]
-
-
-def stop_process(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM, then SIGKILL if it is still there after `timeout` seconds; reaped either way."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:

@@ -37,6 +37,8 @@ from builder.audit import (
 )
 from builder.errors import CommandError, UserError
 
+from .helpers import KERNEL_A
+
 S = lambda arch, variant="", compressed=False: FatbinEntry("sass", arch, variant, compressed)
 P = lambda arch, variant="", compressed=True: FatbinEntry("ptx", arch, variant, compressed)
 
@@ -107,10 +109,6 @@ def assert_matches_cuobjdump(tool: Path, path: Path, entries: list[FatbinEntry])
 
 # --------------------------------------------------------------------------- compiled fixtures
 
-KERNEL_A = r"""
-extern "C" __global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }
-extern "C" void launch_scale(float *x, float a) { scale<<<1, 32>>>(x, a); }
-"""
 KERNEL_B = r"""
 extern "C" __global__ void shift(float *x, float b) { x[threadIdx.x] += b; }
 extern "C" void launch_shift(float *x, float b) { shift<<<1, 32>>>(x, b); }
@@ -263,6 +261,7 @@ def test_coverage_of_compiled_library(built, name, arch, covered, how):
     assert arch_is_covered(read_fatbin_entries(built[name]), arch) == (covered, how)
 
 
+@pytest.mark.pure
 def test_coverage_rule_prefers_sass_then_the_closest_arch():
     assert arch_is_covered([P(80), S(80)], 86) == (True, "SASS sm_80")
     assert arch_is_covered([S(80), S(86)], 89) == (True, "SASS sm_86")
@@ -538,6 +537,7 @@ def test_audit_directory_follows_symlinks_out_of_the_tree(built, tmp_path):
     assert res.exit_code != 0 and "libold.so" in res.output
 
 
+@pytest.mark.pure
 def test_empty_directory_passes_but_says_so(tmp_path):
     report = audit(tmp_path, [80])
     assert report.ok and not report.has_device_code and report.binaries == []
@@ -560,6 +560,7 @@ def test_report_json(built):
     }  # fmt: skip
 
 
+@pytest.mark.pure
 def test_missing_path_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         audit(tmp_path / "nope.so", [80])
@@ -567,6 +568,7 @@ def test_missing_path_is_a_user_error(tmp_path):
         read_fatbin_entries(tmp_path / "nope.so")
 
 
+@pytest.mark.pure
 def test_not_an_elf_is_a_user_error(tmp_path):
     text = tmp_path / "libc.so"
     text.write_bytes(LINKER_SCRIPT)
@@ -702,6 +704,7 @@ def test_a_scoped_binary_is_asked_only_for_the_requested_archs_inside_its_famili
     assert not scopes[0].matches("/opt/venv/lib/python3.12/site-packages/other/vllm/_vllm_fa3_C.abi3.so")
 
 
+@pytest.mark.pure
 def test_the_engine_data_scopes_the_vllm_libraries_its_cmake_builds_per_family():
     from builder.engines import load_knowledge
 
@@ -738,6 +741,7 @@ def test_a_copy_loaded_on_every_gpu_but_some_is_asked_for_the_others_only(built,
     assert {b.path: b.missing for b in bad.failures} == {"sgl_kernel/sm100/common_ops.abi3.so": [110]}
 
 
+@pytest.mark.pure
 def test_the_engine_data_scopes_sglang_kernel_by_what_loads_where():
     from builder.engines import load_knowledge
 

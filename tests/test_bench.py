@@ -15,8 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 from builder.bench import NONE, results, run, workload
@@ -25,7 +23,7 @@ from builder.engines import recipe
 from builder.errors import UserError
 from builder.smoke import tinymodel
 
-from .helpers import REPO
+from .helpers import REPO, client_python
 
 STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
 SMOKE_MATRIX = REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"
@@ -44,6 +42,7 @@ def builder(*args: str, env: dict | None = None, timeout: float = 900) -> subpro
 
 
 # -- workloads ---------------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_article_workload_is_data_and_its_prompts_have_exact_lengths_in_the_models_tokenizer(tiny, tmp_path):
     w = workload.load("article")
     assert (w.concurrency, w.requests, w.output_tokens) == (50, 200, 256)
@@ -92,6 +91,7 @@ def test_a_strategy_the_image_was_not_built_for_is_refused_before_anything_runs(
 
 
 # -- the engine's figures and losslessness ---------------------------------------------------------------
+@pytest.mark.pure
 def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and_server_info():
     vllm = {"spec_metrics": {"drafts": "d", "draft_tokens": "t", "accepted": "a"}}
     f = run.spec_figures(vllm, {"d": 10, "t": 20, "a": 1}, {"d": 110, "t": 220, "a": 51}, None)
@@ -111,6 +111,7 @@ def test_spec_figures_come_from_the_engines_counter_deltas_and_sglangs_gauge_and
     assert run.cross_check(agree).startswith("differs")
 
 
+@pytest.mark.pure
 def test_losslessness_is_the_match_rate_against_no_speculation_and_flags_below_the_threshold():
     rows = [{"strategy": NONE, "greedy_outputs": ["a", "b", "c", "d"]},
             {"strategy": "MTP2", "greedy_outputs": ["a", "b", "c", "d"]},
@@ -128,6 +129,7 @@ def recorded() -> dict:
     return results.load(str(RECORDED / "stand-in-quick.json"))
 
 
+@pytest.mark.pure
 def test_outputs_table_json_csv_and_png(tmp_path):
     doc = recorded()
     paths = results.write(doc, tmp_path)
@@ -171,20 +173,6 @@ def test_diff_flags_only_regressions_beyond_the_noise_of_the_repeats(tmp_path):
 
 
 # -- the real load generator against the stand-in ----------------------------------------------------------
-def client_python() -> str:
-    given = os.environ.get("BUILDER_BENCH_CLIENT_PYTHON")
-    if given:
-        return given
-    root = Path(os.environ.get("BUILDER_ENGINE_VENVS", Path.home() / ".cache" / "builder" / "engine-venvs")) / "bench-vllm-0.26.0"
-    python = root / "bin" / "python"
-    marker = root / ".builder-installed"
-    if not marker.is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-        res = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "vllm==0.26.0", "pandas"], capture_output=True,
-                             text=True, timeout=5400)
-        assert res.returncode == 0, res.stderr[-3000:]
-        marker.write_text("vllm==0.26.0 pandas\n")
-    return str(python)
 
 
 @pytest.mark.slow

@@ -13,19 +13,18 @@ import pytest
 from builder import render
 
 from .helpers import REPO
-from .test_bench import client_python
-from .test_smoke_docker import _build, _cell, _tree_digest, leftovers
+from .helpers import build_stand_in, client_python, smoke_leftovers, stand_in_cell, stand_in_digest
 
 pytestmark = pytest.mark.docker
 MATRIX = REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"
 
 
 def _image(local_bases, strategies: str | None, suffix: str) -> str:
-    cell = _cell()
+    cell = stand_in_cell()
     labels = [(k, strategies if strategies and k == "io.builder.strategies" else v)
               for k, v in render.labels(cell, {p.name: "test-double" for p in cell.packages})]
-    tag = f"builder-test/bench-stand-in:{_tree_digest()}{suffix}"
-    _build(tag, labels, local_bases["debian"])
+    tag = f"builder-test/bench-stand-in:{stand_in_digest()}{suffix}"
+    build_stand_in(tag, labels, local_bases["debian"])
     return tag
 
 
@@ -49,7 +48,7 @@ def test_a_strategy_the_image_was_not_built_for_is_refused_before_a_container_st
     r = bench(mtp2_only_image, "--strategy", "none,MTP7", "--gpus", "none", "--out-dir", str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert f"--strategy MTP7: {mtp2_only_image} was built and smoke-tested for MTP2" in r.stderr
-    assert leftovers(mtp2_only_image) == []
+    assert smoke_leftovers(mtp2_only_image) == []
 
 
 @pytest.mark.slow
@@ -63,4 +62,4 @@ def test_bench_in_containers_records_the_digest_and_removes_every_container(stan
     rows = {row["strategy"]: row for row in doc["rows"]}
     assert 55 <= rows["none"]["ttft_ms_p50"] <= 90 and rows["MTP2"]["spec_acceptance_rate"] == 0.5
     assert rows["MTP2"]["lossless"] == "ok"
-    assert leftovers(stand_in) == []
+    assert smoke_leftovers(stand_in) == []

@@ -19,21 +19,13 @@ import pytest
 from builder.cache import CacheCorrupt, file_records
 from builder.cache.local import MANIFEST, QUARANTINE, Wheelhouse
 
-from .helpers import REPO, run_cli
+from .helpers import REPO, a_wheel, run_cli
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
 KEY = "a" * 64
 
-
-def a_wheel(dest: Path, payload: bytes = b"print('hello')\n") -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / "demo-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("demo/__init__.py", payload)
-        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
-    return path
 
 
 def stored(tmp: Path, archs=(80, 90), ok=True) -> tuple[Wheelhouse, Path]:
@@ -43,6 +35,7 @@ def stored(tmp: Path, archs=(80, 90), ok=True) -> tuple[Wheelhouse, Path]:
     return wh, wh.entry_dir("demo", KEY) / whl.name
 
 
+@pytest.mark.pure
 def test_a_good_entry_is_a_hit_and_fetches_verified(tmp_path):
     wh, whl = stored(tmp_path)
     hit = wh.lookup("demo", KEY, (80, 90))
@@ -52,6 +45,7 @@ def test_a_good_entry_is_a_hit_and_fetches_verified(tmp_path):
     assert wh.lookup("demo", "b" * 64, (80, 90)) is None
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("damage, problem", [
     # a wheel tampered inside a valid zip: same size, other bytes
     ("tamper", "sha256"),
@@ -80,6 +74,7 @@ def test_a_damaged_wheel_is_never_returned(tmp_path, damage, problem):
     assert not list((tmp_path / "dest").glob("*.whl")), "nothing unverified is left for the image"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("manifest, problem", [
     ({"audit": {"ok": False, "archs": [80, 90]}}, "its recorded audit did not pass"),
     ({"audit": {"ok": True, "archs": [80]}}, "its audit was for archs [80], not [80, 90]"),
@@ -94,6 +89,7 @@ def test_a_manifest_that_proves_nothing_is_no_hit(tmp_path, manifest, problem):
     assert not hit.usable and problem in hit.problem
 
 
+@pytest.mark.pure
 def test_unreadable_manifest_is_reported_not_raised(tmp_path):
     wh, _ = stored(tmp_path)
     (wh.entry_dir("demo", KEY) / MANIFEST).write_text("{not json")
@@ -101,6 +97,7 @@ def test_unreadable_manifest_is_reported_not_raised(tmp_path):
     assert not hit.usable and MANIFEST in hit.problem
 
 
+@pytest.mark.pure
 def test_discard_quarantines_with_the_reason(tmp_path):
     wh, whl = stored(tmp_path)
     hit = wh.lookup("demo", KEY, (80, 90))
@@ -110,6 +107,7 @@ def test_discard_quarantines_with_the_reason(tmp_path):
     assert wh.lookup("demo", KEY, (80, 90)) is None
 
 
+@pytest.mark.pure
 def test_entries_follow_the_umask_and_stale_temporaries_go(tmp_path):
     stale = tmp_path / "wheelhouse" / "demo" / f".{KEY[:12]}-dead_123"  # a name mkdtemp gives
     stale.mkdir(parents=True)
@@ -125,6 +123,7 @@ def test_entries_follow_the_umask_and_stale_temporaries_go(tmp_path):
     assert not stale.exists()
 
 
+@pytest.mark.pure
 def test_a_store_whose_copy_differs_from_the_audited_hashes_leaves_nothing(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     whl = a_wheel(tmp_path / "out")
@@ -162,6 +161,7 @@ def test_the_key_lock_makes_a_second_build_wait(tmp_path):
     assert len(said) == 1
 
 
+@pytest.mark.pure
 def test_wheels_verb_lists_verifies_and_prunes(tmp_path):
     wh, whl = stored(tmp_path)
     wh2 = Wheelhouse(tmp_path / "wheelhouse")

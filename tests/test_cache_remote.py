@@ -20,7 +20,8 @@ import pytest
 import requests
 
 from builder.cache import CacheCorrupt, file_records
-from builder.cache.config import parse_spec, registry_credentials
+from builder.cache.config import parse_spec
+from builder.net import registry_credentials
 from builder.cache.index import embedded_manifest, label_for, relabel, verify_labelled
 from builder.cache.local import Wheelhouse
 from builder.cache.registry import RegistryStore
@@ -112,6 +113,7 @@ def test_a_bad_cache_table_is_exit_2_naming_the_key(tmp_path, cache_toml, messag
     assert res.returncode == 2 and message in res.stderr, res.stderr
 
 
+@pytest.mark.pure
 def test_cache_specs_in_both_forms():
     assert parse_spec("registry", "x", "127.0.0.1:5000/builder").url == "127.0.0.1:5000/builder/wheels"
     spec = parse_spec({"kind": "index", "url": "http://127.0.0.1:8080/simple", "push": False}, "x", "r/b")
@@ -157,6 +159,7 @@ def test_plan_stays_offline_by_default_and_a_down_remote_is_exit_3(tmp_path):
     assert local.returncode == 0 and "--target wheels-cuda-ext" in local.stdout, local.stderr
 
 
+@pytest.mark.pure
 def test_registry_credentials_come_from_env_or_docker_login_and_are_never_written(tmp_path, monkeypatch):
     import base64
 
@@ -175,6 +178,7 @@ def test_registry_credentials_come_from_env_or_docker_login_and_are_never_writte
 
 
 # -- relabelled wheels (the index's form) ----------------------------------------------------------------
+@pytest.mark.pure
 def test_relabelled_wheel_is_consistent_and_carries_its_manifest(tmp_path):
     wheel = make_wheel(tmp_path / "src")
     manifest = manifest_for([wheel])
@@ -198,6 +202,7 @@ def test_relabelled_wheel_is_consistent_and_carries_its_manifest(tmp_path):
     assert embedded_manifest(out)["key"] == KEY
 
 
+@pytest.mark.pure
 def test_a_tampered_relabelled_wheel_is_caught(tmp_path):
     wheel = make_wheel(tmp_path / "src")
     good = relabel(wheel, label_for(manifest_for([wheel]), KEY), manifest_for([wheel]), tmp_path)

@@ -30,6 +30,7 @@ def actionlint(*paths: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.pure
 def test_there_are_workflows_to_check():
     assert WORKFLOWS, "no .github/workflows/*.yml"
 
@@ -82,6 +83,7 @@ def _images_workflow() -> dict:
     return YAML(typ="safe").load((REPO / ".github" / "workflows" / "images.yml").read_text())
 
 
+@pytest.mark.pure
 def test_images_workflow_fans_out_per_cell_with_the_matrix_runner_labels():
     wf = _images_workflow()
     jobs = wf["jobs"]

@@ -41,6 +41,7 @@ STATS = json.loads('{"stats":{"compile_requests":2,"requests_unsupported_compile
                    '"version":"0.16.0","basedirs":[]}')
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("url, kind, env", [
     ("redis://127.0.0.1:6379", "redis", {"SCCACHE_REDIS_ENDPOINT": "redis://127.0.0.1:6379"}),
     ("redis://cache:6379/3", "redis", {"SCCACHE_REDIS_ENDPOINT": "redis://cache:6379", "SCCACHE_REDIS_DB": "3"}),
@@ -54,6 +55,7 @@ def test_each_backend_becomes_sccache_settings_behind_the_local_disk(url, kind, 
     assert c.settings() == {"SCCACHE_MULTILEVEL_CHAIN": f"disk,{kind}", **env}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("value, says", [
     ("ftp://cache", "unknown backend 'ftp'"),
     ("redis://user:secret@cache:6379", "no credentials in the URL"),
@@ -98,6 +100,7 @@ def test_the_secret_file_holds_settings_and_credentials_readable_by_its_owner_on
         cc.parse("webdav+http://dav:8080/", "x").credentials()
 
 
+@pytest.mark.pure
 def test_dist_needs_a_scheduler_url_and_writes_a_token_config(tmp_path, monkeypatch):
     assert cc.parse_dist("http://scheduler:10600", "d") == "http://scheduler:10600"
     for bad in ("scheduler:10600", "http://scheduler:10600/api", "http://tok@scheduler:10600"):
@@ -113,6 +116,7 @@ def test_dist_needs_a_scheduler_url_and_writes_a_token_config(tmp_path, monkeypa
     assert conf["dist"]["scheduler_url"] == "http://scheduler:10600" and conf["dist"]["auth"]["token"] == "t0k"
 
 
+@pytest.mark.pure
 def test_stats_give_hits_misses_per_step_and_compiler_seconds():
     s = cc.summarize(STATS)
     assert (s["hits"], s["misses"]) == (5, 9)
@@ -127,6 +131,7 @@ def _fixture_plan():
     return P.plan_cells([cell], None)[0]
 
 
+@pytest.mark.pure
 def test_the_compile_run_is_sealed_unless_a_shared_backend_is_configured():
     plan = _fixture_plan()
     sealed, shared = R.render(plan, "https://pypi.org/simple"), R.render(plan, "https://pypi.org/simple", True)
@@ -152,6 +157,7 @@ def test_dry_run_hands_the_backend_over_as_a_secret_and_allows_the_host_network(
     assert "--secret id=sccache,src=" in wheel and "--allow network.host" in wheel
 
 
+@pytest.mark.pure
 def test_plan_estimates_count_the_object_cache(tmp_path):
     """An earlier compile that hit is brought back to its cold time; a compile with the same inputs but one more
     arch is expected to hit the shared archs' steps (the estimate says so, as the prediction it is)."""

@@ -9,7 +9,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from .conftest import free_port
+from .helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

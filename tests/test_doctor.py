@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from builder import doctor
 from builder.doctor import Check, check_gpus, check_host_nvcc, check_registry, run_checks
 from builder.errors import EXIT_ENVIRONMENT
 
@@ -55,14 +55,6 @@ def test_checks_report_the_real_engine(docker_engine, registry):
     assert [c.name for c in checks if c.fix] == [c.name for c in checks if not c.ok]
 
 
-def expected_host_nvcc() -> str | None:
-    """The nvcc doctor must find here: on PATH, else /usr/local/cuda/bin, else the newest /usr/local/cuda-*."""
-    if shutil.which("nvcc"):
-        return shutil.which("nvcc")
-    candidates = ["/usr/local/cuda/bin/nvcc", *sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True)]
-    return next((c for c in candidates if Path(c).is_file()), None)
-
-
 def test_gpu_check_matches_this_host():
     checks = run_checks()
     named = by_name(checks)
@@ -85,15 +77,41 @@ def test_gpu_check_matches_this_host():
         assert "GPU containers" in named
 
 
-def test_host_nvcc_check_matches_this_host():
-    check = by_name(run_checks())["nvcc (host)"]
-    nvcc = expected_host_nvcc()
-    if nvcc is None:
-        assert check == Check("nvcc (host)", True, "not found; not needed: images compile with their own nvcc")
-        return
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
-    release, full = re.search(r"release (\S+), V(\S+)", out).groups()
-    assert check == Check("nvcc (host)", True, f"{release} (V{full}) at {nvcc}")
+def _fake_nvcc(path: Path, release: str) -> Path:
+    """A TEST DOUBLE of a toolkit's nvcc: prints what nvcc --version prints, for `release`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.41'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_host_nvcc_is_looked_up_on_path_then_cuda_then_the_newest_toolkit(tmp_path, monkeypatch):
+    root = tmp_path / "usr-local"
+    monkeypatch.setattr(doctor, "CUDA_ROOT", root)
+    on_path = _fake_nvcc(tmp_path / "bin" / "nvcc", "12.9")
+    default = _fake_nvcc(root / "cuda" / "bin" / "nvcc", "12.8")
+    for release in ("9.2", "13.0", "12.4"):
+        _fake_nvcc(root / f"cuda-{release}" / "bin" / "nvcc", release)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert check_host_nvcc() == Check("nvcc (host)", True, f"12.9 (V12.9.41) at {on_path}")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert check_host_nvcc() == Check("nvcc (host)", True, f"12.8 (V12.8.41) at {default}")
+    shutil.rmtree(root / "cuda")
+    # the newest by version: as text, cuda-9.2 would sort after cuda-13.0
+    assert check_host_nvcc() == Check("nvcc (host)", True, f"13.0 (V13.0.41) at {root / 'cuda-13.0' / 'bin' / 'nvcc'}")
+    shutil.rmtree(root)
+    assert check_host_nvcc() == Check("nvcc (host)", True, "not found; not needed: images compile with their own nvcc")
+
+
+def test_host_nvcc_check_reads_the_real_toolkit(nvcc, tmp_path, monkeypatch):
+    """This machine's CUDA 13 nvcc (the nvcc fixture), found on PATH: its release and full version, and where."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").symlink_to(nvcc)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    check = check_host_nvcc()
+    assert check.ok and check.fix is None, check
+    assert re.fullmatch(rf"13\.\d+ \(V13\.\d+\.\d+\) at {re.escape(str(tmp_path / 'bin' / 'nvcc'))}", check.detail), check
 
 
 def _fake_tool(bindir: Path, name: str, script: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from builder import deps, fetchplan, lock
 
-from .test_git_source import KERNEL_PYPROJECT as PYPROJECT  # sgl-kernel's scikit-build-core project
+from .helpers import KERNEL_PYPROJECT as PYPROJECT  # sgl-kernel's scikit-build-core project
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
@@ -80,6 +80,7 @@ def _tree(root: Path, cmake: str = KERNEL_CMAKE) -> Path:
     return root
 
 
+@pytest.mark.pure
 def test_the_three_forms_resolve_for_the_cells_cuda(tmp_path):
     doc = fetchplan.plan_document_from_tree(_tree(tmp_path / "k"), engine="sglang-kernel", version="0.4.10",
                                             repository="https://example/sglang", commit="d" * 40, cuda="13.0")
@@ -109,6 +110,7 @@ def test_the_three_forms_resolve_for_the_cells_cuda(tmp_path):
     assert "-DFETCHCONTENT_SOURCE_DIR_REPO-FLASHMLA-CUTLASS=/opt/deps/repo-flashmla/csrc/cutlass" in env["CMAKE_ARGS"]
 
 
+@pytest.mark.pure
 def test_a_form_the_reader_cannot_resolve_names_its_file_and_line(tmp_path):
     """Without the CUDA version the repository cannot be known: the document says so instead of raising."""
     doc = fetchplan.plan_document_from_tree(_tree(tmp_path / "k"), engine="sglang-kernel", version="0.4.10",
@@ -206,6 +208,7 @@ def test_build_reads_the_plan_of_a_source_it_pins_itself(tmp_path, monkeypatch):
         deps.deps_context.cache_clear()
 
 
+@pytest.mark.pure
 def test_a_plan_that_cannot_drive_a_sealed_compile_unpins_only_its_package(tmp_path, monkeypatch):
     """A download without URL_HASH (or without any override) cannot be fetched reproducibly ahead of the sealed
     compile: that package's deps stage stops with the reason instead of the whole render failing."""

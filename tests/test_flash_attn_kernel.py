@@ -31,6 +31,8 @@ from builder.docker import BuildxCall, stream
 from builder.matrix import Selection, load
 from builder.resolve import select
 
+from .helpers import env_of, instructions, stage_lines
+
 pytestmark = pytest.mark.slow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "local-engines"
@@ -47,38 +49,6 @@ ASKED = (80, 90)
 
 # --------------------------------------------------------------------------- Dockerfile text
 
-
-def stage_lines(text: str, name: str) -> list[str]:
-    """The lines of stage `name`: its FROM line up to the next FROM (comment lines included)."""
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if re.fullmatch(rf"FROM \S+ AS {re.escape(name)}", ln)), None)
-    assert start is not None, f"the rendered Dockerfile has no stage {name}"
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM ")), len(lines))
-    return lines[start:end]
-
-
-def instructions(lines: list[str]) -> list[str]:
-    """Dockerfile instructions, continuation lines joined with their line breaks kept; comments dropped."""
-    out: list[str] = []
-    cur: list[str] = []
-    for ln in lines:
-        if not cur and (not ln.strip() or ln.lstrip().startswith("#")):
-            continue
-        cur.append(ln)
-        if not ln.endswith("\\"):
-            out.append("\n".join(cur))
-            cur = []
-    assert not cur, f"unterminated instruction: {cur}"
-    return out
-
-
-def env_of(instrs: list[str]) -> dict[str, str]:
-    env = {}
-    for ins in instrs:
-        m = re.fullmatch(r'ENV (\w+)="([^"]*)"', ins)
-        if m:
-            env[m.group(1)] = m.group(2)
-    return env
 
 
 def one_kernel_stage(build_instrs: list[str]) -> str:

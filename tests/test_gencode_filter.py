@@ -21,6 +21,7 @@ HARD_CODED = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_89,c
               "--generate-code=arch=compute_100f,code=[sm_100f,compute_100f]", "-gencode=arch=compute_120a,code=sm_120a"]
 
 
+@pytest.mark.pure
 def test_each_target_keeps_the_entries_a_requested_gpu_that_loads_it_runs():
     obj = ["-o", "CMakeFiles/common_ops_sm90_build.dir/csrc/a.cu.o", "-c", "a.cu"]
     args, kept, dropped = gencode_filter.filter_args(["-O3", *HARD_CODED, *obj], [80, 90], {"archs": [90]})
@@ -40,6 +41,7 @@ def test_each_target_keeps_the_entries_a_requested_gpu_that_loads_it_runs():
     assert gencode_filter.filter_args(["-arch=sm_80", "-O2"], [90], None)[0] == ["-arch=sm_80", "-O2"]
 
 
+@pytest.mark.pure
 def test_the_launcher_refuses_to_run_without_archs(monkeypatch, capsys):
     monkeypatch.delenv(gencode_filter.ENV, raising=False)
     assert gencode_filter.main(["gencode_filter.py", "nvcc", "-c", "a.cu"]) == 2

@@ -34,7 +34,7 @@ from builder.docker import BuildxCall, stream
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .helpers import MATRIX, REPO
+from .helpers import KERNEL_PYPROJECT, MATRIX, REPO
 
 LOCAL = REPO / "tests" / "fixtures" / "local-engines" / "matrix.toml"
 
@@ -79,16 +79,6 @@ FetchContent_Declare(
     GIT_SHALLOW    OFF
 )
 FetchContent_Populate(repo-fmt)
-"""
-
-KERNEL_PYPROJECT = """\
-[build-system]
-requires = ["scikit-build-core>=0.10"]
-build-backend = "scikit_build_core.build"
-
-[project]
-name = "sglang-kernel"
-version = "0.4.10"
 """
 
 
@@ -163,6 +153,7 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
         deps.deps_context.cache_clear()
 
 
+@pytest.mark.pure
 def test_a_git_source_without_a_readable_plan_is_unpinned_and_its_deps_stage_stops(repo, tmp_path, monkeypatch):
     monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
     said: list[str] = []

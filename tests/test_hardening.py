@@ -32,6 +32,7 @@ from .helpers import REPO, run_cli
 CASE_IDS = [c.id for c in hc.CASES]
 
 
+@pytest.mark.pure
 def test_the_table_covers_every_class_and_verb_with_over_three_hundred_inputs():
     classes = {c.cls for c in hc.CASES}
     assert classes == {"inject", "shape", "audit-corrupt", "audit-proof", "late", "fs", "selector", "wheels", "remote",
@@ -57,6 +58,7 @@ def table_verdicts(request) -> dict:
         return dict(zip((c.id for c in cases), pool.map(hc.check_case, cases)))
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("case", hc.CASES, ids=CASE_IDS)
 def test_bad_input_is_refused_clearly_and_writes_nothing(case, table_verdicts):
     verdict, left = table_verdicts[case.id]
@@ -72,6 +74,7 @@ def test_no_refused_input_ever_tagged_an_image(docker_engine):
 
 # -- 1. what is rendered cannot start a new instruction, and buildx's CSV options stay one value -----------------
 
+@pytest.mark.pure
 def test_a_value_that_skipped_a_check_is_still_refused_by_render(tmp_path):
     """The render guard: a newline anywhere in the render context is refused, naming where it is."""
     import dataclasses
@@ -86,6 +89,7 @@ def test_a_value_that_skipped_a_check_is_still_refused_by_render(tmp_path):
     assert "RUN id" not in render.render(p, m.defaults["index"])
 
 
+@pytest.mark.pure
 def test_csv_options_keep_a_hostile_path_one_value():
     assert docker.csv_options(type="local", dest="/w/a") == "type=local,dest=/w/a"
     assert docker.csv_options(type="local", dest="/w,dest=/etc") == 'type=local,"dest=/w,dest=/etc"'
@@ -125,6 +129,7 @@ def test_dry_run_quotes_a_work_dir_holding_a_comma(tmp_path):
     assert not work.exists()
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("rule, value", [
     (grammar.image_ref, "nvidia/cuda:13.0.3-devel-ubuntu24.04"),
     (grammar.image_ref, "127.0.0.1:5000/builder/vllm:0.33.0-cu130-torch2.14.0-py312-sm80.90"),
@@ -146,6 +151,7 @@ def test_the_grammars_accept_what_real_configurations_use(rule, value):
 
 # -- 3 / 4. the audit: corrupt input is an error, and nothing proven is not OK -------------------------------
 
+@pytest.mark.pure
 def test_audit_allows_a_pure_python_target_only_when_asked(tmp_path):
     hc.wheel({"p/__init__.py": b""})(tmp_path / "p-1.0-py3-none-any.whl")
     plain = run_cli("audit", str(tmp_path / "p-1.0-py3-none-any.whl"), "--arch", "80")
@@ -156,6 +162,7 @@ def test_audit_allows_a_pure_python_target_only_when_asked(tmp_path):
     assert as_json.exit_code == 1 and json.loads(as_json.output.split("\nerror:")[0])["proven"] is False
 
 
+@pytest.mark.pure
 def test_a_wheel_whose_library_fails_its_crc_is_an_error_in_the_report(tmp_path):
     whl = tmp_path / "bad-1.0-py3-none-any.whl"
     hc.wheel({"bad/_C.so": hc.HOST_ELF * 4}, corrupt=True)(whl)
@@ -208,6 +215,7 @@ def test_a_disk_that_fills_during_the_cache_store_fails_the_cell_with_the_path(t
     assert not list((tmpfs / "wh").rglob("*.whl")) if (tmpfs / "wh").exists() else True
 
 
+@pytest.mark.pure
 def test_a_work_dir_that_turns_into_a_file_fails_the_cell_not_the_run(tmp_path):
     """A fault after the up-front checks (the work dir's cell dir replaced by a file): the cell fails with the
     path and the OS error, with a closing table, instead of a traceback."""
@@ -216,7 +224,7 @@ def test_a_work_dir_that_turns_into_a_file_fails_the_cell_not_the_run(tmp_path):
     from builder.resources import Host
     from builder.steps import BuildOptions
 
-    from .test_runner import FakeCompile, FakeImage
+    from .helpers import FakeCompile, FakeImage
 
     tmp = hc.make_fixture(tmp_path / "t")
     m = matrix.load(tmp / "fx" / "matrix-two.toml")
@@ -383,6 +391,7 @@ def test_label_and_env_values_are_escaped_for_the_dockerfile_parser(docker_engin
 
 # -- 8. selectors ------------------------------------------------------------------------------------------------
 
+@pytest.mark.pure
 def test_globs_with_many_brace_groups_match_in_linear_time():
     pattern = "vllm-" + "{0,1}" * 22 + "*"
     t0 = time.monotonic()
@@ -392,6 +401,7 @@ def test_globs_with_many_brace_groups_match_in_linear_time():
     assert time.monotonic() - t0 < 1.0
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("pattern, cell, hit", [
     ("vllm-*", "vllm-0.33.0-cu130", True),
     ("*-{cu121,cu130}-*", "vllm-0.33.0-cu130-x", True),

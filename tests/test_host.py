@@ -70,16 +70,19 @@ CASES = [  # gpu, image, verdict, words of the deciding rule
 ]
 
 
+@pytest.mark.pure
 def test_the_cases_cover_twenty_gpu_driver_pairs():
     assert len({g for g, *_ in CASES}) >= 20 and set(GPUS) == {g for g, *_ in CASES}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("gpu,image,verdict,words", CASES, ids=[f"{g}-{i}" for g, i, *_ in CASES])
 def test_verdict_and_the_rule_that_decided_it(gpu, image, verdict, words):
     v = host.judge(GPUS[gpu], facts(image))
     assert (v.verdict, words in v.rule) == (verdict, True), v.rule
 
 
+@pytest.mark.pure
 def test_forward_compat_names_the_package_and_the_container_runtimes_clause():
     v = host.judge(GPUS["h100-550"], facts("v8090"))
     assert "cuda-compat-13-0" in v.fix
@@ -93,6 +96,7 @@ def _image(labels: dict, cuda: str = "12.8.1") -> host.ImageFacts:
     return host.ImageFacts("synthetic", "file", {"CUDA_VERSION": cuda}, labels)
 
 
+@pytest.mark.pure
 def test_ptx_is_jit_compiled_for_newer_gpus_only_with_a_driver_as_new_as_the_ptx():
     ptx_only = _image({"io.builder.package.k.ptx": "compute_80"})
     v = host.judge(GPUS["h200-580"], ptx_only)
@@ -102,6 +106,7 @@ def test_ptx_is_jit_compiled_for_newer_gpus_only_with_a_driver_as_new_as_the_ptx
     assert host.judge(GPUS["a100-550"], _image({"io.builder.package.k.ptx": "compute_90"})).verdict == X
 
 
+@pytest.mark.pure
 def test_arch_specific_targets_run_only_on_their_exact_gpu_and_family_targets_within_the_family():
     a = _image({"io.builder.package.k.sass": "sm_90a"}, "13.0.3")
     assert host.judge(GPUS["h200-580"], a).verdict == R
@@ -111,6 +116,7 @@ def test_arch_specific_targets_run_only_on_their_exact_gpu_and_family_targets_wi
     assert host.judge(GPUS["rtx5090-580"], f).verdict == X
 
 
+@pytest.mark.pure
 def test_an_image_without_package_labels_is_judged_by_its_archs_label_and_one_from_the_index_is_not_judged():
     assert host.judge(GPUS["h200-580"], _image({"io.builder.archs": "80"}, "13.0.3")).verdict == X
     v = host.judge(GPUS["h200-580"], _image({"io.builder.package.vllm.sass": "from-index"}, "13.0.3"))
@@ -118,6 +124,7 @@ def test_an_image_without_package_labels_is_judged_by_its_archs_label_and_one_fr
     assert host.judge(GPUS["h200-580"], host.ImageFacts("x", "file")).verdict == host.UNKNOWN
 
 
+@pytest.mark.pure
 def test_nvidia_smi_output_is_read_with_the_brand_of_each_gpu():
     csv = "0, NVIDIA H200, 580.159.04, 9.0\n1, NVIDIA H200, 580.159.04, 9.0\n"
     q = "GPU 00000000:18:00.0\n    Product Name : NVIDIA H200\n    Product Brand : NVIDIA\n" * 2
@@ -125,6 +132,7 @@ def test_nvidia_smi_output_is_read_with_the_brand_of_each_gpu():
     assert [(g.index, g.compute_cap, g.brand) for g in gpus] == [(0, 90, "NVIDIA"), (1, 90, "NVIDIA")]
 
 
+@pytest.mark.pure
 def test_the_h200_hosts_recorded_nvidia_smi_output_reads_as_the_h200_case():
     """nvidia-smi as the H200 test host printed it on 2026-12-01 (tests/fixtures/gpu-host/)."""
     text = (REPO / "tests" / "fixtures" / "gpu-host" / "h200-2026-12-01-nvidia-smi.txt").read_text()
@@ -132,6 +140,7 @@ def test_the_h200_hosts_recorded_nvidia_smi_output_reads_as_the_h200_case():
     assert host.parse_nvidia_smi(csv, text) == [GPUS["h200-580"]]
 
 
+@pytest.mark.pure
 def test_min_driver_per_cuda_release_is_data():
     d = host.rules()["cuda"]["min_driver"]
     assert {k: d[k] for k in ("12.1", "12.4", "12.8", "12.9", "13.0")} == {

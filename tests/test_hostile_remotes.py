@@ -91,6 +91,7 @@ def test_every_remote_reading_verb_survives_a_hostile_remote(fx, mode):
                 assert sent and sent[-1] < 256 << 20, f"{name} read {sent[-1]} bytes of the 2 GB"
 
 
+@pytest.mark.pure
 def test_doctor_calls_a_garbage_server_no_registry():
     from builder import doctor
 
@@ -101,6 +102,7 @@ def test_doctor_calls_a_garbage_server_no_registry():
         assert doctor.check_registry(host).ok
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "abc", "1e999", ""])
 def test_remote_timeout_must_be_a_finite_positive_number(monkeypatch, value):
     monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", value)
@@ -108,6 +110,7 @@ def test_remote_timeout_must_be_a_finite_positive_number(monkeypatch, value):
         net.timeouts()
 
 
+@pytest.mark.pure
 def test_lock_honours_the_remote_timeout(monkeypatch):
     from builder.pypi import SimpleIndex
 
@@ -115,6 +118,7 @@ def test_lock_honours_the_remote_timeout(monkeypatch):
     assert SimpleIndex("http://127.0.0.1:1/simple").timeout == 7
 
 
+@pytest.mark.pure
 def test_redaction_of_credentials_in_urls():
     assert net.redact("GET http://user:s3cret@127.0.0.1:8080/simple failed") == "GET http://***@127.0.0.1:8080/simple failed"
     assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
@@ -127,7 +131,7 @@ def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
     Now the artifact is read back after the push; a server that keeps nothing is exit 3 and nothing is recorded."""
     from builder.cache.local import MANIFEST, Wheelhouse
 
-    from .test_cache import a_wheel
+    from .helpers import a_wheel
     from builder.cache import file_records
 
     wh = Wheelhouse(tmp_path / "wh")

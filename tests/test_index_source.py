@@ -51,6 +51,7 @@ def cells(path, monkeypatch, machine: str = "x86_64"):
     return resolve.select(load(path), Selection())
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("machine,wheels,chosen", [
     # abi3 for the one machine the images are built on; the aarch64 twin is not it
     ("x86_64", ["vllm-0.33.0-cp38-abi3-manylinux_2_28_aarch64.whl", X86], X86),
@@ -72,6 +73,7 @@ def test_the_cell_takes_the_wheel_its_python_os_and_machine_install(tmp_path, mo
     assert cell.id.endswith("-sm80.90-index") and cell.tag.endswith("-index")
 
 
+@pytest.mark.pure
 def test_no_installable_wheel_is_exit_2_naming_what_the_index_has(tmp_path):
     path = with_wheels(tmp_path, ["vllm-0.33.0-cp313-cp313-manylinux_2_28_x86_64.whl",
                                   "vllm-0.33.0-cp312-cp312-manylinux_2_40_x86_64.whl"])
@@ -81,6 +83,7 @@ def test_no_installable_wheel_is_exit_2_naming_what_the_index_has(tmp_path):
     assert "cp313-cp313-manylinux_2_28_x86_64.whl" in res.output and "build it instead" in res.output
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("source,lock_wheels,message", [
     ('{ vllm = "pypi" }', True, "profiles.upstream.source.vllm: 'pypi' is not one of 'build', 'index'"),
     ('{ vlm = "index" }', True, "unknown package 'vlm' (did you mean 'vllm'?)"),
@@ -149,6 +152,7 @@ engines = {{ vllm = "0.33.0" }}
 """
 
 
+@pytest.mark.pure
 def test_compiled_and_index_profiles_of_one_engine_live_in_one_matrix(tmp_path, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     path = with_wheels(tmp_path, [X86], text=WITH_COMPILED_TWIN)
@@ -170,6 +174,7 @@ def test_lock_records_the_releases_linux_wheels_from_the_real_index(tmp_path):
     assert entry.torch == "2.14.0"
 
 
+@pytest.mark.pure
 def test_ci_sends_a_cell_that_compiles_nothing_to_the_light_runner(tmp_path, monkeypatch):
     import json
 

@@ -62,6 +62,7 @@ def test_two_distributions_writing_one_path_fail_the_image_naming_both(venv):
             "flash_attn/cute/mask.py") in bad.stderr
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell", [r"sglang-0\.5\.23-.*", r"vllm-0\.33\.0-.*", r"vllm-0\.6\.3\.post1-.*"])
 def test_every_runtime_runs_the_check_and_flash_attn_2_8_leaves_cute_to_flash_attn_4(cell):
     text = rendered(cell)

@@ -7,6 +7,7 @@ import pytest
 from builder.engines import recipe
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "package, version, archs, knobs, sass",
     [
@@ -38,11 +39,13 @@ def test_arch_translation(package, version, archs, knobs, sass):
     assert r.arch_problems(archs) == []
 
 
+@pytest.mark.pure
 def test_flash_attn_always_forces_the_source_build():
     for v in ("2.6.3", "2.8.3"):
         assert dict(recipe("flash-attn", v).build_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "cuda, archs, sass",
     [
@@ -62,12 +65,14 @@ def test_sglang_kernel_says_what_it_builds_beyond_the_asked_archs(cuda, archs, s
     assert recipe("vllm", "0.33.0").built_sass((80, 90), cuda) == ("sm_80", "sm_90")
 
 
+@pytest.mark.pure
 def test_sglang_kernel_threads_knob_and_cmake_floor():
     r = recipe("sglang-kernel", "0.4.10")
     assert r.compile_threads_define == "SGL_KERNEL_COMPILE_THREADS"
     assert r.min_cmake == "3.31"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "package, version, archs, fragment",
     [
@@ -82,20 +87,17 @@ def test_untranslatable_archs_are_explained(package, version, archs, fragment):
     assert any(fragment in p for p in problems), problems
 
 
+@pytest.mark.pure
 def test_sass_for_86_is_covered_by_hardcoded_80():
     # flash-attn 2.6.3 ships sm_80 SASS, which runs on 8.6: no problem to report
     assert recipe("flash-attn", "2.6.3").arch_problems((86,)) == []
 
 
-def test_strategy_flags_per_version():
-    v = recipe("vllm", "0.33.0")
-    assert v.strategy("MTP2").flags == ("--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
-    assert "dflash" in v.strategy("DFlash2").flags[1] and '"num_speculative_tokens":7' in v.strategy("DFlash2").flags[1]
-    s = recipe("sglang", "0.5.23")
-    mtp7 = s.strategy("MTP7").flags
-    assert mtp7[mtp7.index("--speculative-num-steps") + 1] == "7"
-    assert mtp7[mtp7.index("--speculative-num-draft-tokens") + 1] == "8"
-    assert s.strategy("DFlash2").flags[1] == "DFLASH"
+@pytest.mark.pure
+def test_strategies_per_version():
+    """Which releases can run each strategy; what the flags say is checked against expect and the strategy's name
+    in tests/test_smoke.py (test_every_strategy_checks_what_its_own_flags_say)."""
+    v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
     for name in ("MTP2", "MTP7", "DFlash2"):
         assert recipe("vllm", "0.6.3.post1").strategy_problem(name)
         assert recipe("sglang", "0.3.2").strategy_problem(name)
@@ -104,6 +106,7 @@ def test_strategy_flags_per_version():
         assert not any(f in ("--enable-mtp7", "--enable-dflash2", "--mtp2-chunk-size") for f in flags)
 
 
+@pytest.mark.pure
 def test_flash_attn_cxx_standard_follows_torch():
     """torch >= 2.13 headers need C++20; flash-attn's setup.py pins C++17, so the source is edited then only."""
     fa = recipe("flash-attn", "2.8.3")
@@ -113,6 +116,7 @@ def test_flash_attn_cxx_standard_follows_torch():
     assert recipe("flash-attn", "2.6.3").patches_for("2.13.0")
 
 
+@pytest.mark.pure
 def test_patch_is_rendered_as_a_checked_literal_edit():
     from builder import matrix as M
     from builder import plan as P
@@ -130,6 +134,7 @@ def test_patch_is_rendered_as_a_checked_literal_edit():
     assert "sed -i" not in R.render(P.plan_cells([old], None)[0], m.defaults["index"]).split("AS build-flash-attn", 1)[1].split("\nFROM ", 1)[0]
 
 
+@pytest.mark.pure
 def test_sglang_rust_extensions_get_a_toolchain():
     """SGLang 0.5.23's wheels carry Rust extension modules: its source build installs cargo; 0.3.2 has none."""
     from builder import matrix as M
@@ -148,6 +153,7 @@ def test_sglang_rust_extensions_get_a_toolchain():
     assert stage.index("--default-toolchain") < stage.index("pip wheel")
 
 
+@pytest.mark.pure
 def test_sglang_kernel_arch_selection_per_binary_halves_its_compile_for_80_90():
     """Kernel×arch units of the 0.4.10 binaries (fatbin entries per SASS target, counted in the PyPI wheel: the
     data is held against it by tests/test_sglang_kernel_wheel.py): upstream's build vs a build for 80,90 through

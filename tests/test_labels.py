@@ -10,6 +10,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from builder import labels
 from builder.audit import AuditReport, BinaryReport, FatbinEntry
 
@@ -22,6 +24,7 @@ def binary(path: str, *names: str) -> BinaryReport:
     return BinaryReport(f"sglang_kernel-0.4.10-cp310-abi3-linux_x86_64.whl!{path}", entries, ())
 
 
+@pytest.mark.pure
 def test_audited_labels_are_what_every_binary_carries_and_the_binaries_that_differ():
     report = AuditReport("wheels", (80, 90), [
         binary("sgl_kernel/sm90/common_ops.abi3.so", "sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"),
@@ -44,12 +47,14 @@ def test_audited_labels_are_what_every_binary_carries_and_the_binaries_that_diff
     assert facts["sass"] == ["sm_90a"] and facts["binaries"] == differ
 
 
+@pytest.mark.pure
 def test_one_uniform_package_has_no_per_binary_label():
     report = AuditReport("w", (80, 90), [binary("cuda_ext/libsaxpy.so", "sm_80", "sm_90")])
     assert labels.audit_values("cuda-ext", report) == {"BUILDER_AUDIT_CUDA_EXT_SASS": "sm_80,sm_90",
                                                        "BUILDER_AUDIT_CUDA_EXT_PTX": "", "BUILDER_AUDIT_CUDA_EXT_BINARIES": ""}
 
 
+@pytest.mark.pure
 def test_no_other_module_spells_an_image_label():
     """Image labels are written and read through builder/labels.py (container labels of smoke runs, the wheel
     cache's OCI annotations and the CLI's version listing are not image labels of the runtime image)."""

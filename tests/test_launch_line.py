@@ -24,6 +24,7 @@ from .helpers import MATRIX
 CASES = [(c, s) for c in select(load(MATRIX), Selection(profiles=("all",))) for s in c.strategies]
 
 
+@pytest.mark.pure
 def test_every_shipped_profile_with_strategies_is_compared():
     assert {c.profile.name for c, _ in CASES} == {"cu130"} and len(CASES) == 6  # cu121 cells run none
 
@@ -37,6 +38,7 @@ def model(tmp_path):
     return d
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell, strategy", CASES, ids=[f"{c.id}-{s}" for c, s in CASES])
 def test_l3_starts_what_builder_serve_prints_after_the_images_own_entrypoint(cell, strategy, model):
     p = plan.plan_cells([cell], None)[0]

@@ -16,6 +16,7 @@ def test_committed_lock_is_what_the_index_says():
     assert "matrix.lock is up to date" in res.output
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_pins_read_from_pep658_and_from_a_remote_wheel():
     index = SimpleIndex()
@@ -49,6 +50,7 @@ def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     assert run_cli("plan", "--matrix", str(path)).exit_code == 0
 
 
+@pytest.mark.pure
 @pytest.mark.network
 def test_lock_refuses_a_release_the_index_does_not_have(tmp_path):
     text = """
@@ -163,6 +165,7 @@ def test_lock_selectors_refresh_only_the_selected_packages(tmp_path):
     assert run_cli("lock", "--matrix", str(path), "--check").exit_code == 0
 
 
+@pytest.mark.pure
 def test_lock_refuses_cell_selectors():
     res = run_cli("lock", "--matrix", str(MATRIX), "--only", "vllm-*")
     assert res.exit_code == 2 and "lock works per package" in res.output

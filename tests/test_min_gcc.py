@@ -12,6 +12,7 @@ from .helpers import REPO, run_cli, write_matrix
 LOCAL = REPO / "tests" / "fixtures" / "local-engines" / "matrix.toml"
 
 
+@pytest.mark.pure
 def test_the_engine_data_knows_the_floor_and_each_base_os_compiler():
     kn = load_knowledge()
     assert kn.recipe("vllm", "0.33.0").min_gcc == "13"

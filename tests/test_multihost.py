@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import pytest
 
-from .conftest import stop_process
+from .helpers import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"

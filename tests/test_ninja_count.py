@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+import pytest
+
 from builder.engines import recipe
 
 from .helpers import REPO
@@ -40,6 +42,7 @@ build /b/z.o: compile /s/z.cpp
 """
 
 
+@pytest.mark.pure
 def test_cmake_form_counts_cuda_edges_by_target_and_sass_only(tmp_path):
     (tmp_path / "build.ninja").write_text(CMAKE)
     counted = units.count(tmp_path / "build.ninja")
@@ -56,6 +59,7 @@ def test_cmake_form_counts_cuda_edges_by_target_and_sass_only(tmp_path):
         "_vllm_fa3_C: sm_90a (hopper/k.cu)"]
 
 
+@pytest.mark.pure
 def test_buildextension_form_takes_the_global_cuda_flags(tmp_path):
     (tmp_path / "build.ninja").write_text(TORCH)
     summary = units.count(tmp_path / "build.ninja").summary()

@@ -18,6 +18,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from builder import pins
 
 
@@ -53,6 +55,7 @@ def installed() -> dict:
     return {"env": env, "dists": [{"name": n, "version": v, "requires": r} for n, (v, r, _) in CLOSURE.items()]}
 
 
+@pytest.mark.pure
 def test_extras_are_followed_from_the_installed_metadata_to_a_fixpoint():
     got = pins.requested_extras(installed(), {})
     assert got == {"cutlass-dsl": {"cu13"}}  # not unused-dep (its extra is not asked), not old-thing (marker false)

@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from builder import matrix as M
 from builder import plan as P
 from builder import resolve
@@ -23,6 +25,7 @@ def cells(**sel):
     return m, resolve.select(m, M.Selection(**sel))
 
 
+@pytest.mark.pure
 def test_default_selection_is_the_default_profile():
     _, cs = cells()
     assert [c.id for c in cs] == ["vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90", "sglang-0.5.23-cu130-torch2.14.1-py312-sm80.90"]
@@ -30,6 +33,7 @@ def test_default_selection_is_the_default_profile():
     assert len(every) == 4
 
 
+@pytest.mark.pure
 def test_main_job_selection():
     _, cs = cells(engines=("sglang",), archs=(80, 90))
     assert len(cs) == 1
@@ -38,6 +42,7 @@ def test_main_job_selection():
     assert [(p.name, p.version) for p in c.packages] == [("sglang", "0.5.23"), ("sglang-kernel", "0.4.10"), ("flash-attn", "2.8.3")]
 
 
+@pytest.mark.pure
 def test_sglang_032_compiles_the_vllm_it_pins_and_takes_its_torch():
     _, cs = cells(profiles=("cu121",), engines=("sglang",))
     c = cs[0]
@@ -45,11 +50,13 @@ def test_sglang_032_compiles_the_vllm_it_pins_and_takes_its_torch():
     assert ("vllm", "0.5.5") in [(p.name, p.version) for p in c.packages]
 
 
+@pytest.mark.pure
 def test_globs_with_braces_select_cells():
     _, cs = cells(profiles=("all",), only=("*-{cu121,cu130}-*",), skip=("sglang-*",))
     assert [c.engine for c in cs] == ["vllm", "vllm"]
 
 
+@pytest.mark.pure
 def test_cache_key_changes_with_what_shapes_the_wheel_only():
     _, cs = cells(engines=("vllm",))
     cell = cs[0]
@@ -68,6 +75,7 @@ def test_cache_key_changes_with_what_shapes_the_wheel_only():
     assert P.cache_key(replace(sg[0], torch=cell.torch), sg[0].packages[2]) == fa_v
 
 
+@pytest.mark.pure
 def test_plan_reports_reuse_for_a_complete_wheelhouse_entry(tmp_path):
     _, cs = cells(engines=("vllm",))
     wh = Wheelhouse(tmp_path / "wheelhouse")
@@ -118,6 +126,7 @@ def test_plan_text_shows_tag_knobs_and_keys():
     assert "UNPINNED: source https://github.com/sgl-project/sglang@v0.5.23" in out  # the lock could not resolve the tag here
 
 
+@pytest.mark.pure
 def test_matrix_json_is_github_actions_include_shape():
     res = run_cli("matrix", "--matrix", str(MATRIX), "--profile", "all")
     data = json.loads(res.output)
@@ -135,6 +144,7 @@ def test_plan_needs_no_docker_nor_network(tmp_path):
     assert res.stdout.count("image ") == 4
 
 
+@pytest.mark.pure
 def test_every_verb_help_shows_an_example_and_the_exit_codes():
     codes = ["0  all ok", "1  a cell failed", "2  bad input, refused before anything ran",
              "3  the environment is missing or unreachable"]

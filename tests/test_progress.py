@@ -37,6 +37,7 @@ class Clock:
         return self.now
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("line, expected", [
     ("[17/345] Building CUDA object CMakeFiles/_C.dir/csrc/attention/paged_attention_v1.cu.o", (17, 345)),
     ("#14 301.2 [3/12] /usr/local/cuda/bin/nvcc -c flash_fwd_hdim64_fp16_sm80.cu -o x.o", (3, 12)),
@@ -48,12 +49,14 @@ def test_ninja_counters_are_read_with_or_without_the_buildkit_prefix(line, expec
     assert counters(line) == expected
 
 
+@pytest.mark.pure
 def test_an_nvcc_line_per_cuda_source_counts_as_an_object():
     assert is_object_compile("#12 40.1 /opt/venv/lib/nvidia/cu13/bin/nvcc -O2 -shared -o libsaxpy.so /src/csrc/saxpy.cu")
     assert not is_object_compile("#12 3.0 nvcc --version")
     assert not is_object_compile("#12 3.0 Requirement already satisfied: nvidia-cuda-nvcc")
 
 
+@pytest.mark.pure
 def test_eta_comes_from_the_rate_so_far_then_from_the_estimate():
     clock = Clock()
     out = io.StringIO()
@@ -69,6 +72,7 @@ def test_eta_comes_from_the_rate_so_far_then_from_the_estimate():
     assert duration(3 * 3600 + 5 * 60) == "3h05m"
 
 
+@pytest.mark.pure
 def test_plain_lines_are_bounded_by_the_interval_and_carry_no_control_characters():
     clock = Clock()
     out = io.StringIO()
@@ -85,6 +89,7 @@ def test_plain_lines_are_bounded_by_the_interval_and_carry_no_control_characters
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out.getvalue())
 
 
+@pytest.mark.pure
 def test_tty_redraws_one_line_and_step_lines_are_not_lost():
     clock = Clock()
     out = io.StringIO()
@@ -98,6 +103,7 @@ def test_tty_redraws_one_line_and_step_lines_are_not_lost():
     assert text.endswith("\r\x1b[2K[cell] a step line\n")
 
 
+@pytest.mark.pure
 def test_github_actions_gets_a_log_group_per_compile():
     out = io.StringIO()
     shown = Display("auto", stream=out, clock=Clock(), env={"GITHUB_ACTIONS": "true", "CI": "true"})
@@ -118,6 +124,7 @@ def _entry(wh: Wheelhouse, tmp: Path, key: str, seconds: float, threads: int, ar
                                                    "cores": 16}})
 
 
+@pytest.mark.pure
 def test_estimates_scale_the_latest_earlier_build_by_threads_and_archs(tmp_path):
     wh = Wheelhouse(tmp_path / "wh")
     assert estimate(wh, "vllm", "0.33.0", 2, 2) is None
@@ -161,6 +168,7 @@ def test_a_real_compile_reports_progress_records_itself_and_is_estimated_next_ti
     assert re.search(r"cuda-ext \d+s \(est \d+s; sccache \d+/\d+ hits\)", row), row
 
 
+@pytest.mark.pure
 def test_recorded_ninja_output_of_a_real_cmake_cuda_build_is_counted():
     """tests/fixtures/progress/ninja-cuda-sm80-sm90.log: the output of ninja building four CUDA sources for
     80-real;90-real with nvcc 13.0 (the shape vLLM's and sglang-kernel's CMake builds print)."""
@@ -177,6 +185,7 @@ def test_recorded_ninja_output_of_a_real_cmake_cuda_build_is_counted():
     assert out.getvalue().splitlines()[-1] == "recorded, 5/5 objects (100%), elapsed 12s, ETA 0s"
 
 
+@pytest.mark.pure
 def test_recorded_output_of_the_real_flash_attn_kernel_build_is_counted():
     """tests/fixtures/progress/flash-attn-2.8.3-one-kernel-sm80-sm90.log: BuildKit's lines of the slow
     tests/test_flash_attn_kernel.py run (flash-attn 2.8.3's own setup.py and torch's BuildExtension, ninja, nvcc
@@ -200,6 +209,7 @@ def test_recorded_output_of_the_real_flash_attn_kernel_build_is_counted():
     assert not any(c in out.getvalue() for c in "\r\x1b")  # a non-TTY log gets no control characters
 
 
+@pytest.mark.pure
 def test_plan_estimates_at_the_parallelism_the_build_is_told(tmp_path):
     """`build --max-jobs/--nvcc-threads` compiles with fewer threads than the host's rule: the estimate plan
     prints (and the build's closing table compares) is scaled to those, not to the default."""

@@ -27,7 +27,7 @@ from builder.errors import CommandError, UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .conftest import free_port, registry_config_lines, stop_process
+from .helpers import free_port, registry_config_lines, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
@@ -39,6 +39,7 @@ CELL_90 = "cuda-ext-1.0.0-cu130-py311-sm90"
 
 
 # -- pieces, no Docker --------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_transient_registry_errors_are_told_from_permanent_ones():
     assert pub.transient('time="..." level=fatal msg="... dial tcp 127.0.0.1:5999: connect: connection refused"')
     assert pub.transient("received unexpected HTTP status: 503 Service Unavailable")
@@ -56,6 +57,7 @@ def _target(tmp_path, **kw) -> tuple[pub.Target, list[float]]:
     return t, slept
 
 
+@pytest.mark.pure
 def test_retries_back_off_exponentially_then_give_up(tmp_path):
     target, slept = _target(tmp_path, attempts=4, backoff=2.0)
     calls = []
@@ -80,6 +82,7 @@ def test_retries_back_off_exponentially_then_give_up(tmp_path):
     assert slept == [2.0, 4.0, 8.0]
 
 
+@pytest.mark.pure
 def test_a_permanent_error_is_not_retried(tmp_path):
     target, slept = _target(tmp_path, attempts=5)
 
@@ -91,6 +94,7 @@ def test_a_permanent_error_is_not_retried(tmp_path):
     assert slept == []
 
 
+@pytest.mark.pure
 def test_credentials_are_not_in_the_targets_repr_and_reach_skopeo_through_memory(tmp_path):
     from builder import docker
 
@@ -105,6 +109,7 @@ def test_credentials_are_not_in_the_targets_repr_and_reach_skopeo_through_memory
         os.close(fd)
 
 
+@pytest.mark.pure
 def test_make_target_checks_the_registry_and_reads_credentials(tmp_path, monkeypatch):
     monkeypatch.setenv("BUILDER_REGISTRY_USER", "ci")
     monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "pw")
@@ -119,6 +124,7 @@ def test_make_target_checks_the_registry_and_reads_credentials(tmp_path, monkeyp
         pub.make_target("127.0.0.1:5000/team", tmp_path / "i.json")
 
 
+@pytest.mark.pure
 def test_aliases_go_to_the_default_profiles_cell_and_latest_to_the_newest_version():
     m = load(MATRIX_PUBLISH)
     cells = select(m, Selection(profiles=("all",)))
@@ -135,6 +141,7 @@ def test_aliases_go_to_the_default_profiles_cell_and_latest_to_the_newest_versio
     assert claims["vllm-0.6.3.post1-cu121-torch2.4.0-py310-sm80.90"] == ["0.6.3.post1", "latest-cu121"]
 
 
+@pytest.mark.pure
 def test_images_json_is_replaced_atomically_and_merged(tmp_path):
     path = tmp_path / "images.json"
     data = pub.load_images(path)

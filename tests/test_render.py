@@ -39,6 +39,7 @@ def rendered_all(tmp_path: Path) -> dict[str, str]:
     return {p.name.removesuffix(".Dockerfile"): p.read_text() for p in out.glob("*.Dockerfile")}
 
 
+@pytest.mark.pure
 def test_every_shipped_cell_matches_its_golden_file(tmp_path):
     _, cells = shipped_cells()
     texts = rendered_all(tmp_path)
@@ -69,6 +70,7 @@ def test_hadolint_is_clean_on_every_rendered_file(tmp_path):
         assert res.returncode == 0, f"{cell_id}:\n{res.stdout}{res.stderr}"
 
 
+@pytest.mark.pure
 def test_every_hadolint_ignore_is_justified():
     for tpl in (REPO / "dockerfiles").rglob("*.j2"):
         lines = tpl.read_text().splitlines()
@@ -79,6 +81,7 @@ def test_every_hadolint_ignore_is_justified():
                 )
 
 
+@pytest.mark.pure
 def test_rendering_is_deterministic_and_never_starts_with_syntax(tmp_path):
     a = rendered_all(tmp_path / "a")
     b = rendered_all(tmp_path / "b")
@@ -88,6 +91,7 @@ def test_rendering_is_deterministic_and_never_starts_with_syntax(tmp_path):
         assert "# syntax=" not in text
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_index", [0, 1, 2, 3])
 def test_stage_structure(cell_index):
     m, cells = shipped_cells()
@@ -127,6 +131,7 @@ def test_stage_structure(cell_index):
             assert "with-sccache " in stage
 
 
+@pytest.mark.pure
 def test_sources_are_pinned_by_sha256_or_commit():
     m, cells = shipped_cells()
     for cell in cells:
@@ -142,6 +147,7 @@ def test_sources_are_pinned_by_sha256_or_commit():
                 assert "UNPINNED" in src and ".builder-commit" in src
 
 
+@pytest.mark.pure
 def test_oci_labels_describe_the_cell():
     m, cells = shipped_cells()
     cell = next(c for c in cells if c.engine == "vllm" and c.profile.name == "cu130")
@@ -159,6 +165,7 @@ def test_oci_labels_describe_the_cell():
     assert labels["org.opencontainers.image.version"] == "0.33.0"
 
 
+@pytest.mark.pure
 def test_render_to_stdout_concatenates_cells():
     res = run_cli("render", "--matrix", str(MATRIX), "--profile", "all")
     assert res.exit_code == 0
@@ -166,6 +173,7 @@ def test_render_to_stdout_concatenates_cells():
     assert res.output.count("FROM ${BASE_RUNTIME_IMAGE} AS runtime") == 4
 
 
+@pytest.mark.pure
 def test_base_image_mirrors_rewrite_the_base_args(tmp_path):
     text = MATRIX.read_text().replace(
         '# "nvidia/cuda" = "mirror.example.com/nvidia/cuda"', '"nvidia/cuda" = "mirror.example.com/nvidia/cuda"'
@@ -178,6 +186,7 @@ def test_base_image_mirrors_rewrite_the_base_args(tmp_path):
     assert "ARG BASE_RUNTIME_IMAGE=mirror.example.com/nvidia/cuda:13.0.3-base-ubuntu24.04" in res.output
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_prefix, plan_file", [
     ("vllm-0.33.0-", "vllm-0.33.0.json"),
     ("vllm-0.6.3.post1-", "vllm-0.6.3.post1.json"),
@@ -219,6 +228,7 @@ def test_vllm_external_sources_are_fetched_in_their_own_stage(cell_prefix, plan_
         assert "cargo fetch --locked" in deps and "CARGO_NET_OFFLINE=true" in build
 
 
+@pytest.mark.pure
 def test_every_stage_that_runs_pip_sees_the_matrix_index(tmp_path):
     text = MATRIX.read_text().replace('index = "https://pypi.org/simple"', 'index = "https://pypi.mirror.example/simple"')
     (tmp_path / "matrix.toml").write_text(text)
@@ -233,6 +243,7 @@ def test_every_stage_that_runs_pip_sees_the_matrix_index(tmp_path):
                 assert "\nARG PIP_INDEX_URL\n" in stage, stage.splitlines()[0]
 
 
+@pytest.mark.pure
 def test_cmake_dependencies_named_by_tag_are_pinned_once_a_commit_is_known():
     """vLLM 0.33.0's CMake names CUTLASS by tag v4.7.1: unpinned until the lock (or build) resolves it; with a pin
     the deps stage fetches that commit and verifies it."""

@@ -63,6 +63,7 @@ def _archive(path: Path, layers: list[bytes], history: list[str]) -> str:
     return top
 
 
+@pytest.mark.pure
 def test_the_differ_names_the_files_that_differ_per_layer(tmp_path):
     base = _layer({"etc/os-release": (b"debian\n", 100)})
     a = _archive(tmp_path / "a.tar", [base, _layer({"var/log/dpkg.log": (b"one\n", 5), "opt/x.pyc": (b"A", 7)})],
@@ -80,6 +81,7 @@ def test_the_differ_names_the_files_that_differ_per_layer(tmp_path):
     assert oci.diff(tmp_path / "a.tar", tmp_path / "a.tar") == []
 
 
+@pytest.mark.pure
 def test_wheel_differences_name_members_and_timestamps(tmp_path):
     for name, stamp, body in (("a.whl", (2023, 11, 14, 22, 13, 20), b"x"), ("b.whl", (2024, 1, 1, 0, 0, 0), b"x")):
         with zipfile.ZipFile(tmp_path / name, "w") as zf:

@@ -51,6 +51,7 @@ def build(matrix: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, cwd=tmp)
 
 
+@pytest.mark.pure
 def test_resolve_as_of_is_engine_data_and_checked(tmp_path):
     kn = load_knowledge()
     assert kn.recipe("vllm", "0.6.3.post1").resolve_as_of == "2024-10-17T18:04:43Z"

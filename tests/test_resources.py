@@ -13,6 +13,7 @@ from builder.errors import EnvironmentProblem, UserError
 from builder.resources import Host, choose
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("host, package, version, jobs, threads", [
     # 2 cores, 23 GB: cores bound everything
     (Host(2, 23.0), "flash-attn", "2.8.3", 2, 1),
@@ -33,6 +34,7 @@ def test_rule(host, package, version, jobs, threads):
     assert f"MAX_JOBS={jobs} NVCC_THREADS={threads}" in p.why
 
 
+@pytest.mark.pure
 def test_peak_memory_of_the_choice_fits_free_ram():
     for host in (Host(2, 23.0), Host(16, 128.0), Host(64, 32.0), Host(8, 12.0)):
         for name, version in (("flash-attn", "2.8.3"), ("vllm", "0.33.0"), ("sglang-kernel", "0.4.10")):
@@ -43,11 +45,13 @@ def test_peak_memory_of_the_choice_fits_free_ram():
             assert threads <= host.cores
 
 
+@pytest.mark.pure
 def test_a_host_that_cannot_feed_one_thread_is_refused():
     with pytest.raises(UserError, match="needs ~5 GB per nvcc thread and this host has 3.0 GB free"):
         choose(recipe("flash-attn", "2.8.3"), Host(8, 3.0))
 
 
+@pytest.mark.pure
 def test_overrides_win_and_warn_when_they_exceed_ram():
     p = choose(recipe("flash-attn", "2.8.3"), Host(2, 23.0), max_jobs=8, nvcc_threads=2)
     assert (p.max_jobs, p.nvcc_threads) == (8, 2)
@@ -64,6 +68,7 @@ def _avphys_gb() -> float:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1024**3
 
 
+@pytest.mark.pure
 def test_detect_reads_this_host():
     before = _mem_available_gb()
     h = Host.detect()
@@ -73,12 +78,14 @@ def test_detect_reads_this_host():
     assert min(before, after) - 0.2 <= h.free_gb <= max(before, after) + 0.2, (h, before, after)
 
 
+@pytest.mark.pure
 def test_detect_reads_the_given_meminfo(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       67108864 kB\nMemFree:         1048576 kB\nMemAvailable:   12897484 kB\n")
     assert Host.detect(meminfo).free_gb == 12.3
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("content", [None, "MemTotal:       67108864 kB\n", "MemAvailable:   lots\n"])
 def test_unreadable_meminfo_falls_back_to_free_pages(tmp_path, content):
     meminfo = tmp_path / "meminfo"
@@ -91,6 +98,7 @@ def test_unreadable_meminfo_falls_back_to_free_pages(tmp_path, content):
     assert h.free_gb is not None and min(before, after) - 0.2 <= h.free_gb <= max(before, after) + 0.2, (h, before, after)
 
 
+@pytest.mark.pure
 def test_no_way_to_read_free_memory_needs_explicit_parallelism(tmp_path, monkeypatch):
     monkeypatch.setattr(resources, "AVPHYS_PAGES", "SC_NO_SUCH_SYSCONF_NAME")
     h = Host.detect(tmp_path / "missing")

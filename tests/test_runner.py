@@ -22,63 +22,11 @@ from builder.steps import BuildOptions, CellContext, Status, StepResult
 from builder.steps.audit import AuditStep
 from builder.steps.cache import CacheStep
 
-from .helpers import MATRIX as SHIPPED, REPO
-from .test_audit import KERNEL_A
+from .helpers import KERNEL_A, MATRIX as SHIPPED, REPO, FakeCompile, FakeImage, pure_wheel
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST = Host(cores=2, free_gb=16.0)
 
-
-def pure_wheel(dest: Path, dist: str = "cuda_ext", version: str = "1.0.0") -> Path:
-    """A valid wheel with Python code only: what a build gives when a knob switched its CUDA part off."""
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{dist}-{version}-cp311-cp311-linux_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{dist}/__init__.py", "")
-        zf.writestr(f"{dist}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        zf.writestr(f"{dist}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
-        zf.writestr(f"{dist}-{version}.dist-info/RECORD", "")
-    return path
-
-
-class FakeCompile:
-    """Test double for the compile step (no BuildKit here): exports a given wheel, or raises."""
-
-    name = "compile"
-    scope = "package"
-
-    def __init__(self, fail_for: dict[str, Exception] | None = None):
-        self.fail_for = fail_for or {}
-        self.ran: list[str] = []
-
-    def run(self, ctx: CellContext, wheel) -> StepResult:
-        name = wheel.package.name
-        self.ran.append(name)
-        if name in self.fail_for:
-            raise self.fail_for[name]
-        ctx.wheels[name] = [pure_wheel(ctx.out_dir(name), name.replace("-", "_"))]
-        ctx.records[name] = file_records(ctx.wheels[name])
-        return StepResult(self.name, name, Status.OK, artifacts={"reused": False})
-
-    def dry_run(self, ctx, wheel):
-        return []
-
-
-class FakeImage:
-    """Test double for the image step: records that tagging was attempted."""
-
-    name = "image"
-    scope = "cell"
-
-    def __init__(self):
-        self.ran = 0
-
-    def run(self, ctx, wheel=None) -> StepResult:
-        self.ran += 1
-        return StepResult(self.name, ctx.cell.id, Status.OK, artifacts={"image": ctx.cell.ref, "digest": "sha256:" + "0" * 64})
-
-    def dry_run(self, ctx, wheel=None):
-        return []
 
 
 def planned(matrix_path: Path, wheelhouse: Wheelhouse, **sel):
@@ -90,6 +38,7 @@ def options(tmp: Path, **kw) -> BuildOptions:
     return BuildOptions(work_dir=tmp / "work", log_dir=tmp / "logs", index_url="https://pypi.org/simple", **kw)
 
 
+@pytest.mark.pure
 def test_a_compiled_package_without_device_code_is_neither_cached_nor_tagged(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix.toml", wh)
@@ -104,6 +53,7 @@ def test_a_compiled_package_without_device_code_is_neither_cached_nor_tagged(tmp
     assert not out.ok and "no binary in the wheel carries device code" in out.error
 
 
+@pytest.mark.pure
 def test_a_pure_python_package_is_exempt_from_the_device_code_rule(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     (p,) = planned(SHIPPED, wh, engines=("sglang",))
@@ -119,6 +69,7 @@ def test_a_pure_python_package_is_exempt_from_the_device_code_rule(tmp_path):
     assert AuditStep().run(ctx, kernel).status is Status.FAILED
 
 
+@pytest.mark.pure
 def test_an_exception_inside_a_step_fails_that_cell_with_its_message_and_keep_going_runs_the_rest(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix-two.toml", wh)
@@ -142,6 +93,7 @@ def test_an_exception_inside_a_step_fails_that_cell_with_its_message_and_keep_go
     assert "not run: compile did not pass for cuda-ext-badknob" in table
 
 
+@pytest.mark.pure
 def test_without_keep_going_the_run_stops_at_the_first_failed_cell(tmp_path):
     wh = Wheelhouse(tmp_path / "wheelhouse")
     plans = planned(FIXTURE / "matrix-two.toml", wh)
@@ -204,6 +156,7 @@ def test_gates_block_cache_and_image_but_keep_going_still_caches_the_cells_other
     json.dumps(doc)  # serialisable as --json prints it
 
 
+@pytest.mark.pure
 def test_every_gate_names_steps_that_exist():
     names = {s.name for s in runner.STEPS}
     for step, needs in runner.GATES.items():
@@ -212,6 +165,7 @@ def test_every_gate_names_steps_that_exist():
     assert order == ["compile", "audit", "cache", "image", "smoke", "publish"]
 
 
+@pytest.mark.pure
 def test_sass_of_one_arch_covers_later_minors_of_the_same_major_only():
     assert archs.runs_on("sass", 80, "", 86) and archs.runs_on("sass", 80, "", 89)
     assert not archs.runs_on("sass", 80, "", 90) and not archs.runs_on("sass", 86, "", 80)

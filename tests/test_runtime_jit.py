@@ -28,7 +28,7 @@ from builder.matrix import Selection, load
 from builder.resolve import select
 
 from .helpers import REPO
-from .test_flash_attn_kernel import instructions, stage_lines
+from .helpers import instructions, stage_lines
 
 pytestmark = pytest.mark.slow
 

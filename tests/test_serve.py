@@ -34,6 +34,7 @@ def model(tmp_path) -> Path:
     return d
 
 
+@pytest.mark.pure
 def test_vllm_mtp2_is_the_exact_docker_run_with_the_datas_flags(model):
     kn = load_knowledge()
     line = serve.serve_line("reg.example/ml/vllm@sha256:" + "a" * 64, labels("vllm", "0.33.0"), kn, "MTP2", model)
@@ -46,6 +47,7 @@ def test_vllm_mtp2_is_the_exact_docker_run_with_the_datas_flags(model):
     assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'" in line.command
 
 
+@pytest.mark.pure
 def test_strategy_environment_drafter_gpus_and_port_reach_the_command(model, tmp_path):
     kn = load_knowledge()
     line = serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "DFlash2", model, port=9000, gpus="0,1",
@@ -68,6 +70,7 @@ def test_strategy_environment_drafter_gpus_and_port_reach_the_command(model, tmp
     assert "--enable-metrics" in args and line.health.endswith("/health_generate")
 
 
+@pytest.mark.pure
 def test_a_strategy_the_image_was_not_built_for_is_refused(model):
     kn = load_knowledge()
     with pytest.raises(UserError, match="built and smoke-tested for MTP2"):
@@ -80,6 +83,7 @@ def test_a_strategy_the_image_was_not_built_for_is_refused(model):
         serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "MTP2", model / "missing")
 
 
+@pytest.mark.pure
 def test_the_arguments_continue_the_images_entrypoint_for_every_shipped_cell():
     """The image's ENTRYPOINT (render) + serve's arguments = the engine's launch line, for every cell."""
     m = load(REPO / "matrix.toml")

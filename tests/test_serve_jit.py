@@ -38,6 +38,7 @@ def runtime_stage(text: str) -> str:
     return text[text.index(" AS runtime"):]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell", shipped_cells()[1], ids=lambda c: c.id)
 def test_every_shipped_runtime_gets_what_its_first_request_compiles(cell):
     m, _ = shipped_cells()
@@ -58,6 +59,7 @@ def test_every_shipped_runtime_gets_what_its_first_request_compiles(cell):
         assert p["why"] and p["probe"]
 
 
+@pytest.mark.pure
 def test_a_serve_jit_name_the_knowledge_does_not_define_is_refused(tmp_path):
     extra = tmp_path / "extra.toml"
     extra.write_text((FIXTURE / "engines-jit.toml").read_text().replace('serve_jit = ["python-c"]', 'serve_jit = ["pyhton-c"]'))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -62,6 +63,7 @@ def builder(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[
 
 
 # -- the tiny model ----------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_tiny_model_is_qwen35_block_fp8_with_one_mtp_layer_and_every_quantized_linear_a_multiple_of_128(tiny):
     cfg = json.loads((tiny.target / "config.json").read_text())
     text, q = cfg["text_config"], cfg["quantization_config"]
@@ -93,6 +95,7 @@ def test_tiny_model_is_qwen35_block_fp8_with_one_mtp_layer_and_every_quantized_l
     assert (tiny.target / "video_preprocessor_config.json").is_file()
 
 
+@pytest.mark.pure
 def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exactly(tiny):
     tokenizers = pytest.importorskip("tokenizers", reason="the test extra brings tokenizers")
     cfg = json.loads((tiny.target / "config.json").read_text())
@@ -108,6 +111,7 @@ def test_tiny_tokenizer_loads_with_the_real_library_and_fills_the_vocabulary_exa
     assert "<|im_start|>" in tc["chat_template"] and tc["eos_token"] == "<|im_end|>"
 
 
+@pytest.mark.pure
 def test_tiny_dflash2_drafter_reads_the_targets_layers_in_blocks_of_8(tiny):
     d = json.loads((tiny.drafter / "config.json").read_text())
     t = json.loads((tiny.target / "config.json").read_text())["text_config"]
@@ -121,6 +125,7 @@ def _positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+@pytest.mark.pure
 def test_tiny_dflash2_drafter_has_every_key_the_dflash2_loaders_of_vllm_0330_and_sglang_0519_0523_require(tiny):
     # The rules below are read from the engines' PyPI wheels (sglang 0.5.19 and 0.5.23, vllm 0.33.0); paths are
     # inside the wheels, line numbers as 0.5.19 / 0.5.23. Neither engine is installed here, so the JSON is
@@ -178,6 +183,7 @@ def test_tiny_dflash2_drafter_has_every_key_the_dflash2_loaders_of_vllm_0330_and
     assert dc["conv_kernel_size"] <= dc["block_size"]  # ours, not an engine's rule: taps past the block read nothing
 
 
+@pytest.mark.pure
 def test_tiny_model_is_deterministic_and_written_once(tmp_path):
     a, b = tinymodel.ensure(tmp_path / "x"), tinymodel.ensure(tmp_path / "x")
     assert a == b and a.target.parent.name.endswith(tinymodel.digest())
@@ -187,6 +193,7 @@ def test_tiny_model_is_deterministic_and_written_once(tmp_path):
 
 
 # -- the engine data smoke reads ---------------------------------------------------------------------------
+@pytest.mark.pure
 def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_its_source_says():
     for version in ("0.17.0", "0.26.0", "0.33.0"):
         for name in ("MTP2", "MTP7"):
@@ -196,6 +203,7 @@ def test_qwen3x_mtp_with_more_than_one_draft_token_is_allowed_from_vllm_017_as_i
     assert recipe("vllm", "0.26.0").strategy_problem("DFlash2")  # DFlash2 still needs >= 0.28
 
 
+@pytest.mark.pure
 def test_sglang_bounds_are_the_ones_its_wheels_show_mtp_from_0511_dflash2_from_0519():
     # qwen3_5_mtp.py is in every wheel from 0.5.9 (EAGLE reuses its one layer per step; 0.5.17 booted MTP2 and
     # MTP7 on the H200); 0.5.11 is the first release the data builds. DFLASH exists from 0.5.11, but the DFlash2
@@ -211,17 +219,70 @@ def test_sglang_bounds_are_the_ones_its_wheels_show_mtp_from_0511_dflash2_from_0
     assert "sglang>=0.5.11" in why and "qwen3_5_mtp.py" in why, why
 
 
-def test_every_runnable_strategy_says_what_the_engines_parser_must_resolve_it_to():
+def _flag_values(flags: tuple[str, ...]) -> dict[str, str]:
+    """--a-b VALUE pairs → {"a_b": VALUE}: the destinations argparse gives them."""
+    assert len(flags) % 2 == 0 and all(f.startswith("--") for f in flags[::2]), flags
+    return {f[2:].replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2])}
+
+
+def _what_the_flags_say(engine: str, strategy: Strategy) -> dict[str, object]:
+    """What an engine's parser makes of a strategy's flags, as expect spells it (dotted paths, typed values):
+    vLLM's --speculative-config is JSON; SGLang's flags are one argparse destination each."""
+    if engine == "vllm":
+        (config,) = (v for k, v in _flag_values(strategy.flags).items() if k == "speculative_config")
+        return {f"speculative_config.{k}": v for k, v in json.loads(config).items()}
+    return {k: int(v) if v.isdigit() else v for k, v in _flag_values(strategy.flags).items()}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("engine,version", [("vllm", "0.33.0"), ("sglang", "0.5.23")])
+def test_every_strategy_checks_what_its_own_flags_say(engine, version):
+    """expect (what smoke L2 reads back from the engine's parser) and flags (what serve passes) are written
+    separately in the engine data: every expected value must be the one the flags give, and what MTP<k> says in
+    its name must be what the flags ask for (vLLM: k speculative tokens; SGLang's EAGLE chain with top-k 1: k
+    steps, k + 1 draft tokens, the count SGLang itself sets for top-k 1)."""
+    r = recipe(engine, version)
+    assert r.strategies, f"{engine} {version} lists no strategy"
+    for name, strategy in r.strategies.items():
+        said = _what_the_flags_say(engine, strategy)
+        expected = {k: v for k, v in strategy.expect if "@" not in k}
+        assert expected, (name, "expects nothing of the parser")
+        assert {k: said.get(k, "<not in the flags>") for k in expected} == expected, name
+        if engine == "vllm":  # everything vLLM is asked is checked, and smoke L3's ratio is the asked count
+            assert set(said) == set(expected), name
+            assert strategy.k == said["speculative_config.num_speculative_tokens"], name
+        mtp = re.fullmatch(r"MTP(\d+)", name)
+        if mtp:
+            k = int(mtp.group(1))
+            if engine == "vllm":
+                assert (said["speculative_config.method"], said["speculative_config.num_speculative_tokens"]) == ("mtp", k)
+            else:
+                assert (said["speculative_algorithm"], said["speculative_eagle_topk"]) == ("EAGLE", 1), name
+                assert (said["speculative_num_steps"], said["speculative_num_draft_tokens"]) == (k, k + 1), name
+            assert strategy.drafter == "" and "{drafter}" not in strategy.flags, name  # MTP drafts with the model
+        for flag_value in strategy.flags[1::2]:
+            for placeholder in re.findall(r"\{(\w+)\}", flag_value):
+                assert placeholder in ("model", "drafter"), (name, flag_value)
+                assert placeholder != "drafter" or strategy.drafter, (name, "{drafter} without a drafter")
+
+
+@pytest.mark.pure
+def test_the_strategy_check_catches_a_wrong_value():
+    v = recipe("vllm", "0.33.0").strategy("MTP7")
+    wrong = Strategy(v.name, v.versions, v.why_not, ("--speculative-config", '{"method":"mtp","num_speculative_tokens":6}'),
+                     expect=v.expect, k=v.k)
+    said = _what_the_flags_say("vllm", wrong)
+    assert said["speculative_config.num_speculative_tokens"] == 6 != dict(wrong.expect)["speculative_config.num_speculative_tokens"]
+    s = recipe("sglang", "0.5.23").strategy("MTP7")
+    flags = list(s.flags)
+    flags[flags.index("--speculative-num-draft-tokens") + 1] = "7"
+    said = _what_the_flags_say("sglang", Strategy(s.name, s.versions, s.why_not, tuple(flags), expect=s.expect))
+    assert (said["speculative_num_steps"], said["speculative_num_draft_tokens"]) == (7, 7)
+
+
+@pytest.mark.pure
+def test_the_smoke_data_of_each_engine_names_its_parser_and_metrics():
     v, s = recipe("vllm", "0.33.0"), recipe("sglang", "0.5.23")
-    assert dict(v.strategy("MTP7").expect) == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
-    assert v.strategy("MTP2").k == 2 and v.strategy("MTP7").k == 7
-    assert dict(v.strategy("DFlash2").expect)["speculative_config.method"] == "dflash"
-    assert dict(s.strategy("MTP2").expect) == {
-        "speculative_algorithm": "EAGLE", "speculative_algorithm@resolved": "EAGLE",
-        "speculative_draft_model_path": "{model}", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": 3}
-    assert dict(s.strategy("MTP7").expect)["speculative_num_draft_tokens"] == 8
-    assert dict(s.strategy("DFlash2").expect)["speculative_algorithm@resolved"] == "DFLASH"
     for r in (v, s):
         assert r.smoke["args_class"] and "{port}" in r.smoke["serve_args"] and r.smoke["spec_metrics"]["drafts"]
     assert s.smoke["name_resolver"]["call"].endswith("SpeculativeAlgorithm.from_string")

@@ -6,7 +6,6 @@ and every container smoke started is gone afterwards. Traffic goes to 127.0.0.1 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -18,54 +17,29 @@ from pathlib import Path
 
 import pytest
 
-from builder import matrix as matrix_mod
-from builder import render, resolve
+from builder import render
 
-from .helpers import REPO
-
-FIXTURE = REPO / "tests" / "fixtures" / "smoke"
-MATRIX = FIXTURE / "matrix.toml"
-CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
-
-
-def _cell():
-    m = matrix_mod.load(MATRIX)
-    return next(c for c in resolve.select(m, matrix_mod.Selection()) if c.id == CELL)
-
-
-def _tree_digest() -> str:
-    h = hashlib.sha256()
-    for f in sorted(p for p in FIXTURE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(str(f.relative_to(FIXTURE)).encode() + f.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def _build(tag: str, labels: list[tuple[str, str]], base: str) -> None:
-    argv = ["docker", "buildx", "build", "--progress=plain", "--load", "-t", tag, "-f", str(FIXTURE / "Dockerfile"),
-            "--build-arg", f"BASE={base}"]
-    for k, v in labels:
-        argv += ["--label", f"{k}={v}"]
-    res = subprocess.run([*argv, str(FIXTURE)], capture_output=True, text=True, timeout=1200)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+from .helpers import REPO, SMOKE_CELL as CELL, SMOKE_MATRIX as MATRIX
+from .helpers import build_stand_in, smoke_leftovers, stand_in_cell, stand_in_digest
 
 
 @pytest.fixture(scope="session")
 def stand_in_image(local_bases) -> str:
     """The stand-in image, labelled like builder labels the cell's runtime image."""
-    cell = _cell()
-    tag = f"builder-test/smoke-stand-in:{_tree_digest()}"
-    _build(tag, render.labels(cell, {p.name: "test-double" for p in cell.packages}), local_bases["debian"])
+    cell = stand_in_cell()
+    tag = f"builder-test/smoke-stand-in:{stand_in_digest()}"
+    build_stand_in(tag, render.labels(cell, {p.name: "test-double" for p in cell.packages}), local_bases["debian"])
     return tag
 
 
 @pytest.fixture(scope="session")
 def mislabelled_image(stand_in_image, local_bases) -> str:
     """The same server, labelled as another engine version (what L0 must catch)."""
-    cell = _cell()
+    cell = stand_in_cell()
     labels = [(k, "9.9.9" if k == "io.builder.engine.version" else v)
               for k, v in render.labels(cell, {p.name: "test-double" for p in cell.packages})]
-    tag = f"builder-test/smoke-stand-in:{_tree_digest()}-mislabelled"
-    _build(tag, labels, local_bases["debian"])
+    tag = f"builder-test/smoke-stand-in:{stand_in_digest()}-mislabelled"
+    build_stand_in(tag, labels, local_bases["debian"])
     return tag
 
 
@@ -74,11 +48,6 @@ def smoke(image: str, tmp: Path, *args: str, timeout: float = 300) -> subprocess
                            "--report-dir", str(tmp / "reports"), *args], capture_output=True, text=True, cwd=REPO,
                           timeout=timeout, env={**os.environ, "BUILDER_CACHE_DIR": str(tmp / "cache")})
 
-
-def leftovers(image: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-a", "--filter", "label=io.builder.smoke=1", "--filter", f"ancestor={image}",
-                          "--format", "{{.ID}} {{.Status}}"], capture_output=True, text=True, check=True).stdout
-    return out.split("\n")[:-1]
 
 
 def l3(stdout: str, strategy: str = "MTP2") -> dict:
@@ -100,7 +69,7 @@ def test_every_layer_passes_in_containers_of_the_stand_in_image(stand_in_image, 
     log = Path(l3(res.stdout, "MTP7")["log"]).read_text()
     assert "stand-in engine (TEST DOUBLE)" in log and "--host 0.0.0.0" in log
     assert (tmp_path / "reports" / CELL / "smoke.xml").is_file()
-    assert leftovers(stand_in_image) == []
+    assert smoke_leftovers(stand_in_image) == []
 
 
 @pytest.mark.parametrize("mode, expected", [
@@ -117,7 +86,7 @@ def test_l3_failures_are_reported_and_the_container_is_removed(stand_in_image, t
     assert r["status"] == "fail" and expected in r["reason"], r["reason"]
     if mode == "crash":
         assert "crashes during boot, as asked" in r["reason"]  # the engine log's tail, streamed from the container
-    assert leftovers(stand_in_image) == []
+    assert smoke_leftovers(stand_in_image) == []
 
 
 def test_l3_fails_when_the_port_is_in_use(stand_in_image, tmp_path):
@@ -128,7 +97,7 @@ def test_l3_fails_when_the_port_is_in_use(stand_in_image, tmp_path):
         res = smoke(stand_in_image, tmp_path, "--json", "--strategy", "MTP2", "--port", str(port))
     assert res.returncode == 1
     assert f"port {port} on 127.0.0.1 is in use" in l3(res.stdout)["reason"]
-    assert leftovers(stand_in_image) == []
+    assert smoke_leftovers(stand_in_image) == []
 
 
 def test_l0_catches_labels_that_do_not_match_the_plan_and_the_layers_above_do_not_run(mislabelled_image, tmp_path):
@@ -148,7 +117,7 @@ def test_ctrl_c_during_boot_stops_and_removes_the_engine_container(stand_in_imag
                             env={**os.environ, "BUILDER_CACHE_DIR": str(tmp_path / "cache")})
     try:
         deadline = time.monotonic() + 120
-        while not any("Up" in line for line in leftovers(stand_in_image)):
+        while not any("Up" in line for line in smoke_leftovers(stand_in_image)):
             assert time.monotonic() < deadline and proc.poll() is None, "the engine container never started"
             time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -158,7 +127,7 @@ def test_ctrl_c_during_boot_stops_and_removes_the_engine_container(stand_in_imag
             proc.kill()
             proc.wait()
     assert proc.returncode != 0
-    assert leftovers(stand_in_image) == []
+    assert smoke_leftovers(stand_in_image) == []
 
 
 def test_a_missing_image_is_refused_with_exit_2(docker_engine, tmp_path):

@@ -43,7 +43,7 @@ from builder.pypi import SimpleIndex
 from builder.resolve import select
 
 from .helpers import MATRIX, REPO
-from .test_flash_attn_kernel import env_of, instructions, stage_lines
+from .helpers import env_of, instructions, stage_lines
 
 pytestmark = pytest.mark.network
 
@@ -116,6 +116,7 @@ def build_files(tree: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- without Docker
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_id, name", CASES, ids=IDS)
 def test_every_file_the_build_stage_reads_is_in_the_source(cell_id, name):
     cell, pkg, text = cell_and_package(cell_id, name)
@@ -133,6 +134,7 @@ def test_every_file_the_build_stage_reads_is_in_the_source(cell_id, name):
     assert (root / "setup.py").is_file() or (root / "pyproject.toml").is_file()
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_id, name", CASES, ids=IDS)
 def test_build_requirements_parse_and_pin_no_other_torch(cell_id, name):
     cell, pkg, _ = cell_and_package(cell_id, name)
@@ -153,6 +155,7 @@ def test_build_requirements_parse_and_pin_no_other_torch(cell_id, name):
         assert Version(cell.torch) in Requirement(f"torch{spec}").specifier, (pkg.name, spec, cell.torch)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_id, name", CASES, ids=IDS)
 def test_the_source_is_the_pinned_name_and_version(cell_id, name):
     """The wheel check at the end of the build stage compares with these; an sdist carries them in PKG-INFO."""
@@ -176,6 +179,7 @@ READ_ELSEWHERE = {
 }
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("cell_id, name", CASES, ids=IDS)
 def test_every_switch_the_stage_sets_is_read_by_the_build(cell_id, name):
     _, pkg, text = cell_and_package(cell_id, name)
@@ -206,6 +210,7 @@ def _vllm(version: str):
     return cell, pkg, text, tree_of(pkg)
 
 
+@pytest.mark.pure
 def test_vllm_0_33_rust_frontend_is_required_not_optional():
     """setup.py builds vllm-rs with optional=not VLLM_REQUIRE_RUST_FRONTEND: the stage sets it, so a cargo
     failure fails the build instead of dropping the frontend."""
@@ -266,6 +271,7 @@ def test_vllm_0_33_fa4_imports_are_rewritten_with_the_override_the_stage_uses(tm
     assert cute.is_symlink() and (cute / "interface.py").read_text() == "from flash_attn.cute.utils import x\n"
 
 
+@pytest.mark.pure
 def test_vllm_dflash2_runs_on_the_v2_model_runner_or_not_at_all():
     """VLLM_USE_V2_MODEL_RUNNER is read before any fallback to V1; the warning a fallback logs is what the boot
     smoke refuses (engine data: strategy env / forbid_log)."""
@@ -280,6 +286,7 @@ def test_vllm_dflash2_runs_on_the_v2_model_runner_or_not_at_all():
     assert '"DFlash2DraftModel"' in (tree / "vllm" / "model_executor" / "models" / "registry.py").read_text()
 
 
+@pytest.mark.pure
 def test_vllm_0_33_has_flashinfer_needs_nvcc_or_the_cubin_package():
     """The runtime check the data adds (has_flashinfer) tests what vllm/utils/flashinfer.py says it tests."""
     cell, pkg, text, tree = _vllm("0.33.0")
@@ -293,6 +300,7 @@ def test_vllm_0_33_has_flashinfer_needs_nvcc_or_the_cubin_package():
 # --------------------------------------------------------------------------- engine facts behind the data (SGLang 0.3.2)
 
 
+@pytest.mark.pure
 def test_sglang_0_3_serves_with_flashinfer_and_its_srt_extra():
     cell_id, name = next((c, n) for c, n in CASES if n == "sglang")
     cell, pkg, text = cell_and_package(cell_id, name)

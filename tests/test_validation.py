@@ -75,6 +75,7 @@ CASES = [
 ]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_refused_with_exit_2(case, tmp_path):
     _, text, args, expected = case
@@ -91,6 +92,7 @@ def test_bad_input_is_refused_with_exit_2(case, tmp_path):
     assert "Traceback" not in res.output
 
 
+@pytest.mark.pure
 def test_lock_without_entry_says_run_lock(tmp_path):
     path = write_matrix(tmp_path, GOOD)
     (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "flash_attn-2.8.3.tar.gz"\n'
@@ -209,6 +211,7 @@ def _matrix_with_knowledge(tmp_path, knowledge: str | None):
     return write_matrix(tmp_path, GOOD.replace("[defaults]\n", '[defaults]\nknowledge = ["more.toml"]\n', 1))
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("case", BAD_KNOWLEDGE, ids=[c[0] for c in BAD_KNOWLEDGE])
 def test_a_bad_extra_knowledge_file_is_refused(case, tmp_path):
     _, knowledge, expected = case
@@ -225,6 +228,7 @@ def test_the_shipped_knowledge_and_a_good_extra_file_are_accepted(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.pure
 def test_a_version_whose_rules_set_no_source_is_refused(tmp_path):
     (tmp_path / "more.toml").write_text(package_x('source = "local"\n', "") + '[[packages.x.rules]]\nversions = ">=2"\nsource = "local"\n')
     kn = load_knowledge((str(tmp_path / "more.toml"),))

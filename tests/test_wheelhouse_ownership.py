@@ -14,11 +14,13 @@ import stat
 import uuid
 from pathlib import Path
 
+import pytest
+
 from builder.cache import file_records
 from builder.cache.local import MANIFEST, QUARANTINE, Wheelhouse
 
 from .helpers import REPO, run_cli
-from .test_cache import a_wheel
+from .helpers import a_wheel
 
 FIXTURE_MATRIX = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
 OWN_GOOD, OWN_BAD, COPIED = "1" * 64, "2" * 64, "3" * 64
@@ -146,6 +148,7 @@ def test_every_wheels_verb_leaves_foreign_files_byte_for_byte(tmp_path, registry
     verb("ls", *W, code=0)
 
 
+@pytest.mark.pure
 def test_an_entry_copied_under_another_key_is_never_reused(tmp_path):
     """Issue: the wheelhouse reused an entry whose manifest is for another key or package; now it is no hit,
     and the build does not move it away either (it is not provably builder's)."""
@@ -172,6 +175,7 @@ def test_a_deeply_nested_manifest_is_one_bad_entry_not_a_crash(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.pure
 def test_a_full_wheelhouse_names_where_and_where_the_wheels_still_are(tmp_path, monkeypatch):
     """Issue: a full wheelhouse lost the compile behind an OSError naming no path."""
     import errno

@@ -1,4 +1,4 @@
-"""Which remote wheel stores a run uses, and how it logs in to them.
+"""Which remote wheel stores a run uses.
 
 matrix.toml:
 
@@ -17,23 +17,14 @@ upload URL; default: the simple URL without its trailing `simple/`) and `insecur
 HTTP; default: only for 127.0.0.1 / localhost). On the command line `--cache-remote SPEC` (the string form,
 repeatable) replaces the matrix's list and `--no-remote` empties it.
 
-Credentials are read, never written: a registry's from BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD, else
-from the docker login of its host (DOCKER_CONFIG/config.json or ~/.docker/config.json: `auths`,
-`credHelpers`, `credsStore`); an index's from BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD (else ~/.netrc, as
-requests reads it).
+How builder talks to them (timeouts, the network errors, loopback hosts, the credentials) is builder/net.py's.
 """
 
 from __future__ import annotations
 
-import base64
-import ipaddress
-import json
-import os
 import re
-import subprocess
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import net
 from ..errors import EnvironmentProblem, UserError
@@ -173,60 +164,7 @@ def selected_remotes(configured: tuple[RemoteSpec, ...], flags: tuple[str, ...],
     return tuple(configured)
 
 
-# -- HTTP ------------------------------------------------------------------------------------------------
-def timeouts() -> tuple[float, float]:
-    """(connect, read) seconds for every request to a remote store (builder/net.py: BUILDER_REMOTE_TIMEOUT)."""
-    return net.timeouts()
-
-
-def _timeout_adapter():
-    """The HTTPAdapter every session to a remote uses (requests is imported only by verbs that talk to one)."""
-    from requests.adapters import HTTPAdapter
-
-    class TimeoutAdapter(HTTPAdapter):
-        """Every request gets a timeout: a store that stops answering is an error, never a hang. And every answer
-        read whole (not streamed: oras' own requests, token endpoints) is read here under the document cap,
-        before requests would buffer it without limit (builder/net.py)."""
-
-        def __init__(self, timeout: tuple[float, float]):
-            super().__init__()
-            self._timeout = timeout
-
-        def send(self, request, **kwargs):
-            if kwargs.get("timeout") is None:
-                kwargs["timeout"] = self._timeout
-            resp = super().send(request, **kwargs)
-            if not kwargs.get("stream"):
-                try:
-                    resp._content = net.read_document(resp, f"{request.method} {request.url}")
-                finally:
-                    resp.close()
-                resp._content_consumed = True
-            return resp
-
-    return TimeoutAdapter
-
-
-def with_timeouts(session):
-    adapter = _timeout_adapter()(timeouts())
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-def __getattr__(name: str):
-    """NETWORK_ERRORS, made on first use: importing requests costs a third of a second that plan, render and
-    every refusal of bad input need not pay."""
-    if name == "NETWORK_ERRORS":
-        import requests
-
-        value = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                 requests.exceptions.ContentDecodingError, requests.TooManyRedirects)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
+# -- a remote store that does not answer -----------------------------------------------------------
 def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     """A remote store that does not answer: exit 3, naming it and the way out."""
     import requests
@@ -240,86 +178,3 @@ def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     return EnvironmentProblem(
         f"cache remote {label} does not answer{' ' + doing if doing else ''} ({reason}); "
         "start it or fix [defaults.cache] / --cache-remote, or build with the local wheelhouse only: --no-remote")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a registry host is this machine: `localhost`, `127.0.0.1`, `[::1]`, each with or without :PORT."""
-    if host.startswith("["):  # [v6] or [v6]:port
-        host = host[1:].split("]", 1)[0]
-    elif host.count(":") == 1:  # name:port or v4:port (a bare v6 address has more colons)
-        host = host.rsplit(":", 1)[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-# -- credentials -----------------------------------------------------------------------------------------
-def _env_pair(user_var: str, password_var: str) -> tuple[str, str] | None:
-    user, password = os.environ.get(user_var), os.environ.get(password_var)
-    if bool(user) != bool(password):
-        missing = password_var if user else user_var
-        raise UserError(f"{missing} is not set but {user_var if user else password_var} is: set both or neither")
-    return (user, password) if user else None
-
-
-def docker_config_path() -> Path:
-    return Path(os.environ["DOCKER_CONFIG"]) / "config.json" if os.environ.get("DOCKER_CONFIG") \
-        else Path.home() / ".docker" / "config.json"
-
-
-def _credential_helper(helper: str, host: str) -> tuple[str, str] | None:
-    try:
-        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=host, capture_output=True, text=True,
-                              timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    try:
-        data = json.loads(proc.stdout)
-        return (data["Username"], data["Secret"]) if data.get("Secret") else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def registry_credentials(host: str) -> tuple[tuple[str, str] | None, str]:
-    """(user, password) for a registry host, or None; and where they came from (for messages, never the secret)."""
-    env = _env_pair("BUILDER_REGISTRY_USER", "BUILDER_REGISTRY_PASSWORD")
-    if env:
-        return env, "BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD"
-    path = docker_config_path()
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, ""
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"{path}: cannot read the docker credentials ({exc})") from None
-    if not isinstance(cfg, dict):
-        return None, ""
-    names = [host, f"http://{host}", f"https://{host}", f"https://{host}/v1/", f"http://{host}/v2/", f"https://{host}/v2/"]
-    auths = cfg.get("auths") if isinstance(cfg.get("auths"), dict) else {}
-    for name in names:
-        entry = auths.get(name)
-        if isinstance(entry, dict):
-            if entry.get("auth"):
-                try:
-                    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-                except (ValueError, UnicodeDecodeError):
-                    raise EnvironmentProblem(f"{path}: the auth of {name} is not base64 user:password") from None
-                return (user, password), f"docker login ({path})"
-            if entry.get("username") and entry.get("password"):
-                return (entry["username"], entry["password"]), f"docker login ({path})"
-    helpers = cfg.get("credHelpers") if isinstance(cfg.get("credHelpers"), dict) else {}
-    helper = helpers.get(host) or cfg.get("credsStore")
-    if isinstance(helper, str) and helper:
-        found = _credential_helper(helper, host)
-        if found:
-            return found, f"docker-credential-{helper}"
-    return None, ""
-
-
-def index_credentials() -> tuple[str, str] | None:
-    return _env_pair("BUILDER_INDEX_USER", "BUILDER_INDEX_PASSWORD")

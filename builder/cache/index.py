@@ -44,9 +44,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from . import CacheCorrupt, CacheHit, manifest_problem, sha256_file
-from .config import NETWORK_ERRORS, RemoteSpec, down, index_credentials, with_timeouts
+from .config import RemoteSpec, down
 from .. import net
-from ..download import stream_into
+from ..net import NETWORK_ERRORS, index_credentials, stream_into, with_timeouts
 from ..errors import BuilderError, EnvironmentProblem
 from ..pypi import ACCEPT_ANY, project_files
 

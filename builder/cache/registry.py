@@ -20,7 +20,7 @@ inputs and the audit (JSON). `oras pull` gets the same files builder gets.
 
 Requests are made once (oras-py's own retry loop sleeps for minutes on a refused connection) with timeouts
 (BUILDER_REMOTE_TIMEOUT); a registry that does not answer is EnvironmentProblem (exit 3). Authentication:
-see config.registry_credentials (Basic or token, chosen from the registry's own challenge).
+see net.registry_credentials (Basic or token, chosen from the registry's own challenge).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import oras.provider
 import requests
 
 from . import CacheCorrupt, CacheHit, manifest_problem
-from .config import NETWORK_ERRORS, RemoteSpec, down, is_loopback, registry_credentials, with_timeouts
+from .config import RemoteSpec, down
 from .. import net
-from ..download import stream_into
+from ..net import NETWORK_ERRORS, is_loopback, registry_credentials, stream_into, with_timeouts
 from ..errors import EnvironmentProblem
 
 MANIFEST_LAYER = "builder-wheel.json"
@@ -111,7 +111,7 @@ class RegistryStore:
                 "BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD")
         client = _Client(hostname=self.host, insecure=self.insecure, auth_backend=backend)
         with_timeouts(client.session)
-        client.auth.load_configs = lambda *a, **k: None  # credentials come from config.registry_credentials only
+        client.auth.load_configs = lambda *a, **k: None  # credentials come from net.registry_credentials only
         if creds is not None:
             client.auth.set_basic_auth(*creds)
             if backend == "basic":

@@ -16,7 +16,7 @@ import requests
 
 from .. import docker
 from ..cache import CacheCorrupt, file_records
-from ..cache.config import with_timeouts
+from ..net import with_timeouts
 from ..compile_cache import DIST_SECRET_ID, SECRET_ID, describe, read_stats, write_dist_config
 from ..download import fetch_pinned
 from ..estimate import threads

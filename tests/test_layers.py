@@ -1,0 +1,169 @@
+"""The import layering of the package, read from the source with ast (every import, at module level or inside a
+function): no cycle between its modules and subpackages, the foundation imports nothing above it, and the
+network is builder/net.py's — a module that talks to a remote imports net, never the wheel cache's remotes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.pure
+
+PACKAGE = Path(__file__).resolve().parent.parent / "builder"
+
+# Modules every other one may build on; they import only each other.
+FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "oci",
+              "templates", "epoch", "compile_cache"}
+# Modules that talk to a registry, an index or a download without being the wheel cache.
+NETWORK_USERS = {"publish", "serve", "doctor", "lock", "download", "host", "pypi", "steps.compile"}
+
+
+def module_name(path: Path, package: Path) -> str:
+    parts = list(path.relative_to(package).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)  # "" is the package itself
+
+
+def imports(package: Path) -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, names relative to the package ("cache.config")."""
+    modules = {module_name(p, package): p for p in package.rglob("*.py")}
+    top = package.name
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if name else []
+        if path.name != "__init__.py":
+            here = here[:-1]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, ()) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - node.level + 1] if node.level > 1 else here
+                    target = ".".join([top, *base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                targets = [(target, tuple(a.name for a in node.names))]
+            else:
+                continue
+            for target, names in targets:
+                if target != top and not target.startswith(top + "."):
+                    continue
+                rel = target[len(top) + 1:]
+                subs = [f"{rel}.{n}" if rel else n for n in names]
+                hits = [s for s in subs if s in modules]
+                found.update(hits or [rel])
+        found.discard(name)
+        graph[name] = found
+    return graph
+
+
+def unit(module: str) -> str:
+    """A top-level module, or a subpackage with everything in it."""
+    return module.split(".")[0]
+
+
+def unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for src, targets in graph.items():
+        for dst in targets:
+            if unit(src) != unit(dst):
+                out.setdefault(unit(src), set()).add(unit(dst))
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return imports(PACKAGE)
+
+
+def test_the_reader_sees_relative_absolute_and_function_level_imports(tmp_path):
+    pkg = tmp_path / "builder"
+    (pkg / "cache").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("")
+    (pkg / "net.py").write_text("from .errors import X\n")
+    (pkg / "download.py").write_text("def f():\n    from .cache.config import down\n")
+    (pkg / "cache" / "__init__.py").write_text("from ..errors import X\n")
+    (pkg / "cache" / "config.py").write_text("from .. import net\nimport builder.download\nimport os\n")
+    got = imports(pkg)
+    assert got["net"] == {"errors"}
+    assert got["download"] == {"cache.config"}
+    assert got["cache"] == {"errors"}
+    assert got["cache.config"] == {"net", "download"}
+    assert cycles(unit_graph(got)) == [["cache", "download"]]
+
+
+def test_no_cycle_between_the_modules_and_subpackages(graph):
+    assert cycles(unit_graph(graph)) == []
+    assert cycles(graph) == []
+
+
+def test_the_foundation_imports_nothing_above_it(graph):
+    assert FOUNDATION <= set(graph), sorted(FOUNDATION - set(graph))
+    upward = {m: sorted(t for t in graph[m] if unit(t) not in FOUNDATION) for m in FOUNDATION}
+    assert {m: t for m, t in upward.items() if t} == {}
+
+
+def test_net_stands_on_errors_alone(graph):
+    assert graph["net"] <= {"errors"}
+
+
+def test_the_network_is_nets_and_not_the_wheel_caches(graph):
+    assert NETWORK_USERS <= set(graph), sorted(NETWORK_USERS - set(graph))
+    through_cache = {m: sorted(t for t in graph[m] if t == "cache.config" or t.startswith("cache.config."))
+                     for m in NETWORK_USERS}
+    assert {m: t for m, t in through_cache.items() if t} == {}
+    # what they use of the network is there
+    assert all("net" in graph[m] for m in ("publish", "serve", "doctor", "lock", "download", "host", "steps.compile"))
+
+
+def test_the_fetch_plan_is_reached_through_deps(graph):
+    """builder/fetchplan/ reads plans; builder/deps.py is its face to the rest of builder."""
+    users = sorted(m for m, targets in graph.items()
+                   if unit(m) != "fetchplan" and any(unit(t) == "fetchplan" for t in targets))
+    assert users == ["deps"]
+    # its phases build on each other in one direction: model, lexer and tree, the interpreter, document / script
+    order = ["fetchplan.model", "fetchplan.tree", "fetchplan.lexer", "fetchplan.interpreter", "fetchplan.document",
+             "fetchplan.script", "fetchplan"]
+    for i, m in enumerate(order):
+        later = set(order[i + 1:]) - ({"fetchplan.script"} if m == "fetchplan.document" else set())
+        assert not graph[m] & later, (m, sorted(graph[m] & later))
