@@ -31,7 +31,8 @@ from . import archs as archs_mod
 if TYPE_CHECKING:
     from .audit import AuditReport
     from .engines import Knowledge, Recipe
-    from .resolve import Package, Source
+    # resolve.Package / resolve.Source are named in annotations only (strings, never evaluated): resolve imports
+    # this module, and an import back would be a cycle
 
 INDEX, BUILD = "index", "build"
 OK, DIFFERS, UNKNOWN = "ok", "differs", "unknown"
@@ -201,7 +202,7 @@ def fetch_index_wheel(src: Source, note: Callable[[str], None]) -> Path:
     downloaded (streamed and hashed; nothing is kept unless the sha256 is the pinned one)."""
     import requests
 
-    from .cache.config import with_timeouts
+    from .net import with_timeouts
     from .download import fetch_pinned
 
     from .cache import sha256_file
