@@ -13,10 +13,15 @@ hashes (`pip install --require-hashes`), so the image gets the same files, byte 
 A pins file without hashes (written before, or for a release the index does not list) is used as
 constraints instead. Delete the file (or `build --refresh-pins`) to resolve again. Packages builder compiles
 are the cell's own wheels and left out; torch is pinned by the cell and, in the hashed file, by its hashes.
+
+The file's second header line names the image it was read from and that image's content key (steps/image.py)
+with the sha256 of its pin lines: a later build whose inputs, but for these pins, are the ones that image was
+built from reuses it (its runtime dependencies are these very pins), until a pin line is edited.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -136,6 +141,32 @@ def requirements(pins_text: str, wheels: list[tuple[str, str]]) -> str:
     return "".join(f"{l}\n" for l in lines) + "".join(f"/wheels/{name} --hash=sha256:{sha}\n" for name, sha in wheels)
 
 
+def pin_lines(text: str) -> list[str]:
+    return [l.strip() for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+
+
+def lines_digest(text: str) -> str:
+    """The sha256 of a pins file's pin lines (comments and blank lines left out)."""
+    return hashlib.sha256("".join(f"{l}\n" for l in pin_lines(text)).encode()).hexdigest()
+
+
+_ORIGIN = re.compile(r"^# read from image (sha256:[0-9a-f]{64}) \(content key ([0-9a-f]{64})\); "
+                     r"pin lines sha256:([0-9a-f]{64})$", re.M)
+
+
+def origin_line(digest: str, key: str, lines_sha: str) -> str:
+    return f"# read from image {digest} (content key {key}); pin lines sha256:{lines_sha}\n"
+
+
+def origin(text: str) -> tuple[str, str] | None:
+    """(image digest, its content key) the pins were read from, when the header says so and no pin line changed
+    since; None otherwise."""
+    m = _ORIGIN.search(text)
+    if m is None or m.group(3) != lines_digest(text):
+        return None
+    return m.group(1), m.group(2)
+
+
 def seeds(cell: Cell) -> dict[str, set[str]]:
     """The extras the runtime's own install line asks for: the engine's install_extras, runtime_jit's pip lines."""
     out: dict[str, set[str]] = {}
@@ -148,8 +179,10 @@ def seeds(cell: Cell) -> dict[str, set[str]]:
     return out
 
 
-def record(image: str, cell: Cell, path: Path, index_url: str | None = None) -> tuple[Path, str]:
-    """Write the pins file; returns it and, when its lines carry no hashes, why."""
+def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
+           source: tuple[str, str] | None = None) -> tuple[Path, str]:
+    """Write the pins file; returns it and, when its lines carry no hashes, why. `source`: the (digest, content
+    key) of `image`, named in the header (see `origin`)."""
     freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
     extras = requested_extras(json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT)), seeds(cell))
     lines, why = with_extras(from_freeze(freeze, cell), extras), "no index to read hashes from"
@@ -163,7 +196,10 @@ def record(image: str, cell: Cell, path: Path, index_url: str | None = None) -> 
     header = (f"# Written by `builder build` from the first build of {cell.id}; "
               + ("hash-locked requirements for the next ones.\n" if hashed("".join(lines)) else
                  f"constraints for the next ones (no hashes: {why}).\n"))
+    body = "".join(f"{line}\n" for line in lines)
+    if source is not None:
+        header += origin_line(*source, lines_digest(body))
     tmp = path.with_suffix(".part")
-    tmp.write_text(header + "".join(f"{line}\n" for line in lines))
+    tmp.write_text(header + body)
     tmp.rename(path)
     return path, "" if hashed("".join(lines)) else why
