@@ -353,7 +353,8 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
+# stray_files, are removed first and left out). The first resolve takes only files uploaded before the engine's release
 # (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
 # exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -400,13 +401,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="134be1e7278bd2ef4a244b961119a1b105940b6d46ea20d2ca3674250c14656f"
+LABEL io.builder.package.vllm.cache-key="509a66c5f6e29a3134e779c7c23e82eabf2982524f397993d4b2496e04dec595"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="478bfe0b6e792fc74ce44e1831e703216213e4c0678f71bf0d4caea4eb3f0f44"
+LABEL io.builder.package.flash-attn.cache-key="4b41eba561d1ad9f758bd6277d3021b44d58132145236bb0ec127a336901a333"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
