@@ -35,6 +35,8 @@ from .errors import UserError
 from .resolve import Cell
 
 DIR_NAME = "runtime-pins"
+BUILD_REPORT = ".build-requirements.json"  # pip's --report of the build requirements, exported next to the wheel
+BUILD_PINS_IN_CONTEXT = "build-pins"  # the build context's folder of build pins, <package>.txt (dockerfiles/macros.j2)
 FILE_IN_CONTEXT = "runtime-pins.txt"  # a pins file of versions only: constraints
 HASHED_IN_CONTEXT = "runtime-requirements.txt"  # (its name is also in dockerfiles/stages/runtime.j2)
 
@@ -203,3 +205,48 @@ def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
     tmp.write_text(header + body)
     tmp.rename(path)
     return path, "" if hashed("".join(lines)) else why
+
+
+# -- build requirements ---------------------------------------------------------------------------------------
+def build_pins_file(pins_dir: Path, cell_id: str, package: str) -> Path:
+    """Where a package's hash-locked build requirements are recorded: beside the cell's runtime pins."""
+    return pins_dir / f"{cell_id}.build-{package}.txt"
+
+
+def from_report(report: dict) -> tuple[list[str], str]:
+    """`name==version --hash=sha256:...` for every distribution pip's installation report says it installed (the
+    hash of the very file it took), or ([], why) when one has no hash (a local directory, a VCS checkout)."""
+    out = []
+    for item in report.get("install", []):
+        meta = item.get("metadata") or {}
+        name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")
+        sha = (((item.get("download_info") or {}).get("archive_info") or {}).get("hashes") or {}).get("sha256")
+        if not name or not version:
+            return [], "pip's report names a distribution without a name or version"
+        if not sha:
+            return [], f"{name} {version}: pip's report has no sha256 for it ({(item.get('download_info') or {}).get('url')})"
+        out.append(f"{name}=={version} --hash=sha256:{sha}")
+    return sorted(out), ""
+
+
+def record_build(report_path: Path, dest: Path, cell: Cell, package: str) -> tuple[int, str]:
+    """Write the build pins of `package` from pip's report (then removed); returns how many, or (0, why) when
+    nothing was written."""
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        return 0, f"pip's report is unreadable: {exc}"
+    finally:
+        report_path.unlink(missing_ok=True)
+    lines, why = from_report(report)
+    if why:
+        return 0, why
+    if not lines:
+        return 0, "the build tools already met every build requirement"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".part")
+    tmp.write_text(f"# Written by `builder build` from the build requirements pip installed to compile {package} for "
+                   f"{cell.id}; hash-locked for the next compiles (pip --require-hashes --no-deps).\n"
+                   + "".join(f"{line}\n" for line in lines))
+    tmp.rename(dest)
+    return len(lines), ""

@@ -101,12 +101,22 @@ WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/sglang.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
@@ -169,12 +179,22 @@ ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -218,12 +238,22 @@ WORKDIR /src/python
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flashinfer.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flashinfer.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -262,14 +292,24 @@ WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -478,27 +518,27 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="27538a2f6ebe94966ade9d8dc731273cc5fcac2c31494e3037671ce9b84acd89"
+LABEL io.builder.package.sglang.cache-key="f971e4eeea5204d1913753bc374149743dad039d13521d15866828c3a1e46814"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="a78b7711a84d4230c599ff644a0523471ce3e68201d36d26de1333e154607c09"
+LABEL io.builder.package.vllm.cache-key="55b8416a112eaedfb696e2dba573509ed1390d57393f2666fe10b783b4eec005"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="149ed0141b4cba80ba1d1967f6cee14b774e761e4cd97fead09a010ef975f1fb"
+LABEL io.builder.package.flashinfer.cache-key="f225510560134af144476c8f2f57ee4ce7dd302c82ac1354b41d05ae485cc29d"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="4b41eba561d1ad9f758bd6277d3021b44d58132145236bb0ec127a336901a333"
+LABEL io.builder.package.flash-attn.cache-key="83cf8e12f7b1540d9ad7d039dab1316b5ca70ab3cfb35a5e0bec5cd0091b3be1"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

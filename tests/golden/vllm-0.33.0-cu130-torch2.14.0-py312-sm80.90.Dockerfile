@@ -232,14 +232,24 @@ ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$P
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/cuda.txt >> /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/rust.txt >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -286,14 +296,24 @@ RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -520,13 +540,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="4757c067749a7652f63fce6776a63239844ddae33e23e0ba8155117bc18bc8ef"
+LABEL io.builder.package.vllm.cache-key="c585a9d18b6d30af7a5a360af960c31bd4c56f03a9d031441c070bc729e7eaae"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="d157c9123e32e5c537e79f79db79a85e162a81dc9e6ceead13c1909811d4b3f6"
+LABEL io.builder.package.flash-attn.cache-key="8954c89e2535e88d5cdb4fbd068db5462b0e9dbb549739f2cbafac55b27cfeb1"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]
