@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 
 from .. import docker, labels, oci, pins
+from ..cache import sha256_file
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
@@ -53,14 +54,6 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     output = docker.csv_options(type="oci", dest=archive_path(ctx), name=name or ctx.cell.ref,
                                 **{"rewrite-timestamp": "true"})
     return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def base_images(dockerfile: str) -> dict[str, str]:
@@ -94,10 +87,10 @@ def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
     for f in sorted(stage.iterdir()):
         if f.name in PINS_IN_CONTEXT:
             if not as_first_build:
-                runtime_pins = {f.name: _sha256_file(f)}
+                runtime_pins = {f.name: sha256_file(f)}
         else:
-            wheels[f.name] = own.get(f.name) or _sha256_file(f)
-    context = {str(f.relative_to(ctx.context_dir)): _sha256_file(f) for f in sorted(ctx.context_dir.rglob("*"))
+            wheels[f.name] = own.get(f.name) or sha256_file(f)
+    context = {str(f.relative_to(ctx.context_dir)): sha256_file(f) for f in sorted(ctx.context_dir.rglob("*"))
                if f.is_file()}
     inputs = {"format": KEY_FORMAT, "target": call.target, "dockerfile": hashlib.sha256(text.encode()).hexdigest(),
               "build_args": dict(call.build_args), "attest": list(call.attest) if call.attest is not None else None,
