@@ -244,10 +244,9 @@ def _jit_layer(cell, image: str, hide: dict[str, str] | None = None):
     path mounted over it (an empty directory hides what the image has there). Returns (result, seconds)."""
     from builder.smoke import layers
     from builder.smoke.launch import DockerLauncher
-    from builder.smoke.tinymodel import Model
 
     launcher = DockerLauncher(image, mounts=dict(hide or {}))
-    opts = layers.SmokeOptions(strategies=cell.strategies, model=Model.resolve("tiny"))
+    opts = layers.SmokeOptions(strategies=cell.strategies, model=layers.Model.resolve("tiny"))
     t0 = time.monotonic()
     try:
         result = layers.jit(cell, launcher, opts)
