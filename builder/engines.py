@@ -133,6 +133,7 @@ class Recipe:
     companion_versions: tuple[tuple[str, str], ...] = ()  # companions its metadata does not pin
     install_extras: tuple[str, ...] = ()
     serve_modules: tuple[str, ...] = ()
+    stray_files: tuple[str, ...] = ()  # site-packages files dependencies ship by mistake: removed after install
     runtime_jit: bool = False
     runtime_checks: tuple[str, ...] = ()
     serve_jit: tuple[str, ...] = ()  # what it compiles at its first request (the knowledge's serve_jit table)
@@ -563,6 +564,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         companion_versions=tuple(sorted(merged.get("companion_versions", {}).items())),
         install_extras=tuple(merged.get("install_extras", ())),
         serve_modules=tuple(merged.get("serve_modules", ())),
+        stray_files=tuple(merged.get("stray_files", ())),
         runtime_jit=merged.get("runtime_jit", False),
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         serve_jit=tuple(merged.get("serve_jit", ())),

@@ -29,6 +29,9 @@ PYTHON = "io.builder.python"
 ARCHS = "io.builder.archs"
 STRATEGIES = "io.builder.strategies"
 BUILDER_VERSION = "io.builder.builder-version"
+# the runtime image's content key (steps/image.py content_key): set by the image step on the build's command line
+# (buildx --label), since the key covers the rendered Dockerfile itself
+CONTENT_KEY = "io.builder.content-key"
 AUDITED = ("sass", "ptx", "binaries")  # per compiled package, from the audit
 
 
@@ -103,6 +106,10 @@ def _arch_order(name: str) -> tuple[int, str]:
 # -- reading --------------------------------------------------------------------------------------------------
 def cell(labels: dict[str, str]) -> str | None:
     return labels.get(CELL)
+
+
+def content_key(labels: dict[str, str]) -> str:
+    return labels.get(CONTENT_KEY, "")
 
 
 def engine(labels: dict[str, str]) -> tuple[str | None, str | None]:

@@ -13,10 +13,15 @@ hashes (`pip install --require-hashes`), so the image gets the same files, byte 
 A pins file without hashes (written before, or for a release the index does not list) is used as
 constraints instead. Delete the file (or `build --refresh-pins`) to resolve again. Packages builder compiles
 are the cell's own wheels and left out; torch is pinned by the cell and, in the hashed file, by its hashes.
+
+The file's second header line names the image it was read from and that image's content key (steps/image.py)
+with the sha256 of its pin lines: a later build whose inputs, but for these pins, are the ones that image was
+built from reuses it (its runtime dependencies are these very pins), until a pin line is edited.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -30,6 +35,8 @@ from .errors import UserError
 from .resolve import Cell
 
 DIR_NAME = "runtime-pins"
+BUILD_REPORT = ".build-requirements.json"  # pip's --report of the build requirements, exported next to the wheel
+BUILD_PINS_IN_CONTEXT = "build-pins"  # the build context's folder of build pins, <package>.txt (dockerfiles/macros.j2)
 FILE_IN_CONTEXT = "runtime-pins.txt"  # a pins file of versions only: constraints
 HASHED_IN_CONTEXT = "runtime-requirements.txt"  # (its name is also in dockerfiles/stages/runtime.j2)
 
@@ -136,6 +143,32 @@ def requirements(pins_text: str, wheels: list[tuple[str, str]]) -> str:
     return "".join(f"{l}\n" for l in lines) + "".join(f"/wheels/{name} --hash=sha256:{sha}\n" for name, sha in wheels)
 
 
+def pin_lines(text: str) -> list[str]:
+    return [l.strip() for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+
+
+def lines_digest(text: str) -> str:
+    """The sha256 of a pins file's pin lines (comments and blank lines left out)."""
+    return hashlib.sha256("".join(f"{l}\n" for l in pin_lines(text)).encode()).hexdigest()
+
+
+_ORIGIN = re.compile(r"^# read from image (sha256:[0-9a-f]{64}) \(content key ([0-9a-f]{64})\); "
+                     r"pin lines sha256:([0-9a-f]{64})$", re.M)
+
+
+def origin_line(digest: str, key: str, lines_sha: str) -> str:
+    return f"# read from image {digest} (content key {key}); pin lines sha256:{lines_sha}\n"
+
+
+def origin(text: str) -> tuple[str, str] | None:
+    """(image digest, its content key) the pins were read from, when the header says so and no pin line changed
+    since; None otherwise."""
+    m = _ORIGIN.search(text)
+    if m is None or m.group(3) != lines_digest(text):
+        return None
+    return m.group(1), m.group(2)
+
+
 def seeds(cell: Cell) -> dict[str, set[str]]:
     """The extras the runtime's own install line asks for: the engine's install_extras, runtime_jit's pip lines."""
     out: dict[str, set[str]] = {}
@@ -148,8 +181,10 @@ def seeds(cell: Cell) -> dict[str, set[str]]:
     return out
 
 
-def record(image: str, cell: Cell, path: Path, index_url: str | None = None) -> tuple[Path, str]:
-    """Write the pins file; returns it and, when its lines carry no hashes, why."""
+def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
+           source: tuple[str, str] | None = None) -> tuple[Path, str]:
+    """Write the pins file; returns it and, when its lines carry no hashes, why. `source`: the (digest, content
+    key) of `image`, named in the header (see `origin`)."""
     freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
     extras = requested_extras(json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT)), seeds(cell))
     lines, why = with_extras(from_freeze(freeze, cell), extras), "no index to read hashes from"
@@ -163,7 +198,55 @@ def record(image: str, cell: Cell, path: Path, index_url: str | None = None) -> 
     header = (f"# Written by `builder build` from the first build of {cell.id}; "
               + ("hash-locked requirements for the next ones.\n" if hashed("".join(lines)) else
                  f"constraints for the next ones (no hashes: {why}).\n"))
+    body = "".join(f"{line}\n" for line in lines)
+    if source is not None:
+        header += origin_line(*source, lines_digest(body))
     tmp = path.with_suffix(".part")
-    tmp.write_text(header + "".join(f"{line}\n" for line in lines))
+    tmp.write_text(header + body)
     tmp.rename(path)
     return path, "" if hashed("".join(lines)) else why
+
+
+# -- build requirements ---------------------------------------------------------------------------------------
+def build_pins_file(pins_dir: Path, cell_id: str, package: str) -> Path:
+    """Where a package's hash-locked build requirements are recorded: beside the cell's runtime pins."""
+    return pins_dir / f"{cell_id}.build-{package}.txt"
+
+
+def from_report(report: dict) -> tuple[list[str], str]:
+    """`name==version --hash=sha256:...` for every distribution pip's installation report says it installed (the
+    hash of the very file it took), or ([], why) when one has no hash (a local directory, a VCS checkout)."""
+    out = []
+    for item in report.get("install", []):
+        meta = item.get("metadata") or {}
+        name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")
+        sha = (((item.get("download_info") or {}).get("archive_info") or {}).get("hashes") or {}).get("sha256")
+        if not name or not version:
+            return [], "pip's report names a distribution without a name or version"
+        if not sha:
+            return [], f"{name} {version}: pip's report has no sha256 for it ({(item.get('download_info') or {}).get('url')})"
+        out.append(f"{name}=={version} --hash=sha256:{sha}")
+    return sorted(out), ""
+
+
+def record_build(report_path: Path, dest: Path, cell: Cell, package: str) -> tuple[int, str]:
+    """Write the build pins of `package` from pip's report (then removed); returns how many, or (0, why) when
+    nothing was written."""
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        return 0, f"pip's report is unreadable: {exc}"
+    finally:
+        report_path.unlink(missing_ok=True)
+    lines, why = from_report(report)
+    if why:
+        return 0, why
+    if not lines:
+        return 0, "the build tools already met every build requirement"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".part")
+    tmp.write_text(f"# Written by `builder build` from the build requirements pip installed to compile {package} for "
+                   f"{cell.id}; hash-locked for the next compiles (pip --require-hashes --no-deps).\n"
+                   + "".join(f"{line}\n" for line in lines))
+    tmp.rename(dest)
+    return len(lines), ""

@@ -137,6 +137,7 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
         "libcuda_stub": any(p["libcuda_stub"] for p in cell.serve_jit),
         "libcuda_symbols": libcuda_stub_symbols() if any(p["libcuda_stub"] for p in cell.serve_jit) else [],
         "serve_modules": list(cell.engine_recipe.serve_modules),
+        "stray_files": list(cell.engine_recipe.stray_files),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
         "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.image_labels(cell, keys)],
         "label_args": labels_mod.audit_args(cell),

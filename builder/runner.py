@@ -130,14 +130,16 @@ def check_ca_bundle(path: Path) -> None:
 
 def check_writable(plans: list[CellPlan], opts: BuildOptions, cache: WheelCache) -> None:
     """Every directory the build will write is writable, before anything runs: the work and log dirs, the
-    wheelhouse when a wheel will be stored, the pins dir when a cell's runtime pins will be recorded."""
+    wheelhouse when a wheel will be stored, the pins dir when a cell's runtime pins or a compile's build pins
+    may be recorded."""
     files.writable_dir(opts.work_dir, "--work-dir")
     files.writable_dir(opts.log_dir, "--log-dir")
     root = getattr(cache, "root", None)
     if root is not None and any(not w.reuse for p in plans for w in p.wheels):
         files.writable_dir(Path(root), "--wheelhouse")
     if opts.pins_dir is not None and any(opts.refresh_pins or not (opts.pins_dir / f"{p.cell.id}.txt").is_file()
-                                         for p in plans):
+                                         or any(not w.reuse and not w.package.from_index for w in p.wheels)
+                                         for p in plans):  # runtime pins, or a compile's build pins
         files.writable_dir(opts.pins_dir, "--pins-dir")
 
 

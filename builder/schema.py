@@ -246,6 +246,9 @@ RULE = Table(
         "companion_versions": TableOf(PIN_VERSION_DATA, key=PACKAGE_KEY),
         "install_extras": ListOf(TOKEN),  # extras the runtime installs the engine with (sglang[srt])
         "serve_modules": ListOf(TOKEN),  # modules serving imports: the image check finds each of them
+        # site-packages files that dependencies ship by mistake and nothing imports (why: in the data): the runtime
+        # removes them after the install, and the check that no path is installed twice leaves them out
+        "stray_files": ListOf(REL_PATH),
         "runtime_jit": BOOL,  # kernels compile at run time: the runtime gets the CUDA table's runtime_jit
         "runtime_checks": ListOf(QUOTABLE),  # Python statements the image must run without error
         "serve_jit": ListOf(TOKEN),  # what it compiles at its first request: names in the serve_jit table

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -17,7 +18,10 @@ import pytest
 
 from builder.audit import audit, read_fatbin_entries
 
+from builder import labels, pins
+
 from .helpers import REPO, run_cli
+from .test_content_key import CELL, fixture_copy
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 MATRIX = FIXTURE / "matrix.toml"
@@ -291,3 +295,78 @@ def test_every_external_command_is_logged_with_its_exact_argv(docker_engine, tmp
     assert res.returncode == 2 and "no such file, directory or local image" in res.stderr
     assert "builder.commands: $ docker image inspect --format '{{.Id}}' builder-test/no-such:image" in res.stderr
     assert "builder.commands: $ docker info --format '{{.ServerVersion}}'" in res.stderr
+
+
+# -- an unchanged cell costs seconds (the image's content key, builder/steps/image.py) -------------------------
+def build_keyed(tmp: Path, matrix: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    ca = ["--ca-bundle", str(HOST_CA)]
+    res = builder("build", "--matrix", str(matrix), "--wheelhouse", str(tmp / "wheelhouse"), "--work-dir",
+                  str(tmp / "work"), "--log-dir", str(tmp / "logs"), "--pins-dir", str(tmp / "pins"), "--no-smoke",
+                  "--quiet", "--json", *ca, *extra, cwd=tmp)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (image,) = [r for c in json.loads(res.stdout) for r in c["steps"] if r["step"] == "image"]
+    return res, image
+
+
+def content_label(ref: str) -> str:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", ref],
+                         capture_output=True, text=True, check=True).stdout
+    return labels.content_key(json.loads(out))
+
+
+def image_id(ref: str) -> str:
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_an_unchanged_cell_reuses_its_tagged_image_and_a_changed_one_is_built(built_80_90, local_bases, docker_engine,
+                                                                               tmp_path):
+    """The fixture cell under a registry of this test only, its wheel from the build above: the first build tags
+    an image labelled with its content key; unchanged builds reuse it (seconds, the same digest, no export); an
+    edited pin or a tag that moved to another image means a build."""
+    shutil.copytree(built_80_90[0] / "wheelhouse", tmp_path / "wheelhouse")
+    registry = f"127.0.0.1:5000/builder-test-ck{uuid.uuid4().hex[:8]}"
+    m = fixture_copy(tmp_path, registry)
+    ref = f"{registry}/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    log = tmp_path / "logs" / f"{CELL}.log"
+    try:
+        _, first = build_keyed(tmp_path, m)
+        key, digest = first["artifacts"]["content_key"], first["artifacts"]["digest"]
+        assert first["artifacts"]["reused"] is False and re.fullmatch(r"[0-9a-f]{64}", key)
+        assert content_label(ref) == key  # on the image, in the work dir's record and in the pins file's header
+        record = json.loads((tmp_path / "work" / CELL / "content-key.json").read_text())
+        assert record["content_key"] == key and record["runtime_pins"].startswith("resolved by this build")
+        assert set(record["bases"]) == {"BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE"}
+        pins_file = tmp_path / "pins" / f"{CELL}.txt"
+        assert pins.origin(pins_file.read_text()) == (digest, key)
+
+        # unchanged (the pins now hash-locked, read from that image): reused, nothing built or exported
+        res, second = build_keyed(tmp_path, m)
+        assert second["artifacts"]["reused"] is True and second["artifacts"]["digest"] == digest, second
+        assert second["artifacts"]["archive"] == "" and not (tmp_path / "work" / CELL / "image.oci.tar").exists()
+        assert "--target runtime" not in log.read_text() and f"reuse {ref} ({digest})" in res.stderr
+        assert image_id(ref) == digest
+        assert second["seconds"] < 10, second
+
+        # a comment added to the pins file reaches no pip: still that image
+        text = pins_file.read_text()
+        pins_file.write_text(text + "# a comment\n")
+        assert build_keyed(tmp_path, m)[1]["artifacts"]["reused"] is True
+        # an edited pin line (one more hash allowed for a release): the pins no longer say what that image holds
+        line = next(l for l in text.splitlines() if "--hash=" in l)
+        pins_file.write_text(text.replace(line, line + " --hash=sha256:" + "0" * 64))
+        assert pins.origin(pins_file.read_text()) is None
+        _, edited = build_keyed(tmp_path, m)
+        assert edited["artifacts"]["reused"] is False and "--target runtime" in log.read_text()
+        assert edited["artifacts"]["content_key"] not in (key, "") and content_label(ref) == edited["artifacts"]["content_key"]
+        _, again = build_keyed(tmp_path, m)  # that image carries this key itself now
+        assert again["artifacts"]["reused"] is True and again["artifacts"]["digest"] == edited["artifacts"]["digest"]
+        # the cell's tag moved to another image (by someone else): its label is not the key, so it is built
+        subprocess.run(["docker", "tag", local_bases["cuda_base"], ref], check=True)
+        _, moved = build_keyed(tmp_path, m)
+        assert moved["artifacts"]["reused"] is False and image_id(ref) == edited["artifacts"]["digest"]
+    finally:
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                                f"{registry}/cuda-ext"], capture_output=True, text=True).stdout.split()
+        for name in names:
+            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)

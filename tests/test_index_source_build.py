@@ -231,31 +231,81 @@ def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
 
 
+def _cell_of(matrix: Path):
+    from builder.matrix import Selection, load
+    from builder.resolve import select
+
+    (cell,) = select(load(matrix), Selection(profiles=("all",)))
+    return cell
+
+
+def _jit_layer(cell, image: str, hide: dict[str, str] | None = None):
+    """The smoke JIT layer (builder/smoke/layers.py) in a container of `image`; `hide`: host dir -> container
+    path mounted over it (an empty directory hides what the image has there). Returns (result, seconds)."""
+    from builder.smoke import layers
+    from builder.smoke.launch import DockerLauncher
+
+    launcher = DockerLauncher(image, mounts=dict(hide or {}))
+    opts = layers.SmokeOptions(strategies=cell.strategies, model=layers.Model.resolve("tiny"))
+    t0 = time.monotonic()
+    try:
+        result = layers.jit(cell, launcher, opts)
+    finally:
+        launcher.close()
+    return result, time.monotonic() - t0
+
+
 @pytest.mark.slow
 @pytest.mark.network
 def test_real_vllm_index_cell_builds_three_times(local_bases, tmp_path, docker_engine):
-    """Slow (three builds of a ~15 GB image, ~15 min each on 2 cores): the first build resolves and records the
-    runtime pins, the second and third install exactly them (pip --require-hashes) and give the same digest. The
-    pins keep the extras the closure asks for: nvidia-cudnn-frontend requires nvidia-cutlass-dsl[cu13], which a
-    file written from pip freeze alone lost (the second build then failed in 47 s)."""
+    """Slow (a ~15 GB image, ~15 min for the first build on 2 cores): the first build resolves and records the
+    runtime pins (the extras the closure asks for kept: nvidia-cudnn-frontend requires nvidia-cutlass-dsl[cu13],
+    which a file written from pip freeze alone lost, and the second build then failed in 47 s), and labels the
+    image with its content key. The second and third builds install exactly those pins: their content key is the
+    first build's but for the pins, which the pins file says were read from that very image, so the tagged image
+    is reused without a build or an OCI export: same digest, in seconds. Then the smoke JIT layer passes in that
+    image (Triton's launcher and a kernel for sm_80 and sm_90, FlashInfer's nvcc -lcuda link) and fails with the
+    Python include directory hidden inside the container."""
+    import json
+
     (tmp_path / "matrix.toml").write_text(REAL)
     m = str(tmp_path / "matrix.toml")
     res = builder("lock", "--matrix", m, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     ref = f"127.0.0.1:5000/builder-test/vllm:{REAL_CELL[len('vllm-'):]}"
+    log = tmp_path / "logs" / f"{REAL_CELL}.log"
     digests, seconds = [], []
     try:
-        for _ in range(3):
+        for i in range(3):
             t0 = time.monotonic()
-            res = build(tmp_path, "--no-smoke", "--progress", "plain")
-            seconds.append(round(time.monotonic() - t0))
+            res = build(tmp_path, "--no-smoke", "--progress", "plain", "--json")
+            seconds.append(round(time.monotonic() - t0, 1))
             assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
             digests.append(subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref],
                                           capture_output=True, text=True, check=True).stdout.strip())
             pins_text = next((tmp_path / "pins").glob(f"{REAL_CELL}.txt")).read_text()
             assert re.search(r"^nvidia-cutlass-dsl\[[^\]]*cu13[^\]]*\]==", pins_text, re.M), pins_text[:2000]
+            (image_step,) = [r for c in json.loads(res.stdout) for r in c["steps"] if r["step"] == "image"]
+            assert image_step["artifacts"]["reused"] is (i > 0), image_step
+            if i == 0:
+                key = image_step["artifacts"]["content_key"]
+                assert f"(content key {key})" in pins_text and digests[0] in pins_text
+            else:  # nothing built, nothing exported
+                assert f"reuse {ref} (" in log.read_text() and "--target runtime" not in log.read_text()
+                assert seconds[i] < 60, seconds
         print(f"\nthree builds of {REAL_CELL}: {seconds} s, digests {digests}")
         assert digests[0] == digests[1] == digests[2]
+
+        cell = _cell_of(tmp_path / "matrix.toml")
+        passed, took = _jit_layer(cell, ref)
+        assert passed.status == "pass", passed.reason
+        print(f"JIT layer in {ref}: {took:.1f} s ({passed.reason})")
+        hidden = tmp_path / "empty-include"
+        hidden.mkdir()
+        failed, _ = _jit_layer(cell, ref, {str(hidden): "/usr/include/python3.11"})
+        assert failed.status == "fail", failed.reason
+        assert "no Python.h in /usr/include/python3.11" in failed.reason, failed.reason
+        print(f"JIT layer with the Python headers hidden: {failed.reason}")
     finally:
         names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", image_repository(ref)],
                                capture_output=True, text=True).stdout.split()

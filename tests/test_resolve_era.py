@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -66,15 +67,46 @@ def test_resolve_as_of_is_engine_data_and_checked(tmp_path):
         load_knowledge((str(bad),))
 
 
-@pytest.mark.network  # the fixture's dependency comes from PyPI inside the build
+@pytest.mark.network  # the fixture's dependencies come from PyPI inside the build
 def test_first_build_resolves_as_of_the_date_and_records_it_hash_locked(local_bases, tmp_path):
-    res = build(fixture_copy(tmp_path, 'resolve_as_of = "2024-06-01T00:00:00Z"'), tmp_path)
+    """The runtime's dependencies and the compile's build requirements are resolved as of the date and recorded
+    hash-locked. The compile's build requirements (here the fixture's own plus `six>=1.10`, which no build tool pins) are
+    resolved as of the date and recorded from pip's installation report, each with the sha256 of the file pip
+    took; a later compile (the wheel cache emptied) installs exactly those files (--require-hashes --no-deps) and
+    checks with no index that every build requirement is met. A recorded hash that is not the file's stops it."""
+    m = fixture_copy(tmp_path, 'resolve_as_of = "2024-06-01T00:00:00Z"\nbuild_requirements_list = ["six>=1.10"]')
+    res = build(m, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    recorded = (tmp_path / "pins" / f"{CELL}.txt").read_text()
+    runtime = (tmp_path / "pins" / f"{CELL}.txt").read_text()
     # the newest packaging uploaded before 2024-06-01 (today's resolve takes 26.x), with its files' hashes
-    assert re.search(r"^packaging==24\.0 --hash=sha256:[0-9a-f]{64}", recorded, re.M), recorded
+    assert re.search(r"^packaging==24\.0 --hash=sha256:[0-9a-f]{64}", runtime, re.M), runtime
+    assert "--uploaded-prior-to 2024-06-01T00:00:00Z" in (tmp_path / "logs" / f"{CELL}.log").read_text()
+    recorded = tmp_path / "pins" / f"{CELL}.build-cuda-ext.txt"
+    text = recorded.read_text()
+    # six 1.16.0 was the newest before 2024-06-01 (1.17.0: 2024-12); the hash is its wheel's, the file pip took
+    assert re.findall(r"^([a-z0-9-]+==\S+) --hash=sha256:[0-9a-f]{64}$", text, re.M) == ["six==1.16.0"], text
     log = (tmp_path / "logs" / f"{CELL}.log").read_text()
-    assert "--uploaded-prior-to 2024-06-01T00:00:00Z" in log
+    assert "--report /wheels/.build-requirements.json" in log and f"in {recorded}, each with its sha256" in log
+    assert not list((tmp_path / "wh").glob("cuda-ext/*/.build-requirements.json"))  # only wheels are cached
+
+    shutil.rmtree(tmp_path / "wh")  # the next build compiles again: from the recorded pins
+    recorded.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, text))
+    res = build(m, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    log = (tmp_path / "logs" / f"{CELL}.log").read_text()
+    assert f"build requirements of cuda-ext hash-locked by {recorded}" in log
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in log, log[-3000:]
+    assert not list((tmp_path / "wh").glob("cuda-ext/*/*.whl"))
+
+    # a comment of this run only (pip ignores it) keeps BuildKit from answering this compile from an earlier run
+    recorded.write_text(text + f"# test run {uuid.uuid4().hex}\n")
+    res = build(m, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (tmp_path / "logs" / f"{CELL}.log").read_text()
+    assert "pip install --no-deps --require-hashes -r /opt/build-context/build-pins/cuda-ext.txt" in log
+    assert re.search(r"Requirement already satisfied: six>=1\.10 in .*\(1\.16\.0\)", log), log[-3000:]
+    assert "Collecting six==1.16.0 (from -r /opt/build-context/build-pins/cuda-ext.txt" in log
+    assert recorded.read_text().startswith(text)  # used, not rewritten
 
 
 @pytest.mark.network

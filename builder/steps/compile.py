@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from .. import docker
+from .. import docker, pins
 from ..cache import CacheCorrupt, file_records
 from ..net import with_timeouts
 from ..compile_cache import DIST_SECRET_ID, SECRET_ID, describe, read_stats, write_dist_config
@@ -118,11 +118,14 @@ class CompileStep:
                 secrets.append(ctx.opts.compile_cache.write_secret(compile_cache_secret(ctx)))
             if ctx.opts.compile_dist is not None:
                 secrets.append(write_dist_config(ctx.opts.compile_dist, dist_config_secret(ctx)))
+            locked = self._build_pins_in_context(ctx, wheel)
             seconds = docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo(tracker))
         finally:
             ctx.display.finish(tracker)
             for secret in secrets:
                 secret.unlink(missing_ok=True)  # credentials stay on disk no longer than the build
+            shutil.rmtree(ctx.context_dir / pins.BUILD_PINS_IN_CONTEXT, ignore_errors=True)  # this compile's only
+        self._record_build_pins(ctx, wheel, locked)
         sccache = read_stats(out)
         ctx.compiles[pkg.name] = {
             "seconds": round(seconds, 1),
@@ -152,6 +155,36 @@ class CompileStep:
         return StepResult(self.name, pkg.name, Status.OK, par.why,
                           artifacts={"reused": False, "compile": ctx.compiles[pkg.name],
                                      **_wheel_artifacts(ctx.records[pkg.name])})
+
+    @staticmethod
+    def _build_pins_in_context(ctx: CellContext, wheel: WheelStep) -> Path | None:
+        """The package's recorded build pins, put where its build-requirements RUN finds them (the build
+        context's build-pins/<package>.txt); None when there are none (or --refresh-pins): that RUN resolves."""
+        opts, pkg = ctx.opts, wheel.package
+        if opts.pins_dir is None or opts.refresh_pins:
+            return None
+        recorded = pins.build_pins_file(opts.pins_dir, ctx.cell.id, pkg.name)
+        if not recorded.is_file():
+            return None
+        where = ctx.context_dir / pins.BUILD_PINS_IN_CONTEXT
+        where.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(recorded, where / f"{pkg.name}.txt")
+        ctx.note(f"build requirements of {pkg.name} hash-locked by {recorded}")
+        return recorded
+
+    @staticmethod
+    def _record_build_pins(ctx: CellContext, wheel: WheelStep, locked: Path | None) -> None:
+        """After a compile that resolved its build requirements: record them, hash-locked, for the next ones."""
+        report = ctx.out_dir(wheel.package.name) / pins.BUILD_REPORT
+        if not report.is_file():
+            return
+        if locked is not None or ctx.opts.pins_dir is None:
+            report.unlink()
+            return
+        dest = pins.build_pins_file(ctx.opts.pins_dir, ctx.cell.id, wheel.package.name)
+        count, why = pins.record_build(report, dest, ctx.cell, wheel.package.name)
+        ctx.note(f"recorded the {count} build requirements pip installed for {wheel.package.name} in {dest}, each "
+                 "with its sha256" if count else f"no build pins recorded for {wheel.package.name}: {why}")
 
     def _download(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
         pkg, src = wheel.package, wheel.package.source

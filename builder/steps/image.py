@@ -2,22 +2,36 @@
 context), exported as an OCI archive with every timestamp rewritten to SOURCE_DATE_EPOCH (the same sources give
 the same digest), then loaded into the daemon and tagged — the loaded image keeps the archive's digest, so what
 smoke runs and what publish pushes is one image, byte for byte. Also records the runtime's resolved pure-Python
-dependencies on the first build of a cell (runtime-pins/<cell>.txt) and installs exactly those on later builds."""
+dependencies on the first build of a cell (runtime-pins/<cell>.txt) and installs exactly those on later builds.
+
+An unchanged cell is not built again: the image's content key (`content_key`: the rendered Dockerfile, the build
+arguments, the base images by digest, the build context, the wheels and runtime pins it installs, by sha256) is
+the label io.builder.content-key of every image this step builds and is recorded in the cell's work dir
+(content-key.json), in the step's artifacts and in the pins file's header. When the cell's tag already names a
+local image that carries the key, that image is the result: no buildx call, no OCI export, no load. Any changed
+input changes the key, and then the cell is built as before; --no-cache, --refresh-pins and publish (which pushes
+the OCI archive) always build."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
 from pathlib import Path
 
 from .. import docker, labels, oci, pins
+from ..cache import sha256_file
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
 ARCHIVE = "image.oci.tar"  # in the cell's work dir: what the publish step pushes
+CONTENT_RECORD = "content-key.json"  # in the cell's work dir: the content key and every input it covers
+KEY_FORMAT = 1  # bumped whenever what the key covers changes, so that no older key matches by accident
 
 
 def archive_path(ctx: CellContext) -> Path:
@@ -40,6 +54,49 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     output = docker.csv_options(type="oci", dest=archive_path(ctx), name=name or ctx.cell.ref,
                                 **{"rewrite-timestamp": "true"})
     return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
+
+
+def base_images(dockerfile: str) -> dict[str, str]:
+    """The base images the rendered Dockerfile names (its global `ARG BASE_*=ref` lines, before the first FROM)."""
+    head = dockerfile.split("\nFROM ", 1)[0]
+    return dict(re.findall(r"^ARG (BASE_[A-Z0-9_]+)=(\S+)$", head, re.M))
+
+
+PINS_IN_CONTEXT = (pins.HASHED_IN_CONTEXT, pins.FILE_IN_CONTEXT)
+
+
+def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
+                as_first_build: bool = False) -> tuple[str, dict]:
+    """The key of the runtime image's content and the inputs it covers, or ("", {"why": ...}) when one input
+    cannot be named by its content (a base image the daemon does not hold: its tag could move). Every input of
+    the runtime build is in it: the whole rendered Dockerfile (every template and the lock's pins, every other
+    stage included), the build arguments (SOURCE_DATE_EPOCH, the audited labels), the attestations asked for, the
+    base images by digest, each file of the build context and of the wheels context (the cell's wheels by the
+    sha256 their audit checked; the runtime pins file). `as_first_build`: the key this cell's inputs give
+    without the runtime pins file, i.e. what its first build, which resolved those pins, computed."""
+    text = ctx.dockerfile.read_text()
+    bases = {}
+    for arg, ref in sorted(base_images(text).items()):
+        digest = ref.rpartition("@")[2] if "@sha256:" in ref else docker.image_id(ref, ctx.opts.docker)
+        if not digest:
+            return "", {"why": f"the base image {ref} is not in the local image store (no digest to key it by)"}
+        bases[arg] = {"ref": ref, "digest": digest}
+    own = {w.name: ctx.records[s.package.name][w.name]["sha256"] for s in ctx.plan.wheels
+           for w in ctx.wheels[s.package.name]}
+    wheels, runtime_pins = {}, "resolved by this build (no runtime pins file)"
+    for f in sorted(stage.iterdir()):
+        if f.name in PINS_IN_CONTEXT:
+            if not as_first_build:
+                runtime_pins = {f.name: sha256_file(f)}
+        else:
+            wheels[f.name] = own.get(f.name) or sha256_file(f)
+    context = {str(f.relative_to(ctx.context_dir)): sha256_file(f) for f in sorted(ctx.context_dir.rglob("*"))
+               if f.is_file()}
+    inputs = {"format": KEY_FORMAT, "target": call.target, "dockerfile": hashlib.sha256(text.encode()).hexdigest(),
+              "build_args": dict(call.build_args), "attest": list(call.attest) if call.attest is not None else None,
+              "bases": bases, "context": context, "wheels": wheels, "runtime_pins": runtime_pins}
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return key, inputs
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -81,12 +138,24 @@ class ImageStep:
                 (stage / pins.FILE_IN_CONTEXT).write_text(pins.constraints(text))
                 ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
         metadata = ctx.dir / "metadata.json"
+        # the key of this image's content; an image under the cell's tag that carries it is this cell's image
+        call = runtime_call(ctx, stage, metadata)
+        key, inputs = content_key(ctx, call, stage)
+        first_key = (content_key(ctx, call, stage, as_first_build=True)[0]
+                     if isinstance(inputs.get("runtime_pins"), dict) else key)
+        self._record(ctx, key, inputs)
+        reused, why = self._reusable(ctx, key, first_key, pins_file)
+        if reused:
+            return self._reuse(ctx, reused, why, key, pins_file)
         ctx.note(f"runtime image {cell.ref}")
         # loaded under a name of this run only: another build of the cell loading or tagging its image at the same
         # moment cannot take this one's place (the name is not part of the image or its digest). Smoke runs and
         # publish checks the image under this name; the runner removes it when the cell is done.
         run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
-        docker.stream(runtime_call(ctx, stage, metadata, run_name).argv(opts.docker), ctx.log, ctx.echo())
+        call = runtime_call(ctx, stage, metadata, run_name)
+        if key:
+            call = dataclasses.replace(call, extra=tuple(call.extra) + ("--label", f"{labels.CONTENT_KEY}={key}"))
+        docker.stream(call.argv(opts.docker), ctx.log, ctx.echo())
         meta = json.loads(metadata.read_text()) if metadata.exists() else {}
         archive = archive_path(ctx)
         with oci.Archive(archive) as a:
@@ -105,13 +174,57 @@ class ImageStep:
                               "needs the containerd image store: scripts/setup-docker.sh turns it on)")
         # cell.ref, the name users know, may be moved by another build of the cell at any moment
         docker.tag_image(run_name, cell.ref, opts.docker)
-        if pins_file and (opts.refresh_pins or not pins_file.is_file()):
-            _, why = pins.record(run_name, cell, pins_file, opts.index_url)
-            ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
-                     + (f" (versions only: {why})" if why else ", each with its sha256"))
+        self._record_pins(ctx, pins_file, run_name, digest, key)
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
                           artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
-                                     "archive": str(archive), "attestations": list(image.attestations)})
+                                     "archive": str(archive), "attestations": list(image.attestations),
+                                     "content_key": key, "reused": False})
+
+    def _record_pins(self, ctx: CellContext, pins_file: Path | None, image: str, digest: str, key: str) -> None:
+        if pins_file and (ctx.opts.refresh_pins or not pins_file.is_file()):
+            _, why = pins.record(image, ctx.cell, pins_file, ctx.opts.index_url, (digest, key) if key else None)
+            ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
+                     + (f" (versions only: {why})" if why else ", each with its sha256"))
+
+    @staticmethod
+    def _record(ctx: CellContext, key: str, inputs: dict) -> None:
+        (ctx.dir / CONTENT_RECORD).write_text(json.dumps({"content_key": key, **inputs}, indent=1, sort_keys=True))
+        ctx.note(f"content key {key}" if key else f"no content key: {inputs['why']}; the image is built")
+
+    def _reusable(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> tuple[str, str]:
+        """(digest, why) of the local image under the cell's tag when it is this build's content, else ("", "")."""
+        opts, cell = ctx.opts, ctx.cell
+        if not key or opts.no_cache or opts.refresh_pins or opts.publish is not None:
+            return "", ""
+        found = docker.image_labels(cell.ref, opts.docker)
+        if not found:
+            return "", ""
+        have, digest = labels.content_key(found), docker.image_id(cell.ref, opts.docker)
+        if not have or not digest:
+            return "", ""
+        if have == key:
+            return digest, "it carries this build's content key"
+        # the cell's first build resolved the pins this build installs, and read them from that very image: its
+        # key was this build's without the pins file, and the pins file names it and its digest, lines unchanged
+        source = pins.origin(pins_file.read_text()) if pins_file and pins_file.is_file() else None
+        if source is not None and source == (digest, have) and have == first_key:
+            return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says "
+                            "were read from this very image")
+        return "", ""
+
+    def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None) -> StepResult:
+        cell, opts = ctx.cell, ctx.opts
+        ctx.note(f"reuse {cell.ref} ({digest}): {why}; no build, no OCI export")
+        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        docker.tag_image(cell.ref, run_name, opts.docker)
+        ctx.image_ref = run_name
+        if docker.image_id(run_name, opts.docker) != digest:  # the tag moved between the check and the tag
+            return StepResult(self.name, cell.id, Status.FAILED, f"{cell.ref} changed while it was reused "
+                              f"(it was {digest}); build again")
+        self._record_pins(ctx, pins_file, run_name, digest, key)
+        return StepResult(self.name, cell.id, Status.OK, f"reused {cell.ref} (content key unchanged)",
+                          artifacts={"image": cell.ref, "digest": digest, "archive": "", "attestations": [],
+                                     "content_key": key, "reused": True})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
         call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")

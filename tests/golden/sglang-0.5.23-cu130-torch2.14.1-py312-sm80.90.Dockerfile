@@ -110,12 +110,22 @@ RUN --mount=type=secret,id=ca \
  && rm /tmp/rustup-init.sh
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/sglang.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # rustc runs through sccache (RUSTC_WRAPPER); this RUN has the network (crates.io)
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
@@ -171,12 +181,22 @@ COPY --from=deps-sglang-kernel /opt/deps /opt/deps
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/sglang-kernel.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang-kernel.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # --arch per binary: its CMakeLists hard-codes the gencode lists, so every nvcc call runs through builder's gencode
 # filter (CMAKE_CUDA_COMPILER_LAUNCHER; builder/gencode_filter.py, written here as it is): per CMake target it keeps
@@ -382,14 +402,24 @@ RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -551,7 +581,8 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
+# stray_files, are removed first and left out). The first resolve takes only files uploaded before the engine's release
 # (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
 # exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -608,20 +639,20 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="5817d4275143bd18427f045200cebde42ccea5d50b57d16b4a2816a6c8fce6e2"
+LABEL io.builder.package.sglang.cache-key="c359dfbfb3e102682e51b0d898bb1277c40fa097363ccf628f302a62e09bb058"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="b320099fb1cf00838d20de1625e7cd3d12afcf2a4c5b31dfa9d17f5b0672d346"
+LABEL io.builder.package.sglang-kernel.cache-key="ce6c62ba87e1d8625b74b75f1d064d374c1ca40bf2153dcd5058f750ca5f74f9"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="60beb1711fcd8b9a0d6a833327d7c993e9303e404aa5d8e391c22f008a5023f0"
+LABEL io.builder.package.flash-attn.cache-key="7440196e57c29136d2c7d133396a35ece6fefac334362805fd32b34e431a031f"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

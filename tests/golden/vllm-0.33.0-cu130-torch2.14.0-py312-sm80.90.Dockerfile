@@ -232,14 +232,24 @@ ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$P
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/cuda.txt >> /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements/build/rust.txt >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -286,14 +296,24 @@ RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.14.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -455,7 +475,8 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
+# stray_files, are removed first and left out). The first resolve takes only files uploaded before the engine's release
 # (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
 # exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -470,7 +491,9 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
- && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
+ && sp="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && rm -f "$sp/build_backend.py" \
+ && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0] and os.path.normpath(row[0]) not in ["build_backend.py"]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
 # a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
@@ -517,13 +540,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="dae20ef4ebbad74fb9c6566c44c8696fdc64424fea1df83629e760202e8ec014"
+LABEL io.builder.package.vllm.cache-key="c585a9d18b6d30af7a5a360af960c31bd4c56f03a9d031441c070bc729e7eaae"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="309a7ef1c2184a0efcd6e5300beb571ba0676d2b0447d6f1ce8be6faee054cca"
+LABEL io.builder.package.flash-attn.cache-key="8954c89e2535e88d5cdb4fbd068db5462b0e9dbb549739f2cbafac55b27cfeb1"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

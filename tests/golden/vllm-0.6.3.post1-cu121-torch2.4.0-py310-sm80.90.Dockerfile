@@ -141,13 +141,23 @@ ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && sed -E '/^\s*(#|$|-)/d' requirements-build.txt >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # its setup.py makes sccache (on PATH) the CMake launcher of C, C++ and CUDA
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -186,14 +196,24 @@ WORKDIR /src
 
 # build requirements: the package's own (pyproject, requirements files), never a second torch; a requirements
 # file the engine data names but the source lacks stops the build here. The build tools' pins are constraints
-# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of).
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+# (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
+# pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
+# (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
+# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# with no index at all.
+RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
  && echo 'psutil==7.0.0' >> /tmp/build-requirements.in \
  && echo 'einops==0.8.1' >> /tmp/build-requirements.in \
  && sed -E '/^torch([^a-z_-]|$)/d' /tmp/build-requirements.in > /tmp/build-requirements.txt \
  && cat /tmp/build-requirements.txt \
- && if [ -s /tmp/build-requirements.txt ]; then with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z -r /tmp/build-requirements.txt; fi \
+ && mkdir -p /wheels \
+ && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
+      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
+    elif [ -s /tmp/build-requirements.txt ]; then \
+      with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
+    fi \
  && python -c 'import torch; assert torch.__version__.split("+")[0] == "2.4.0", torch.__version__'
 # --verbose: the build's own output (ninja's [N/M], nvcc lines) reaches the log and builder's progress
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
@@ -353,7 +373,8 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
-# so the image fails, naming both. The first resolve takes only files uploaded before the engine's release
+# so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
+# stray_files, are removed first and left out). The first resolve takes only files uploaded before the engine's release
 # (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
 # exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
@@ -400,13 +421,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="08f6c878fc0a76546dd305f2fc4c7fd4a7c47fed3c42e9e60795819abd58acd5"
+LABEL io.builder.package.vllm.cache-key="d6b0b33519b8e1ac168c855dff935813a2c87355947241ffeb441cf3f7a23fc0"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="6e0c33a612db848e3fd1c67403224c63ba020dc31aafc5ec137ce81749f1306d"
+LABEL io.builder.package.flash-attn.cache-key="83cf8e12f7b1540d9ad7d039dab1316b5ca70ab3cfb35a5e0bec5cd0091b3be1"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
