@@ -3,9 +3,11 @@ other."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import requests
 from click.testing import CliRunner
 
 from builder import matrix as matrix_mod
@@ -245,3 +248,74 @@ def client_python() -> str:
         assert res.returncode == 0, res.stderr[-3000:]
         marker.write_text("vllm==0.26.0 pandas\n")
     return str(python)
+
+
+# -- the cuda-ext fixture as a published wheel (tests of index and auto routes, the content key) -------------------
+CUDA_EXT = REPO / "tests" / "fixtures" / "cuda-ext"
+CUDA_EXT_CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # what pip in the build trusts (a TLS-intercepting proxy here)
+
+
+def saxpy_so(nvcc: Path, out: Path, archs: tuple[int, ...]) -> bytes:
+    """The fixture's kernel library, compiled and linked by nvcc as its setup.py does (SASS only)."""
+    gencode = [f for a in archs for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
+    obj = out.with_suffix(".o")
+    subprocess.run([str(nvcc), "-O2", "-c", "-Xcompiler", "-fPIC", "-o", str(obj), *gencode,
+                    str(CUDA_EXT / "pkg" / "csrc" / "saxpy.cu")], check=True)
+    subprocess.run([str(nvcc), "-shared", "-cudart", "shared", *gencode, "-o", str(out), str(obj)], check=True)
+    return out.read_bytes()
+
+
+def cuda_ext_wheel(dest: Path, library: bytes, *, requires: tuple[str, ...] = (), tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    """A valid wheel of the fixture (METADATA, WHEEL, RECORD) carrying `library`, with these Requires-Dist lines."""
+    info = "cuda_ext-1.0.0.dist-info"
+    meta = "Metadata-Version: 2.1\nName: cuda-ext\nVersion: 1.0.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    members = {
+        "cuda_ext/__init__.py": b"__version__ = '1.0.0'\n",
+        "cuda_ext/libsaxpy.so": library,
+        f"{info}/METADATA": (meta + "\nPublished, not built here.\n").encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+    }
+    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+            for n, d in members.items()]
+    members[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"cuda_ext-1.0.0-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    return path
+
+
+def upload_wheel(host: str, path: Path) -> None:
+    with path.open("rb") as fh:
+        resp = requests.post(f"http://{host}/", data={":action": "file_upload", "name": "cuda-ext", "version": "1.0.0"},
+                             files={"content": (path.name, fh)}, timeout=30)
+    assert resp.status_code == 200, resp.text
+
+
+def builder_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def cuda_ext_auto_matrix(tmp: Path) -> Path:
+    """The fixture's matrix with cuda-ext on the auto route; its source beside it (the compile route's)."""
+    shutil.copytree(CUDA_EXT / "pkg", tmp / "pkg", ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    (tmp / "engines.toml").write_text((CUDA_EXT / "engines.toml").read_text())
+    text = (CUDA_EXT / "matrix.toml").read_text().replace(
+        'engines = { cuda-ext = "1.0.0" }', 'engines = { cuda-ext = "1.0.0" }\nsource = { cuda-ext = "auto" }')
+    (tmp / "matrix.toml").write_text(text)
+    return tmp / "matrix.toml"
+
+
+def fixture_copy(tmp: Path, registry: str, runtime_base: str | None = None) -> Path:
+    """The fixture's matrix under a registry of this test only (its tag is no other test's)."""
+    dest = tmp / "fx"
+    subprocess.run(["cp", "-r", str(CUDA_EXT), str(dest)], check=True)
+    text = (dest / "matrix.toml").read_text().replace('registry = "127.0.0.1:5000/builder-test"',
+                                                      f'registry = "{registry}"')
+    if runtime_base:
+        text = text.replace('runtime = "builder-local/cuda:13.0-base"', f'runtime = "{runtime_base}"')
+    assert registry in text and (runtime_base is None or runtime_base in text)
+    (dest / "matrix.toml").write_text(text)
+    return dest / "matrix.toml"

@@ -243,7 +243,7 @@ def test_the_recorded_device_code_of_the_real_vllm_wheel_is_what_its_audit_finds
 def fixture_cell(tmp, wheel_path):
     import hashlib
 
-    from .test_auto_source_build import matrix as fixture_matrix
+    from .helpers import cuda_ext_auto_matrix as fixture_matrix
 
     path = fixture_matrix(tmp)
     lock = {"format": 1, "packages": {"cuda-ext==1.0.0": {"wheels": [
@@ -256,7 +256,8 @@ def fixture_cell(tmp, wheel_path):
 
 @pytest.fixture(scope="module")
 def variants(nvcc, tmp_path_factory):
-    from .test_auto_source_build import saxpy_so, wheel
+    from .helpers import cuda_ext_wheel as wheel
+    from .helpers import saxpy_so
 
     tmp = tmp_path_factory.mktemp("variants")
     lib = saxpy_so(nvcc, tmp / "libsaxpy.so", (80, 90))

@@ -6,41 +6,20 @@ build's output, the image's labels (builder/labels.py) and, for a published cell
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from . import services
-from .test_index_source_build import FIXTURE, HOST_CA, builder, saxpy_so, upload
+from .helpers import HOST_CA, saxpy_so
+from .helpers import builder_cli as builder
+from .helpers import cuda_ext_auto_matrix as matrix
+from .helpers import cuda_ext_wheel as wheel
+from .helpers import upload_wheel as upload
 
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90-auto"
-
-
-def wheel(dest: Path, library: bytes, *, requires: tuple[str, ...] = (), tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    """A valid wheel of the fixture (METADATA, WHEEL, RECORD) carrying `library`, with these Requires-Dist lines."""
-    info = "cuda_ext-1.0.0.dist-info"
-    meta = "Metadata-Version: 2.1\nName: cuda-ext\nVersion: 1.0.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    members = {
-        "cuda_ext/__init__.py": b"__version__ = '1.0.0'\n",
-        "cuda_ext/libsaxpy.so": library,
-        f"{info}/METADATA": (meta + "\nPublished, not built here.\n").encode(),
-        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
-    }
-    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-            for n, d in members.items()]
-    members[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"cuda_ext-1.0.0-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n, d in members.items():
-            zf.writestr(n, d)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +45,6 @@ def published(nvcc, tmp_path_factory):
         "cuda12": wheel(tmp / "cuda12", lib.replace(b"libcudart.so.13", b"libcudart.so.12")),
         "py312": wheel(tmp / "py312", lib, tag="cp312-cp312-linux_x86_64"),
     }
-
-
-def matrix(tmp: Path) -> Path:
-    """The fixture's matrix with cuda-ext on the auto route; its source beside it (the compile route's)."""
-    shutil.copytree(FIXTURE / "pkg", tmp / "pkg", ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    (tmp / "engines.toml").write_text((FIXTURE / "engines.toml").read_text())
-    text = (FIXTURE / "matrix.toml").read_text().replace(
-        'engines = { cuda-ext = "1.0.0" }', 'engines = { cuda-ext = "1.0.0" }\nsource = { cuda-ext = "auto" }')
-    (tmp / "matrix.toml").write_text(text)
-    return tmp / "matrix.toml"
 
 
 def build(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:

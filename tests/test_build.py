@@ -21,7 +21,8 @@ from builder.audit import audit, read_fatbin_entries
 from builder import labels, pins
 
 from .helpers import REPO, run_cli
-from .test_content_key import CELL, fixture_copy
+from .helpers import CUDA_EXT_CELL as CELL
+from .helpers import fixture_copy
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 MATRIX = FIXTURE / "matrix.toml"

@@ -20,23 +20,8 @@ from builder.resources import Host
 from builder.steps import BuildOptions, CellContext
 from builder.steps.image import content_key, runtime_call
 
-from .helpers import REPO
+from .helpers import fixture_copy
 
-FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
-CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
-
-
-def fixture_copy(tmp: Path, registry: str, runtime_base: str | None = None) -> Path:
-    """The fixture's matrix under a registry of this test only (its tag is no other test's)."""
-    dest = tmp / "fx"
-    subprocess.run(["cp", "-r", str(FIXTURE), str(dest)], check=True)
-    text = (dest / "matrix.toml").read_text().replace('registry = "127.0.0.1:5000/builder-test"',
-                                                      f'registry = "{registry}"')
-    if runtime_base:
-        text = text.replace('runtime = "builder-local/cuda:13.0-base"', f'runtime = "{runtime_base}"')
-    assert registry in text and (runtime_base is None or runtime_base in text)
-    (dest / "matrix.toml").write_text(text)
-    return dest / "matrix.toml"
 
 
 class Keyed:

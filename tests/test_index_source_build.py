@@ -6,67 +6,26 @@ swaps under the same file name are refused before anything is cached or tagged."
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
-import requests
 
 from builder.docker import image_repository
 
 from . import services
-from .helpers import REPO
+from .helpers import CUDA_EXT as FIXTURE
+from .helpers import HOST_CA, saxpy_so
+from .helpers import builder_cli as builder
+from .helpers import cuda_ext_wheel as wheel
+from .helpers import upload_wheel as upload
 
-FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 WHEEL = "cuda_ext-1.0.0-cp311-cp311-linux_x86_64.whl"
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90-index"
-
-
-def saxpy_so(nvcc: Path, out: Path, archs: tuple[int, ...]) -> bytes:
-    """The fixture's kernel library, compiled and linked by nvcc as its setup.py does (SASS only)."""
-    gencode = [f for a in archs for f in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
-    obj = out.with_suffix(".o")
-    subprocess.run([str(nvcc), "-O2", "-c", "-Xcompiler", "-fPIC", "-o", str(obj), *gencode,
-                    str(FIXTURE / "pkg" / "csrc" / "saxpy.cu")], check=True)
-    subprocess.run([str(nvcc), "-shared", "-cudart", "shared", *gencode, "-o", str(out), str(obj)], check=True)
-    return out.read_bytes()
-
-
-def wheel(dest: Path, library: bytes) -> Path:
-    """A valid wheel of the fixture (METADATA, WHEEL, a correct RECORD) carrying `library`."""
-    info = "cuda_ext-1.0.0.dist-info"
-    members = {
-        "cuda_ext/__init__.py": b"__version__ = '1.0.0'\n",
-        "cuda_ext/libsaxpy.so": library,
-        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: cuda-ext\nVersion: 1.0.0\n\nPublished, not built here.\n",
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
-    }
-    rows = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-            for n, d in members.items()]
-    members[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / WHEEL
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n, d in members.items():
-            zf.writestr(n, d)
-    return path
-
-
-def upload(host: str, path: Path) -> None:
-    with path.open("rb") as fh:
-        resp = requests.post(f"http://{host}/", data={":action": "file_upload", "name": "cuda-ext", "version": "1.0.0"},
-                             files={"content": (path.name, fh)}, timeout=30)
-    assert resp.status_code == 200, resp.text
-
-
-def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +50,6 @@ def matrix(tmp: Path) -> Path:
     return tmp / "matrix.toml"
 
 
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # what pip in the build trusts (a TLS-intercepting proxy here)
 
 
 def build(tmp: Path, *extra: str, wheelhouse: str = "wheelhouse") -> subprocess.CompletedProcess[str]:
