@@ -1,12 +1,13 @@
 """matrix.toml → validated, frozen profiles (the first stage of the pipeline; it reads no lock).
 
-Layers, resolved once: built-in defaults → matrix.toml [defaults] → profile → CLI selectors (--arch ...).
+Layers, resolved once: built-in defaults (builder/data/defaults.toml) → matrix.toml [defaults] → profile → CLI selectors (--arch ...).
 Every user mistake becomes a UserError naming the key or value; nothing runs before validation passes.
 resolve.py turns profiles + matrix.lock into cells.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import string
 from dataclasses import dataclass, field
@@ -19,23 +20,14 @@ from .engines import Knowledge, did_you_mean
 from .errors import UserError
 from .globs import Glob
 
-BUILTIN_DEFAULTS = {
-    "profile": "cu130",
-    "archs": [80, 90],
-    "registry": "127.0.0.1:5000/builder",
-    "index": "https://pypi.org/simple",
-    "model": "Qwen/Qwen3.8-27B-FP8",
-    "base_images": {"devel": "nvidia/cuda:{cuda}-devel-{os}", "runtime": "nvidia/cuda:{cuda}-base-{os}"},
-    "mirrors": {},
-    "knowledge": [],  # extra engine-knowledge TOML files, relative to the matrix file
-    "cache": {},  # [defaults.cache]: remote wheel stores, see builder/cache/config.py
-    # SOURCE_DATE_EPOCH for every build (reproducible wheels); unset: the last commit of the matrix's repository
-    "source_date_epoch": None,
-    # CI runner labels per job kind (`builder matrix` hands them to .github/workflows/images.yml): engine compiles
-    # need many cores and hours, so cells that compile CUDA code go to large self-hosted runners
-    "runners": {"compile": ["self-hosted", "linux", "x64", "builder-compile"], "light": ["ubuntu-latest"],
-                "gpu": ["self-hosted", "linux", "x64", "gpu"]},
-}
+DEFAULTS_FILE = "defaults.toml"  # builder/data/: its [matrix] table is what [defaults] falls back to
+
+
+def builtin_defaults() -> dict:
+    """A fresh copy of the [defaults] every matrix falls back to, key by key (source_date_epoch unset)."""
+    return {**copy.deepcopy(files.package_data(DEFAULTS_FILE)["matrix"]), "source_date_epoch": None}
+
+
 _RUNNER_KINDS = {"compile", "light", "gpu"}
 BASE_PLACEHOLDERS = ("cuda", "os")
 _TOP_KEYS = {"defaults", "profiles"}
@@ -138,9 +130,10 @@ def load(path: Path) -> Matrix:
         raise UserError(f"{path}: no such matrix file (use --matrix PATH)")
     raw = files.load_toml(path, "matrix file")
     _check_keys(raw, _TOP_KEYS, path.name)
-    defaults = {**BUILTIN_DEFAULTS, **_expect(raw.get("defaults", {}), dict, "defaults")}
-    _check_keys(defaults, set(BUILTIN_DEFAULTS), "defaults")
-    defaults["base_images"] = {**BUILTIN_DEFAULTS["base_images"], **_expect(defaults["base_images"], dict, "defaults.base_images")}
+    builtin = builtin_defaults()
+    defaults = {**builtin, **_expect(raw.get("defaults", {}), dict, "defaults")}
+    _check_keys(defaults, set(builtin), "defaults")
+    defaults["base_images"] = {**builtin["base_images"], **_expect(defaults["base_images"], dict, "defaults.base_images")}
     _check_keys(defaults["base_images"], _BASE_KEYS, "defaults.base_images")
     for key, value in defaults["base_images"].items():
         _base_template(value, f"defaults.base_images.{key}")
@@ -166,7 +159,7 @@ def load(path: Path) -> Matrix:
     extra = tuple(str((path.parent / p).resolve()) for p in knowledge)
     kn = engines.load_knowledge(extra)
     defaults["cache"] = parse_cache_table(defaults["cache"], "defaults.cache", defaults["registry"])
-    defaults["runners"] = {**BUILTIN_DEFAULTS["runners"], **_expect(defaults["runners"], dict, "defaults.runners")}
+    defaults["runners"] = {**builtin["runners"], **_expect(defaults["runners"], dict, "defaults.runners")}
     _check_keys(defaults["runners"], _RUNNER_KINDS, "defaults.runners")
     for kind, labels in defaults["runners"].items():
         if not _expect(labels, list, f"defaults.runners.{kind}") or not all(

@@ -171,7 +171,9 @@ def differences(m, sel=None, flags: BuildFlags | None = None, publish=None) -> l
             out.append(f"matrix {m.path}")
         base = defaults()["matrix"]
         for key, value in (m.raw.get("defaults") or {}).items():
-            if value != base.get(key):
+            if isinstance(value, dict) and isinstance(base.get(key), dict) and base[key]:  # base_images, runners
+                out += [f"defaults.{key}.{k} = {_spell(v)}" for k, v in value.items() if v != base[key].get(k)]
+            elif value != base.get(key):
                 out.append(f"defaults.{key} = {_spell(value)}")
     if sel is not None:
         for name in ("engines", "cuda", "profiles", "only", "skip"):

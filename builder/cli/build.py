@@ -14,7 +14,7 @@ from .. import plan as plan_mod
 from .. import publish as pub
 from .. import resolve
 from ..errors import Failed, UserError
-from ..options import BuildFlags, build_options, flag_default, wheel_cache, wheelhouse_at
+from ..options import BuildFlags, build_options, flag_default, summary, wheel_cache, wheelhouse_at
 from . import flags
 from .app import SIGNALS, main
 
@@ -32,6 +32,7 @@ def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> N
     stamp = epoch.resolve(m)
     opts = build_options(m, flags_, stamp.value, publish=target)
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
+    _say(summary(m, sel, flags_, target))  # what this run does differently, before any work
     if target is not None and not flags_.dry_run:  # the registry answers, or exit 3 before any work
         pub.check_tools()
         pub.check_registry(target, _say)

@@ -9,7 +9,7 @@ import click
 
 from .. import files, resolve
 from ..errors import Failed, UserError
-from ..options import build_options
+from ..options import build_options, summary
 from . import flags
 from .app import main
 
@@ -36,6 +36,7 @@ def verify_repro(m, sel, cell_id, flags):
     stamp = epoch.resolve(m)
     opts = build_options(m, flags, stamp.value, repro=True)
     runner.check_options(opts)
+    click.echo(summary(m, sel, flags), err=True)  # what this run does differently, before any work
     files.writable_dir(opts.work_dir, "--work-dir")  # under a file: exit 2 now, not after the first build
     files.writable_dir(opts.log_dir, "--log-dir")
     (cell,) = resolve.pin_git_sources([cells[cell_id]], echo=lambda s: click.echo(s, err=True))
