@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import files, grammar
+from . import files, grammar, net
 from .errors import UserError
 
 
@@ -101,9 +101,13 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
     from .progress import Display
     from .steps import BuildOptions
 
+    from .cache.config import selected_remotes
+
     if flags.ca_bundle == "":
         raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
     check_builder_name(flags.host.builder)
+    # --cache-remote specs are refused now (exit 2), before the summary names them or any remote is asked
+    selected_remotes(m.defaults["cache"]["remotes"], flags.cache.remotes, flags.cache.no_remote, m.defaults["registry"])
     return BuildOptions(
         work_dir=Path(flags.work_dir).resolve(),
         log_dir=Path(flags.log_dir).resolve(),
@@ -209,7 +213,7 @@ def differences(m, sel=None, flags: BuildFlags | None = None, publish=None) -> l
 
 def summary(m, sel=None, flags: BuildFlags | None = None, publish=None, width: int = 110) -> str:
     """One paragraph: what differs from the defaults (cibuildwheel prints its options the same way)."""
-    diff = differences(m, sel, flags, publish)
+    diff = [net.redact(d) for d in differences(m, sel, flags, publish)]  # no user:password@ of a URL
     text = ("options: " + "; ".join(diff) + "; everything else as builder/data/defaults.toml says") if diff else \
         "options: the defaults of builder/data/defaults.toml"
     return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)

@@ -16,12 +16,11 @@ from .. import archs as archs_mod
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from ..bench import NONE, client, data, results
-from ..engines import STRATEGIES
 from ..errors import Failed, UserError
 from ..options import flag_default
 from . import flags
 from .app import main
-from .smoke import find_cell, parse_env
+from .smoke import find_cell, known_strategies, parse_env
 from .smoke import parse_strategies as smoke_strategies
 
 EPILOG = """\b
@@ -53,7 +52,7 @@ def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: st
         labels_mod.check_strategy(recipe, s, built_for, subject)
         wanted.append(s)
     if not wanted:
-        raise UserError("--strategy: name at least one of none, " + ", ".join(STRATEGIES) + ", or all")
+        raise UserError("--strategy: name at least one of none, " + ", ".join(known_strategies()) + ", or all")
     return tuple(dict.fromkeys(wanted))
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from .. import matrix as matrix_mod
-from ..engines import STRATEGIES
 from ..errors import EXIT_FAILED, Failed, UserError
 from ..options import flag_default
 from . import flags
@@ -33,7 +32,8 @@ def _bind_address(value: str) -> str:
 
 @main.command("serve")
 @click.argument("image")
-@click.option("--strategy", required=True, help=f"One of {', '.join(STRATEGIES)}: its real flags come from the engine data.")
+@click.option("--strategy", required=True,
+              help="A strategy of the engine data (e.g. MTP2): its real flags come from the engine data.")
 @click.option("--model", "model_path", required=True, type=click.Path(file_okay=False),
               help="The checkpoint directory on this host; mounted read-only at /models/<name>.")
 @click.option("--port", type=int, default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
@@ -61,7 +61,6 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
     from ..engines import load_knowledge
 
     grammar.check(grammar.image_ref, image, "IMAGE")
-    strategy = parse_strategy(strategy)
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
     bind = _bind_address(bind)
@@ -76,6 +75,7 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
     except ValueError as exc:
         raise UserError(f"--engine-args: {exc}") from None
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
+    strategy = parse_strategy(strategy, kn.strategy_names())  # the engine data's names, extra files included
     labels = serve_mod.image_labels(image)
     line = serve_mod.serve_line(image, labels, kn, strategy, Path(model_path), port=port, bind=bind,
                                 gpus=",".join(flags.split((gpus,))) if gpus not in ("all", "none") else gpus,

@@ -16,7 +16,7 @@ from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from .. import resolve
-from ..engines import STRATEGIES, did_you_mean
+from ..schema import did_you_mean
 from ..errors import Failed, UserError
 from ..options import flag_default
 from ..smoke.report import LAYERS
@@ -31,22 +31,31 @@ Exit codes:
   3  the environment is missing (no Docker daemon for an image)"""
 
 
-def parse_strategies(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+def known_strategies(kn=None) -> tuple[str, ...]:
+    """The strategy names of the engine data (the matrix's knowledge, else the built-in data)."""
+    from ..engines import load_knowledge
+
+    return (kn or load_knowledge()).strategy_names()
+
+
+def parse_strategies(value: str | None, default: tuple[str, ...], known: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    known = known or known_strategies()
     if value is None:
         return default
     if not flags.split(value):  # `--strategy ,` would drop every strategy: L2 and L3 would prove nothing
-        raise UserError(f"--strategy {value!r}: no strategy named; give MTP2,MTP7,DFlash2 or all")
+        raise UserError(f"--strategy {value!r}: no strategy named; give {','.join(known)} or all")
     if value.strip().lower() == "all":
-        return STRATEGIES
-    return tuple(dict.fromkeys(parse_strategy(v, or_all=True) for v in flags.split(value)))
+        return known
+    return tuple(dict.fromkeys(parse_strategy(v, known, or_all=True) for v in flags.split(value)))
 
 
-def parse_strategy(value: str, or_all: bool = False) -> str:
-    """One strategy name, matched without regard to case."""
-    match = next((s for s in STRATEGIES if s.lower() == value.strip().lower()), None)
+def parse_strategy(value: str, known: tuple[str, ...] | None = None, or_all: bool = False) -> str:
+    """One strategy name of the engine data, matched without regard to case."""
+    known = known or known_strategies()
+    match = next((s for s in known if s.lower() == value.strip().lower()), None)
     if match is None:
-        raise UserError(f"--strategy: {value!r} is not a strategy{did_you_mean(value, STRATEGIES)}; "
-                        f"known: {', '.join(STRATEGIES)}" + (", or all" if or_all else ""))
+        raise UserError(f"--strategy: {value!r} is not a strategy{did_you_mean(value, known)}; "
+                        f"known: {', '.join(known)}" + (", or all" if or_all else ""))
     return match
 
 
@@ -101,7 +110,8 @@ def find_cell(m, sel, target: str):
 @flags.profile
 @flags.arch
 @click.option("--strategy", "strategy", default=None,
-              help="MTP2,MTP7,DFlash2 or all (default: the cell's strategies).")
+              help="Strategies of the engine data, comma-separated (e.g. MTP2,MTP7), or all (default: the cell's "
+                   "strategies).")
 @flags.model
 @flags.drafter
 @click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,L2 (default: all; L3 needs a GPU).")
@@ -141,7 +151,7 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
     cell, image = find_cell(m, sel, target)
     layer_list = parse_layers(layers)
     if strategy is not None:
-        parse_strategies(strategy, ())  # the names now; the cell's own list once the image named the cell
+        parse_strategies(strategy, (), m.knowledge.strategy_names())  # the names now; the cell's own list later
     extra_env = parse_env(env)
     try:
         extra_args = tuple(shlex.split(engine_args))
@@ -173,7 +183,7 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
             cell, _ = find_cell(m, sel, label)
             if cell is None:
                 raise UserError(f"{image} is labelled cell {label}, which {m.path} does not have")
-    strategies = parse_strategies(strategy, cell.strategies)
+    strategies = parse_strategies(strategy, cell.strategies, m.knowledge.strategy_names())
     have_gpu, why_no_gpu, gpu_arch = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
     if gpus == "all" and not have_gpu:
         raise UserError(f"--gpus all: {why_no_gpu}")
