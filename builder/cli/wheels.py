@@ -121,6 +121,11 @@ def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run)
     click.echo(f"{len(doomed)} {'would be ' if dry_run else ''}removed")
 
 
+_key_option = click.option("--key", "keys", multiple=True,
+                           help="Move this entry (its key, 8+ leading hex characters, or PACKAGE:KEY) instead of the "
+                                "selected cells' wheels; repeatable.")
+
+
 def _sync_targets(m, sel, cache, keys):
     """What `wheels push` / `wheels pull` move: --key entries, else the selected cells' wheels."""
     from ..cache import sync
@@ -139,8 +144,7 @@ def _sync_targets(m, sel, cache, keys):
 @flags.selection
 @flags.wheelhouse
 @flags.cache()
-@click.option("--key", "keys", multiple=True, help="Push this entry (its key, 8+ leading hex characters, or PACKAGE:KEY) "
-                                                   "instead of the selected cells' wheels; repeatable.")
+@_key_option
 @click.option("--force", is_flag=True, help="Push even where a remote already holds a good copy.")
 def wheels_push(m, sel, wheelhouse_dir, cache_flags, keys, force):
     """Push wheelhouse entries to every remote store that takes pushes: each file is verified against its
@@ -168,8 +172,7 @@ def wheels_push(m, sel, wheelhouse_dir, cache_flags, keys, force):
 @flags.selection
 @flags.wheelhouse
 @flags.cache()
-@click.option("--key", "keys", multiple=True, help="Pull this entry (its key, 8+ leading hex characters, or "
-                                                   "PACKAGE:KEY) instead of the selected cells' wheels; repeatable.")
+@_key_option
 def wheels_pull(m, sel, wheelhouse_dir, cache_flags, keys):
     """Pull the selected cells' wheels (or --key entries) from the remote stores into the wheelhouse: every
     hash is verified against the manifest before an entry is written. A bad remote copy is reported and left
