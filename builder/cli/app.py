@@ -11,7 +11,7 @@ import traceback
 import click
 
 from .. import __version__, net
-from ..errors import EXIT_FAILED, BuilderError, Interrupted
+from ..errors import EXIT_FAILED, BuilderError, Failed, Interrupted
 
 EXIT_CODES_HELP = """\b
 Exit codes (the same for every verb):
@@ -41,8 +41,8 @@ class VerbGroup(click.Group):
         super().__init__(*args, **kwargs)
 
 
-def _report(ctx, message: str) -> None:
-    if ctx.obj and ctx.obj.get("debug"):  # the same exit code, with the traceback
+def _report(ctx, message: str, trace: bool = True) -> None:
+    if trace and ctx.obj and ctx.obj.get("debug"):  # the same exit code, with the traceback
         click.echo(net.redact(traceback.format_exc()), err=True)
     if message:
         click.secho(f"error: {net.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
@@ -58,7 +58,7 @@ class BuilderGroup(VerbGroup):
             with SIGNALS:
                 return super().invoke(ctx)
         except BuilderError as exc:
-            _report(ctx, str(exc))
+            _report(ctx, str(exc), trace=not isinstance(exc, Failed))  # a failed cell's table says it all
             ctx.exit(exc.exit_code)
         except OSError as exc:  # a filesystem fault no check foresaw: the path and the OS's words, not a traceback
             paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
