@@ -45,7 +45,7 @@ def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: st
     engine version cannot run, or the image was not built and smoke-tested for, is refused."""
     if value.strip().lower() == "all":
         return (NONE, *built_for)
-    names = [v.strip() for v in value.split(",") if v.strip()]
+    names = flags.split(value)
     wanted = [NONE] if any(n.lower() == NONE for n in names) else []
     rest = ",".join(n for n in names if n.lower() != NONE)
     for s in smoke_strategies(rest, ()) if rest else ():
