@@ -6,9 +6,7 @@ which package uses which knob, pin source, build command or strategy flags is da
 
 from __future__ import annotations
 
-import difflib
 import re
-import reprlib
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -22,13 +20,7 @@ from . import archs as archs_mod
 from . import files, schema
 from .errors import UserError
 
-STRATEGIES = ("MTP2", "MTP7", "DFlash2")
-
-
-def did_you_mean(word: str, choices) -> str:
-    by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
-    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+from .schema import did_you_mean  # noqa: F401 - callers name it from here too
 
 
 @dataclass(frozen=True)
@@ -300,6 +292,11 @@ class Knowledge:
     def engine_names(self) -> list[str]:
         return [n for n, p in self.data["packages"].items() if p["kind"] == "engine"]
 
+    def strategy_names(self) -> tuple[str, ...]:
+        """Every strategy some engine of the data defines, in file order: the names matrix.toml, smoke, serve
+        and bench accept (a strategy added to the data needs no code change)."""
+        return tuple(dict.fromkeys(s for p in self.data["packages"].values() for s in p.get("strategies", {})))
+
     def known_cuda(self) -> list[str]:
         return list(self.data["cuda"])
 
@@ -373,107 +370,11 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
                                "index_wheels": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
-        _KnowledgeChecker(file, known).check(data, shape)
+        schema.check(file, data, shape, known)
         for section, table in merged.items():
             table.update(data.get(section, {}))
         origin.update(dict.fromkeys(data.get("packages", {}), file))
     return Knowledge(merged, origin)
-
-
-_TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
-
-
-class _KnowledgeChecker:
-    """Checks one knowledge file against builder/schema.py. The data file is code too: a wrong type or a typo in
-    it is refused as early as one in matrix.toml, with the file, the key path and what was expected."""
-
-    def __init__(self, file: str, packages: tuple[str, ...]):
-        self.file = file
-        self.packages = packages
-
-    def check(self, value, kind, path: str = "") -> None:
-        match kind:
-            case schema.Table():
-                self._table(value, kind, path)
-            case schema.TableOf():
-                self._expect(isinstance(value, dict), value, kind, path)
-                for key, item in value.items():
-                    if kind.key is not None:
-                        try:
-                            kind.key.parse(key)
-                        except ValueError as exc:
-                            self._fail(path, f"key {reprlib.repr(key)} {exc}; expected {kind.key.noun}")
-                    self.check(item, kind.value, _key_path(path, key))
-            case schema.ListOf():
-                self._expect(isinstance(value, list), value, kind, path)
-                for i, item in enumerate(value):
-                    self.check(item, kind.item, f"{path}[{i}]")
-            case schema.Scalar():
-                # TOML's true is no integer, though Python's bool is an int
-                self._expect(isinstance(value, kind.types) and (bool in kind.types or not isinstance(value, bool)),
-                             value, kind, path)
-            case schema.Parsed():
-                self._expect(isinstance(value, str), value, kind, path)
-                try:
-                    kind.parse(value)
-                except ValueError as exc:
-                    if kind.explain:  # the grammar's reason says what is wrong with the value
-                        self._fail(path, f"{reprlib.repr(value)} {exc}; expected {kind.noun}")
-                    self._fail(path, f"{reprlib.repr(value)} is not {kind.noun}")
-            case schema.OneOf():
-                self._expect(isinstance(value, str), value, kind, path)
-                if kind.ref_prefix and value.startswith(kind.ref_prefix):
-                    self._package(value, path, kind.ref_prefix)
-                elif value not in kind.values:
-                    self._fail(path, f"{value!r} is not {kind.noun}{did_you_mean(value, kind.values)}")
-            case schema.PackageName():
-                self._expect(isinstance(value, str), value, kind, path)
-                self._package(value, path)
-            case _:
-                raise AssertionError(f"no check for schema type {kind!r}")
-
-    def _table(self, value, table: schema.Table, path: str) -> None:
-        self._expect(isinstance(value, dict), value, table, path)
-        allowed = table.keys
-        for key in value:
-            if key not in allowed:
-                self._fail(path, f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
-        for key, kind in table.required.items():
-            if key not in value:
-                self._fail(path, f"missing key {key!r}: expected {kind.noun}")
-        for key, item in value.items():
-            self.check(item, allowed[key], _key_path(path, key))
-        for key, (other, when) in table.required_when.items():
-            if value.get(other) == when and key not in value:
-                self._fail(path, f"missing key {key!r}: expected {allowed[key].noun} when {other} is {when!r}")
-        if table.exactly_one_of:
-            given = [k for k in table.exactly_one_of if k in value]
-            if len(given) != 1:
-                self._fail(path, f"expected exactly one of {', '.join(table.exactly_one_of)}, got {' and '.join(given) or 'none'}")
-
-    def _package(self, value: str, path: str, prefix: str = "") -> None:
-        if value.removeprefix(prefix) not in self.packages:
-            hint = did_you_mean(value, [prefix + p for p in self.packages])
-            self._fail(path, f"{value!r} names no known package{hint}; known: {', '.join(self.packages)}")
-
-    def _expect(self, ok: bool, value, kind, path: str) -> None:
-        if not ok:
-            got = _TOML_NOUNS.get(type(value), type(value).__name__)
-            self._fail(path, f"expected {kind.noun}, got {got} {reprlib.repr(value)}")
-
-    def _fail(self, path: str, problem: str):
-        raise UserError(f"{self.file}: {path}: {problem}" if path else f"{self.file}: {problem}")
-
-
-def check_file(file: str, data: dict, shape, packages: tuple[str, ...] = ()) -> None:
-    """Check a parsed TOML file against a schema shape (UserError naming the file, key path and expectation)."""
-    _KnowledgeChecker(file, packages).check(data, shape)
-
-
-def _key_path(path: str, key: str) -> str:
-    """`packages.vllm`, or `cuda."12.1"` for a key TOML must quote."""
-    part = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
-    return f"{path}.{part}" if path else part
 
 
 def parse_version(text: str, what: str) -> Version:

@@ -8,7 +8,8 @@
   130, 143  interrupted by SIGINT / SIGTERM (128 + the signal, as shells report it): the running docker
      buildx child was stopped and waited for, and the closing table says what was interrupted (Interrupted)
 
-CommandError carries the argv, exit code and output tail of an external command that failed.
+Failed is exit 1 (or a child's code) once the results are printed. CommandError carries the argv, exit code
+and output tail of an external command that failed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ class Interrupted(KeyboardInterrupt):
 def signal_name(exc: BaseException) -> str:
     """SIGINT / SIGTERM for an interrupt (a plain KeyboardInterrupt is Ctrl-C: SIGINT)."""
     return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+
+
+class Failed(BuilderError):
+    """A cell, a check or a proof failed and its results are already printed: the CLI exits with `exit_code`
+    (1, or the code a child process returned), saying `error: <message>` only when there is a message."""
+
+    def __init__(self, message: str = "", exit_code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class CommandError(BuilderError):

@@ -12,6 +12,8 @@ import os
 import stat
 import tempfile
 import tomllib
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from .errors import UserError
@@ -106,3 +108,9 @@ def writable_dir(path: Path, what: str) -> None:
         raise UserError(f"{what}: cannot write to {where}: {exc.strerror or exc}") from None
     os.close(fd)
     os.unlink(name)
+
+
+@cache
+def package_data(name: str) -> dict:
+    """A TOML file of builder/data/, parsed once (callers copy before they change it)."""
+    return tomllib.loads(resources.files("builder").joinpath("data", name).read_text())

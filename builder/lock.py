@@ -16,7 +16,7 @@ from pathlib import Path
 import tomli_w
 
 from . import docker, files, schema
-from .engines import Knowledge, check_file, load_knowledge
+from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .pypi import SimpleIndex
 
@@ -52,7 +52,7 @@ class Lock:
         data = files.load_toml(path, "lock file", fix="; regenerate it with `builder lock`")
         if data.get("format") != LOCK_FORMAT:
             raise UserError(f"{path}: lock format {reprlib.repr(data.get('format'))}, expected {LOCK_FORMAT}; run `builder lock`")
-        check_file(str(path), data, schema.LOCK)
+        schema.check(str(path), data, schema.LOCK)
         return cls(path, data)
 
     def get(self, name: str, version: str) -> Locked:

@@ -1,51 +1,35 @@
 """matrix.toml → validated, frozen profiles (the first stage of the pipeline; it reads no lock).
 
-Layers, resolved once: built-in defaults → matrix.toml [defaults] → profile → CLI selectors (--arch ...).
-Every user mistake becomes a UserError naming the key or value; nothing runs before validation passes.
+Layers, resolved once: built-in defaults (builder/data/defaults.toml) → matrix.toml [defaults] → profile → CLI
+selectors (--arch ...). The file's shape is schema.MATRIX, checked by the one checker (builder/schema.py); every
+user mistake becomes a UserError naming the key or value; nothing runs before validation passes.
 resolve.py turns profiles + matrix.lock into cells.
 """
 
 from __future__ import annotations
 
-import re
-import string
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archs as archs_mod
-from . import engines, files, grammar
+from . import engines, files, schema
 from .cache.config import parse_cache_table
-from .engines import Knowledge, did_you_mean
+from .engines import Knowledge
+from .schema import did_you_mean
 from .errors import UserError
 from .globs import Glob
 
-BUILTIN_DEFAULTS = {
-    "profile": "cu130",
-    "archs": [80, 90],
-    "registry": "127.0.0.1:5000/builder",
-    "index": "https://pypi.org/simple",
-    "model": "Qwen/Qwen3.8-27B-FP8",
-    "base_images": {"devel": "nvidia/cuda:{cuda}-devel-{os}", "runtime": "nvidia/cuda:{cuda}-base-{os}"},
-    "mirrors": {},
-    "knowledge": [],  # extra engine-knowledge TOML files, relative to the matrix file
-    "cache": {},  # [defaults.cache]: remote wheel stores, see builder/cache/config.py
-    # SOURCE_DATE_EPOCH for every build (reproducible wheels); unset: the last commit of the matrix's repository
-    "source_date_epoch": None,
-    # CI runner labels per job kind (`builder matrix` hands them to .github/workflows/images.yml): engine compiles
-    # need many cores and hours, so cells that compile CUDA code go to large self-hosted runners
-    "runners": {"compile": ["self-hosted", "linux", "x64", "builder-compile"], "light": ["ubuntu-latest"],
-                "gpu": ["self-hosted", "linux", "x64", "gpu"]},
-}
-_RUNNER_KINDS = {"compile", "light", "gpu"}
-BASE_PLACEHOLDERS = ("cuda", "os")
-_TOP_KEYS = {"defaults", "profiles"}
-_PROFILE_KEYS = {"cuda", "os", "python", "torch", "flash_attn", "engines", "strategies", "archs", "base_images", "source"}
-# profiles.<name>.source: where a package's wheel comes from. "build" (the default) compiles it from its pinned
-# source; "index" takes the release's wheel from defaults.index as published (pinned by sha256 in matrix.lock)
-# and lets the audit decide whether it carries the requested archs; "auto" takes that wheel when its audit passes
-# for the requested archs and its torch / CUDA / Python match the cell, else compiles (builder/route.py).
-SOURCE_CHOICES = ("build", "index", "auto")
-_BASE_KEYS = {"devel", "runtime"}
+DEFAULTS_FILE = "defaults.toml"  # builder/data/: its [matrix] table is what [defaults] falls back to
+SOURCE_CHOICES = schema.SOURCE_CHOICES
+
+
+def builtin_defaults() -> dict:
+    """A fresh copy of the [defaults] every matrix falls back to, key by key (source_date_epoch unset). The data
+    file is held to the same shape as a matrix's [defaults]."""
+    data = files.package_data(DEFAULTS_FILE)["matrix"]
+    schema.check(f"builder/data/{DEFAULTS_FILE}: matrix", data, schema.DEFAULTS)
+    return {**copy.deepcopy(data), "source_date_epoch": None}
 
 
 @dataclass(frozen=True)
@@ -104,150 +88,73 @@ def matches(cell_id: str, patterns: tuple[str, ...]) -> bool:
     return any(Glob(p).match(cell_id) for p in patterns)
 
 
-def _check_keys(table: dict, allowed: set[str], where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            raise UserError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _expect(value, kind, where: str):
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise UserError(f"{where}: expected {names}, got {type(value).__name__} {grammar.describe(value)}")
-    return value
-
-
-def _base_template(value, where: str) -> str:
-    """A base-image template: an image reference once {cuda} and {os} are filled in."""
-    _expect(value, str, where)
-    try:
-        fields = list(string.Formatter().parse(value))
-    except ValueError as exc:
-        raise UserError(f"{where}: {grammar.describe(value)}: bad placeholder ({exc}); write {{cuda}} or {{os}}, "
-                        "and {{ }} for a literal brace") from None
-    for _, name, spec, conv in fields:
-        if name is None:
-            continue
-        if name not in BASE_PLACEHOLDERS or spec or conv:
-            raise UserError(f"{where}: {grammar.describe(value)}: unknown placeholder {{{name}{'!' + conv if conv else ''}"
-                            f"{':' + spec if spec else ''}}}; known: {{cuda}}, {{os}}")
-    grammar.check(grammar.image_ref, value.format(cuda="13.0.3", os="ubuntu24.04"), where)
-    return value
-
-
 # -- loading --------------------------------------------------------------------------------------------
 def load(path: Path) -> Matrix:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise UserError(f"{path}: no such matrix file (use --matrix PATH)")
     raw = files.load_toml(path, "matrix file")
-    _check_keys(raw, _TOP_KEYS, path.name)
-    defaults = {**BUILTIN_DEFAULTS, **_expect(raw.get("defaults", {}), dict, "defaults")}
-    _check_keys(defaults, set(BUILTIN_DEFAULTS), "defaults")
-    defaults["base_images"] = {**BUILTIN_DEFAULTS["base_images"], **_expect(defaults["base_images"], dict, "defaults.base_images")}
-    _check_keys(defaults["base_images"], _BASE_KEYS, "defaults.base_images")
-    for key, value in defaults["base_images"].items():
-        _base_template(value, f"defaults.base_images.{key}")
-    for prefix, repl in _expect(defaults["mirrors"], dict, "defaults.mirrors").items():
-        grammar.check(grammar.image_name, prefix, f"defaults.mirrors: key {grammar.describe(prefix)}")
-        grammar.check(grammar.image_name, _expect(repl, str, f"defaults.mirrors.{prefix}"), f"defaults.mirrors.{prefix}")
+    schema.check("", raw, schema.MATRIX)  # every key and type; below: what only the engine data can judge
+    builtin = builtin_defaults()
+    defaults = {**builtin, **raw.get("defaults", {})}
+    for table in ("base_images", "runners"):
+        defaults[table] = {**builtin[table], **defaults[table]}
     archs_mod.from_list(defaults["archs"], "defaults.archs")
-    for key in ("profile", "registry", "index", "model"):
-        _expect(defaults[key], str, f"defaults.{key}")
-    if not grammar._NAME_RE.fullmatch(defaults["registry"]) or len(defaults["registry"]) > 200:
-        raise UserError(f"defaults.registry: {grammar.describe(defaults['registry'])} is not a registry/repository "
-                        "prefix like 127.0.0.1:5000/builder")
-    grammar.check(grammar.index_url, defaults["index"], "defaults.index")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?", defaults["model"], re.ASCII):
-        raise UserError(f"defaults.model: {grammar.describe(defaults['model'])} is not a model id like Qwen/Qwen3.8-27B-FP8")
-    if defaults["source_date_epoch"] is not None:
-        grammar.check(grammar.source_date_epoch, defaults["source_date_epoch"], "defaults.source_date_epoch")
-
-    knowledge = _expect(defaults["knowledge"], list, "defaults.knowledge")
-    for i, p in enumerate(knowledge):
-        _expect(p, str, f"defaults.knowledge[{i}]")
-        grammar.check(grammar.line, p, f"defaults.knowledge[{i}]")
+    knowledge = defaults["knowledge"]
     extra = tuple(str((path.parent / p).resolve()) for p in knowledge)
     kn = engines.load_knowledge(extra)
     defaults["cache"] = parse_cache_table(defaults["cache"], "defaults.cache", defaults["registry"])
-    defaults["runners"] = {**BUILTIN_DEFAULTS["runners"], **_expect(defaults["runners"], dict, "defaults.runners")}
-    _check_keys(defaults["runners"], _RUNNER_KINDS, "defaults.runners")
-    for kind, labels in defaults["runners"].items():
-        if not _expect(labels, list, f"defaults.runners.{kind}") or not all(
-                isinstance(x, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", x, re.ASCII) for x in labels):
-            raise UserError(f"defaults.runners.{kind}: {grammar.describe(labels)} is not a list of runner labels "
-                            'like ["self-hosted", "linux", "x64"]')
-    profiles_raw = _expect(raw.get("profiles", {}), dict, "profiles")
+    profiles_raw = raw.get("profiles", {})
     if not profiles_raw:
         raise UserError(f"{path.name}: no [profiles.*] table: nothing to build")
-    profiles = {name: _profile(kn, name, _expect(p, dict, f"profiles.{name}"), defaults) for name, p in profiles_raw.items()}
+    profiles = {name: _profile(kn, name, p, defaults) for name, p in profiles_raw.items()}
     if defaults["profile"] not in profiles:
         raise UserError(f"defaults.profile: {defaults['profile']!r} is not a profile{did_you_mean(defaults['profile'], profiles)}")
     return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, knowledge=kn)
 
 
 def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
+    """One profile, whose shape schema.PROFILE has checked: its names and versions against the engine data."""
     where = f"profiles.{name}"
-    _check_keys(p, _PROFILE_KEYS, where)
-    for key in ("cuda", "os", "python", "engines"):
-        if key not in p:
-            raise UserError(f"{where}: missing key {key!r}")
-    cuda = _expect(p["cuda"], str, f"{where}.cuda")
-    if not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", cuda, re.ASCII):
-        raise UserError(f"{where}.cuda: {grammar.describe(cuda)} is not a CUDA version like 13.0.3")
+    cuda = p["cuda"]
     if ".".join(cuda.split(".")[:2]) not in kn.known_cuda():
         raise UserError(f"{where}.cuda: CUDA {cuda} is unknown to this toolkit (known: {', '.join(kn.known_cuda())})")
-    python = _expect(p["python"], str, f"{where}.python")
-    if not re.fullmatch(r"3\.[0-9]+", python, re.ASCII):
-        raise UserError(f"{where}.python: {grammar.describe(python)} is not a Python version like 3.12")
-    grammar.check(grammar.os_tag, _expect(p["os"], str, f"{where}.os"), f"{where}.os")
-    engs = _expect(p["engines"], dict, f"{where}.engines")
+    engs = p["engines"]
     if not engs:
         raise UserError(f"{where}.engines: empty: name at least one engine, e.g. {{ vllm = \"0.33.0\" }}")
     for eng, ver in engs.items():
         if eng not in kn.engine_names():
             raise UserError(f"{where}.engines: unknown engine {eng!r}{did_you_mean(eng, kn.engine_names())}; known: {', '.join(kn.engine_names())}")
-        grammar.check(grammar.version, _expect(ver, str, f"{where}.engines.{eng}"), f"{where}.engines.{eng}")
         kn.recipe(eng, ver)  # unknown version range → error naming it
     torch = p.get("torch")
     if isinstance(torch, dict):
-        for eng, ver in torch.items():
+        for eng in torch:
             if eng not in engs:
                 raise UserError(f"{where}.torch: {eng!r} is not an engine of this profile ({', '.join(engs)})")
-            grammar.check(grammar.version, _expect(ver, str, f"{where}.torch.{eng}"), f"{where}.torch.{eng}")
-    elif torch is not None:
-        grammar.check(grammar.version, _expect(torch, str, f"{where}.torch"), f"{where}.torch")
     fa = p.get("flash_attn")
     if fa is not None:
-        grammar.check(grammar.version, _expect(fa, str, f"{where}.flash_attn"), f"{where}.flash_attn")
         kn.recipe("flash-attn", fa)
-    strategies = tuple(_expect(p.get("strategies", []), list, f"{where}.strategies"))
+    strategies = tuple(p.get("strategies", []))
+    known = kn.strategy_names()  # the engine data's: a strategy added there is known here without a code change
     for s in strategies:
-        if s not in engines.STRATEGIES:
-            raise UserError(f"{where}.strategies: unknown strategy {s!r}{did_you_mean(str(s), engines.STRATEGIES)}; known: {', '.join(engines.STRATEGIES)}")
+        if s not in known:
+            raise UserError(f"{where}.strategies: unknown strategy {s!r}{did_you_mean(s, known)}; known: {', '.join(known)}")
     if len(set(strategies)) != len(strategies):
         raise UserError(f"{where}.strategies: a strategy is listed twice: {list(strategies)}")
-    own = _expect(p.get("base_images", {}), dict, f"{where}.base_images")
-    _check_keys(own, _BASE_KEYS, f"{where}.base_images")
-    for key, value in own.items():
-        _base_template(value, f"{where}.base_images.{key}")
-    bases = {**defaults["base_images"], **own}
-    sources = _expect(p.get("source", {}), dict, f"{where}.source")
-    for pkg, choice in sources.items():
+    sources = p.get("source", {})
+    for pkg in sources:
         kn.recipe_pypi(pkg)  # an unknown package name → error naming the known ones
-        if choice not in SOURCE_CHOICES:
-            raise UserError(f"{where}.source.{pkg}: {grammar.describe(choice)} is not one of {', '.join(map(repr, SOURCE_CHOICES))}")
     return Profile(
         name=name,
         cuda=cuda,
-        os=_expect(p["os"], str, f"{where}.os"),
-        python=python,
+        os=p["os"],
+        python=p["python"],
         torch=torch,
         flash_attn=fa,
         engines=dict(engs),
         strategies=strategies,
         archs=archs_mod.from_list(p["archs"], f"{where}.archs") if "archs" in p else None,
-        base_images=bases,
+        base_images={**defaults["base_images"], **p.get("base_images", {})},
         sources={k: v for k, v in sources.items() if v != "build"},
     )
 

@@ -1,5 +1,9 @@
-"""The shape of engine knowledge, as data: builder/data/engines.toml and every extra file a matrix names
-(`defaults.knowledge`). engines.py checks each file against it, key by key, before any Recipe is built.
+"""One validation language: the shapes of every data file builder reads, and the one checker (`check`).
+
+  matrix.toml (MATRIX, with [defaults] as DEFAULTS and [defaults.cache] as CACHE), builder/data/defaults.toml
+  (its [matrix] table is a DEFAULTS too), builder/data/engines.toml and every extra file a matrix names
+  (BUILT_IN, EXTRA), and matrix.lock (LOCK). Each file is checked key by key before anything reads it; what only
+  the engine data can judge (an engine's versions, strategy names) the reader checks after.
 
 A type here is a description, not code that runs: `noun` is how messages spell the expectation
 ("a list of strings", "one of engine, kernels").
@@ -7,7 +11,10 @@ A type here is a description, not code that runs: `noun` is how messages spell t
 
 from __future__ import annotations
 
+import difflib
 import re
+import reprlib
+import string
 from datetime import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +24,7 @@ from packaging.version import Version
 
 from . import grammar
 from .archs import KNOB_FORMATS
+from .errors import UserError
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class Parsed:
     noun: str
     plural: str = ""
     explain: bool = False  # add the parser's reason to the message (the grammar's reasons are written for users)
+    say_expected: bool = True  # "; expected <noun>" after the reason (not where the reason says it already)
+    types: tuple[type, ...] = (str,)  # the TOML types it parses (a timestamp may be an integer too)
 
 
 VERSION = Parsed(Version, 'a version like "12.8"')
@@ -110,6 +120,10 @@ class OneOf:
         shown = [*self.values, f"{self.ref_prefix}<package>"] if self.ref_prefix else self.values
         return "one of " + ", ".join(shown)
 
+    @property
+    def plural(self) -> str:
+        return "strings, each " + self.noun
+
 
 class PackageName:
     """A string naming a package of the knowledge, from any of its files."""
@@ -121,10 +135,11 @@ class PackageName:
 @dataclass(frozen=True)
 class ListOf:
     item: Scalar | PackageName | Table
+    nonempty: bool = False
 
     @property
     def noun(self) -> str:
-        return f"a list of {self.item.plural}"
+        return f"a{' non-empty' if self.nonempty else ''} list of {self.item.plural}"
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,21 @@ class Table:
     @property
     def keys(self) -> dict[str, object]:
         return {**self.required, **self.optional}
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """One of several kinds, told apart by the value's TOML type (a string or a table)."""
+
+    kinds: tuple
+
+    @property
+    def noun(self) -> str:
+        return " or ".join(k.noun for k in self.kinds)
+
+    @property
+    def plural(self) -> str:
+        return " or ".join(k.plural for k in self.kinds)
 
 
 # -- engine knowledge --------------------------------------------------------------------------------------
@@ -373,3 +403,225 @@ IMAGE_DIGEST = _grammar(_image_digest, 'an image digest like "sha256:<64 hex>" (
 LOCK_BASE = Table(required={"digest": IMAGE_DIGEST}, optional={"from": STR, "unresolved": STR})
 LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
                                                  "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})
+
+
+# -- matrix.toml -------------------------------------------------------------------------------------------
+# What a matrix file may say; builder/matrix.py checks it against these shapes first, then what only the engine
+# data can judge (an engine's name and versions, CUDA versions the toolkit knows, strategy names). Values that
+# reach a Dockerfile or a command line are checked by their grammar, and the messages are the grammar's.
+BASE_PLACEHOLDERS = ("cuda", "os")
+
+
+def _base_template(value: str) -> str:
+    """A base-image template: an image reference once {cuda} and {os} are filled in."""
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"bad placeholder ({exc}); write {{cuda}} or {{os}}, and {{{{ }}}} for a literal brace") from None
+    for _, name, spec, conv in parts:
+        if name is not None and (name not in BASE_PLACEHOLDERS or spec or conv):
+            raise ValueError(f"unknown placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}; "
+                             "known: {cuda}, {os}")
+    try:
+        grammar.image_ref(value.format(cuda="13.0.3", os="ubuntu24.04"))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (with {{cuda}} and {{os}} filled in)") from None
+    return value
+
+
+def _registry_prefix(value: str) -> str:
+    if not grammar._NAME_RE.fullmatch(value) or len(value) > 200:
+        raise ValueError("is not a registry/repository prefix like 127.0.0.1:5000/builder")
+    return value
+
+
+def _model_id(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?", value, re.ASCII):
+        raise ValueError("is not a model id like Qwen/Qwen3.8-27B-FP8")
+    return value
+
+
+def _sm_arch(value: int) -> int:
+    if not 30 <= value <= 200:
+        raise ValueError("is not an SM arch number like 80 or 90")
+    return value
+
+
+def _runner_label(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value, re.ASCII):
+        raise ValueError('is not a runner label like "self-hosted" (letters, digits, ".", "_", "-")')
+    return value
+
+
+def _said(rule, noun: str, plural: str = "", types: tuple[type, ...] = (str,)) -> Parsed:
+    """A grammar whose reason already says what is expected (the message is the grammar's own)."""
+    return Parsed(rule, noun, plural or noun, explain=True, say_expected=False, types=types)
+
+
+# which archs nvcc of a profile's CUDA can target is archs.py's business, once the shape is right
+MATRIX_ARCHS = ListOf(_said(_sm_arch, "an SM arch number like 80 or 90", "SM arch numbers like 80 or 90", types=(int,)))
+BASE_TEMPLATE = _said(_base_template, "an image reference with {cuda} / {os} placeholders")
+BASE_IMAGES = Table(optional={"devel": BASE_TEMPLATE, "runtime": BASE_TEMPLATE})
+IMAGE_NAME = _said(grammar.image_name, "an image name like builder-local/cuda", "image names like builder-local/cuda")
+RUNNER_LABELS = ListOf(_said(_runner_label, "a runner label", "runner labels"), nonempty=True)
+# [defaults.cache]: remote wheel stores (a string "registry", "registry:HOST/REPO", "index:URL", or a table) and the
+# compile cache's backend and scheduler. builder/cache/config.py and compile_cache.py read the values' meaning.
+REMOTE = AnyOf((STR, Table(required={"kind": OneOf(("registry", "index"))},
+                           optional={"url": STR, "push": BOOL, "upload": STR, "insecure": BOOL})))
+CACHE = Table(optional={"remotes": ListOf(REMOTE), "compile": STR, "dist": STR, "dist_cores": INT})
+DEFAULTS = Table(optional={
+    "profile": STR,
+    "archs": MATRIX_ARCHS,
+    "registry": _said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
+    "index": _said(grammar.index_url, "a PEP 691 index URL"),
+    "model": _said(_model_id, "a model id like Qwen/Qwen3.8-27B-FP8"),
+    "base_images": BASE_IMAGES,
+    "mirrors": TableOf(IMAGE_NAME, key=IMAGE_NAME),
+    "knowledge": ListOf(_said(grammar.line, "a path on one line", "paths on one line")),
+    "cache": CACHE,
+    "source_date_epoch": _said(grammar.source_date_epoch, "a Unix timestamp like 1700000000", types=(str, int)),
+    "runners": Table(optional={"compile": RUNNER_LABELS, "light": RUNNER_LABELS, "gpu": RUNNER_LABELS}),
+})
+MATRIX_VERSION = _said(grammar.version, "a version like 0.33.0", "versions like 0.33.0")
+# profiles.<name>.source: where a package's wheel comes from. "build" (the default) compiles it from its pinned
+# source; "index" takes the release's wheel from defaults.index as published (pinned by sha256 in matrix.lock)
+# and lets the audit decide whether it carries the requested archs; "auto" takes that wheel when its audit passes
+# for the requested archs and its torch / CUDA / Python match the cell, else compiles (builder/route.py).
+SOURCE_CHOICES = ("build", "index", "auto")
+PROFILE = Table(
+    required={"cuda": _said(grammar.cuda_version, "a CUDA version like 13.0.3"),
+              "os": _said(grammar.os_tag, "an OS tag like ubuntu24.04"),
+              "python": _said(grammar.python_version, "a Python version like 3.12"),
+              "engines": TableOf(MATRIX_VERSION)},
+    optional={"torch": AnyOf((MATRIX_VERSION, TableOf(MATRIX_VERSION))), "flash_attn": MATRIX_VERSION,
+              "strategies": ListOf(STR), "archs": MATRIX_ARCHS, "base_images": BASE_IMAGES,
+              "source": TableOf(OneOf(SOURCE_CHOICES))},
+)
+MATRIX = Table(optional={"defaults": DEFAULTS, "profiles": TableOf(PROFILE)})
+
+
+# -- the checker -------------------------------------------------------------------------------------------
+_TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
+
+
+def did_you_mean(word: str, choices) -> str:
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def check(file: str, data, shape, packages: tuple[str, ...] = ()) -> None:
+    """Check parsed TOML against a shape: a UserError naming the file (when given), the key path and what was
+    expected. `packages`: the names a PackageName may take (the engine data's)."""
+    _Checker(file, packages).check(data, shape)
+
+
+class _Checker:
+    """A data file is code too: a wrong type or a typo in it is refused with the file, the key path and what was
+    expected, before anything reads it."""
+
+    def __init__(self, file: str, packages: tuple[str, ...]):
+        self.file = file
+        self.packages = packages
+
+    def check(self, value, kind, path: str = "") -> None:
+        match kind:
+            case Table():
+                self._table(value, kind, path)
+            case TableOf():
+                self._expect(isinstance(value, dict), value, kind, path)
+                for key, item in value.items():
+                    if kind.key is not None:
+                        try:
+                            kind.key.parse(key)
+                        except ValueError as exc:
+                            self._fail(path, f"key {reprlib.repr(key)} {exc}" + (
+                                f"; expected {kind.key.noun}" if kind.key.say_expected else ""))
+                    self.check(item, kind.value, _key_path(path, key))
+            case ListOf():
+                self._expect(isinstance(value, list), value, kind, path)
+                if kind.nonempty and not value:
+                    self._fail(path, f"expected {kind.noun}, got an empty list")
+                for i, item in enumerate(value):
+                    self.check(item, kind.item, f"{path}[{i}]")
+            case Scalar():
+                # TOML's true is no integer, though Python's bool is an int
+                self._expect(isinstance(value, kind.types) and (bool in kind.types or not isinstance(value, bool)),
+                             value, kind, path)
+            case Parsed():
+                self._expect(isinstance(value, kind.types) and not isinstance(value, bool), value, kind, path)
+                try:
+                    kind.parse(value)
+                except ValueError as exc:
+                    if kind.explain:  # the grammar's reason says what is wrong with the value
+                        self._fail(path, f"{reprlib.repr(value)} {exc}" + (f"; expected {kind.noun}" if kind.say_expected else ""))
+                    self._fail(path, f"{reprlib.repr(value)} is not {kind.noun}")
+            case OneOf():
+                self._expect(isinstance(value, str), value, kind, path)
+                if kind.ref_prefix and value.startswith(kind.ref_prefix):
+                    self._package(value, path, kind.ref_prefix)
+                elif value not in kind.values:
+                    self._fail(path, f"{value!r} is not {kind.noun}{did_you_mean(value, kind.values)}")
+            case AnyOf():
+                fits = [k for k in kind.kinds if isinstance(value, _container(k))]
+                self._expect(bool(fits), value, kind, path)
+                self.check(value, fits[0], path)
+            case PackageName():
+                self._expect(isinstance(value, str), value, kind, path)
+                self._package(value, path)
+            case _:
+                raise AssertionError(f"no check for schema type {kind!r}")
+
+    def _table(self, value, table: Table, path: str) -> None:
+        self._expect(isinstance(value, dict), value, table, path)
+        allowed = table.keys
+        for key in value:
+            if key not in allowed:
+                self._fail(path, f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+        for key, kind in table.required.items():
+            if key not in value:
+                self._fail(path, f"missing key {key!r}: expected {kind.noun}")
+        for key, item in value.items():
+            self.check(item, allowed[key], _key_path(path, key))
+        for key, (other, when) in table.required_when.items():
+            if value.get(other) == when and key not in value:
+                self._fail(path, f"missing key {key!r}: expected {allowed[key].noun} when {other} is {when!r}")
+        if table.exactly_one_of:
+            given = [k for k in table.exactly_one_of if k in value]
+            if len(given) != 1:
+                self._fail(path, f"expected exactly one of {', '.join(table.exactly_one_of)}, got {' and '.join(given) or 'none'}")
+
+    def _package(self, value: str, path: str, prefix: str = "") -> None:
+        if value.removeprefix(prefix) not in self.packages:
+            hint = did_you_mean(value, [prefix + p for p in self.packages])
+            self._fail(path, f"{value!r} names no known package{hint}; known: {', '.join(self.packages)}")
+
+    def _expect(self, ok: bool, value, kind, path: str) -> None:
+        if not ok:
+            got = _TOML_NOUNS.get(type(value), type(value).__name__)
+            self._fail(path, f"expected {kind.noun}, got {got} {reprlib.repr(value)}")
+
+    def _fail(self, path: str, problem: str):
+        where = ": ".join(p for p in (self.file, path) if p)
+        raise UserError(f"{where}: {problem}" if where else problem)
+
+
+def _container(kind) -> tuple[type, ...]:
+    """The TOML types a kind's values have (what AnyOf chooses an alternative by)."""
+    match kind:
+        case Table() | TableOf():
+            return (dict,)
+        case ListOf():
+            return (list,)
+        case Scalar():
+            return kind.types
+        case Parsed():
+            return kind.types
+        case _:
+            return (str,)
+
+
+def _key_path(path: str, key: str) -> str:
+    """`packages.vllm`, or `cuda."12.1"` for a key TOML must quote."""
+    part = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
+    return f"{path}.{part}" if path else part

@@ -166,11 +166,11 @@ def test_plan_json_labels_and_dry_run_say_the_route(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("source,message", [
-    ('{ vllm = "Auto" }', "profiles.upstream.source.vllm: 'Auto' is not one of 'build', 'index', 'auto'"),
-    ('{ vllm = "automatic" }', "profiles.upstream.source.vllm: 'automatic' is not one of 'build', 'index', 'auto'"),
-    ('{ vllm = 1 }', "profiles.upstream.source.vllm: 1 is not one of 'build', 'index', 'auto'"),
+    ('{ vllm = "Auto" }', "profiles.upstream.source.vllm: 'Auto' is not one of build, index, auto (did you mean 'auto'?)"),
+    ('{ vllm = "automatic" }', "profiles.upstream.source.vllm: 'automatic' is not one of build, index, auto"),
+    ('{ vllm = 1 }', "profiles.upstream.source.vllm: expected one of build, index, auto, got an integer 1"),
     ('{ vlm = "auto" }', "unknown package 'vlm' (did you mean 'vllm'?)"),
-    ('"auto"', "profiles.upstream.source: expected dict, got str"),
+    ('"auto"', "profiles.upstream.source: expected a table of strings, each one of build, index, auto, got a string 'auto'"),
 ])
 def test_bad_source_values_are_exit_2(tmp_path, monkeypatch, source, message):
     path = matrix(tmp_path, monkeypatch, source=source)

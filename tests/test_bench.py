@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from builder.bench import NONE, results, run, workload
-from builder.bench.command import parse_strategies
+from builder.cli.bench import parse_strategies
 from builder.engines import recipe
 from builder.errors import UserError
 from builder.smoke import tinymodel

@@ -96,17 +96,17 @@ def closed_port() -> int:
 
 # -- configuration ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cache_toml, message", [
-    ('remotes = "registry"', "defaults.cache.remotes: expected a list, got str"),
+    ('remotes = "registry"', "defaults.cache.remotes: expected a list of strings or tables, got a string 'registry'"),
     ('remotes = ["s3:bucket"]', "defaults.cache.remotes[0]: 's3:bucket': unknown store kind 's3'"),
     ('remotes = ["index"]', "defaults.cache.remotes[0]: index needs its URL"),
     ('remotes = ["index:ftp://host/simple"]', "defaults.cache.remotes[0].url: 'ftp://host/simple' is not an http(s) URL"),
     ('remotes = ["index:http://u:p@host/simple"]', "put no credentials in the URL"),
     ('remotes = ["registry:Not A Registry"]', "defaults.cache.remotes[0].url: 'Not A Registry' is not a registry repository"),
-    ('remotes = [{ kind = "index", url = "http://h/simple", push = "yes" }]', "defaults.cache.remotes[0].push: expected true or false"),
+    ('remotes = [{ kind = "index", url = "http://h/simple", push = "yes" }]', "defaults.cache.remotes[0].push: expected a boolean, got a string 'yes'"),
     ('remotes = [{ kind = "registry", upload = "http://h/" }]', "defaults.cache.remotes[0].upload: only an index has an upload URL"),
     ('remotes = [{ kind = "index", url = "http://h/simple", pull = true }]', "unknown key 'pull'"),
     ('remotes = ["registry", "registry"]', "defaults.cache.remotes[1]: registry:127.0.0.1:5000/builder/wheels is listed twice"),
-    ('remote = ["registry"]', "defaults.cache: unknown key 'remote'; allowed: compile, dist, dist_cores, remotes"),
+    ('remote = ["registry"]', "defaults.cache: unknown key 'remote' (did you mean 'remotes'?); allowed: compile, dist, dist_cores, remotes"),
 ])
 def test_a_bad_cache_table_is_exit_2_naming_the_key(tmp_path, cache_toml, message):
     res = cli("plan", "--matrix", str(matrix_with_cache(tmp_path, cache_toml)), cwd=tmp_path)

@@ -248,7 +248,7 @@ def test_plan_estimates_count_the_sccache_dist_servers_cores(tmp_path):
 @pytest.mark.parametrize("table,message", [
     ('dist_cores = 8', "defaults.cache.dist_cores: says the cores of sccache-dist's build servers, but no dist scheduler is set"),
     ('dist = "http://127.0.0.1:10600"\ndist_cores = 0', "defaults.cache.dist_cores: expected the build servers' cores as a whole number from 1, got 0"),
-    ('dist = "http://127.0.0.1:10600"\ndist_cores = true', "got True"),
+    ('dist = "http://127.0.0.1:10600"\ndist_cores = true', "defaults.cache.dist_cores: expected an integer, got a boolean True"),
 ])
 def test_bad_dist_cores_are_exit_2(tmp_path, table, message):
     from .helpers import run_cli, write_matrix

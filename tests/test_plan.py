@@ -144,13 +144,34 @@ def test_plan_needs_no_docker_nor_network(tmp_path):
     assert res.stdout.count("image ") == 4
 
 
+def _verbs(group, prefix=()):
+    """Every verb of the command line, nested ones (`wheels ls`, `bench diff`) included."""
+    import click
+
+    for name, command in sorted(group.commands.items()):
+        yield (*prefix, name)
+        if isinstance(command, click.Group):
+            yield from _verbs(command, (*prefix, name))
+
+
 @pytest.mark.pure
 def test_every_verb_help_shows_an_example_and_the_exit_codes():
+    """Every verb main knows, found by walking the group (a new verb cannot be forgotten here): an example and
+    its exit codes, the shared ones or a verb's own (smoke, bench) with the same 0/1/2/3 meanings."""
+    from builder.cli import main
+
     codes = ["0  all ok", "1  a cell failed", "2  bad input, refused before anything ran",
              "3  the environment is missing or unreachable"]
-    for verb in ("plan", "render", "matrix", "lock", "doctor", "build", "audit"):
-        res = run_cli(verb, "--help")
+    verbs = list(_verbs(main))
+    assert len(verbs) >= 20 and ("wheels", "prune") in verbs and ("bench", "diff") in verbs, verbs
+    for verb in verbs:
+        res = run_cli(*verb, "--help")
         assert res.exit_code == 0 and "Example:" in res.output, verb
-        assert all(c in res.output for c in codes), (verb, res.output)
+        assert "Exit codes" in res.output, (verb, res.output)
+        own = [line.strip() for line in res.output.splitlines() if line.strip()[:3] in ("0  ", "1  ", "2  ", "3  ")]
+        assert [line[:1] for line in own] == ["0", "1", "2", "3"], (verb, own)
+        assert "2  bad input" in res.output, verb
+        if verb[0] not in ("smoke", "bench"):
+            assert all(c in res.output for c in codes), (verb, res.output)
     top = run_cli("--help").output
     assert "Example:" in top and all(c in top for c in codes)

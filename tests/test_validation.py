@@ -64,7 +64,7 @@ CASES = [
     ("cuda-below-engine-minimum", edit('engines = { vllm = "0.6.3.post1", sglang = "0.3.2" }', 'engines = { vllm = "0.33.0" }'),
      ["plan", "--profile", "cu121"], ["vllm 0.33.0 needs CUDA >= 12.8, the profile has 12.1.1"]),
     ("unknown-cuda", edit('cuda = "12.1.1"', 'cuda = "11.8.0"'), ["plan"], ["CUDA 11.8.0 is unknown to this toolkit"]),
-    ("archs-wrong-type", edit("archs = [80, 90]", 'archs = "80,90"'), ["plan"], ["defaults.archs: expected list"]),
+    ("archs-wrong-type", edit("archs = [80, 90]", 'archs = "80,90"'), ["plan"], ["defaults.archs: expected a list of SM arch numbers like 80 or 90, got a string '80,90'"]),
     ("missing-profile-key", edit('os = "ubuntu24.04"\n', ""), ["plan"], ["profiles.cu130: missing key 'os'"]),
     ("bad-default-profile", edit('profile = "cu130"', 'profile = "cu13"'), ["plan"], ["defaults.profile: 'cu13' is not a profile"]),
     ("torch-for-foreign-engine", edit('torch = { vllm = "2.14.0", sglang = "2.14.1" }', 'torch = { vllm = "2.14.0", trt = "1" }'),
@@ -236,3 +236,30 @@ def test_a_version_whose_rules_set_no_source_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"more\.toml: packages\.x\.rules: no rule for version 1\.0 sets 'source' "
                                         r"\(expected one of sdist, git, local\)"):
         kn.recipe("x", "1.0")
+
+
+def test_a_strategy_added_to_the_engine_data_needs_no_code_change(tmp_path):
+    """Strategy names come from the engine data: a new one in an extra knowledge file is a strategy the matrix,
+    smoke and serve accept, and the message for an unknown one lists it."""
+    import shutil
+
+    from builder import matrix as matrix_mod
+    from builder.cli.smoke import parse_strategies, parse_strategy
+
+    fixture = REPO / "tests" / "fixtures" / "cuda-ext"
+    for name in ("engines.toml", "matrix.toml", "matrix.lock"):
+        if (fixture / name).exists():
+            shutil.copy(fixture / name, tmp_path / name)
+    with open(tmp_path / "engines.toml", "a") as f:
+        f.write('\n[packages.cuda-ext.strategies.EAGLE4]\nversions = ">=1.0"\nwhy_not = "-"\n'
+                'flags = ["--speculative-config", \'{"method":"eagle","num_speculative_tokens":4}\']\n')
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(matrix.read_text().replace("[profiles.local]\n", '[profiles.local]\nstrategies = ["EAGLE4"]\n', 1))
+    m = matrix_mod.load(matrix)
+    assert m.profiles["local"].strategies == ("EAGLE4",)
+    known = m.knowledge.strategy_names()
+    assert "EAGLE4" in known and "MTP2" in known
+    assert parse_strategy("eagle4", known) == "EAGLE4" and parse_strategies("all", (), known) == known
+    matrix.write_text(matrix.read_text().replace('strategies = ["EAGLE4"]', 'strategies = ["EAGLE5"]'))
+    with pytest.raises(UserError, match=r"unknown strategy 'EAGLE5' \(did you mean 'EAGLE4'\?\); known: .*EAGLE4"):
+        matrix_mod.load(matrix)

@@ -12,7 +12,7 @@ workload.py  workloads (data) → prompts of exact token lengths in the served m
 client.py    the load generator: its command line and its result file
 run.py       one engine boot per strategy: readiness, warm-up, repeats, counters, memory, losslessness
 results.py   rows → table, JSON, CSV, PNG; `bench diff`
-command.py   the verb
+(the verbs are builder/cli/bench.py)
 """
 
 import tomllib

@@ -31,7 +31,6 @@ from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
 _TABLE_KEYS = {"kind", "url", "push", "upload", "insecure"}
-_CACHE_KEYS = {"remotes", "compile", "dist", "dist_cores"}  # compile: the sccache backend (builder/compile_cache.py)
 # HOST[:PORT]/repo/path, lowercase path components as the distribution spec allows
 _REGISTRY_RE = re.compile(
     r"(?P<host>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -124,15 +123,9 @@ def parse_spec(value, where: str, default_registry: str) -> RemoteSpec:
 
 
 def parse_cache_table(table, where: str, default_registry: str) -> dict:
-    """[defaults.cache] → {"remotes": (RemoteSpec, ...), "compile": CompileCache | None}."""
-    if not isinstance(table, dict):
-        raise _fail(where, f"expected a table, got {type(table).__name__}")
-    unknown = sorted(set(table) - _CACHE_KEYS)
-    if unknown:
-        raise _fail(where, f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(_CACHE_KEYS))}")
+    """[defaults.cache] → {"remotes": (RemoteSpec, ...), "compile": CompileCache | None}. Its shape (keys, types)
+    is schema.CACHE, checked with the rest of matrix.toml; here: what the values mean."""
     remotes = table.get("remotes", [])
-    if not isinstance(remotes, list):
-        raise _fail(f"{where}.remotes", f"expected a list, got {type(remotes).__name__}")
     specs = tuple(parse_spec(r, f"{where}.remotes[{i}]", default_registry) for i, r in enumerate(remotes))
     seen = set()
     for i, s in enumerate(specs):

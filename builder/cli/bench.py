@@ -1,4 +1,5 @@
-"""`builder bench IMAGE|CELL`, `builder bench diff OLD.json NEW.json`, `builder bench plot RESULT.json...`."""
+"""`builder bench IMAGE|CELL`, `builder bench diff OLD.json NEW.json`, `builder bench plot RESULT.json...`: the
+verbs of the benchmark stage (builder/bench/)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,9 +15,13 @@ import click
 from .. import archs as archs_mod
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
-from ..engines import STRATEGIES
-from ..errors import EXIT_FAILED, UserError
-from . import NONE, client, data, results
+from ..bench import NONE, client, data, results
+from ..errors import Failed, UserError
+from ..options import flag_default
+from . import flags
+from .app import main
+from .smoke import find_cell, known_strategies, parse_env
+from .smoke import parse_strategies as smoke_strategies
 
 EPILOG = """\b
 Exit codes:
@@ -39,18 +43,16 @@ class BenchGroup(click.Group):
 def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: str) -> tuple[str, ...]:
     """none + the named strategies; `all` is none + every strategy the image was built for. A strategy the
     engine version cannot run, or the image was not built and smoke-tested for, is refused."""
-    from ..smoke.command import parse_strategies as smoke_strategies
-
     if value.strip().lower() == "all":
         return (NONE, *built_for)
-    names = [v.strip() for v in value.split(",") if v.strip()]
+    names = flags.split(value)
     wanted = [NONE] if any(n.lower() == NONE for n in names) else []
     rest = ",".join(n for n in names if n.lower() != NONE)
     for s in smoke_strategies(rest, ()) if rest else ():
         labels_mod.check_strategy(recipe, s, built_for, subject)
         wanted.append(s)
     if not wanted:
-        raise UserError("--strategy: name at least one of none, " + ", ".join(STRATEGIES) + ", or all")
+        raise UserError("--strategy: name at least one of none, " + ", ".join(known_strategies()) + ", or all")
     return tuple(dict.fromkeys(wanted))
 
 
@@ -67,7 +69,7 @@ def _nvidia_smi() -> dict:
     return {"gpu": f"{len(lines)} x {', '.join(names)}", "driver": lines[0][1].strip()}
 
 
-@click.group("bench", cls=BenchGroup, epilog=EPILOG)
+@main.group("bench", cls=BenchGroup, epilog=EPILOG)
 def bench():
     """Which strategy serves fastest from this image on this host: boot per strategy, a real load generator,
     one row per digest x strategy x workload (`builder bench TARGET --help`); `diff` two results; `plot` them.
@@ -83,8 +85,8 @@ def bench():
 @click.argument("target")
 @click.option("--strategy", "strategy", default="all", show_default=True,
               help="none,MTP2,MTP7,DFlash2 (comma-separated) or all: none + every strategy the image was built for.")
-@click.option("--model", default="tiny", show_default=True, help="A local checkpoint directory, or 'tiny' (dummy weights).")
-@click.option("--drafter", default=None, help="The DFlash2 drafter (default: the tiny drafter with --model tiny).")
+@flags.model
+@flags.drafter
 @click.option("--workload", default="article", show_default=True,
               help="A workload of builder/data/bench.toml (article, quick), a TOML file of one, or a JSONL of prompts.")
 @click.option("--requests", type=int, default=None, help="Requests per run (default: the workload's).")
@@ -94,22 +96,21 @@ def bench():
               help="Runs per strategy on one boot; `bench diff` needs at least 3 to tell a regression from noise.")
 @click.option("--slo-ttft-ms", type=float, default=None, help="Goodput objective (default: the data's, 300 ms).")
 @click.option("--no-lossless", is_flag=True, help="Skip the greedy-output comparison with no speculation.")
-@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--profile", multiple=True, help="Profiles to look the cell up in.")
-@click.option("--arch", default=None, help="SM archs of the cell, e.g. 80,90.")
-@click.option("--launcher", type=click.Choice(["auto", "docker", "process"]), default="auto", show_default=True)
-@click.option("--python", "python", default="python3", show_default=True, help="The engine's interpreter (process launcher).")
+@flags.matrix
+@flags.profile
+@flags.arch
+@flags.launcher
+@flags.python
 @click.option("--client-python", default=None,
               help="The interpreter with vLLM installed that runs the load generator (default: --python for a vLLM "
                    "cell, else python3).")
-@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
-              help="none: start the engine without GPUs (CPU engines, test doubles).")
-@click.option("--boot-timeout", type=float, default=900.0, show_default=True)
-@click.option("--engine-args", default="", help="More engine flags, one shell-quoted string.")
-@click.option("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
-@click.option("--out-dir", type=click.Path(file_okay=False), default="logs/bench", show_default=True,
+@flags.gpus
+@flags.boot_timeout
+@flags.engine_args
+@flags.env
+@click.option("--out-dir", type=click.Path(file_okay=False), default=flag_default("bench_out_dir"), show_default=True,
               help="bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON result instead of the table.")
+@flags.as_json
 def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, seed, repeats, slo_ttft_ms, no_lossless,
             matrix_path, profile, arch, launcher, python, client_python, gpus, boot_timeout, engine_args, env, out_dir,
             as_json):
@@ -123,10 +124,9 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
       builder bench diff old/bench.json new/bench.json
     """
     from ..smoke import Model, detect_gpu
-    from ..smoke.command import find_cell, parse_env
     from ..smoke.launch import DockerLauncher, ProcessLauncher, docker_client
-    from . import run as run_mod
-    from . import workload as workload_mod
+    from ..bench import run as run_mod
+    from ..bench import workload as workload_mod
 
     if repeats < 1:
         raise UserError(f"--repeats: at least 1, got {repeats}")
@@ -139,7 +139,7 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     extra_env = parse_env(env)
     w = workload_mod.load(workload, requests, concurrency, seed)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
-                               profiles=tuple(p.strip() for v in profile for p in v.split(",") if p.strip()))
+                               profiles=flags.split(profile))
     m = matrix_mod.load(Path(matrix_path))
     cell, image = find_cell(m, sel, target)
     launcher = "docker" if launcher == "auto" else launcher
@@ -226,16 +226,21 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
         if "png_missing" in paths:
             click.echo(f"no PNG: {paths['png_missing']}")
     if failures:
-        sys.exit(EXIT_FAILED)
+        raise Failed()
 
 
 @bench.command("diff", epilog=EPILOG)
 @click.argument("old")
 @click.argument("new")
 @click.option("--min-change", type=float, default=None, help="Smallest relative change that counts (default: the data's).")
-@click.option("--json", "as_json", is_flag=True)
+@flags.as_json
 def diff_cmd(old, new, min_change, as_json):
-    """Compare two bench results; exit 1 on a regression beyond the noise of their repeats."""
+    """Compare two bench results; exit 1 on a regression beyond the noise of their repeats.
+
+    \b
+    Example:
+      builder bench diff last-week/bench.json today/bench.json --min-change 0.05
+    """
     entries, problems = results.diff(results.load(old), results.load(new), min_change)
     if problems:
         raise UserError("; ".join(problems))
@@ -247,12 +252,17 @@ def diff_cmd(old, new, min_change, as_json):
     if bad:
         click.echo(f"{len(bad)} regression(s): " + ", ".join(f"{e['strategy']} {e['figure']} {e['change']:+.1%}"
                                                              for e in bad), err=True)
-        sys.exit(EXIT_FAILED)
+        raise Failed()
 
 
-@bench.command("plot")
+@bench.command("plot", epilog=EPILOG)
 @click.argument("results_json", nargs=-1, required=True)
 @click.option("-o", "--output", default="bench.png", show_default=True)
 def plot_cmd(results_json, output):
-    """Draw the PNG of one or more results (several engines in one chart)."""
+    """Draw the PNG of one or more results (several engines in one chart).
+
+    \b
+    Example:
+      builder bench plot logs/bench/*/bench.json -o bench.png
+    """
     click.echo(results.plot([results.load(p) for p in results_json], Path(output)))

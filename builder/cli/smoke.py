@@ -1,4 +1,5 @@
-"""`builder smoke IMAGE|CELL`: the layered proof as a verb (builder/cli.py registers it)."""
+"""`builder smoke IMAGE|CELL`: the layered proof (builder/smoke/) as a verb, and the strategy, environment and
+cell look-ups smoke, serve and bench share."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import re
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import click
@@ -16,9 +16,12 @@ from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from .. import resolve
-from ..engines import STRATEGIES
-from ..errors import EXIT_FAILED, UserError
-from .report import LAYERS
+from ..schema import did_you_mean
+from ..errors import Failed, UserError
+from ..options import flag_default
+from ..smoke.report import LAYERS
+from . import flags
+from .app import main
 
 EPILOG = """\b
 Exit codes:
@@ -28,33 +31,38 @@ Exit codes:
   3  the environment is missing (no Docker daemon for an image)"""
 
 
-def _split(value: str | None) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+def known_strategies(kn=None) -> tuple[str, ...]:
+    """The strategy names of the engine data (the matrix's knowledge, else the built-in data)."""
+    from ..engines import load_knowledge
+
+    return (kn or load_knowledge()).strategy_names()
 
 
-def parse_strategies(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+def parse_strategies(value: str | None, default: tuple[str, ...], known: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    known = known or known_strategies()
     if value is None:
         return default
-    if not _split(value):  # `--strategy ,` would drop every strategy: L2 and L3 would prove nothing
-        raise UserError(f"--strategy {value!r}: no strategy named; give MTP2,MTP7,DFlash2 or all")
+    if not flags.split(value):  # `--strategy ,` would drop every strategy: L2 and L3 would prove nothing
+        raise UserError(f"--strategy {value!r}: no strategy named; give {','.join(known)} or all")
     if value.strip().lower() == "all":
-        return STRATEGIES
-    names = []
-    for v in _split(value):
-        match = next((s for s in STRATEGIES if s.lower() == v.lower()), None)
-        if match is None:
-            from ..engines import did_you_mean
+        return known
+    return tuple(dict.fromkeys(parse_strategy(v, known, or_all=True) for v in flags.split(value)))
 
-            raise UserError(f"--strategy: {v!r} is not a strategy{did_you_mean(v, STRATEGIES)}; "
-                            f"known: {', '.join(STRATEGIES)}, or all")
-        names.append(match)
-    return tuple(dict.fromkeys(names))
+
+def parse_strategy(value: str, known: tuple[str, ...] | None = None, or_all: bool = False) -> str:
+    """One strategy name of the engine data, matched without regard to case."""
+    known = known or known_strategies()
+    match = next((s for s in known if s.lower() == value.strip().lower()), None)
+    if match is None:
+        raise UserError(f"--strategy: {value!r} is not a strategy{did_you_mean(value, known)}; "
+                        f"known: {', '.join(known)}" + (", or all" if or_all else ""))
+    return match
 
 
 def parse_layers(value: str | None) -> tuple[str, ...]:
     if value is None:
         return LAYERS
-    layers = tuple(v.upper() for v in _split(value))
+    layers = tuple(v.upper() for v in flags.split(value))
     if not layers:  # `--layers ,` would skip every layer and pass
         raise UserError(f"--layers {value!r}: no layer named; give some of {', '.join(LAYERS)}")
     bad = [v for v in layers if v not in LAYERS]
@@ -96,32 +104,27 @@ def find_cell(m, sel, target: str):
     raise UserError(f"{target}: neither a cell of {m.path} nor an image reference; cells: {', '.join(sorted(by_id)) or 'none'}")
 
 
-@click.command("smoke", epilog=EPILOG)
+@main.command("smoke", epilog=EPILOG)
 @click.argument("target")
-@click.option("--matrix", "matrix_path", default="matrix.toml", show_default=True, type=click.Path(dir_okay=False),
-              help="The matrix the cell comes from.")
-@click.option("--profile", multiple=True, help="Profiles to look in (default: the matrix's default, then all).")
-@click.option("--arch", "arch", default=None, help="SM archs of the cell, e.g. 80,90 (as given to build).")
+@flags.matrix
+@flags.profile
+@flags.arch
 @click.option("--strategy", "strategy", default=None,
-              help="MTP2,MTP7,DFlash2 or all (default: the cell's strategies).")
-@click.option("--model", "model", default="tiny", show_default=True,
-              help="A local checkpoint directory, or 'tiny': a generated Qwen3.5-class FP8 model served with dummy weights.")
-@click.option("--drafter", default=None, help="The DFlash2 drafter (default: the tiny drafter with --model tiny, else the data's).")
+              help="Strategies of the engine data, comma-separated (e.g. MTP2,MTP7), or all (default: the cell's "
+                   "strategies).")
+@flags.model
+@flags.drafter
 @click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,L2 (default: all; L3 needs a GPU).")
-@click.option("--launcher", type=click.Choice(["auto", "docker", "process"]), default="auto", show_default=True,
-              help="docker: a container of the image; process: the engine installed for --python on this host (no Docker).")
-@click.option("--python", "python", default="python3", show_default=True,
-              help="The interpreter whose environment holds the engine (process launcher).")
-@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
-              help="auto: use the GPUs when nvidia-smi finds some (else L3 is skipped); none: run L3 without GPUs "
-                   "(CPU engines, test doubles).")
-@click.option("--boot-timeout", type=float, default=900.0, show_default=True, help="Seconds the engine may take to become ready.")
+@flags.launcher
+@flags.python
+@flags.gpus
+@flags.boot_timeout
 @click.option("--port", type=int, default=None, help="Port on 127.0.0.1 for the engine (default: a free one).")
-@click.option("--engine-args", default="", help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
-@click.option("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
-@click.option("--report-dir", type=click.Path(file_okay=False), default="logs/smoke", show_default=True,
+@flags.engine_args
+@flags.env
+@click.option("--report-dir", type=click.Path(file_okay=False), default=flag_default("smoke_report_dir"), show_default=True,
               help="smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table.")
+@flags.as_json
 def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, launcher, python, gpus, boot_timeout,
           port, engine_args, env, report_dir, as_json):
     """Prove that an image (or an engine install) of a cell serves the model under each strategy, in layers:
@@ -139,16 +142,16 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
       builder smoke vllm-0.26.0-cu130-torch2.11.0-py312-sm90 --matrix tests/fixtures/gpu-host/matrix.toml \\
           --launcher process --strategy MTP2,MTP7 --model tiny
     """
-    from . import Model, SmokeOptions, detect_gpu, report, smoke_image, smoke_process
-    from .launch import docker_client
+    from ..smoke import Model, SmokeOptions, detect_gpu, report, smoke_image, smoke_process
+    from ..smoke.launch import docker_client
 
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
-                               profiles=tuple(p for v in profile for p in _split(v)))
+                               profiles=flags.split(profile))
     m = matrix_mod.load(Path(matrix_path))
     cell, image = find_cell(m, sel, target)
     layer_list = parse_layers(layers)
     if strategy is not None:
-        parse_strategies(strategy, ())  # the names now; the cell's own list once the image named the cell
+        parse_strategies(strategy, (), m.knowledge.strategy_names())  # the names now; the cell's own list later
     extra_env = parse_env(env)
     try:
         extra_args = tuple(shlex.split(engine_args))
@@ -180,7 +183,7 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
             cell, _ = find_cell(m, sel, label)
             if cell is None:
                 raise UserError(f"{image} is labelled cell {label}, which {m.path} does not have")
-    strategies = parse_strategies(strategy, cell.strategies)
+    strategies = parse_strategies(strategy, cell.strategies, m.knowledge.strategy_names())
     have_gpu, why_no_gpu, gpu_arch = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
     if gpus == "all" and not have_gpu:
         raise UserError(f"--gpus all: {why_no_gpu}")
@@ -212,5 +215,5 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         click.echo(report.table([rep]))
         click.echo(f"reports: {js} {xml}")
     if not rep.ok:
-        sys.exit(EXIT_FAILED)
+        raise Failed()
 

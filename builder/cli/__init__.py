@@ -1,0 +1,20 @@
+"""The `builder` command line: one module per verb, every shared flag declared once (flags.py), errors caught
+once (app.py: the message and the exit code).
+
+  app.py      the `builder` group: error handling, exit codes, signals
+  flags.py    the flags more than one verb takes, each group reaching its verb as one typed value
+  plan.py     plan, render, matrix          build.py   build, publish (build with a typed target)
+  wheels.py   wheels ls|verify|prune|push|pull
+  audit.py    audit                         lock.py    lock
+  smoke.py    smoke                         serve.py   serve
+  repro.py    verify-repro                  doctor.py  doctor
+  bench.py    bench, bench diff, bench plot
+
+Options are typed and built once (builder/options.py); the verbs call the stages below, never each other's
+click commands.
+"""
+
+from . import audit, bench, build, doctor, lock, plan, repro, serve, smoke, wheels  # noqa: F401 - they add their verbs
+from .app import EXIT_CODES_HELP, BuilderCommand, main
+
+__all__ = ["main", "BuilderCommand", "EXIT_CODES_HELP"]

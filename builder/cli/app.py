@@ -1,0 +1,128 @@
+"""The `builder` group: the one place that catches errors and decides the exit code, and the signal handlers
+every verb runs under. The verbs live in the modules beside this one and add themselves to `main`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import traceback
+
+import click
+
+from .. import __version__, net
+from ..errors import EXIT_FAILED, BuilderError, Failed, Interrupted
+
+EXIT_CODES_HELP = """\b
+Exit codes (the same for every verb):
+  0  all ok
+  1  a cell failed (compile, audit, image) or a check failed
+  2  bad input, refused before anything ran
+  3  the environment is missing or unreachable (no Docker daemon, no buildx, registry or index down)
+  130/143  interrupted by SIGINT/SIGTERM (the running docker child is stopped and waited for)"""
+
+
+class BuilderCommand(click.Command):
+    """Every verb's --help ends with the exit codes (a verb with codes of its own passes its epilog)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
+
+
+class VerbGroup(click.Group):
+    """A verb with verbs of its own (`builder wheels ls`): its commands get the exit codes too. It catches
+    nothing: errors go up to `main`."""
+
+    command_class = BuilderCommand
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
+
+
+def _report(ctx, message: str, trace: bool = True) -> None:
+    if trace and ctx.obj and ctx.obj.get("debug"):  # the same exit code, with the traceback
+        click.echo(net.redact(traceback.format_exc()), err=True)
+    if message:
+        click.secho(f"error: {net.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
+
+
+class BuilderGroup(VerbGroup):
+    """The top group. Every error of every verb ends here: BuilderError is its message and its exit code (a
+    failed cell raises errors.Failed once its table is printed: 1), an unforeseen filesystem fault is the path
+    and the OS's words (1), an interrupt outside a build step is 128 + the signal; --debug keeps the traceback."""
+
+    def invoke(self, ctx):
+        try:
+            with SIGNALS:
+                return super().invoke(ctx)
+        except BuilderError as exc:
+            _report(ctx, str(exc), trace=not isinstance(exc, Failed))  # a failed cell's table says it all
+            ctx.exit(exc.exit_code)
+        except OSError as exc:  # a filesystem fault no check foresaw: the path and the OS's words, not a traceback
+            paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+            _report(ctx, f"{paths + ': ' if paths else ''}{exc.strerror or exc}")
+            ctx.exit(EXIT_FAILED)
+        except KeyboardInterrupt as exc:  # outside a build step (a step's interrupt is in the closing table)
+            signum = getattr(exc, "signum", signal.SIGINT)
+            click.secho(f"error: interrupted by {signal.Signals(signum).name}", fg="red", err=True)
+            ctx.exit(128 + signum)
+
+
+class _SignalHandlers:
+    """While a verb runs, SIGINT and SIGTERM (what CI runners and `timeout` send) raise Interrupted: the
+    running docker child is stopped (builder/docker.py), the closing table printed, and the exit code is
+    128 + the signal (130, 143). The previous handlers come back afterwards."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        self.received = None
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
+
+
+SIGNALS = _SignalHandlers()
+
+
+@click.group(cls=BuilderGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="builder")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def main(ctx, debug):
+    """Build vLLM / SGLang images whose GPU code is compiled from source for the archs you ask for,
+    prove it, and publish them.
+
+    \b
+    Example:
+      builder plan                          # every cell of the default profile
+      builder render --profile all --out build/dockerfiles
+      builder build --arch 80,90 --engine sglang
+
+    With --debug every docker / skopeo / git command line is printed before it runs, and errors keep
+    their traceback.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    net.check_environment()  # BUILDER_REMOTE_TIMEOUT=nan and the like: exit 2 before any verb works
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
+        for handler in logging.getLogger().handlers:  # no user:password@ of a URL in a debug line either
+            handler.addFilter(net.RedactingFilter())

@@ -1,0 +1,207 @@
+"""Every flag more than one verb takes, declared once. A group of flags reaches its verb as one typed value
+(builder/options.py: `sel`, `cache_flags`, `flags`), never through the click context; the defaults come from
+builder/data/defaults.toml."""
+
+from __future__ import annotations
+
+import os
+from functools import wraps
+from pathlib import Path
+
+import click
+
+from .. import archs as archs_mod
+from .. import grammar
+from .. import matrix as matrix_mod
+from ..globs import Glob
+from ..options import BuildFlags, CacheFlags, HostFlags, flag_default
+
+
+def split(values: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """`--engine vllm,sglang --engine x` → ("vllm", "sglang", "x"): repeated and comma-separated values."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = (values,)
+    return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
+
+
+def _declare(*args, **kwargs):
+    return lambda f: click.option(*args, **kwargs)(f)
+
+
+# -- one flag each --------------------------------------------------------------------------------------------
+matrix = _declare("--matrix", "matrix_path", default=flag_default("matrix"), show_default=True,
+                  type=click.Path(dir_okay=False), help="The matrix file.")
+as_json = _declare("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+wheelhouse = _declare("--wheelhouse", "wheelhouse_dir", type=click.Path(file_okay=False), default=None,
+                      help="Local wheel cache (default: wheelhouse/ next to the matrix file).")
+arch = _declare("--arch", "arch", default=None, help="SM archs, e.g. 80,90.")
+profile = _declare("--profile", multiple=True,
+                   help="Profiles to use (default: the matrix's default; 'all' for every one).")
+
+# what smoke and bench start: the same engine, the same way
+model = _declare("--model", "model", default=flag_default("model"), show_default=True,
+                 help="A local checkpoint directory, or 'tiny': a generated Qwen3.5-class FP8 model served with dummy "
+                      "weights.")
+drafter = _declare("--drafter", default=None,
+                   help="The DFlash2 drafter (default: the tiny drafter with --model tiny, else the data's).")
+launcher = _declare("--launcher", type=click.Choice(["auto", "docker", "process"]), default=flag_default("launcher"),
+                    show_default=True,
+                    help="docker: a container of the image; process: the engine installed for --python on this host "
+                         "(no Docker).")
+python = _declare("--python", "python", default=flag_default("python"), show_default=True,
+                  help="The interpreter whose environment holds the engine (process launcher).")
+gpus = _declare("--gpus", type=click.Choice(["auto", "all", "none"]), default=flag_default("gpus"), show_default=True,
+                help="auto: use the GPUs when nvidia-smi finds some; none: start the engine without GPUs (CPU engines, "
+                     "test doubles).")
+boot_timeout = _declare("--boot-timeout", type=float, default=flag_default("boot_timeout"), show_default=True,
+                        help="Seconds the engine may take to become ready.")
+engine_args = _declare("--engine-args", default="",
+                       help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
+env = _declare("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
+
+
+# -- groups of flags, each one typed value --------------------------------------------------------------------
+def selection(f):
+    """The selectors of every verb that works on cells: passes `m` (the loaded matrix) and `sel`."""
+
+    @matrix
+    @click.option("--engine", multiple=True, help="Only cells of this engine (repeat or comma-separate).")
+    @arch
+    @click.option("--cuda", multiple=True, help="Only profiles of this CUDA version (13.0, 13.0.3 or cu130).")
+    @profile
+    @click.option("--only", multiple=True, help="Glob(s) on cell ids to keep, e.g. 'vllm-*' or '*-{cu121,cu130}-*'.")
+    @click.option("--skip", multiple=True, help="Glob(s) on cell ids to drop.")
+    @click.option("--base-devel", default=None, help="Devel base image for every selected cell (a mirror or a local base).")
+    @click.option("--base-runtime", default=None, help="Runtime base image for every selected cell.")
+    @wraps(f)
+    def wrapper(*args, matrix_path, engine, arch, cuda, profile, only, skip, base_devel, base_runtime, **kwargs):
+        for flag, value in (("--base-devel", base_devel), ("--base-runtime", base_runtime)):
+            if value is not None:
+                grammar.check(grammar.image_ref, value, flag)
+        for flag, globs in (("--only", only), ("--skip", skip)):
+            for pattern in globs:
+                Glob(pattern, flag)  # a malformed glob is refused here, before the matrix is read
+        sel = matrix_mod.Selection(
+            engines=split(engine),
+            archs=archs_mod.parse(arch) if arch is not None else None,
+            cuda=split(cuda),
+            profiles=split(profile),
+            only=tuple(only),
+            skip=tuple(skip),
+            base_devel=base_devel,
+            base_runtime=base_runtime,
+        )
+        return f(*args, m=matrix_mod.load(Path(matrix_path)), sel=sel, **kwargs)
+
+    return wrapper
+
+
+def cache(plan_flag: bool = False):
+    """--cache-remote / --no-remote (and for plan --remote): passes `cache_flags` (options.CacheFlags)."""
+
+    def decorate(f):
+        @click.option("--cache-remote", "cache_remotes", multiple=True, metavar="SPEC",
+                      help="A remote wheel store, replacing [defaults.cache] remotes (repeatable): registry (the "
+                           "matrix's registry + /wheels), registry:HOST[:PORT]/REPO or index:URL.")
+        @click.option("--no-remote", is_flag=True, help="The local wheelhouse only: no registry or index look-ups or pushes.")
+        @wraps(f)
+        def wrapper(*args, cache_remotes, no_remote, look_remote=False, **kwargs):
+            flags = CacheFlags(tuple(cache_remotes), no_remote, look_remote or bool(cache_remotes) or not plan_flag)
+            return f(*args, cache_flags=flags, **kwargs)
+
+        if plan_flag:
+            wrapper = click.option("--remote", "look_remote", is_flag=True,
+                                   help="Also look each wheel up in the remote stores (network): local hit / remote "
+                                        "hit (pull) / build. Without it plan asks only the local wheelhouse.")(wrapper)
+        return wrapper
+
+    return decorate
+
+
+# The flags build, publish and verify-repro share. verify-repro takes the REPRO subset: its two builds start
+# from nothing, so wheel cache, layer cache, smoke and progress flags do not apply.
+_BUILD = {
+    "ca_bundle": _declare("--ca-bundle", type=click.Path(dir_okay=False), default=lambda: os.environ.get("BUILDER_CA_BUNDLE"),
+                          help="CA bundle for HTTPS inside the build, passed as a BuildKit secret (never a layer). "
+                               "Env: BUILDER_CA_BUNDLE."),
+    "allow_unpinned": _declare("--allow-unpinned", is_flag=True,
+                               help="Build git sources known only by tag (the lock could not resolve a commit)."),
+    "max_jobs": _declare("--max-jobs", type=int, default=None, help="Override MAX_JOBS (default: from cores and free RAM)."),
+    "nvcc_threads": _declare("--nvcc-threads", type=int, default=None, help="Override NVCC_THREADS."),
+    "log_dir": _declare("--log-dir", type=click.Path(file_okay=False), default=flag_default("log_dir"), show_default=True,
+                        help="One log file per cell (verify-repro: LOG_DIR/verify-repro/{first,second}/<cell>.log)."),
+    "work_dir": _declare("--work-dir", type=click.Path(file_okay=False), default=flag_default("work_dir"),
+                         show_default=True,
+                         help="Rendered Dockerfiles, exported wheels before they enter the wheelhouse, BuildKit metadata "
+                              "(verify-repro: WORK_DIR/verify-repro/<cell>/{first,second})."),
+    "pins_dir": _declare("--pins-dir", type=click.Path(file_okay=False), default=None,
+                         help="Where runtime-pins/<cell>.txt files live (default: runtime-pins/ next to the matrix)."),
+    "builder": _declare("--builder", "buildx_builder", default=None, metavar="NAME",
+                        help="The buildx builder to build on (`docker buildx ls`; a docker context name is one): another "
+                             "machine, a remote BuildKit. Default: the current one."),
+    "wheelhouse": wheelhouse,
+    "dry_run": _declare("--dry-run", is_flag=True, help="Print the exact buildx commands; run nothing."),
+    "keep_going": _declare("--keep-going", is_flag=True,
+                           help="After a failure go on: the failed cell's other wheels are still compiled and cached, then "
+                                "the next cells."),
+    "refresh_pins": _declare("--refresh-pins", is_flag=True,
+                             help="Resolve the runtime's pure-Python dependencies again instead of using "
+                                  "runtime-pins/<cell>.txt."),
+    "no_cache": _declare("--no-cache", is_flag=True,
+                         help="Ignore BuildKit's layer cache (wheels already in the wheelhouse are still reused)."),
+    "no_smoke": _declare("--no-smoke", is_flag=True,
+                         help="Skip the smoke step (shown skipped in the table and --json; nothing of the cell can then "
+                              "be published)."),
+    "smoke_model": _declare("--smoke-model", default=flag_default("smoke_model"), show_default=True,
+                            help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy "
+                                 "weights)."),
+    "progress_mode": _declare("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain", "quiet", "raw"]),
+                              default=flag_default("progress"), show_default=True,
+                              help="Compile progress: tty = one updating line per compile (objects done/total, elapsed, "
+                                   "ETA); plain = a status line at most every 60 s (CI; GitHub Actions log groups); quiet "
+                                   "= step lines only; raw = the build output itself. auto: tty on a terminal, else "
+                                   "plain. The full output is always in the log."),
+    "quiet": _declare("--quiet", is_flag=True, help="Same as --progress quiet: only step lines and the closing table."),
+    "layer_cache": _declare("--layer-cache", default=lambda: os.environ.get("BUILDER_LAYER_CACHE"), metavar="REPO",
+                            help="Share BuildKit's layer cache through a registry repository (--cache-from/--cache-to "
+                                 "type=registry, mode=max): 'registry' is the matrix's registry + /buildcache. Env: "
+                                 "BUILDER_LAYER_CACHE."),
+    "provenance": _declare("--provenance", is_flag=True,
+                           help="Attach BuildKit's SLSA provenance attestation (mode=max) to the runtime image. It holds "
+                                "build times, so an attested image's digest differs per build; the image manifest itself "
+                                "does not."),
+    "as_json": as_json,
+}
+_DEST = {"builder": "buildx_builder", "wheelhouse": "wheelhouse_dir"}  # where click puts a flag's value
+_REPRO = ("ca_bundle", "allow_unpinned", "max_jobs", "nvcc_threads", "work_dir", "log_dir", "pins_dir", "builder",
+          "as_json")
+
+
+def build(repro: bool = False):
+    """The build flags: passes `flags` (options.BuildFlags); build and publish take them all (with the cache
+    flags), verify-repro the ones its two builds from nothing can use."""
+    names = _REPRO if repro else tuple(_BUILD)
+
+    def decorate(f):
+        @wraps(f)
+        def wrapper(*args, **kwargs):
+            given = {name: kwargs.pop(_DEST.get(name, name)) for name in names}
+            if "progress_mode" in given:
+                mode, quiet = given.pop("progress_mode"), given.pop("quiet")
+                given["progress"] = "quiet" if quiet else mode
+            if "no_smoke" in given:
+                given["smoke"] = not given.pop("no_smoke")
+            host = HostFlags(given.pop("builder"), given.pop("layer_cache", None), bool(given.pop("provenance", False)))
+            flags = BuildFlags(**given, cache=kwargs.pop("cache_flags", CacheFlags()), host=host)
+            return f(*args, flags=flags, **kwargs)
+
+        decorated = wrapper
+        if not repro:
+            decorated = cache()(decorated)
+        for name in reversed(names):
+            decorated = _BUILD[name](decorated)
+        return decorated
+
+    return decorate
