@@ -85,10 +85,10 @@ def test_no_installable_wheel_is_exit_2_naming_what_the_index_has(tmp_path):
 
 @pytest.mark.pure
 @pytest.mark.parametrize("source,lock_wheels,message", [
-    ('{ vllm = "pypi" }', True, "profiles.upstream.source.vllm: 'pypi' is not one of build, index"),
+    ('{ vllm = "pypi" }', True, "profiles.upstream.source.vllm: 'pypi' is not one of build, index, auto"),
     ('{ vlm = "index" }', True, "unknown package 'vlm' (did you mean 'vllm'?)"),
     ('{ sglang-kernel = "index" }', True, "profiles.upstream.source: no cell of this profile has the package 'sglang-kernel'"),
-    ('"index"', True, "profiles.upstream.source: expected a table of strings, each one of build, index, got a string 'index'"),
+    ('"index"', True, "profiles.upstream.source: expected a table of strings, each one of build, index, auto, got a string 'index'"),
     ('{ vllm = "index" }', False, "matrix.lock: no wheels recorded for vllm 0.33.0, which profiles.upstream.source takes "
                                   "from the index; run `builder lock`"),
 ])

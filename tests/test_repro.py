@@ -129,6 +129,10 @@ def test_lock_pins_the_base_images_by_digest(fixture_copy):
     assert check.returncode == 0 and "up to date" in check.stdout
 
 
+# slow: two builds from nothing, 2 min 19 s of the default suite on 2 cores (the suite's 20-minute budget); the
+# default suite keeps reproducibility through test_hardening's two compiles giving the same wheel bytes, this
+# module's nvcc-object checks and test_build's reuse with one digest
+@pytest.mark.slow
 def test_verify_repro_builds_the_fixture_twice_from_nothing_and_gets_one_digest(fixture_copy, tmp_path):
     if not (fixture_copy / "matrix.lock").exists():  # run alone: pin the bases first, as the test above does
         assert builder("lock", "--matrix", "matrix.toml", cwd=fixture_copy).returncode == 0
