@@ -3,7 +3,8 @@ counted from the real packages — upstream's default build against a build for 
 
 - sglang-kernel 0.4.10: the x86_64 wheel on PyPI (built from the v0.5.23 sources with nvcc 13.0, the cell's
   toolchain); per binary its fatbin entries per SASS target are counted, then the gencode filter's own rule
-  (builder/gencode_filter.py `keep`, with the engine data's scopes) picks the targets a build for --arch keeps.
+  (builder/gencode_filter.py `keep`, with the engine data's scopes) picks the targets a build for --arch keeps:
+  Recipe.binary_plans, what `builder plan` prints.
 - flash-attn 2.8.3: the sdist's setup.py, the CUDA sources of its extension (`.cu` entries of the `sources=`
   list) × its SASS targets: FLASH_ATTN_CUDA_ARCHS, default "80;90;100;120" as setup.py reads it.
 
@@ -27,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from builder import archs as archs_mod  # noqa: E402
-from builder import gencode_filter  # noqa: E402
 from builder.engines import recipe  # noqa: E402
 from builder.lock import Lock, _download  # noqa: E402
 from builder.pypi import SimpleIndex  # noqa: E402
@@ -35,15 +35,17 @@ from builder.pypi import SimpleIndex  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 WHEEL = "sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl"
 INDEX = "https://pypi.org/simple"
+CUDA = "13.0"  # the cell's toolchain, the CUDA release the engine data's binaries were read from
 
 
 def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int], tuple[str, ...]]]:
-    """[(binary, {sass: entries}, SASS kept for archs)] counted in the wheel."""
+    """[(binary, {sass: entries}, SASS kept for archs)]: the entries counted in the wheel, the SASS kept what plan
+    says (Recipe.binary_plans: the gencode filter's rule on the engine data's binaries, one code path)."""
     index = SimpleIndex(INDEX)
     (f,) = [f for f in index.files("sglang-kernel") if f.filename == WHEEL]
     wheel = _download(index, f.url, f.sha256, f.filename)
     r = recipe("sglang-kernel", "0.4.10")
-    config = r.gencode_filter(archs)
+    plans = {bp.binary.files: bp for bp in r.binary_plans(archs, CUDA)}
     from builder.audit import read_fatbin_entries
 
     out = []
@@ -52,12 +54,8 @@ def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int
             path = Path(z.extract(name, tmp))
             counts = collections.Counter(e.name for e in read_fatbin_entries(path) if e.kind == "sass")
             path.unlink()
-            binary = next((b for b in r.binaries if archs_mod.ArchScope(b.files, (), "").matches(name)), None)
-            scope = config["targets"].get(binary.target) if binary else None
-            kept = tuple(s for s in counts if gencode_filter.keep(s, archs, scope))
-            if not kept:  # the filter keeps a target's first entry so that the module still builds
-                kept = (min(counts, key=lambda s: int(re.sub(r"\D", "", s))),)
-            out.append((name, dict(counts), kept))
+            (files,) = [g for g in plans if archs_mod.ArchScope(g, (), "").matches(name)]
+            out.append((name, dict(counts), plans[files].sass))
     return out
 
 

@@ -176,19 +176,19 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
 
 
 def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
-    """An sdist in the user cache, verified against the sha256 the index lists."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "sdists" / sha256
-    path = cache / filename
-    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+    """A file the index lists (an sdist, a wheel) in the user cache, verified against the sha256 the index lists:
+    streamed to disk under the download cap (builder/download.py), not read whole as a document."""
+    import requests
+
+    from .cache import sha256_file
+    from .download import fetch_pinned
+    from .net import with_timeouts
+
+    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "sdists" / sha256 / filename
+    if path.is_file() and sha256_file(path) == sha256:
         return path
-    data = index.get(url)
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise UserError(f"{filename}: downloaded bytes do not match the index's sha256 {sha256}")
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.rename(path)
-    return path
+    with with_timeouts(requests.Session()) as session:
+        return fetch_pinned(session, url, path, sha256)
 
 
 def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict, echo=print) -> Path:

@@ -368,7 +368,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         if Version(prof.cuda) < Version(r.min_cuda):
             raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
         route = _auto_route(m, lock, r, prof, torch, archs) if prof.auto(r.name) else None
-        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs)
+        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs, prof.cuda)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         source = (route.index if route.chosen == "index" else route.build) if route else _source(m, lock, r, prof)

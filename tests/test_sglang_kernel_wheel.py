@@ -59,9 +59,23 @@ def test_the_real_wheel_still_fails_for_a_gpu_a_loaded_binary_lacks(wheel):
     res = run_cli("audit", str(wheel), "--arch", "90,121", "--package", "sglang-kernel==0.4.10")
     assert res.exit_code == 1, res.output
     failed = sorted(line.split("!", 1)[1].split(":", 1)[0] for line in res.output.splitlines() if line.startswith("FAIL "))
-    assert failed == ["sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so", "sgl_kernel/sm100/common_ops.abi3.so",
-                      "sgl_kernel/spatial_ops.abi3.so"], res.output
+    assert failed == ["sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"], res.output
     assert "sm100/common_ops.abi3.so: sm_121 missing" in res.output
+    # and plan refuses the same GPU for a build, naming the same binaries
+    plan = run_cli("plan", "--engine", "sglang", "--arch", "90,121")
+    assert plan.exit_code == 2 and "sgl_kernel/sm100/common_ops" in plan.output and "sgl_kernel/spatial_ops" in plan.output
+
+
+@pytest.mark.parametrize("archs", ["100", "103", "120", "80,90,100"])
+def test_the_real_wheel_passes_for_blackwell_where_each_binary_loads(wheel, archs):
+    """B200, B300, RTX PRO 6000 and a mixed set: the published wheel passes the audit with the engine data's scopes
+    (infllm_ops has no 10.x code upstream either and is not asked for it), as plan's prediction for a build does."""
+    res = run_cli("audit", str(wheel), "--arch", archs, "--package", "sglang-kernel==0.4.10")
+    assert res.exit_code == 0, res.output
+    from builder.archs import parse
+    from builder.engines import recipe
+
+    assert recipe("sglang-kernel", "0.4.10").predicted_audit(parse(archs), "13.0.3").ok
 
 
 def test_the_engine_data_lists_each_binary_with_its_sass_and_kernel_count(wheel, tmp_path):

@@ -355,7 +355,7 @@ RUN printf '%s\n' \
       '    sys.exit(main(sys.argv))' \
       > /usr/local/bin/builder-gencode-filter \
  && chmod 0755 /usr/local/bin/builder-gencode-filter
-ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}}}"
+ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}, \"infllm_ops\": {\"archs\": [80, 86, 87, 88, 89, 90, 120]}}}"
 # sccache is the CMake launcher of C, C++ and CUDA (after the gencode filter, so it caches what nvcc is really given)
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
@@ -646,7 +646,7 @@ LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sg
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="cf1fcc5d650668af56254d55c5f537e7db3e4814d16d42e89b382d44c4b2d536"
+LABEL io.builder.package.sglang-kernel.cache-key="dc43af37f369f3add001950aa0fa895111d0d58cc7e51bc488dd165d6fad9fb4"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
