@@ -385,6 +385,8 @@ LOCK_GIT = Table(required={"repository": GIT_URL, "tag": TOKEN, "commit": COMMIT
 LOCK_ENTRY = Table(optional={
     "requires_python": PYTHON_RANGE,
     "torch": PIN_VERSION,
+    # the CUDA major that torch is built for, and the requirement of its own metadata that says so
+    "torch_cuda": Table(required={"major": INT, "from": STR}),
     "pins": TableOf(PIN_VERSION, key=PACKAGE_KEY),
     "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
     "git": LOCK_GIT,

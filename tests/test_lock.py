@@ -30,6 +30,18 @@ def test_pins_read_from_pep658_and_from_a_remote_wheel():
     assert sg.pin("vllm", ("srt",)) == "0.5.5"
 
 
+@pytest.mark.pure
+@pytest.mark.network
+def test_torch_names_its_cuda_in_its_own_requirements():
+    """What plan compares with a cell's CUDA: the CUDA wheels the index's torch requires on Linux x86_64 (the 2.4
+    line's carry a -cu12 suffix; 2.14 pins the cuda-toolkit meta-package)."""
+    from builder.lock import torch_cuda
+
+    index = SimpleIndex()
+    assert torch_cuda(index, "2.4.0") == {"major": 12, "from": "nvidia-cuda-runtime-cu12==12.1.105"}
+    assert torch_cuda(index, "2.14.1") == {"major": 13, "from": "cuda-toolkit==13.0.3"}
+
+
 @pytest.mark.network
 def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     text = """
@@ -46,6 +58,7 @@ def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     assert res.exit_code == 0, res.output
     lock = (tmp_path / "matrix.lock").read_text()
     assert '[packages."vllm==0.6.3.post1"]' in lock and 'torch = "2.4.0"' in lock
+    assert '[packages."vllm==0.6.3.post1".torch_cuda]\nmajor = 12\nfrom = "nvidia-cuda-runtime-cu12==12.1.105"' in lock
     assert "0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143" in lock
     assert run_cli("plan", "--matrix", str(path)).exit_code == 0
 

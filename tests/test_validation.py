@@ -33,6 +33,10 @@ CASES = [
     ("unknown-engine-version", edit('vllm = "0.6.3.post1"', 'vllm = "0.4.0"'), ["plan"],
      ["vllm 0.4.0: no engine knowledge for this version"]),
     ("version-not-a-version", edit('vllm = "0.6.3.post1"', 'vllm = "latest"'), ["plan"], ["'latest' is not a version"]),
+    # torch 2.4.0 on PyPI is the cu121 build (matrix.lock records the requirement of its metadata that says so)
+    ("torch-cuda-major-differs", edit('cuda = "12.1.1"', 'cuda = "13.0.3"'), ["plan", "--profile", "cu121"],
+     ["profiles.cu121.cuda: torch 2.4.0 (pinned by vllm 0.6.3.post1) is a CUDA 12 build",
+      "requires nvidia-cuda-runtime-cu12==12.1.105", "the profile's CUDA is 13.0.3"]),
     ("torch-contradicts-engine", edit('torch = "2.4.0"', 'torch = "2.3.0"'), ["plan", "--profile", "cu121"],
      ["profiles.cu121.torch", "vllm 0.6.3.post1 pins torch==2.4.0", "not 2.3.0"]),
     ("torch-contradicts-per-engine", edit('torch = { vllm = "2.14.0", sglang = "2.14.1" }', 'torch = { vllm = "2.14.1", sglang = "2.14.1" }'),
