@@ -127,6 +127,7 @@ class Recipe:
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
     source_remove: tuple[str, ...] = ()  # paths of the source tree the build leaves out
+    source_version: str = ""  # the file (under source_subdir) whose version the source stage holds to the pinned one
     resolve_as_of: str = ""  # first resolves take only files uploaded before this UTC time ("": no limit)
     resolve_as_of_exempt: tuple[str, ...] = ()  # exact pins taken although uploaded later
     setuptools_scm: bool = False  # version from git: the build pretends the pinned version
@@ -496,6 +497,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
         source_remove=tuple(merged.get("source_remove", ())),
+        source_version=merged.get("source_version", ""),
         resolve_as_of=merged.get("resolve_as_of", ""),
         resolve_as_of_exempt=tuple(merged.get("resolve_as_of_exempt", ())),
         setuptools_scm=merged.get("setuptools_scm", False),
