@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import re
 import sys
 import tarfile
@@ -38,14 +39,16 @@ INDEX = "https://pypi.org/simple"
 CUDA = "13.0"  # the cell's toolchain, the CUDA release the engine data's binaries were read from
 
 
-def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int], tuple[str, ...]]]:
-    """[(binary, {sass: entries}, SASS kept for archs)]: the entries counted in the wheel, the SASS kept what plan
-    says (Recipe.binary_plans: the gencode filter's rule on the engine data's binaries, one code path)."""
+def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int], tuple[str, ...], tuple[str, ...]]]:
+    """[(binary, {sass: entries}, SASS kept for archs, SASS of the switch alone)]: the entries counted in the wheel,
+    the SASS kept what plan says (Recipe.binary_plans: the gencode filter's rule on the engine data's binaries, one
+    code path); without the filter only ENABLE_BELOW_SM90 reaches the CMake (sm_8x on or off)."""
     index = SimpleIndex(INDEX)
     (f,) = [f for f in index.files("sglang-kernel") if f.filename == WHEEL]
     wheel = _download(index, f.url, f.sha256, f.filename)
     r = recipe("sglang-kernel", "0.4.10")
     plans = {bp.binary.files: bp for bp in r.binary_plans(archs, CUDA)}
+    switch_only = {bp.binary.files: bp.sass for bp in dataclasses.replace(r, arch_select="").binary_plans(archs, CUDA)}
     from builder.audit import read_fatbin_entries
 
     out = []
@@ -55,7 +58,7 @@ def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int
             counts = collections.Counter(e.name for e in read_fatbin_entries(path) if e.kind == "sass")
             path.unlink()
             (files,) = [g for g in plans if archs_mod.ArchScope(g, (), "").matches(name)]
-            out.append((name, dict(counts), plans[files].sass))
+            out.append((name, dict(counts), plans[files].sass, switch_only[files]))
     return out
 
 
@@ -67,8 +70,7 @@ def flash_attn_units(archs: tuple[int, ...]) -> tuple[int, int, int]:
         setup = tf.extractfile("flash_attn-2.8.3/setup.py").read().decode()
     sources = re.findall(r'"(csrc/flash_attn/src/[^"]+\.cu)"', setup)
     default = re.search(r'os\.getenv\("FLASH_ATTN_CUDA_ARCHS", "([0-9;]+)"\)', setup).group(1).split(";")
-    accepted = recipe("flash-attn", "2.8.3").arch_knobs[0].accepted
-    asked = [a for a in archs if a in accepted]
+    asked = recipe("flash-attn", "2.8.3").arch_knobs[0].archs_for(archs)  # what plan gives FLASH_ATTN_CUDA_ARCHS
     return len(sources), len(sources) * len(asked), len(sources) * len(default)
 
 
@@ -85,12 +87,13 @@ def main() -> int:
         return 0
     print(f"SGLang cell (sglang 0.5.23, sglang-kernel 0.4.10, flash-attn 2.8.3, CUDA 13.0) for "
           f"{', '.join(map(archs_mod.sm, archs))}: kernel×arch units, upstream default vs this build\n")
-    total_default = total_built = 0
+    total_default = total_built = sk_switch_only = 0
     print(f"{'sglang-kernel 0.4.10 binary':<56} {'upstream':>9} {'built':>7}  SASS kept")
-    for name, counts, kept in sglang_kernel_units(archs):
+    for name, counts, kept, switch_only in sglang_kernel_units(archs):
         default, built = sum(counts.values()), sum(counts[s] for s in kept)
         total_default += default
         total_built += built
+        sk_switch_only += sum(counts[s] for s in switch_only)
         print(f"  {name:<54} {default:>9} {built:>7}  {' '.join(kept)}")
     sk_default, sk_built = total_default, total_built
     print(f"  {'sglang-kernel':<54} {sk_default:>9} {sk_built:>7}  ({100 * sk_built / sk_default:.1f} %)")
@@ -100,9 +103,9 @@ def main() -> int:
     print(f"  {'flash-attn 2.8.3 (' + str(tus) + ' CUDA sources)':<54} {fa_default:>9} {fa_built:>7}  "
           f"({100 * fa_built / fa_default:.1f} %)")
     ratio = total_built / total_default
-    # without the filter --arch reached sglang-kernel only through ENABLE_BELOW_SM90, which is ON for 80,90 (its
-    # default): the whole upstream set was compiled
-    unfiltered = sk_default + fa_built
+    # without the filter --arch reached sglang-kernel only through ENABLE_BELOW_SM90 (ON, its default, for any arch
+    # below 90: the whole upstream set; OFF drops the sm_8x entries)
+    unfiltered = sk_switch_only + fa_built
     print(f"\n  {'SGLang cell, sglang-kernel unfiltered (switch only)':<54} {total_default:>9} {unfiltered:>7}  "
           f"ratio {100 * unfiltered / total_default:.1f} %")
     print(f"\n  {'SGLang cell':<54} {total_default:>9} {total_built:>7}  ratio {100 * ratio:.1f} % "

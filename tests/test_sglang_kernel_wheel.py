@@ -101,3 +101,26 @@ def test_the_engine_data_lists_each_binary_with_its_sass_and_kernel_count(wheel,
     print(f"sglang-kernel 0.4.10 upstream: {sum(sum(c.values()) for c in found.values())} kernel×arch units; "
           f"a build for 80,90: {sum(bp.units for bp in r.binary_plans((80, 90), '13.0.3'))}")
     assert sum(sum(c.values()) for c in found.values()) == 1725
+
+
+@pytest.mark.parametrize("archs", ["90", "100"])
+def test_plan_and_the_compile_units_benchmark_name_the_same_kept_sass(wheel, archs):
+    """benchmarks/compile_units.py counts the wheel's kernels per SASS target and takes what each binary keeps from
+    plan's own code (Recipe.binary_plans): at --arch 90 both name sm_90 for the sm100/ copy no Hopper GPU loads (the
+    filter keeps its first entry, the CMake's sm_90, once the switch dropped sm_80/sm_89), and the same per binary."""
+    import re
+    import subprocess
+    import sys
+
+    bench = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compile_units.py"), "--arch", archs],
+                           capture_output=True, text=True, timeout=900)
+    assert bench.returncode == 0, bench.stderr
+    benched = {m.group(1): tuple(m.group(2).split()) for m in
+               re.finditer(r"^  (sgl_kernel/\S+?)(?:\.abi3|\.cpython-\S+)\.so +\d+ +\d+  (.+)$", bench.stdout, re.M)}
+    planned = run_cli("plan", "--engine", "sglang", "--arch", archs)
+    assert planned.exit_code == 0, planned.output
+    plan_sass = {m.group(1): tuple(m.group(2).split(",")) for m in
+                 re.finditer(r"^ +(sgl_kernel/\S+) +SASS (\S+) +\d+ of +\d+ kernel×arch units", planned.output, re.M)}
+    assert len(benched) == 6 and benched == plan_sass, (benched, plan_sass)
+    if archs == "90":
+        assert benched["sgl_kernel/sm100/common_ops"] == ("sm_90",)
