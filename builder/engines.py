@@ -37,8 +37,17 @@ class ArchKnob:
     def name(self) -> str:
         return self.env or self.cmake or "?"
 
+    def archs_for(self, archs: tuple[int, ...]) -> tuple[int, ...]:
+        """The archs this knob is given: a requested arch it does not recognise is served by the highest recognised
+        one whose SASS runs on it (flash-attn's FLASH_ATTN_CUDA_ARCHS has no 103: its sm_100 runs on 10.3); one with
+        no such substitute is left out (arch_problems refuses it)."""
+        if self.accepted is None:
+            return archs
+        out = {a if a in self.accepted else archs_mod.sass_substitute(a, self.accepted) for a in archs}
+        return tuple(sorted(a for a in out if a is not None))
+
     def value(self, archs: tuple[int, ...]) -> str:
-        return archs_mod.spell(self.format, archs, self.threshold)
+        return archs_mod.spell(self.format, self.archs_for(archs), self.threshold)
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ class Recipe:
     fetch_plan: bool = False  # CMake downloads sources at configure time: fetch them in their own stage
     patches: tuple[tuple[tuple[str, str], ...], ...] = ()  # literal source edits, each a sorted (key, value) tuple
     source_remove: tuple[str, ...] = ()  # paths of the source tree the build leaves out
+    source_version: str = ""  # the file (under source_subdir) whose version the source stage holds to the pinned one
     resolve_as_of: str = ""  # first resolves take only files uploaded before this UTC time ("": no limit)
     resolve_as_of_exempt: tuple[str, ...] = ()  # exact pins taken although uploaded later
     setuptools_scm: bool = False  # version from git: the build pretends the pinned version
@@ -149,6 +159,8 @@ class Recipe:
         if not self.compiled:
             return ()
         if not self.builds_always:
+            for knob in self.arch_knobs:
+                archs = knob.archs_for(archs)
             return tuple(sorted(archs))
         out = set(self.builds_always)
         if any(k.format == "switch-below" and k.value(archs) == "ON" for k in self.arch_knobs):
@@ -223,7 +235,19 @@ class Recipe:
                 names |= set(max(fits)[1])
         return tuple(sorted(names, key=lambda n: (int(re.sub(r"\D", "", n)), n)))
 
-    def arch_problems(self, archs: tuple[int, ...]) -> list[str]:
+    def predicted_audit(self, archs: tuple[int, ...], cuda: str):
+        """The audit's verdict (builder/audit.py, the same coverage rules and arch scopes) on the binaries a build for
+        `archs` makes, as binary_plans predicts them; None where the engine data does not know the release's
+        binaries for this CUDA. Plan refuses what this fails, so the build's audit and the gencode filter agree."""
+        from .audit import audit_recorded
+
+        plans = self.binary_plans(archs, cuda)
+        if not plans:
+            return None
+        recorded = {_recorded_path(bp.binary): list(bp.sass) for bp in plans}
+        return audit_recorded(f"{self.name}-{self.version}", recorded, list(archs), self.arch_scoped)
+
+    def arch_problems(self, archs: tuple[int, ...], cuda: str = "") -> list[str]:
         """Why the requested archs cannot be built as asked (empty when they can)."""
         problems: list[str] = []
         if not self.compiled:
@@ -234,22 +258,32 @@ class Recipe:
         for knob in self.arch_knobs:
             if knob.accepted is None:
                 continue
-            for a in archs:
-                if a not in knob.accepted:
-                    hint = ""
-                    substitute = archs_mod.sass_substitute(a, knob.accepted)
-                    if substitute is not None:
-                        hint = f"; {archs_mod.sm(substitute)} SASS runs on {archs_mod.dotted(a)}: ask for {substitute}"
+            for a in archs:  # an arch a recognised one's SASS serves is given that one (ArchKnob.archs_for)
+                if a not in knob.accepted and archs_mod.sass_substitute(a, knob.accepted) is None:
                     problems.append(
                         f"{self.name} {self.version}: {knob.name} only recognises "
-                        f"{', '.join(map(str, knob.accepted))}; {a} would be silently dropped{hint}"
+                        f"{', '.join(map(str, knob.accepted))}, and no SASS of those runs on "
+                        f"{archs_mod.dotted(a)}; {a} would be silently dropped"
                     )
-        built = self.built_archs(archs)
+        predicted = self.predicted_audit(archs, cuda)
+        if predicted is not None:  # per binary, what the gencode filter keeps, asked where each binary loads
+            upstream = {_recorded_path(b): b for b in self.binaries}
+            for failed in predicted.failures:
+                b = upstream[failed.path.rsplit("!", 1)[1]]
+                scope = self.scope_of(b)
+                problems.append(
+                    f"{self.name} {self.version} on CUDA {self.binaries_cuda}: {b.files.rstrip('*')} "
+                    f"(loaded on {scope.spelled if scope else 'every GPU'}) is built upstream for "
+                    f"{', '.join(b.sass)}, none of which runs on {', '.join(map(archs_mod.sm, failed.missing))}"
+                )
+            return problems
         if self.builds_always:
+            built = self.built_sass(archs, cuda)
             for a in archs:
-                if a >= self.min_arch and archs_mod.sass_substitute(a, built) is None:
+                if a >= self.min_arch and not any(archs_mod.runs_on("sass", int(re.sub(r"\D", "", n)), n[-1] if n[-1] in "af" else "", a)
+                                                  for n in built):
                     problems.append(
-                        f"{self.name} {self.version} hard-codes its archs ({', '.join(map(archs_mod.sm, built))}); "
+                        f"{self.name} {self.version} hard-codes its archs ({', '.join(built)}); "
                         f"{archs_mod.sm(a)} cannot be selected"
                     )
         return problems
@@ -274,6 +308,11 @@ class Recipe:
         if Version(self.version) not in s.versions:
             return f"{name} cannot run on {self.name} {self.version}: {s.why_not}; versions that can: {self.name}{s.versions}"
         return None
+
+
+def _recorded_path(b: Binary) -> str:
+    """A path inside the wheel that a binary's glob (and so its arch scope) matches: what the audit is handed."""
+    return b.files.replace("*", ".so")
 
 
 def _read_toml(path) -> dict:
@@ -458,6 +497,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         fetch_plan=merged.get("fetch_plan", False),
         patches=tuple(tuple(sorted(pt.items())) for pt in merged.get("patches", [])),
         source_remove=tuple(merged.get("source_remove", ())),
+        source_version=merged.get("source_version", ""),
         resolve_as_of=merged.get("resolve_as_of", ""),
         resolve_as_of_exempt=tuple(merged.get("resolve_as_of_exempt", ())),
         setuptools_scm=merged.get("setuptools_scm", False),

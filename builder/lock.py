@@ -38,6 +38,7 @@ class Locked:
     deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
     wheels: tuple[dict, ...] = ()  # the release's Linux wheels on the index (filename, url, sha256): source = "index"
     wheels_read: bool = False  # whether `lock` read them at all (source = "auto": none read is another fact than none)
+    torch_cuda: dict | None = None  # {"major": 12, "from": "nvidia-cuda-runtime-cu12==12.1.105"}: what its torch needs
 
 
 class Lock:
@@ -71,6 +72,7 @@ class Lock:
             deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
             wheels=tuple(dict(w) for w in entry.get("wheels", ())),
             wheels_read="wheels" in entry,
+            torch_cuda=dict(entry.get("torch_cuda", {})),
         )
 
     def pinned_base(self, ref: str) -> str:
@@ -136,6 +138,19 @@ def index_wheels(index: SimpleIndex, project: str, version: str, required: bool 
     return wheels
 
 
+def torch_cuda(index: SimpleIndex, version: str) -> dict | None:
+    """The CUDA major the index's torch `version` is built for, with the requirement that says so, read from the
+    metadata of its Linux x86_64 wheel (PEP 658, else the wheel's zip by HTTP ranges): plan refuses a cell whose CUDA
+    has another major. None for a torch that requires no CUDA wheels."""
+    wheels = sorted((f for f in index.release_files("torch", version)
+                     if f.is_wheel and "manylinux" in f.filename and "x86_64" in f.filename),
+                    key=lambda f: (not f.has_metadata, f.filename))
+    if not wheels:
+        return None
+    found = index.file_metadata(wheels[0]).cuda_major()
+    return {"major": found[0], "from": found[1]} if found else None
+
+
 def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, consumer_tag: str = "",
                  wheels: bool = False, auto: bool = False) -> dict:
     """One lock entry, read from the index (and the git host for git sources); with `wheels` (or `auto`), the
@@ -159,6 +174,9 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
             if torch is None:
                 raise UserError(f"{name} {version}: its metadata pins no exact torch version")
             entry["torch"] = torch
+            cuda = torch_cuda(index, torch)
+            if cuda is not None:
+                entry["torch_cuda"] = cuda
         if pins:
             entry["pins"] = pins
     if r.source == "sdist":
@@ -176,19 +194,19 @@ def lock_package(kn: Knowledge, index: SimpleIndex, name: str, version: str, con
 
 
 def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
-    """An sdist in the user cache, verified against the sha256 the index lists."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "sdists" / sha256
-    path = cache / filename
-    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+    """A file the index lists (an sdist, a wheel) in the user cache, verified against the sha256 the index lists:
+    streamed to disk under the download cap (builder/download.py), not read whole as a document."""
+    import requests
+
+    from .cache import sha256_file
+    from .download import fetch_pinned
+    from .net import with_timeouts
+
+    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "builder" / "sdists" / sha256 / filename
+    if path.is_file() and sha256_file(path) == sha256:
         return path
-    data = index.get(url)
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise UserError(f"{filename}: downloaded bytes do not match the index's sha256 {sha256}")
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.rename(path)
-    return path
+    with with_timeouts(requests.Session()) as session:
+        return fetch_pinned(session, url, path, sha256)
 
 
 def refresh_fetch_plan(index: SimpleIndex, name: str, version: str, sdist: dict, echo=print) -> Path:

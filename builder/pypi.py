@@ -13,6 +13,7 @@ import html
 import html.parser
 import json
 import os
+import re
 import ssl
 import struct
 import urllib.error
@@ -75,6 +76,32 @@ class Metadata:
                 if spec.operator in ("==", "==="):
                     return spec.version
         return None
+
+
+    def cuda_major(self) -> tuple[int, str] | None:
+        """The CUDA major a torch-like wheel is built for, read from the CUDA wheels it requires on Linux x86_64:
+        (13, "cuda-toolkit==13.0.3") for torch 2.14, (12, "nvidia-cuda-runtime-cu12==12.1.105") for torch 2.4;
+        None when it requires none (a CPU build)."""
+        linux = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "extra": ""}
+        named: list[tuple[int, int, str]] = []  # (rank, major, evidence): the runtime's own pin first
+        for line in self.requires_dist:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(linux):
+                continue
+            name = canonicalize_name(req.name)
+            pinned = next((sp.version for sp in req.specifier if sp.operator in ("==", "===")), "")
+            spelled = f"{req.name}=={pinned}" if pinned else str(req).split(";")[0].strip()
+            suffix = re.fullmatch(r"nvidia-.+-cu(\d+)", name)
+            if name in ("cuda-toolkit", "nvidia-cuda-runtime") and pinned:
+                named.append((0, int(pinned.split(".")[0]), spelled))
+            elif suffix and name.startswith("nvidia-cuda-runtime"):
+                named.append((1, int(suffix.group(1)), spelled))
+            elif suffix:
+                named.append((2, int(suffix.group(1)), spelled))
+        if not named:
+            return None
+        _, major, evidence = min(named)
+        return major, evidence
 
 
 ACCEPT_ANY = f"{_ACCEPT}, text/html;q=0.1"

@@ -62,6 +62,7 @@ def package_context(pkg: Package, torch: str = "") -> dict:
         "deps": dep,
         "rust_toolchain": r.rust_toolchain,
         "source_remove": list(r.source_remove),
+        "source_version": r.source_version,
         # the nvcc launcher that selects the archs of a CMake with hard-coded gencode lists (sglang-kernel)
         "gencode_filter": dockerfile_quoted(json.dumps(gencode, sort_keys=True), expand=True) if gencode else "",
         "gencode_filter_lines": gencode_filter_script_lines() if gencode else [],

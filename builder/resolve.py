@@ -307,16 +307,33 @@ def _source(m: Matrix, lock: Lock, r: Recipe, prof: Profile | None = None) -> So
     return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.source_subdir)
 
 
-def _torch_for(m: Matrix, lock: Lock, engine: Recipe) -> str:
+def _torch_entry(m: Matrix, lock: Lock, engine: Recipe):
+    """The lock entry that pins the cell's torch (the engine's, or the package's it takes torch through); None
+    for an engine without torch."""
     if engine.torch_pin == "none":
-        return ""
+        return None
     entry = lock.get(engine.name, engine.version)
     if engine.torch_pin.startswith("via:"):
         via = engine.torch_pin.split(":", 1)[1]
-        return _torch_for(m, lock, m.knowledge.recipe(via, entry.pins[via]))
+        return _torch_entry(m, lock, m.knowledge.recipe(via, entry.pins[via]))
     if not entry.torch:
         raise UserError(f"{LOCK_NAME}: {engine.name} {engine.version} records no torch pin; run `builder lock`")
-    return entry.torch
+    return entry
+
+
+def torch_cuda_problem(entry, cuda: str) -> str:
+    """Why the torch a lock entry pins cannot go into a cell of this CUDA ("" when it can, or when the lock does
+    not record torch's CUDA): every extension is compiled with the cell's nvcc against that torch and loads only
+    with the CUDA runtime torch brings (libcudart.so.<major>)."""
+    if entry is None or not entry.torch_cuda:
+        return ""
+    major = int(entry.torch_cuda["major"])
+    if major == int(cuda.split(".")[0]):
+        return ""
+    return (f"torch {entry.torch} (pinned by {entry.name} {entry.version}) is a CUDA {major} build (its metadata "
+            f"requires {entry.torch_cuda['from']}), the profile's CUDA is {cuda}: extensions compiled with nvcc "
+            f"{cuda} against it do not load beside its CUDA {major} runtime; use a CUDA {major}.x profile for "
+            f"{entry.name} {entry.version}")
 
 
 def base_refs(m: Matrix, prof: Profile) -> dict[str, str]:
@@ -334,8 +351,11 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
 
     if Version(prof.cuda) < Version(eng.min_cuda):
         raise UserError(f"{where}.cuda: {engine} {version} needs CUDA >= {eng.min_cuda}, the profile has {prof.cuda}")
-    # torch: the engine's own pin; a hand-typed one must agree with it
-    torch = _torch_for(m, lock, eng)
+    # torch: the engine's own pin; a hand-typed one must agree with it, and its CUDA major with the profile's
+    torch_entry = _torch_entry(m, lock, eng)
+    torch = torch_entry.torch if torch_entry else ""
+    if why := torch_cuda_problem(torch_entry, prof.cuda):
+        raise UserError(f"{where}.cuda: {why}")
     stated = prof.torch.get(engine) if isinstance(prof.torch, dict) else prof.torch
     if stated is not None and torch and Version(stated) != Version(torch):
         raise UserError(
@@ -368,7 +388,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         if Version(prof.cuda) < Version(r.min_cuda):
             raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
         route = _auto_route(m, lock, r, prof, torch, archs) if prof.auto(r.name) else None
-        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs)
+        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs, prof.cuda)
         if problems:
             raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
         source = (route.index if route.chosen == "index" else route.build) if route else _source(m, lock, r, prof)

@@ -75,6 +75,13 @@ def _template(name: str) -> str:
 # Strings that reach a Dockerfile or a command line are checked by their grammar (builder/grammar.py)
 ENV_NAME = _grammar(grammar.identifier, "a variable name like TORCH_CUDA_ARCH_LIST")
 LINE = _grammar(grammar.line, "a string on one line", "strings on one line")
+def _version_file(value: str) -> str:
+    grammar.relative_path(value)
+    if not (value.endswith(".py") or value.rsplit("/", 1)[-1] == "pyproject.toml"):
+        raise ValueError("names neither a pyproject.toml nor a .py file")
+    return value
+
+
 QUOTABLE = _grammar(grammar.quotable, "a string on one line without a single quote",
                     "strings on one line without a single quote")
 ENV_VALUE = _grammar(grammar.double_quotable, 'a string on one line without " or \\')
@@ -262,6 +269,9 @@ RULE = Table(
         "fetch_plan": BOOL,
         "patches": ListOf(PATCH),
         "source_remove": ListOf(REL_PATH),  # paths of the source tree the build leaves out (why: in the data)
+        # the file of the source tree (under source_subdir) that names its version: a pyproject.toml ([project]
+        # version) or a Python file (__version__ = "..."); the source stage refuses a tree of another version
+        "source_version": _grammar(_version_file, "a relative path to a pyproject.toml or a .py file"),
         # the first resolve of the cell's build and runtime requirements takes only files uploaded before this
         # moment (UTC, ISO 8601): the engine release's own upload time on the index
         "resolve_as_of": UTC_TIME,
@@ -385,6 +395,8 @@ LOCK_GIT = Table(required={"repository": GIT_URL, "tag": TOKEN, "commit": COMMIT
 LOCK_ENTRY = Table(optional={
     "requires_python": PYTHON_RANGE,
     "torch": PIN_VERSION,
+    # the CUDA major that torch is built for, and the requirement of its own metadata that says so
+    "torch_cuda": Table(required={"major": INT, "from": STR}),
     "pins": TableOf(PIN_VERSION, key=PACKAGE_KEY),
     "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
     "git": LOCK_GIT,

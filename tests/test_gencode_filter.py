@@ -126,3 +126,83 @@ def test_the_rendered_build_stage_writes_the_filter_exactly_and_configures_it(tm
     assert config["archs"] == [80, 90] and config["targets"]["common_ops_sm100_build"] == {"all_but": [90]}
     # the filter first, then sccache: what sccache caches is the nvcc call the filter made
     assert '-Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="/usr/local/bin/builder-gencode-filter;sccache"' in text
+
+
+WHEEL_CMAKE = """\
+cmake_minimum_required(VERSION 3.24)
+project(sgl_kernel_layout LANGUAGES CXX CUDA)
+{targets}
+"""
+WHEEL_TARGET = """\
+add_library({target} MODULE kernel.cu)
+target_compile_options({target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:{flags}>)
+set_target_properties({target} PROPERTIES OUTPUT_NAME {name} PREFIX "" SUFFIX ".abi3.so" LIBRARY_OUTPUT_DIRECTORY {dir})
+"""
+
+
+def _rendered_filter(archs: tuple[int, ...], tmp: Path) -> tuple[Path, dict]:
+    """The gencode filter script and its configuration as the rendered SGLang cell's build stage writes them."""
+    from builder import plan, render
+    from builder.matrix import Selection, load
+    from builder.resolve import select
+
+    from .helpers import REPO
+
+    m = load(REPO / "matrix.toml")
+    (cell,) = select(m, Selection(profiles=("cu130",), engines=("sglang",), archs=archs))
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    start = text.index("RUN printf '%s\\n' \\\n      '#!/usr/bin/env python3'")
+    run = text[start + 4:text.index("&& chmod 0755 /usr/local/bin/builder-gencode-filter", start)]
+    script = tmp / "builder-gencode-filter"
+    subprocess.run(["bash", "-c", run.replace("/usr/local/bin/builder-gencode-filter", str(script)).rstrip()
+                    .rstrip("\\").rstrip()], check=True)
+    env_line = next(ln for ln in text.splitlines() if ln.startswith("ENV BUILDER_GENCODE_FILTER="))
+    return script, json.loads(env_line.split("=", 1)[1][1:-1].replace('\\"', '"'))
+
+
+@pytest.mark.parametrize("archs", [(100,), (120,), (80, 90, 100)], ids=lambda a: ",".join(map(str, a)))
+def test_blackwell_sglang_kernel_layout_built_through_the_rendered_filter_passes_the_audit(nvcc, tmp_path, archs):
+    """Six CMake targets named and laid out as sglang-kernel 0.4.10's (flash_ops, flashmla_ops, infllm_ops, the two
+    common_ops copies, spatial_ops), each given the gencode list upstream compiles it with on CUDA 13.0 (the engine
+    data's binaries, read from the published wheel; sm_8x left out when ENABLE_BELOW_SM90 is OFF, as its CMake
+    does), compiled by the real nvcc through the filter and configuration the rendered build stage writes: each
+    file carries the SASS plan predicted, and the audit with the engine data's scopes passes."""
+    from builder.engines import recipe
+
+    cmake, ninja = shutil.which("cmake"), shutil.which("ninja")
+    if not cmake or not ninja:
+        pytest.fail("cmake and ninja are needed (Debian packages cmake, ninja-build)")
+    r = recipe("sglang-kernel", "0.4.10")
+    script, config = _rendered_filter(archs, tmp_path)
+    assert config["archs"] == list(archs) and config["targets"]["infllm_ops"]["archs"] == [80, 86, 87, 88, 89, 90, 120]
+    below = dict(r.knob_values(archs))["ENABLE_BELOW_SM90"] == "ON"
+    targets = []
+    for b in r.binaries:
+        codes = [c for c in b.sass if below or int(c[3:].rstrip("af")) >= 90]
+        flags = " ".join(f"-gencode=arch={c.replace('sm_', 'compute_')},code={c}" for c in codes)
+        path = b.files.rstrip("*")
+        targets.append(WHEEL_TARGET.format(target=b.target, flags=flags, name=path.rsplit("/", 1)[1],
+                                           dir=f"wheel/{path.rsplit('/', 1)[0]}"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(WHEEL_CMAKE.format(targets="".join(targets)))
+    (src / "kernel.cu").write_text(KERNEL)
+    config["log_dir"] = str(tmp_path / "marks")
+    env = {**os.environ, gencode_filter.ENV: json.dumps(config)}
+    build = tmp_path / "build"
+    configure = subprocess.run([cmake, "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_CUDA_COMPILER={nvcc}",
+                                "-DCMAKE_CUDA_ARCHITECTURES=OFF", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{script}"],
+                               capture_output=True, text=True, env=env)
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    done = subprocess.run([cmake, "--build", build, "-j", "2"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheel = build / "wheel"
+    carried = {str(p.relative_to(wheel)): tuple(sorted({e.name for e in read_fatbin_entries(p) if e.kind == "sass"},
+                                                       key=lambda n: (int(n[3:].rstrip("af")), n)))
+               for p in wheel.rglob("*.so")}
+    planned = {bp.binary.files.rstrip("*") + ".abi3.so": bp.sass for bp in r.binary_plans(archs, "13.0.3")}
+    assert carried == planned
+    report = audit(wheel, list(archs), r.arch_scoped)
+    assert report.ok and len(report.binaries) == 6, [(b.path, b.status) for b in report.binaries]
+    # and the same layout is refused for a GPU a loaded binary has no code for (GB10, 12.1)
+    assert not audit(wheel, [*archs, 121], r.arch_scoped).ok

@@ -184,7 +184,7 @@ def _local_cell(m, root: Path, commit: str, *, setuptools_scm: bool):
     return dataclasses.replace(cell, torch="", packages=(pkg,))
 
 
-def _build(tmp: Path, text: str, root: Path, local_bases, target: str, out: Path) -> tuple[int, str]:
+def _build(tmp: Path, text: str, root: Path, local_bases, target: str, out: Path | None) -> tuple[int, str]:
     context = tmp / "context"
     context.mkdir(exist_ok=True)
     dockerfile = tmp / "Dockerfile"
@@ -206,7 +206,7 @@ def _build(tmp: Path, text: str, root: Path, local_bases, target: str, out: Path
     stream(BuildxCall(dockerfile=tmp / "Dockerfile.repo", context=repo_ctx, target="repo", tags=(tag,), load=True)
            .argv(), log, echo)
     call = BuildxCall(dockerfile=dockerfile, context=context, target=target, build_args=base, secrets=secrets,
-                      contexts=(("toolchain", f"docker-image://{tag}"),), output=f"type=local,dest={out}")
+                      contexts=(("toolchain", f"docker-image://{tag}"),), output=f"type=local,dest={out}" if out else None)
     proc = subprocess.run(call.argv(), capture_output=True, text=True)
     log.write(proc.stdout + proc.stderr)
     return proc.returncode, proc.stdout + proc.stderr
@@ -243,3 +243,42 @@ def test_without_the_pretended_version_the_wheel_check_stops_a_dev_version_build
     built = re.search(rf"AssertionError: built sglang (\S+), the lock pins sglang {re.escape(VERSION)}", output)
     assert built, output[-3000:]
     assert Version(built.group(1)).is_devrelease and Version(built.group(1)) != Version(VERSION)
+
+
+# --------------------------------------------------------------------------- the kernel tree's own version
+
+
+def _kernel_cell(m, root: Path, commit: str):
+    """The SGLang 0.5.23 cell, its sglang-kernel 0.4.10's git source pointed at the local repository."""
+    (cell,) = select(m, Selection(profiles=("local-sglang",)))
+    packages = tuple(dataclasses.replace(p, source=dataclasses.replace(p.source, repository=f"file:///srv/{root.name}",
+                                                                       commit=commit))
+                     if p.name == "sglang-kernel" else p for p in cell.packages)
+    return dataclasses.replace(cell, packages=packages)
+
+
+def test_the_source_stage_holds_the_kernel_trees_version_to_the_pinned_one(repo, local_bases, tmp_path):
+    """sglang-kernel is released from SGLang's repository: the tag names an SGLang release, and the kernel version
+    its tree carries is whatever sgl-kernel/pyproject.toml said then. The rendered source stage reads it at the
+    pinned commit: the release's tree passes; a commit whose tree is another kernel version (here the next bump,
+    0.4.11) stops the build in the source stage, before any dependency is fetched or anything compiles, naming both
+    versions and the file."""
+    root, commit = repo
+    m = load(LOCAL)
+    text = render.render(plan.plan_cells([_kernel_cell(m, root, commit)], None)[0], m.defaults["index"])
+    assert "sgl-kernel/pyproject.toml names the version" in text
+    code, output = _build(tmp_path, text, root, local_bases, "src-sglang-kernel", None)
+    assert code == 0, output[-3000:]
+    assert "sgl-kernel/pyproject.toml: sglang-kernel 0.4.10, as pinned" in output, output[-3000:]
+
+    bumped = tmp_path / "bumped" / root.name
+    shutil.copytree(root, bumped, symlinks=True)
+    kernel = bumped / "sgl-kernel" / "pyproject.toml"
+    kernel.write_text(kernel.read_text().replace('version = "0.4.10"', 'version = "0.4.11"'))
+    git("commit", "-q", "-am", "bump sgl-kernel to 0.4.11", cwd=bumped)
+    other = git("rev-parse", "HEAD", cwd=bumped)
+    text = render.render(plan.plan_cells([_kernel_cell(m, bumped, other)], None)[0], m.defaults["index"])
+    code, output = _build(tmp_path / "bumped", text, bumped, local_bases, "src-sglang-kernel", None)
+    assert code != 0
+    assert (f"the source tree at {other} is sglang-kernel 0.4.11 (sgl-kernel/pyproject.toml), the lock pins "
+            "sglang-kernel 0.4.10: this commit did not release it") in output, output[-3000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from builder.engines import recipe
@@ -24,6 +26,11 @@ from builder.engines import recipe
         ("flash-attn", "2.7.3", (80, 90), {"FLASH_ATTN_CUDA_ARCHS": "80;90"}, (80, 90)),
         ("flash-attn", "2.8.3", (90,), {"FLASH_ATTN_CUDA_ARCHS": "90"}, (90,)),
         ("flash-attn", "2.8.3", (80, 90, 100, 120), {"FLASH_ATTN_CUDA_ARCHS": "80;90;100;120"}, (80, 90, 100, 120)),
+        # a token it does not recognise is served by one it does whose SASS runs there: 8.6/8.9 by sm_80, 10.3 by
+        # sm_100 (setup.py writes plain code=sm_100), never dropped in silence
+        ("flash-attn", "2.8.3", (86,), {"FLASH_ATTN_CUDA_ARCHS": "80"}, (80,)),
+        ("flash-attn", "2.8.3", (80, 89, 90), {"FLASH_ATTN_CUDA_ARCHS": "80;90"}, (80, 90)),
+        ("flash-attn", "2.8.3", (103,), {"FLASH_ATTN_CUDA_ARCHS": "100"}, (100,)),
         # sglang-kernel (CMake era): hard-coded; ENABLE_BELOW_SM90 adds sm_80 + sm_89 (+ sm_86 in FA3's flash_ops)
         ("sglang-kernel", "0.4.10", (80, 90), {"ENABLE_BELOW_SM90": "ON"}, (80, 86, 89, 90)),
         ("sglang-kernel", "0.4.10", (90,), {"ENABLE_BELOW_SM90": "OFF"}, (90,)),
@@ -76,14 +83,18 @@ def test_sglang_kernel_threads_knob_and_cmake_floor():
 @pytest.mark.parametrize(
     "package, version, archs, fragment",
     [
-        ("flash-attn", "2.8.3", (86,), "86 would be silently dropped"),
-        ("flash-attn", "2.8.3", (89,), "ask for 80"),
+        ("flash-attn", "2.8.3", (110,), "no SASS of those runs on 11.0; 110 would be silently dropped"),
         ("flash-attn", "2.6.3", (75,), "supports sm_80 and newer"),
-        ("sglang-kernel", "0.4.10", (100,), "sm_100 cannot be selected"),
+        # a GB10 (12.1) loads sm100/common_ops, whose Blackwell code (sm_100f, sm_120a) does not run there
+        ("sglang-kernel", "0.4.10", (121,), "sgl_kernel/sm100/common_ops (loaded on every GPU but sm_90) is built "
+         "upstream for sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a, none of which runs on sm_121"),
+        # a CUDA release whose binaries the data does not list: the CMakeLists' fixed set (sm_90 + sm_90a on 12.4)
+        ("sglang-kernel", "0.4.10@12.4.1", (100,), "hard-codes its archs (sm_90, sm_90a); sm_100 cannot be selected"),
     ],
 )
 def test_untranslatable_archs_are_explained(package, version, archs, fragment):
-    problems = recipe(package, version).arch_problems(archs)
+    version, _, cuda = version.partition("@")
+    problems = recipe(package, version).arch_problems(archs, cuda or "13.0.3")
     assert any(fragment in p for p in problems), problems
 
 
@@ -168,4 +179,53 @@ def test_sglang_kernel_arch_selection_per_binary_halves_its_compile_for_80_90():
     config = recipe("sglang-kernel", "0.4.10").gencode_filter((80, 90))
     assert config["targets"]["common_ops_sm100_build"] == {"all_but": [90]}
     assert config["targets"]["common_ops_sm90_build"] == {"archs": [90]}
-    assert "infllm_ops" not in config["targets"]  # unscoped: every requested GPU
+    # scoped as upstream builds it (sm_80, sm_90, sm_120a): the GPUs that code runs on
+    assert config["targets"]["infllm_ops"] == {"archs": [80, 86, 87, 88, 89, 90, 120]}
+    assert "spatial_ops" not in config["targets"]  # unscoped: every requested GPU
+
+
+# Per arch set: the SASS each binary keeps (the gencode filter's rule on the 0.4.10 binaries) and the kernel×arch
+# units of the build; a binary no requested GPU loads keeps its first entry (the CMake's sm_90 / sm_90a first) so
+# that its target still builds.
+BLACKWELL = {
+    (100,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_100f",), "infllm_ops": ("sm_90",),
+              "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_100f",), "spatial_ops": ("sm_100f",)},
+             504),
+    (103,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_100f", "sm_103a"), "infllm_ops": ("sm_90",),
+              "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_100f",), "spatial_ops": ("sm_100f",)},
+             561),
+    (120,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_90a",), "infllm_ops": ("sm_120a",),
+              "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_120a",), "spatial_ops": ("sm_120a",)},
+             504),
+    (80, 90, 100): ({"flash_ops": ("sm_80", "sm_90a"), "flashmla_ops": ("sm_90a", "sm_100f"), "infllm_ops": ("sm_80", "sm_90"),
+                     "common_ops_sm90_build": ("sm_90", "sm_90a"), "common_ops_sm100_build": ("sm_80", "sm_100f"),
+                     "spatial_ops": ("sm_80", "sm_90", "sm_90a", "sm_100f")},
+                    1010),
+}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("archs", sorted(BLACKWELL), ids=lambda a: ",".join(map(str, a)))
+def test_sglang_kernel_builds_blackwell_per_binary_and_the_audit_of_that_passes(archs):
+    """B200 (10.0), B300 (10.3), RTX PRO 6000 (12.0) and a mixed set: what each binary keeps is what the wheel's own
+    binaries carry upstream for those GPUs, and the audit (the same rules and scopes the build's audit step uses)
+    passes on exactly that: plan refuses nothing, and what the filter drops no requested GPU loads."""
+    r = recipe("sglang-kernel", "0.4.10")
+    sass, units = BLACKWELL[archs]
+    plans = r.binary_plans(archs, "13.0.3")
+    assert {bp.binary.target: bp.sass for bp in plans} == sass
+    assert sum(bp.units for bp in plans) == units
+    assert r.arch_problems(archs, "13.0.3") == []
+    predicted = r.predicted_audit(archs, "13.0.3")
+    assert predicted.ok and len(predicted.binaries) == 6
+    # infllm_ops at 10.x: not asked (upstream has no Blackwell code in it either), said so by the report
+    infllm = next(b for b in predicted.binaries if "infllm_ops" in b.path)
+    assert [res.arch for res in infllm.results] == [a for a in archs if a in (80, 86, 87, 88, 89, 90, 120)]
+    # one SASS fewer in a binary a requested GPU loads, and the audit fails it: the plan is not vacuous
+    for bp in plans:
+        scope = r.scope_of(bp.binary)
+        if any(scope is None or scope.covers(a) for a in archs):
+            thin = dataclasses.replace(r, binaries=tuple(
+                dataclasses.replace(b, sass=tuple(x for x in b.sass if x not in bp.sass)) if b == bp.binary else b
+                for b in r.binaries))
+            assert thin.arch_problems(archs, "13.0.3"), bp.binary.target

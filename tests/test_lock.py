@@ -30,6 +30,18 @@ def test_pins_read_from_pep658_and_from_a_remote_wheel():
     assert sg.pin("vllm", ("srt",)) == "0.5.5"
 
 
+@pytest.mark.pure
+@pytest.mark.network
+def test_torch_names_its_cuda_in_its_own_requirements():
+    """What plan compares with a cell's CUDA: the CUDA wheels the index's torch requires on Linux x86_64 (the 2.4
+    line's carry a -cu12 suffix; 2.14 pins the cuda-toolkit meta-package)."""
+    from builder.lock import torch_cuda
+
+    index = SimpleIndex()
+    assert torch_cuda(index, "2.4.0") == {"major": 12, "from": "nvidia-cuda-runtime-cu12==12.1.105"}
+    assert torch_cuda(index, "2.14.1") == {"major": 13, "from": "cuda-toolkit==13.0.3"}
+
+
 @pytest.mark.network
 def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     text = """
@@ -46,6 +58,7 @@ def test_lock_writes_entries_for_a_new_matrix(tmp_path):
     assert res.exit_code == 0, res.output
     lock = (tmp_path / "matrix.lock").read_text()
     assert '[packages."vllm==0.6.3.post1"]' in lock and 'torch = "2.4.0"' in lock
+    assert '[packages."vllm==0.6.3.post1".torch_cuda]\nmajor = 12\nfrom = "nvidia-cuda-runtime-cu12==12.1.105"' in lock
     assert "0aae6ddd5348f86bf20e4f323c09e77d5ad2638d77f0d69323c5a63a40f8c143" in lock
     assert run_cli("plan", "--matrix", str(path)).exit_code == 0
 
@@ -169,3 +182,46 @@ def test_lock_selectors_refresh_only_the_selected_packages(tmp_path):
 def test_lock_refuses_cell_selectors():
     res = run_cli("lock", "--matrix", str(MATRIX), "--only", "vllm-*")
     assert res.exit_code == 2 and "lock works per package" in res.output
+
+
+@pytest.mark.pure
+def test_a_file_the_index_lists_downloads_under_the_download_cap_not_the_document_cap(tmp_path, monkeypatch):
+    """What compile_units.py and the fetch plans take through lock._download (the 373 MB sglang-kernel wheel, an
+    sdist): streamed to disk under the download cap and hashed, where reading it as a document (held in memory,
+    capped at BUILDER_REMOTE_MAX_BYTES, 64 MiB by default) refuses it. A served file of 3 MiB against a 1 MiB
+    document cap stands in for the wheel against the real one (a local HTTP server: a test double for the index)."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    from builder.download import DownloadMismatch
+    from builder.lock import _download
+    from builder.net import TooLarge
+
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = bytes(range(256)) * (3 << 12)
+    (served / "big-1.0-py3-none-any.whl").write_bytes(payload)
+    sha = hashlib.sha256(payload).hexdigest()
+    monkeypatch.setenv("BUILDER_REMOTE_MAX_BYTES", str(1 << 20))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
+    handler = functools.partial(quiet, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with server:
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/big-1.0-py3-none-any.whl"
+            index = SimpleIndex(f"http://127.0.0.1:{server.server_address[1]}/simple")
+            with pytest.raises(TooLarge):
+                index.get(url)  # the document path: what _download used, and why the wheel never arrived
+            path = _download(index, url, sha, "big-1.0-py3-none-any.whl")
+            assert path.read_bytes() == payload and path.parent.name == sha
+            assert _download(index, "http://127.0.0.1:9/unused", sha, path.name) == path  # cached: no request
+            with pytest.raises(DownloadMismatch):
+                _download(index, url, "0" * 64, "big-1.0-py3-none-any.whl")
+            assert not (tmp_path / "cache" / "builder" / "sdists" / ("0" * 64) / "big-1.0-py3-none-any.whl").exists()
+            assert not list((tmp_path / "cache").rglob("*.part"))
+        finally:
+            server.shutdown()

@@ -59,9 +59,23 @@ def test_the_real_wheel_still_fails_for_a_gpu_a_loaded_binary_lacks(wheel):
     res = run_cli("audit", str(wheel), "--arch", "90,121", "--package", "sglang-kernel==0.4.10")
     assert res.exit_code == 1, res.output
     failed = sorted(line.split("!", 1)[1].split(":", 1)[0] for line in res.output.splitlines() if line.startswith("FAIL "))
-    assert failed == ["sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so", "sgl_kernel/sm100/common_ops.abi3.so",
-                      "sgl_kernel/spatial_ops.abi3.so"], res.output
+    assert failed == ["sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"], res.output
     assert "sm100/common_ops.abi3.so: sm_121 missing" in res.output
+    # and plan refuses the same GPU for a build, naming the same binaries
+    plan = run_cli("plan", "--engine", "sglang", "--arch", "90,121")
+    assert plan.exit_code == 2 and "sgl_kernel/sm100/common_ops" in plan.output and "sgl_kernel/spatial_ops" in plan.output
+
+
+@pytest.mark.parametrize("archs", ["100", "103", "120", "80,90,100"])
+def test_the_real_wheel_passes_for_blackwell_where_each_binary_loads(wheel, archs):
+    """B200, B300, RTX PRO 6000 and a mixed set: the published wheel passes the audit with the engine data's scopes
+    (infllm_ops has no 10.x code upstream either and is not asked for it), as plan's prediction for a build does."""
+    res = run_cli("audit", str(wheel), "--arch", archs, "--package", "sglang-kernel==0.4.10")
+    assert res.exit_code == 0, res.output
+    from builder.archs import parse
+    from builder.engines import recipe
+
+    assert recipe("sglang-kernel", "0.4.10").predicted_audit(parse(archs), "13.0.3").ok
 
 
 def test_the_engine_data_lists_each_binary_with_its_sass_and_kernel_count(wheel, tmp_path):
@@ -87,3 +101,26 @@ def test_the_engine_data_lists_each_binary_with_its_sass_and_kernel_count(wheel,
     print(f"sglang-kernel 0.4.10 upstream: {sum(sum(c.values()) for c in found.values())} kernel×arch units; "
           f"a build for 80,90: {sum(bp.units for bp in r.binary_plans((80, 90), '13.0.3'))}")
     assert sum(sum(c.values()) for c in found.values()) == 1725
+
+
+@pytest.mark.parametrize("archs", ["90", "100"])
+def test_plan_and_the_compile_units_benchmark_name_the_same_kept_sass(wheel, archs):
+    """benchmarks/compile_units.py counts the wheel's kernels per SASS target and takes what each binary keeps from
+    plan's own code (Recipe.binary_plans): at --arch 90 both name sm_90 for the sm100/ copy no Hopper GPU loads (the
+    filter keeps its first entry, the CMake's sm_90, once the switch dropped sm_80/sm_89), and the same per binary."""
+    import re
+    import subprocess
+    import sys
+
+    bench = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compile_units.py"), "--arch", archs],
+                           capture_output=True, text=True, timeout=900)
+    assert bench.returncode == 0, bench.stderr
+    benched = {m.group(1): tuple(m.group(2).split()) for m in
+               re.finditer(r"^  (sgl_kernel/\S+?)(?:\.abi3|\.cpython-\S+)\.so +\d+ +\d+  (.+)$", bench.stdout, re.M)}
+    planned = run_cli("plan", "--engine", "sglang", "--arch", archs)
+    assert planned.exit_code == 0, planned.output
+    plan_sass = {m.group(1): tuple(m.group(2).split(",")) for m in
+                 re.finditer(r"^ +(sgl_kernel/\S+) +SASS (\S+) +\d+ of +\d+ kernel×arch units", planned.output, re.M)}
+    assert len(benched) == 6 and benched == plan_sass, (benched, plan_sass)
+    if archs == "90":
+        assert benched["sgl_kernel/sm100/common_ops"] == ("sm_90",)

@@ -146,6 +146,9 @@ RUN --mount=type=secret,id=ca \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
  && git -C /src checkout -q FETCH_HEAD \
  && git -C /src rev-parse HEAD > /src/.builder-commit
+# the tree must be the release the lock pins before anything compiles: sgl-kernel/pyproject.toml names the version
+# it builds (engine data source_version); a tag of another project's repository can carry another release's sources
+RUN python -c 'import pathlib, sys; from packaging.version import Version; toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); p = pathlib.Path("/src/sgl-kernel/pyproject.toml"); project = toml.loads(p.read_text()).get("project", {}) if p.is_file() else {}; v = project.get("version"); v or sys.exit("sgl-kernel/pyproject.toml names no [project] version at v0.5.23 (dynamic: %s): the engine data source_version is out of date" % project.get("dynamic")); Version(v) == Version("0.4.10") or sys.exit("the source tree at v0.5.23 is sglang-kernel %s (sgl-kernel/pyproject.toml), the lock pins sglang-kernel 0.4.10: this commit did not release it; pin the one that did (engine data git_tag)" % v); print("sgl-kernel/pyproject.toml: sglang-kernel %s, as pinned" % v)'
 # ---- deps-sglang-kernel: what sglang-kernel's own build would download, fetched at the pinned commits ----
 # UNPINNED: sglang-kernel 0.4.10: no fetch plan (source commit unknown); run `builder lock` where the git host answers. This stage stops the build.
 FROM toolchain AS deps-sglang-kernel
@@ -355,7 +358,7 @@ RUN printf '%s\n' \
       '    sys.exit(main(sys.argv))' \
       > /usr/local/bin/builder-gencode-filter \
  && chmod 0755 /usr/local/bin/builder-gencode-filter
-ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}}}"
+ENV BUILDER_GENCODE_FILTER="{\"archs\": [80, 90], \"log_dir\": \"/tmp/gencode-filter\", \"targets\": {\"common_ops_sm100_build\": {\"all_but\": [90]}, \"common_ops_sm90_build\": {\"archs\": [90]}, \"flash_ops\": {\"archs\": [80, 86, 87, 88, 89, 90]}, \"flashmla_ops\": {\"archs\": [90, 100, 103]}, \"infllm_ops\": {\"archs\": [80, 86, 87, 88, 89, 90, 120]}}}"
 # sccache is the CMake launcher of C, C++ and CUDA (after the gencode filter, so it caches what nvcc is really given)
 # sealed (--network=none): every source was fetched by an earlier stage; a download the plan missed fails here,
 # named by the build system, instead of landing unpinned and unknown to the cache key
@@ -639,14 +642,14 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="6ea6ff44708aec16e4505ccbb9e9a1f516e52a489cc19ab4d5d9ce462afd6239"
+LABEL io.builder.package.sglang.cache-key="abced4b4adceca247b45a2a55e227a5c619d2e92fbeae30bb94672d274c1d7d5"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="cf1fcc5d650668af56254d55c5f537e7db3e4814d16d42e89b382d44c4b2d536"
+LABEL io.builder.package.sglang-kernel.cache-key="64f38dddc735551d190c88a99cbe594cbb599b1d78a363be8178820562a8008e"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
