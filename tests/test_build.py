@@ -464,3 +464,35 @@ def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, lo
         assert last["artifacts"]["reused"] is True and last["artifacts"]["digest"] == digest2, last
     finally:
         remove_images(registry)
+
+
+def test_sigint_during_a_reuse_leaves_no_run_name(built_80_90, local_bases, docker_engine, tmp_path):
+    """Ctrl-C while a reuse names the image for this run (`<tag>-run-<hex>`): the build exits 130 and the name
+    is gone, the cell's tag untouched. The interrupt comes at that very moment from a docker wrapper that runs the
+    real `docker tag` and then sends SIGINT to builder (its parent), as a user's Ctrl-C would."""
+    shutil.copytree(built_80_90[0] / "wheelhouse", tmp_path / "wheelhouse")
+    registry = f"127.0.0.1:5000/builder-test-int{uuid.uuid4().hex[:8]}"
+    m = fixture_copy(tmp_path, registry)
+    ref = f"{registry}/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    try:
+        _, first = build_keyed(tmp_path, m)
+        digest = first["artifacts"]["digest"]
+        shims = tmp_path / "shims"
+        shims.mkdir()
+        real = shutil.which("docker")
+        (shims / "docker").write_text(f'#!/bin/sh\ncase "$1 $3" in\n  "tag "*-run-*) "{real}" "$@"; rc=$?; '
+                                      f'kill -INT $PPID; exit $rc;;\nesac\nexec "{real}" "$@"\n')
+        (shims / "docker").chmod(0o755)
+        argv = ["build", "--matrix", str(m), "--wheelhouse", str(tmp_path / "wheelhouse"), "--work-dir",
+                str(tmp_path / "work"), "--log-dir", str(tmp_path / "logs"), "--pins-dir", str(tmp_path / "pins"),
+                "--no-smoke", "--quiet", "--ca-bundle", str(HOST_CA)]
+        res = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                             cwd=tmp_path, env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}, timeout=600)
+        assert res.returncode == 130, res.stdout[-2000:] + res.stderr[-3000:]
+        assert f"reuse {ref} ({digest})" in res.stderr and f"interrupted by SIGINT during image of {CELL}" in res.stderr
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", f"{registry}/cuda-ext"],
+                               capture_output=True, text=True, check=True).stdout.split()
+        assert names == [ref], names  # no <tag>-run-<hex> left
+        assert image_id(ref) == digest
+    finally:
+        remove_images(registry)
