@@ -59,7 +59,8 @@ def check_dir(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise UserError(f"--wheelhouse: {path}: cannot use builder's image ledger there: {exc.strerror or exc}") from None
+        raise UserError(f"--wheelhouse: {path}: cannot use builder's image ledger there: "
+                        f"{exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
         what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode) else "not a directory"
         raise UserError(f"--wheelhouse: {path} is {what}; builder keeps its image ledger there in a directory of "
@@ -127,8 +128,11 @@ class Ledger:
         if entry is None:
             return False, f"builder recorded no image for it ({self.path(key)} does not exist)"
         if digest not in entry.images:
-            return False, (f"its digest {digest} is not the one builder recorded for it "
-                           f"({', '.join(sorted(entry.images, key=lambda d: entry.images[d]['recorded']))})")
+            recorded = sorted(entry.images, key=lambda d: entry.images[d]["recorded"])
+            return False, (f"its digest {digest} is not the one builder recorded for it ({recorded[0]})"
+                           if len(recorded) == 1 else
+                           f"its digest {digest} is none of those builder recorded for it ({', '.join(recorded)})"
+                           if recorded else f"its digest {digest} is not recorded for it (the entry lists none)")
         return True, ""
 
     # -- writing --------------------------------------------------------------------------------------------

@@ -403,6 +403,8 @@ def _image_digest(value) -> str:
 
 IMAGE_DIGEST = _grammar(_image_digest, 'an image digest like "sha256:<64 hex>" (or "" while unresolved)')
 LOCK_BASE = Table(required={"digest": IMAGE_DIGEST}, optional={"from": STR, "unresolved": STR})
+LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
+                                                 "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})
 
 
 # -- the image ledger (builder/ledger.py): one JSON file per content key under the wheelhouse's .images/ ---------
@@ -416,8 +418,6 @@ BUILT_DIGEST = _grammar(_built_digest, 'an image digest like "sha256:<64 hex>"')
 LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME})
 LEDGER_ENTRY = Table(required={"format": INT, "content_key": SHA256, "images": TableOf(LEDGER_IMAGE, key=BUILT_DIGEST)},
                      optional={"published": TableOf(BUILT_DIGEST, key=_grammar(grammar.image_ref, "an image reference"))})
-LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
-                                                 "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})
 
 
 # -- matrix.toml -------------------------------------------------------------------------------------------

@@ -144,3 +144,13 @@ def test_a_temporary_file_a_killed_build_left_is_removed_by_a_later_record(tmp_p
     os.utime(other, (1, 1))
     book.record_image(KEY, D1, "cell")
     assert not stale.exists() and fresh.exists() and other.exists()  # only its own names, only old ones
+
+
+def test_the_refusal_names_every_digest_recorded_when_there_are_several(tmp_path):
+    book = ledger.Ledger(tmp_path / ".images")
+    book.record_image(KEY, D1, "cell")
+    book.record_image(KEY, D2, "cell")
+    ok, why = book.vouches(KEY, D3)
+    assert not ok and why.startswith(f"its digest {D3} is none of those builder recorded for it (")
+    assert D1 in why and D2 in why
+    assert book.vouches(KEY, D1) == book.vouches(KEY, D2) == (True, "")
