@@ -309,13 +309,68 @@ def load_archive(archive: Path, docker: str = "docker", timeout: float = 3600) -
     return run([docker, "load", "--input", str(archive)], timeout=timeout).stdout
 
 
+def run_to_end(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`run` for a short command that names or unnames an image: an interrupt (SIGINT, SIGTERM) waits for it to
+    finish before it goes on, so whether the name exists afterwards is known (a docker CLI killed half-way may
+    leave the daemon to finish the request after builder removed the name). The command runs in a process
+    group of its own, so a Ctrl-C at the terminal reaches builder only."""
+    proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    interrupted: BaseException | None = None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            break
+        except KeyboardInterrupt as exc:  # let it finish (it takes milliseconds), then go on with the interrupt
+            interrupted = exc
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise CommandError(argv, 124, f"timed out after {timeout:g}s\n{out}{err}") from None
+    if interrupted is not None:
+        raise interrupted
+    if proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, out + err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def tag_image(source: str, target: str, docker: str = "docker") -> None:
-    run([docker, "tag", source, target], timeout=120)
+    """Name image SOURCE (a name or an image id) TARGET as well, run to its end even when interrupted."""
+    run_to_end([docker, "tag", source, target])
 
 
-def untag_image(ref: str, docker: str = "docker") -> None:
-    """Remove the name REF (the image stays while another name holds it)."""
-    run([docker, "image", "rm", ref], timeout=120)
+TAG_ATTEMPTS = 6
+
+
+def point_tag(target: str, digest: str, docker: str = "docker") -> None:
+    """Make the name TARGET point at the image whose id is DIGEST. Two builds of one cell move its tag at the
+    same moment: the containerd image store then refuses one of them ("failed to create an image ... after
+    deleting the existing one: image ... already exists"), since a tag move is a delete and a create. That
+    answer is not a failure when the name now points at DIGEST (the other build loaded the same content);
+    otherwise the move is tried again, and the last build to move the name has it, as with one build after
+    another."""
+    for attempt in range(TAG_ATTEMPTS):
+        try:
+            tag_image(digest, target, docker)
+            return
+        except CommandError as exc:
+            if "already exists" not in exc.output or attempt == TAG_ATTEMPTS - 1:
+                raise
+            if image_id(target, docker) == digest:
+                return
+        time.sleep(0.05 * 2 ** attempt)
+
+
+def untag_image(ref: str, docker: str = "docker", missing_ok: bool = False) -> bool:
+    """Remove the name REF (the image stays while another name holds it); with missing_ok a name that does not
+    exist is no error. Whether a name was removed."""
+    try:
+        run_to_end([docker, "image", "rm", ref])
+    except CommandError as exc:
+        if missing_ok and "No such image" in exc.output:
+            return False
+        raise
+    return True
 
 
 def image_id(ref: str, docker: str = "docker") -> str:

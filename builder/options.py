@@ -97,7 +97,7 @@ def _layer_cache(m, value: str | None) -> str | None:
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):
     """The steps' BuildOptions, assembled here only. `publish`: the Target of `builder publish`; `repro`: the
     two builds of verify-repro (no layer cache, no shared compile cache, no progress display)."""
-    from . import pins
+    from . import ledger, pins
     from .progress import Display
     from .steps import BuildOptions
 
@@ -132,6 +132,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         layer_cache=None if repro else _layer_cache(m, flags.host.layer_cache),
         attest=("type=provenance,mode=max",) if flags.host.provenance and not repro else (),
         publish=publish,
+        image_ledger=ledger.ledger_dir(wheelhouse_at(m.path, flags.wheelhouse).root),
     )
 
 

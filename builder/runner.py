@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files, grammar, render
+from . import files, grammar, ledger, render
 from .cache import WheelCache
 from .errors import BuilderError, UserError, signal_name
 from .plan import CellPlan, WheelStep
@@ -131,12 +131,14 @@ def check_ca_bundle(path: Path) -> None:
 def check_writable(plans: list[CellPlan], opts: BuildOptions, cache: WheelCache) -> None:
     """Every directory the build will write is writable, before anything runs: the work and log dirs, the
     wheelhouse when a wheel will be stored, the pins dir when a cell's runtime pins or a compile's build pins
-    may be recorded."""
+    may be recorded; the image ledger's place is a directory (or none yet)."""
     files.writable_dir(opts.work_dir, "--work-dir")
     files.writable_dir(opts.log_dir, "--log-dir")
     root = getattr(cache, "root", None)
     if root is not None and any(not w.reuse for p in plans for w in p.wheels):
         files.writable_dir(Path(root), "--wheelhouse")
+    if opts.image_ledger is not None:  # a file or a symlink where the ledger goes (a read-only one only warns)
+        ledger.check_dir(opts.image_ledger)
     if opts.pins_dir is not None and any(opts.refresh_pins or not (opts.pins_dir / f"{p.cell.id}.txt").is_file()
                                          or any(not w.reuse and not w.package.from_index for w in p.wheels)
                                          for p in plans):  # runtime pins, or a compile's build pins

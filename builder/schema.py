@@ -4,6 +4,8 @@
   (its [matrix] table is a DEFAULTS too), builder/data/engines.toml and every extra file a matrix names
   (BUILT_IN, EXTRA), and matrix.lock (LOCK). Each file is checked key by key before anything reads it; what only
   the engine data can judge (an engine's versions, strategy names) the reader checks after.
+  The JSON files builder writes for itself are read through shapes too: the image ledger's entries
+  (LEDGER_ENTRY, builder/ledger.py).
 
 A type here is a description, not code that runs: `noun` is how messages spell the expectation
 ("a list of strings", "one of engine, kernels").
@@ -415,6 +417,19 @@ IMAGE_DIGEST = _grammar(_image_digest, 'an image digest like "sha256:<64 hex>" (
 LOCK_BASE = Table(required={"digest": IMAGE_DIGEST}, optional={"from": STR, "unresolved": STR})
 LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
                                                  "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})
+
+
+# -- the image ledger (builder/ledger.py): one JSON file per content key under the wheelhouse's .images/ ---------
+def _built_digest(value) -> str:
+    if not _image_digest(value):
+        raise ValueError("is empty")
+    return value
+
+
+BUILT_DIGEST = _grammar(_built_digest, 'an image digest like "sha256:<64 hex>"')
+LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME})
+LEDGER_ENTRY = Table(required={"format": INT, "content_key": SHA256, "images": TableOf(LEDGER_IMAGE, key=BUILT_DIGEST)},
+                     optional={"published": TableOf(BUILT_DIGEST, key=_grammar(grammar.image_ref, "an image reference"))})
 
 
 # -- matrix.toml -------------------------------------------------------------------------------------------

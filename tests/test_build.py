@@ -364,10 +364,135 @@ def test_an_unchanged_cell_reuses_its_tagged_image_and_a_changed_one_is_built(bu
         assert again["artifacts"]["reused"] is True and again["artifacts"]["digest"] == edited["artifacts"]["digest"]
         # the cell's tag moved to another image (by someone else): its label is not the key, so it is built
         subprocess.run(["docker", "tag", local_bases["cuda_base"], ref], check=True)
-        _, moved = build_keyed(tmp_path, m)
+        res, moved = build_keyed(tmp_path, m)
         assert moved["artifacts"]["reused"] is False and image_id(ref) == edited["artifacts"]["digest"]
+        assert f"image {ref} ({image_id(local_bases['cuda_base'])}) carries no content key" in res.stderr
     finally:
-        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
-                                f"{registry}/cuda-ext"], capture_output=True, text=True).stdout.split()
-        for name in names:
-            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+        remove_images(registry)
+
+
+def remove_images(registry: str) -> None:
+    names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", f"{registry}/cuda-ext"],
+                           capture_output=True, text=True).stdout.split()
+    for name in names:
+        subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+
+
+def commit_image(base: str, ref: str, *changes: str, add_file: bool = True) -> str:
+    """A container of `base` committed as `ref` (with one more layer: a file added), its Dockerfile-style
+    `changes` applied; the new image's id. `docker commit` keeps the base's config, labels included."""
+    cid = subprocess.run(["docker", "create", "--pull", "never", "--entrypoint", "", base, "true"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    try:
+        if add_file:
+            extra = Path(f"/tmp/builder-derived-{uuid.uuid4().hex}")
+            extra.write_text("one more layer\n")
+            try:
+                subprocess.run(["docker", "cp", str(extra), f"{cid}:/derived.txt"], check=True, capture_output=True)
+            finally:
+                extra.unlink()
+        argv = ["docker", "commit"] + [a for c in changes for a in ("--change", c)] + [cid, ref]
+        subprocess.run(argv, check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return image_id(ref)
+
+
+def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, local_bases, docker_engine, tmp_path):
+    """The content-key label alone never makes a reuse (builder/ledger.py): an image built FROM the cell's image
+    inherits the label, and any image can be given a copy of it. Only a digest the image ledger recorded for the
+    key when builder built it is reused: a derived image, a copied label or a tampered ledger entry mean a build,
+    said in one line, and an unchanged cell is still reused with the same digest."""
+    shutil.copytree(built_80_90[0] / "wheelhouse", tmp_path / "wheelhouse")
+    registry = f"127.0.0.1:5000/builder-test-led{uuid.uuid4().hex[:8]}"
+    m = fixture_copy(tmp_path, registry)
+    ref = f"{registry}/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    entries = tmp_path / "wheelhouse" / ".images"
+    try:
+        _, first = build_keyed(tmp_path, m)
+        key, digest = first["artifacts"]["content_key"], first["artifacts"]["digest"]
+        entry = json.loads((entries / f"{key}.json").read_text())
+        assert entry["content_key"] == key and digest in entry["images"], entry
+        assert entry["images"][digest]["cell"] == CELL
+
+        # unchanged: reused, the same digest, and the line says why
+        res, same = build_keyed(tmp_path, m)
+        assert same["artifacts"]["reused"] is True and same["artifacts"]["digest"] == digest, same
+        assert "its digest is one builder recorded for that key" in res.stderr
+        # the pins are hash-locked now: the key every later build computes
+        key2 = same["artifacts"]["content_key"]
+        assert key2 != key
+
+        # an image built FROM the cell's image plus one more layer, tagged as the cell: it inherits the label
+        derived = commit_image(ref, ref)
+        assert derived != digest and content_label(ref) == key
+        res, rebuilt = build_keyed(tmp_path, m)
+        assert rebuilt["artifacts"]["reused"] is False, rebuilt
+        assert (f"image {ref} carries content key {key} but its digest {derived} is not the one builder recorded "
+                f"for it ({digest}): building") in res.stderr
+        digest2 = rebuilt["artifacts"]["digest"]
+        assert image_id(ref) == digest2 and digest2 != derived and content_label(ref) == key2
+
+        # another image (the CUDA base) given a copy of the label, tagged as the cell
+        copied = commit_image(local_bases["cuda_base"], ref, f"LABEL {labels.CONTENT_KEY}={key2}", add_file=False)
+        assert content_label(ref) == key2 and copied != digest2
+        res, again = build_keyed(tmp_path, m)
+        assert again["artifacts"]["reused"] is False and again["artifacts"]["digest"] == digest2, again
+        assert f"image {ref} carries content key {key2} but its digest {copied} is not the one builder" in res.stderr
+        assert image_id(ref) == digest2  # the same inputs gave the same image again
+
+        # a tampered ledger: the entry names another digest for the key; the real image is built again
+        path = entries / f"{key2}.json"
+        good = json.loads(path.read_text())
+        assert digest2 in good["images"]
+        other = "sha256:" + "0" * 64
+        path.write_text(json.dumps({**good, "images": {other: good["images"][digest2]}}))
+        res, tampered = build_keyed(tmp_path, m)
+        assert tampered["artifacts"]["reused"] is False and tampered["artifacts"]["digest"] == digest2, tampered
+        assert (f"image {ref} carries content key {key2} but its digest {digest2} is not the one builder recorded "
+                f"for it ({other}): building") in res.stderr
+        assert digest2 in json.loads(path.read_text())["images"]  # recorded again by that build
+
+        # a corrupt entry is ignored with a line, and replaced by the build
+        path.write_text('{"format": 1, "content_key": "' + key2 + '", "images": [')
+        res, corrupt = build_keyed(tmp_path, m)
+        assert corrupt["artifacts"]["reused"] is False, corrupt
+        assert f"image {ref} carries content key {key2} but its ledger entry is ignored ({path}: not JSON" in res.stderr
+        assert "image ledger: replaced an unreadable ledger entry" in res.stderr
+        # and now, unchanged again: reused, the same digest
+        _, last = build_keyed(tmp_path, m)
+        assert last["artifacts"]["reused"] is True and last["artifacts"]["digest"] == digest2, last
+    finally:
+        remove_images(registry)
+
+
+def test_sigint_during_a_reuse_leaves_no_run_name(built_80_90, local_bases, docker_engine, tmp_path):
+    """Ctrl-C while a reuse names the image for this run (`<tag>-run-<hex>`): the build exits 130 and the name
+    is gone, the cell's tag untouched. The interrupt comes at that very moment from a docker wrapper that runs the
+    real `docker tag` and then sends SIGINT to builder (its parent), as a user's Ctrl-C would."""
+    shutil.copytree(built_80_90[0] / "wheelhouse", tmp_path / "wheelhouse")
+    registry = f"127.0.0.1:5000/builder-test-int{uuid.uuid4().hex[:8]}"
+    m = fixture_copy(tmp_path, registry)
+    ref = f"{registry}/cuda-ext:1.0.0-cu130-py311-sm80.90"
+    try:
+        _, first = build_keyed(tmp_path, m)
+        digest = first["artifacts"]["digest"]
+        shims = tmp_path / "shims"
+        shims.mkdir()
+        real = shutil.which("docker")
+        (shims / "docker").write_text(f'#!/bin/sh\ncase "$1 $3" in\n  "tag "*-run-*) "{real}" "$@"; rc=$?; '
+                                      f'kill -INT $PPID; exit $rc;;\nesac\nexec "{real}" "$@"\n')
+        (shims / "docker").chmod(0o755)
+        argv = ["build", "--matrix", str(m), "--wheelhouse", str(tmp_path / "wheelhouse"), "--work-dir",
+                str(tmp_path / "work"), "--log-dir", str(tmp_path / "logs"), "--pins-dir", str(tmp_path / "pins"),
+                "--no-smoke", "--quiet", "--ca-bundle", str(HOST_CA)]
+        res = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                             cwd=tmp_path, env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}, timeout=600)
+        assert res.returncode == 130, res.stdout[-2000:] + res.stderr[-3000:]
+        assert f"reuse {ref} ({digest})" in res.stderr and f"interrupted by SIGINT during image of {CELL}" in res.stderr
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", f"{registry}/cuda-ext"],
+                               capture_output=True, text=True, check=True).stdout.split()
+        assert names == [ref], names  # no <tag>-run-<hex> left
+        assert image_id(ref) == digest
+    finally:
+        remove_images(registry)

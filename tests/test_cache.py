@@ -230,6 +230,42 @@ def test_two_concurrent_builds_of_one_cell_compile_once(local_bases, docker_engi
     assert len(list(shared.glob("cuda-ext/*/*.whl"))) == 1
 
 
+@pytest.mark.parametrize("targets", ["same", "different"])
+def test_two_builds_moving_one_cell_tag_at_once_both_succeed(local_bases, docker_engine, targets):
+    """The race of the test above, alone: in the containerd image store a tag move is a delete and a create, so
+    of two `docker tag`s of one name at the same moment one fails with "already exists" (12 of 15 rounds here
+    with the plain command). docker.point_tag accepts that answer when the name points at its digest (the
+    other build loaded the same image) and tries again otherwise: every move succeeds."""
+    import threading
+    import uuid
+
+    from builder import docker
+
+    a, b, before = (docker.image_id(local_bases[n]) for n in ("debian", "cuda_base", "cuda_devel"))
+    name = f"builder-test-tagrace-{uuid.uuid4().hex[:8]}/cell:1.0"
+    wanted = [b, b] if targets == "same" else [a, b]
+    try:
+        for _ in range(15):
+            docker.point_tag(name, before)  # the name exists and names another image: both moves delete it
+            errors: list[BaseException] = []
+
+            def move(digest: str) -> None:
+                try:
+                    docker.point_tag(name, digest)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=move, args=(d,)) for d in wanted]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            assert docker.image_id(name) in wanted
+    finally:
+        subprocess.run(["docker", "image", "rm", name], capture_output=True)
+
+
 def test_a_tampered_cached_wheel_is_quarantined_and_rebuilt(local_bases, docker_engine, tmp_path):
     rc, out, err = finish(build(tmp_path))
     assert rc == 0, err

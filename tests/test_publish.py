@@ -311,6 +311,15 @@ def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(s
     layers = {r["layer"]: r["status"] for s in entry["smoke"] for r in s["artifacts"]["layers"]}
     assert layers["L0"] == "pass" and layers["L1"] == "pass"
     assert images["aliases"][f"{auth_registry.host}/team/cuda-ext:latest-cu130"]["digest"] == local
+    # the image ledger binds the pushed digest to the image's content key, with the tag it went to
+    from builder import labels
+
+    config = json.loads(subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}",
+                                        local_ref(shared)], capture_output=True, text=True, check=True).stdout)
+    recorded = json.loads((shared.root / "wheelhouse" / ".images" / f"{labels.content_key(config)}.json").read_text())
+    assert local in recorded["images"], recorded
+    assert recorded["published"][f"{auth_registry.host}/team/cuda-ext:1.0.0-cu130-py311-sm80.90"] == local
+    assert auth_registry.password not in json.dumps(recorded)
     # the password is nowhere: output, logs, work dir, images.json
     secret = auth_registry.password
     assert secret not in out

@@ -85,6 +85,9 @@ class BuildOptions:
     compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
     compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
+    # <wheelhouse>/.images: the digests builder built for each content key (builder/ledger.py); None records nothing
+    # and reuses nothing
+    image_ledger: Path | None = None
 
     @property
     def compile_reaches_out(self) -> bool:
@@ -133,7 +136,7 @@ class CellContext:
 
         if self.image_ref:
             try:
-                docker.untag_image(self.image_ref, self.opts.docker)
+                docker.untag_image(self.image_ref, self.opts.docker, missing_ok=True)  # never made: interrupted first
             except (BuilderError, OSError) as exc:
                 self.note(f"WARNING: could not remove the run's name {self.image_ref}: {exc}")
             self.image_ref = ""

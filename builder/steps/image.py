@@ -8,9 +8,10 @@ An unchanged cell is not built again: the image's content key (`content_key`: th
 arguments, the base images by digest, the build context, the wheels and runtime pins it installs, by sha256) is
 the label io.builder.content-key of every image this step builds and is recorded in the cell's work dir
 (content-key.json), in the step's artifacts and in the pins file's header. When the cell's tag already names a
-local image that carries the key, that image is the result: no buildx call, no OCI export, no load. Any changed
-input changes the key, and then the cell is built as before; --no-cache, --refresh-pins and publish (which pushes
-the OCI archive) always build."""
+local image that carries the key, and that image's digest is one builder recorded for the key when it built it
+(the image ledger, builder/ledger.py: a label is inherited by any image built FROM this one, a digest is not),
+that image is the result: no buildx call, no OCI export, no load. Any changed input changes the key, and then the
+cell is built as before; --no-cache, --refresh-pins and publish (which pushes the OCI archive) always build."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from .. import docker, labels, oci, pins
+from .. import docker, labels, ledger, oci, pins
 from ..cache import sha256_file
+from ..errors import BuilderError
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
@@ -165,15 +167,17 @@ class ImageStep:
             return StepResult(self.name, cell.id, Status.FAILED, f"the build reported {meta['containerimage.digest']}, "
                                                                  f"its OCI archive holds {digest}")
         ctx.note(f"load {archive} ({digest})")
+        ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens (even if the load fails)
         docker.load_archive(archive, opts.docker)
-        ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
         loaded = docker.image_id(run_name, opts.docker)
         if loaded != digest:
             return StepResult(self.name, cell.id, Status.FAILED,
                               f"{archive} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
                               "needs the containerd image store: scripts/setup-docker.sh turns it on)")
+        if key:  # recorded before the tag moves: a later build reuses what the tag names only when it is this
+            self._ledger_record(ctx, key, digest)
         # cell.ref, the name users know, may be moved by another build of the cell at any moment
-        docker.tag_image(run_name, cell.ref, opts.docker)
+        docker.point_tag(cell.ref, digest, opts.docker)
         self._record_pins(ctx, pins_file, run_name, digest, key)
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
                           artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
@@ -191,36 +195,68 @@ class ImageStep:
         (ctx.dir / CONTENT_RECORD).write_text(json.dumps({"content_key": key, **inputs}, indent=1, sort_keys=True))
         ctx.note(f"content key {key}" if key else f"no content key: {inputs['why']}; the image is built")
 
+    @staticmethod
+    def _ledger_record(ctx: CellContext, key: str, digest: str) -> None:
+        """Bind `digest` to `key` in the image ledger. A ledger that cannot be written (a read-only wheelhouse)
+        costs the next build its reuse, not this build its image: said, not raised."""
+        if ctx.opts.image_ledger is None:
+            return
+        try:
+            note = ledger.Ledger(ctx.opts.image_ledger).record_image(key, digest, ctx.cell.id)
+        except (OSError, BuilderError) as exc:
+            ctx.note(f"WARNING: could not record {digest} for content key {key} in the image ledger "
+                     f"{ctx.opts.image_ledger}: {getattr(exc, 'strerror', None) or exc}; "
+                     "the next build of this cell builds again")
+            return
+        if note:
+            ctx.note(f"image ledger: {note}")
+
     def _reusable(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> tuple[str, str]:
-        """(digest, why) of the local image under the cell's tag when it is this build's content, else ("", "")."""
+        """(digest, why) of the local image under the cell's tag when it is this build's content and builder
+        built it, else ("", "") (with a line saying why, when the image claims the key)."""
         opts, cell = ctx.opts, ctx.cell
-        if not key or opts.no_cache or opts.refresh_pins or opts.publish is not None:
+        if not key or opts.no_cache or opts.refresh_pins or opts.publish is not None or opts.image_ledger is None:
             return "", ""
         found = docker.image_labels(cell.ref, opts.docker)
-        if not found:
+        if found is None:  # no image under the tag: nothing to say
             return "", ""
         have, digest = labels.content_key(found), docker.image_id(cell.ref, opts.docker)
-        if not have or not digest:
+        if not digest:
+            return "", ""
+        if not have:
+            ctx.note(f"image {cell.ref} ({digest}) carries no content key (builder did not build it): building")
+            return "", ""
+        if have not in (key, first_key):
+            ctx.note(f"image {cell.ref} was built from other inputs (content key {have[:16]}…, this build's "
+                     f"{key[:16]}…): building")
+            return "", ""
+        # the label says which key the image claims; only the ledger says builder built this digest for it
+        vouched, problem = ledger.Ledger(opts.image_ledger).vouches(have, digest)
+        if not vouched:
+            ctx.note(f"image {cell.ref} carries content key {have} but {problem}: building")
             return "", ""
         if have == key:
-            return digest, "it carries this build's content key"
+            return digest, "it carries this build's content key and its digest is one builder recorded for that key"
         # the cell's first build resolved the pins this build installs, and read them from that very image: its
         # key was this build's without the pins file, and the pins file names it and its digest, lines unchanged
         source = pins.origin(pins_file.read_text()) if pins_file and pins_file.is_file() else None
-        if source is not None and source == (digest, have) and have == first_key:
-            return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says "
-                            "were read from this very image")
-        return "", ""
+        if source != (digest, have):
+            ctx.note(f"image {cell.ref} carries the content key of this cell's first build, but "
+                     f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({digest}) or its pin "
+                     "lines changed since: building")
+            return "", ""
+        return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says were "
+                        "read from this very image, and its digest is one builder recorded for that key")
 
     def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None) -> StepResult:
         cell, opts = ctx.cell, ctx.opts
         ctx.note(f"reuse {cell.ref} ({digest}): {why}; no build, no OCI export")
         run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
-        docker.tag_image(cell.ref, run_name, opts.docker)
+        # named before the tag is made, and the tag runs to its end even when interrupted: whatever happens from
+        # here, the runner removes the name. Tagged by digest: the name holds the very image that was checked,
+        # even if the cell's tag moves meanwhile.
         ctx.image_ref = run_name
-        if docker.image_id(run_name, opts.docker) != digest:  # the tag moved between the check and the tag
-            return StepResult(self.name, cell.id, Status.FAILED, f"{cell.ref} changed while it was reused "
-                              f"(it was {digest}); build again")
+        docker.tag_image(digest, run_name, opts.docker)
         self._record_pins(ctx, pins_file, run_name, digest, key)
         return StepResult(self.name, cell.id, Status.OK, f"reused {cell.ref} (content key unchanged)",
                           artifacts={"image": cell.ref, "digest": digest, "archive": "", "attestations": [],

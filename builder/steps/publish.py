@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import shlex
 
-from .. import docker, oci
+from .. import docker, labels, ledger, oci
 from .. import publish as pub
+from ..errors import BuilderError
 from . import CellContext, Status, StepResult
 from .image import archive_path
 
@@ -41,6 +42,7 @@ class PublishStep:
         except pub.PublishError as exc:
             return StepResult(self.name, cell.id, Status.FAILED, str(exc))
         ctx.note(f"pushed {repository}:{cell.tag}; the registry serves {image.digest}")
+        _record_published(ctx, image, f"{repository}:{cell.tag}")
         return StepResult(self.name, cell.id, Status.OK, f"pushed {repository}@{image.digest}",
                           artifacts={"repository": repository, "tag": cell.tag, "digest": image.digest,
                                      "ref": f"{repository}@{image.digest}", "index": index})
@@ -52,3 +54,19 @@ class PublishStep:
         dest = f"docker://{target.repository(ctx.cell.engine)}:{ctx.cell.tag}"
         args = docker.skopeo_copy_args(f"oci-archive:{archive_path(ctx)}", dest, dest_tls_verify=target.tls_verify)
         return [shlex.join(["skopeo", *args])]
+
+
+def _record_published(ctx: CellContext, image: oci.Image, ref: str) -> None:
+    """Bind the pushed digest to the image's content key in the image ledger, with where it went: a reuse from
+    the registry takes the registry's digest for a tag only when the ledger vouches for it (builder/ledger.py)."""
+    key = labels.content_key((image.config.get("config") or {}).get("Labels") or {})
+    if not key or ctx.opts.image_ledger is None:
+        return
+    try:
+        note = ledger.Ledger(ctx.opts.image_ledger).record_published(key, ref, image.digest, ctx.cell.id)
+    except (OSError, BuilderError) as exc:
+        ctx.note(f"WARNING: could not record the push of {image.digest} in the image ledger {ctx.opts.image_ledger}: "
+                 f"{getattr(exc, 'strerror', None) or exc}")
+        return
+    if note:
+        ctx.note(f"image ledger: {note}")
