@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -196,7 +195,6 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
                                 extra_args=extra_args, extra_env=extra_env, out_dir=base_dir, slo_ttft_ms=slo,
                                 lossless=not no_lossless, gpus=have_gpu)
     say = (lambda s: click.echo(s, err=True))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     rows, failures = [], []
     t_all = time.monotonic()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import signal
 from pathlib import Path
 
 import click
@@ -203,7 +202,6 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         log_dir=out_dir,
     )
     say = (lambda s: click.echo(s, err=True))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # CI cancels with SIGTERM: stop the engine too
     if launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client)
     else:
