@@ -158,8 +158,6 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         raise UserError(f"--engine-args: {exc}") from None
     if port is not None and not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
-    if not 0 < boot_timeout <= 86400:  # NaN fails too
-        raise UserError(f"--boot-timeout: must be a number of seconds from 0 to 86400, got {boot_timeout:g}")
     files.writable_dir(Path(report_dir), "--report-dir")  # before any container: not after a 900 s L3
     if launcher == "auto":
         launcher = "docker"
