@@ -591,6 +591,55 @@ BENCH_RESULT = Table(
     open=True)
 
 
+# -- doctor --host: GPU records (nvidia-smi, --gpus-file, its own --json) and image configs -------------------
+def _driver(value: str) -> str:
+    if not re.fullmatch(r"[0-9]{2,4}(\.[0-9]{1,3}){1,2}", value, re.ASCII):
+        raise ValueError("is not an NVIDIA driver version like 580.65.06")
+    return value
+
+
+def _compute_cap(value) -> int:
+    text = str(value)
+    m = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text, re.ASCII) if not isinstance(value, int) else None
+    arch = value if isinstance(value, int) else int(m[1]) * 10 + int(m[2]) if m else None
+    if arch is None or not 30 <= arch <= 200:
+        raise ValueError("is not a compute capability like 9.0 (3.0 to 20.0)")
+    return arch
+
+
+def _one_line(value: str) -> str:
+    grammar.line(value)
+    if not value.strip() or len(value) > 256:
+        raise ValueError("is empty or longer than 256 characters")
+    return value
+
+
+GPU_RECORD = Table(required={"name": _said(_one_line, "a GPU name on one line"),
+                             "driver": _said(_driver, "an NVIDIA driver version like 580.65.06"),
+                             "compute_cap": _said(_compute_cap, 'a compute capability like "9.0"', types=(str, int, float))},
+                   optional={"index": _count(0, 999, "a GPU index from 0 to 999"),
+                             "brand": _said(grammar.line, "a product brand on one line")})
+HOST_REPORT = Table(required={"gpus": ListOf(GPU_RECORD, nonempty=True)}, optional={"no_gpu": OrNull(STR)}, open=True)
+# an image config as docker image inspect, an OCI config or skopeo print it: the keys --host reads
+IMAGE_CONFIG = Table(optional={"Env": OrNull(ListOf(STR)), "Labels": OrNull(TableOf(STR))}, open=True)
+
+
+def _device_code(value: str) -> str:
+    if not re.fullmatch(r"(sm|compute)_[0-9]{2,3}[af]?|from-index", value, re.ASCII):
+        raise ValueError("is not a device code like sm_90, sm_90a or compute_90")
+    return value
+
+
+DEVICE_CODE = _said(_device_code, "a device code like sm_90 or compute_90", "device codes like sm_90")
+# io.builder.package.<name>.binaries: per binary of the wheel, the device code it carries
+BINARIES = TableOf(Table(optional={"sass": ListOf(DEVICE_CODE), "ptx": ListOf(DEVICE_CODE)}, open=True))
+
+
+def noun_of(value) -> str:
+    """How a message names a value's type (JSON or TOML)."""
+    return _TOML_NOUNS.get(type(value), type(value).__name__)
+
+
 # -- the checker -------------------------------------------------------------------------------------------
 _TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table",
                type(None): "null"}
