@@ -418,7 +418,7 @@ def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo)
     elif gpus:
         echo(table(gpus, verdicts) if images else table(gpus, []) + "\n(no image named: give IMAGE... to judge)")
     if not gpus:
-        if not as_json:
-            echo(f"no GPU to judge against: {why} (--gpus-file FILE judges another host's)")
+        if not as_json:  # the one error line, exit 3
+            raise EnvironmentProblem(f"no GPU to judge against: {why} (--gpus-file FILE judges another host's)")
         return EXIT_ENVIRONMENT
     return EXIT_FAILED if any(v.verdict in (REFUSED, UNKNOWN) for v in verdicts) else 0

@@ -158,11 +158,11 @@ def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
     if opts.pins_dir is not None and not opts.refresh_pins:
         for p in plans:
             runtime = opts.pins_dir / f"{p.cell.id}.txt"
-            if runtime.is_file() or runtime.is_symlink():
+            if runtime.exists() or runtime.is_symlink():  # a FIFO or a directory in its place is refused too
                 pins.read(runtime)
             for w in p.wheels:
                 recorded = pins.build_pins_file(opts.pins_dir, p.cell.id, w.package.name)
-                if recorded.is_file() or recorded.is_symlink():
+                if recorded.exists() or recorded.is_symlink():
                     pins.read(recorded, need_hashes=True)
     if not opts.allow_unpinned:
         unpinned = [

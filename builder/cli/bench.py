@@ -68,7 +68,7 @@ def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: st
 def _client_python(given: str | None, python: str, cell) -> str:
     """The interpreter of the load generator (vLLM's: --python for a vLLM cell, else python3), found before any
     engine boots."""
-    chosen = given or (python if cell.engine == "vllm" else "python3")
+    chosen = given if given is not None else python if cell.engine == "vllm" else "python3"
     if not shutil.which(chosen):
         raise UserError(f"--client-python {chosen}: not found (the load generator runs there)")
     return chosen
