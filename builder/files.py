@@ -77,6 +77,23 @@ def load_toml(path: Path, what: str, fix: str = "") -> dict:
     return data
 
 
+def load_json(path: Path, what: str, text: str | None = None):
+    """A JSON file (or one line of one, `text`) parsed, or a UserError: file faults (read_text), malformed JSON,
+    absurd nesting."""
+    import json
+
+    text = read_text(path, what) if text is None else text
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc}); not a {what}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a {what}") from None
+    if _depth(data, MAX_DEPTH) > MAX_DEPTH:
+        raise UserError(f"{path}: objects or arrays nested more than {MAX_DEPTH} deep; not a {what}")
+    return data
+
+
 def writable_dir(path: Path, what: str) -> None:
     """Refuse (UserError) an output directory that cannot be written: a file in its place or above it, a
     read-only or unwritable ancestor. Creates nothing: a probe file in the nearest existing directory is

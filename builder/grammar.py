@@ -201,6 +201,15 @@ def package_name(value) -> str:
     return value
 
 
+def bundle_name(value) -> str:
+    """A cell id or a GPU-host carry bundle's name (scripts/gpu-host/<name>.toml, .carry/<name>/, the store's
+    <name>/): one path component, so no '/' and no '..', and nothing a shell would read."""
+    value = _string(value)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", value, re.ASCII):
+        raise ValueError("is not a name like vllm-0.26.0 (letters, digits, '.', '_', '+', '-'; no '/' or spaces)")
+    return value
+
+
 def pypi_name(value) -> str:
     value = _string(value)
     if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", value, re.ASCII):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -18,9 +19,9 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import archs as archs_mod
-from . import docker
+from . import docker, files, grammar, schema
 from . import labels as labels_mod
-from .errors import UserError
+from .errors import EnvironmentProblem, UserError
 
 RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"
 LABEL_CUDA = labels_mod.CUDA
@@ -35,6 +36,14 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
 # -- GPUs --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Gpu:
@@ -45,41 +54,59 @@ class Gpu:
     brand: str  # nvidia-smi's "Product Brand": NVIDIA, Tesla, GeForce, Quadro, ...
 
     @classmethod
-    def from_json(cls, data: dict, index: int = 0) -> "Gpu":
-        try:
-            cc = data["compute_cap"]
-            cc = archs_mod.parse(str(cc), "compute_cap")[0]
-            driver = str(data["driver"])
-            _v(driver)
-            return cls(int(data.get("index", index)), str(data["name"]), driver, cc, str(data.get("brand", "")))
-        except (KeyError, InvalidVersion, UserError, ValueError, TypeError) as exc:
-            raise UserError(f"GPU record {data!r}: needs name, driver (e.g. 580.65.06), compute_cap (e.g. 9.0) "
-                            f"and brand ({exc})") from None
+    def from_json(cls, data: dict, index: int = 0, where: str = "GPU record") -> "Gpu":
+        """A GPU record ({"name", "driver", "compute_cap", "brand", "index"}: a --gpus-file entry, `--json`'s own
+        output, a line of nvidia-smi) checked by its shape (schema.GPU_RECORD)."""
+        schema.check(where, data, schema.GPU_RECORD)
+        cc = data["compute_cap"]
+        cc = cc if isinstance(cc, int) else archs_mod.parse(str(cc), "compute_cap")[0]
+        return cls(data.get("index", index), data["name"], data["driver"], cc, data.get("brand", ""))
 
 
 def parse_nvidia_smi(csv_text: str, q_text: str = "") -> list[Gpu]:
     """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader` and the "Product
-    Brand" lines of `nvidia-smi -q` (one per GPU, in the same order)."""
-    brands = re.findall(r"^\s*Product Brand\s*:\s*(.+?)\s*$", q_text, re.M)
+    Brand" lines of `nvidia-smi -q` (one per GPU, in the same order). A line that does not read as a GPU is an
+    EnvironmentProblem naming it (nvidia-smi is the host's: exit 3), never a GPU left out in silence."""
+    brands = re.findall(r"^\s*Product Brand\s*:\s*(.*?)\s*$", q_text, re.M)
+    lines = [ln for ln in csv_text.splitlines() if ln.strip()]
     gpus = []
-    for i, line in enumerate(ln for ln in csv_text.splitlines() if ln.strip()):
+    for i, line in enumerate(lines):
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4:
-            continue
-        gpus.append(Gpu.from_json({"index": fields[0], "name": fields[1], "driver": fields[2],
-                                   "compute_cap": fields[3], "brand": brands[i] if i < len(brands) else ""}, i))
+        where = f"nvidia-smi's GPU line {i + 1} ({grammar.describe(line)})"
+        if len(fields) != 4 or not re.fullmatch(r"[0-9]{1,3}", fields[0]):
+            raise EnvironmentProblem(f"{where}: expected 'index, name, driver_version, compute_cap'")
+        try:
+            gpus.append(Gpu.from_json({"index": int(fields[0]), "name": fields[1], "driver": fields[2],
+                                       "compute_cap": fields[3], "brand": brands[i] if i < len(brands) else ""}, i,
+                                      where))
+        except UserError as exc:
+            raise EnvironmentProblem(str(exc)) from None
+    if len({g.index for g in gpus}) != len(gpus):
+        raise EnvironmentProblem(f"nvidia-smi lists a GPU index twice: {', '.join(str(g.index) for g in gpus)}")
     return gpus
+
+
+def _nvidia_smi(*args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of nvidia-smi; bytes that are no UTF-8 are replaced, not a traceback."""
+    try:
+        proc = subprocess.run(["nvidia-smi", *args], capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        return 127, "", "nvidia-smi: not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", "nvidia-smi timed out after 60s"
+    except OSError as exc:
+        return 126, "", f"nvidia-smi: {exc.strerror or exc}"
+    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
 
 
 def host_gpus() -> tuple[list[Gpu], str]:
     """(this host's GPUs, why there are none)."""
-    code, out, err = docker.probe(["nvidia-smi", "--query-gpu=index,name,driver_version,compute_cap",
-                                   "--format=csv,noheader"], 60)
+    code, out, err = _nvidia_smi("--query-gpu=index,name,driver_version,compute_cap", "--format=csv,noheader")
     if code == 127:
         return [], "this host has no NVIDIA GPU (nvidia-smi not found)"
     if code != 0:
-        return [], f"nvidia-smi fails (exit {code}): {(err or out).strip()[:200]}"
-    _, q, _ = docker.probe(["nvidia-smi", "-q"], 60)
+        return [], f"nvidia-smi fails (exit {code}): {grammar.describe((err or out).strip()[:200])}"
+    _, q, _ = _nvidia_smi("-q")
     gpus = parse_nvidia_smi(out, q)
     return gpus, "" if gpus else "nvidia-smi lists no GPU"
 
@@ -136,37 +163,44 @@ def _arch_scopes(name: str, version: str) -> tuple[archs_mod.ArchScope, ...]:
 
 
 def _env_dict(env) -> dict[str, str]:
-    if isinstance(env, dict):
-        return {str(k): str(v) for k, v in env.items()}
     return dict(e.split("=", 1) if "=" in e else (e, "") for e in env or [])
 
 
 def facts_from_json(ref: str, data, source: str) -> ImageFacts:
-    """docker image inspect (a list, or one object), an OCI image config ({"config": {...}}), or skopeo
-    inspect's summary ({"Labels": ..., "Env": ...})."""
+    """docker image inspect (a list of one, or one object), an OCI image config ({"config": {...}}), or skopeo
+    inspect's summary ({"Labels": ..., "Env": ...}), checked by its shape (schema.IMAGE_CONFIG): Env a list of
+    strings, Labels strings, the labels builder writes readable."""
     if isinstance(data, list):
-        if not data:
-            raise UserError(f"{ref}: an empty inspect list")
+        if len(data) != 1:
+            raise UserError(f"{ref}: an inspect list of {len(data)} images; give one image per file")
         data = data[0]
     if not isinstance(data, dict):
-        raise UserError(f"{ref}: not an image config (expected a JSON object)")
-    config = data.get("Config") or data.get("config") or data
-    return ImageFacts(ref, source, _env_dict(config.get("Env")), dict(config.get("Labels") or {}))
+        raise UserError(f"{ref}: not an image config (expected a JSON object, got {schema.noun_of(data)})")
+    config = next((data[k] for k in ("Config", "config") if data.get(k) is not None), data)
+    schema.check(f"{ref}: image config", config, schema.IMAGE_CONFIG)
+    facts = ImageFacts(ref, source, _env_dict(config.get("Env")), dict(config.get("Labels") or {}))
+    for key, value in facts.labels.items():  # the labels judge() reads, each checked here, named when malformed
+        where = f"{ref}: label {key}"
+        if key.startswith("io.builder.package.") and key.endswith(".binaries") and value:
+            schema.check(where, files.load_json(where, "binaries label", text=value), schema.BINARIES)
+        elif key.startswith("io.builder.package.") and key.endswith((".sass", ".ptx")):
+            schema.check(where, [c for c in value.split(",") if c], schema.ListOf(schema.DEVICE_CODE))
+        elif key == LABEL_ARCHS:
+            archs_mod.parse(value, where)
+    return facts
 
 
 def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
     """The config of an image: a JSON file of it, the local daemon's, else its registry's (skopeo, nothing pulled)."""
     path = Path(ref)
-    if ref.endswith(".json") or path.is_file():
-        try:
-            return facts_from_json(ref, json.loads(path.read_text()), "file")
-        except FileNotFoundError:
-            raise UserError(f"{ref}: no such file") from None
-        except ValueError as exc:
-            raise UserError(f"{ref}: not JSON ({exc})") from None
+    if ref.endswith(".json") or path.exists():
+        if not path.exists() and not path.is_symlink():
+            raise UserError(f"{ref}: no such file")
+        return facts_from_json(ref, files.load_json(path, "image config (JSON)"), "file")
+    grammar.check(grammar.image_ref, ref, "IMAGE")  # neither a file nor an image reference: no docker call
     code, out, _ = docker.probe([docker_cmd, "image", "inspect", "--format", "{{json .Config}}", ref], 60)
     if code == 0 and out.strip():
-        return facts_from_json(ref, json.loads(out), "local image")
+        return facts_from_json(ref, files.load_json(ref, "image config", text=out), "local image")
     from .net import is_loopback
     from .errors import CommandError
 
@@ -175,8 +209,9 @@ def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
         args = docker.skopeo_inspect_args(f"docker://{ref}", tls_verify=not is_loopback(host))
         args.insert(1, "--config")
         try:
-            return facts_from_json(ref, json.loads(docker.skopeo(args, timeout=120).stdout), "registry (not pulled)")
-        except (CommandError, ValueError):
+            return facts_from_json(ref, files.load_json(ref, "image config", text=docker.skopeo(args, timeout=120).stdout),
+                                   "registry (not pulled)")
+        except (CommandError, UserError):
             pass
     raise UserError(f"{ref}: not a local image, not readable from its registry and not a JSON file of its config "
                     f"(docker image inspect {ref} > image.json on a host that has it)")
@@ -205,6 +240,9 @@ def require_satisfied(require: str, gpu: Gpu, data: dict) -> tuple[bool, str]:
                 ok = False
                 break
             key, op, want = m.groups()
+            if key != "brand" and not _is_version(want):
+                ok = False
+                break
             if key == "brand":
                 ok = gpu.brand.replace(" ", "").lower() == want.lower()
             elif key == "arch":
@@ -349,14 +387,19 @@ def table(gpus: list[Gpu], verdicts: list[Verdict]) -> str:
 
 
 def gpus_from_file(path: str) -> list[Gpu]:
-    """A JSON list of GPU records ({"name", "driver", "compute_cap", "brand"}): judge a host you are not on."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--gpus-file {path}: {exc}") from None
+    """A JSON list of GPU records ({"name", "driver", "compute_cap", "brand"}), or `doctor --host --json`'s own
+    output (its "gpus"): judge a host you are not on."""
+    data = files.load_json(Path(path), "GPU list (JSON)")
+    where = f"--gpus-file {path}"
+    if isinstance(data, dict):  # `builder doctor --host --json` of that host
+        schema.check(where, data, schema.HOST_REPORT)
+        data = data["gpus"]
     if not isinstance(data, list) or not data:
-        raise UserError(f"--gpus-file {path}: expected a non-empty JSON list of GPU records")
-    return [Gpu.from_json(d, i) for i, d in enumerate(data)]
+        raise UserError(f"{where}: expected a non-empty JSON list of GPU records (or `doctor --host --json` output)")
+    gpus = [Gpu.from_json(d, i, f"{where}: [{i}]") for i, d in enumerate(data)]
+    if len({g.index for g in gpus}) != len(gpus):
+        raise UserError(f"{where}: a GPU index appears twice ({', '.join(str(g.index) for g in gpus)})")
+    return gpus
 
 
 def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo) -> int:
@@ -375,7 +418,7 @@ def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo)
     elif gpus:
         echo(table(gpus, verdicts) if images else table(gpus, []) + "\n(no image named: give IMAGE... to judge)")
     if not gpus:
-        if not as_json:
-            echo(f"no GPU to judge against: {why} (--gpus-file FILE judges another host's)")
+        if not as_json:  # the one error line, exit 3
+            raise EnvironmentProblem(f"no GPU to judge against: {why} (--gpus-file FILE judges another host's)")
         return EXIT_ENVIRONMENT
     return EXIT_FAILED if any(v.verdict in (REFUSED, UNKNOWN) for v in verdicts) else 0

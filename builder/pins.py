@@ -29,6 +29,7 @@ from pathlib import Path
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from . import docker
 from .errors import UserError
@@ -113,6 +114,54 @@ def with_extras(lines: list[str], extras: dict[str, set[str]]) -> list[str]:
 def constraints(text: str) -> str:
     """A pins file as pip constraints: no hashes are needed there, and extras are not allowed."""
     return "".join(re.sub(r"\[[^\]]*\]", "", line) + "\n" for line in text.splitlines())
+
+
+# One pin line as builder writes it: name[extras]==version, then --hash=sha256:<hex> for each file of the release.
+_PIN = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
+                  r"==([A-Za-z0-9.+!_-]+)((?:[ \t]+--hash=sha256:\S*)*)", re.ASCII)
+_FIX = "delete it, or build with --refresh-pins, to resolve again"
+
+
+def read(path: Path, need_hashes: bool = False) -> tuple[str, bool]:
+    """(the text of a pins file, whether it is hash-locked), every line checked first: a pins file holds
+    name==version pins, each with its --hash=sha256 in a hash-locked file, and nothing else. A pip option
+    (--index-url, -r, -e, --trusted-host, an inline --install-option) would reach pip; a file cut short would
+    install less than it says: both are refused (UserError, naming the line), as is a file whose header
+    announces hashes its lines lack. `need_hashes`: build pins, which are hash-locked or nothing."""
+    from . import files, grammar
+
+    text = files.read_text(path, "pins file")
+    if text and not text.endswith("\n"):
+        raise UserError(f"{path}: ends in the middle of a line: cut short? ({_FIX})")
+    header = " ".join(l for l in text.splitlines() if l.lstrip().startswith("#"))
+    lines = [(n, l.strip()) for n, l in enumerate(text.splitlines(), 1) if l.strip() and not l.lstrip().startswith("#")]
+    if not lines:
+        raise UserError(f"{path}: holds no pin ({_FIX})")
+    locked = []
+    for n, line in lines:
+        where = f"{path}: line {n}: {grammar.describe(line)}"
+        m = _PIN.fullmatch(line)
+        if line.startswith("-") or (m is None and re.search(r"(^|\s)-", line)):
+            raise UserError(f"{where} carries a pip option; a pins file holds name==version pins only ({_FIX})")
+        if m is None:
+            raise UserError(f"{where} is not a pin like name==1.0 (with --hash=sha256:<64 hex> when hash-locked) ({_FIX})")
+        try:
+            Version(m[3])
+        except InvalidVersion:
+            raise UserError(f"{where}: {m[3]!r} is not a version ({_FIX})") from None
+        digests = re.findall(r"--hash=sha256:(\S*)", m[4])
+        bad = [d for d in digests if not re.fullmatch(r"[0-9a-f]{64}", d)]
+        if bad:
+            raise UserError(f"{where}: {grammar.describe(bad[0])} is not a sha256 (64 lowercase hex digits): cut short? "
+                            f"({_FIX})")
+        locked.append(bool(digests))
+    says_locked = "hash-locked" in header
+    if (any(locked) or says_locked or need_hashes) and not all(locked):
+        n = lines[locked.index(False)][0]
+        why = ("the file announces hash-locked pins" if says_locked else "build pins are hash-locked" if need_hashes
+               else "the other lines carry hashes")
+        raise UserError(f"{path}: line {n} carries no --hash=sha256, and {why}: cut short or edited? ({_FIX})")
+    return text, all(locked)
 
 
 def hashed(text: str) -> bool:

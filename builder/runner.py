@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files, grammar, ledger, render
+from . import files, grammar, ledger, pins, render
 from .cache import WheelCache
 from .errors import BuilderError, UserError, signal_name
 from .plan import CellPlan, WheelStep
@@ -155,7 +155,17 @@ def check_compilers(plans: list[CellPlan]) -> None:
 
 
 def check_pins(plans: list[CellPlan], opts: BuildOptions) -> None:
-    """Refuse to compile a source known only by a movable name (a tag), unless allowed."""
+    """Refuse a recorded pins file that is cut short or carries pip options (pins.read), and refuse to compile a
+    source known only by a movable name (a tag), unless allowed."""
+    if opts.pins_dir is not None and not opts.refresh_pins:
+        for p in plans:
+            runtime = opts.pins_dir / f"{p.cell.id}.txt"
+            if runtime.exists() or runtime.is_symlink():  # a FIFO or a directory in its place is refused too
+                pins.read(runtime)
+            for w in p.wheels:
+                recorded = pins.build_pins_file(opts.pins_dir, p.cell.id, w.package.name)
+                if recorded.exists() or recorded.is_symlink():
+                    pins.read(recorded, need_hashes=True)
     if not opts.allow_unpinned:
         unpinned = [
             f"{p.cell.id}: {w.package.name} {w.package.version}: {what}"

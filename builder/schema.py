@@ -14,6 +14,7 @@ A type here is a description, not code that runs: `noun` is how messages spell t
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import reprlib
 import string
@@ -171,6 +172,7 @@ class Table:
     optional: dict[str, object] = field(default_factory=dict)
     exactly_one_of: tuple[str, ...] = ()  # optional keys of which exactly one must be given
     required_when: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (other key, its value)
+    open: bool = False  # other keys allowed: a file another program writes (a load generator's result)
 
     noun = "a table"
     plural = "tables"
@@ -178,6 +180,21 @@ class Table:
     @property
     def keys(self) -> dict[str, object]:
         return {**self.required, **self.optional}
+
+
+@dataclass(frozen=True)
+class OrNull:
+    """A JSON value that may also be null (JSON files only: TOML has no null)."""
+
+    kind: object
+
+    @property
+    def noun(self) -> str:
+        return f"{self.kind.noun} or null"
+
+    @property
+    def plural(self) -> str:
+        return f"{self.kind.plural} or nulls"
 
 
 @dataclass(frozen=True)
@@ -527,8 +544,132 @@ PROFILE = Table(
 MATRIX = Table(optional={"defaults": DEFAULTS, "profiles": TableOf(PROFILE)})
 
 
+# -- bench: workloads (builder/data/bench.toml, a TOML or JSONL file), the load generator's result, bench.json ---
+def _in_range(lo: float, hi: float, lo_open: bool = False) -> Callable:
+    """A number from lo to hi (above lo when lo_open), finite: NaN and infinities are no figure."""
+
+    def parse(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("is not a finite number")
+        if value < lo or (lo_open and value == lo) or value > hi:
+            plain = lambda x: str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+            raise ValueError(f"is out of range ({'above' if lo_open else 'from'} {plain(lo)} "
+                             f"{'and at most' if lo_open else 'to'} {plain(hi)})")
+        return value
+
+    return parse
+
+
+def _count(lo: int, hi: int, noun: str) -> Parsed:
+    return _said(_in_range(lo, hi), noun, types=(int,))
+
+
+def _token_range(value) -> list:
+    if (len(value) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) for n in value)
+            or not 1 <= value[0] <= value[1] <= MAX_TOKENS):
+        raise ValueError(f"is not [lo, hi]: two integers with 1 <= lo <= hi <= {MAX_TOKENS}")
+    return value
+
+
+def _nonempty(value: str) -> str:
+    if not value:
+        raise ValueError("is empty")
+    return value
+
+
+MAX_TOKENS = 1_000_000
+FIGURE = OrNull(_said(_in_range(0, 1e15), "a finite number of at least 0", types=(int, float)))
+REQUESTS = _count(1, 1_000_000, "an integer from 1 to 1000000")
+CONCURRENCY = _count(1, 100_000, "an integer from 1 to 100000")
+OUTPUT_TOKENS = _count(1, MAX_TOKENS, f"an integer from 1 to {MAX_TOKENS}")
+SEED = _count(0, 2**32 - 1, "an integer from 0 to 4294967295")  # numpy's seeds, in the load generator
+WORKLOAD_BIN = Table(required={"share": _said(_in_range(0, 1, lo_open=True), "a share above 0 and at most 1",
+                                              types=(int, float)),
+                               "input_tokens": _said(_token_range, "[lo, hi] input tokens", types=(list,))})
+WORKLOAD = Table(required={"concurrency": CONCURRENCY, "requests": REQUESTS, "output_tokens": OUTPUT_TOKENS,
+                           "mix": ListOf(WORKLOAD_BIN, nonempty=True)},
+                 optional={"seed": SEED})
+PROMPT_LINE = Table(required={"prompt": _said(_nonempty, "a non-empty string")},
+                    optional={"output_tokens": OUTPUT_TOKENS, "input_tokens": _count(0, MAX_TOKENS, "a token count")})
+# `vllm bench serve --save-result`: the keys bench reads (the file holds more: other keys are left alone)
+_CLIENT_FIGURES = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                   "output_throughput", "request_goodput",
+                   *[f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in (50, 90, 99)],
+                   "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
+                   "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
+CLIENT_RESULT = Table(required={"completed": FIGURE, "duration": FIGURE},
+                      optional={**{k: FIGURE for k in _CLIENT_FIGURES if k not in ("completed", "duration")},
+                                "errors": OrNull(ListOf(OrNull(STR)))}, open=True)
+# bench.json, as `builder bench` writes it: what diff, plot and the table read is checked, the rest left alone
+BENCH_RUN = Table(optional={k: FIGURE for k in (
+    "duration", "completed", "failed", "request_throughput", "output_throughput", "request_goodput", "errors",
+    *[f"{m}_ms_p{p}" for m in ("ttft", "tpot", "itl", "e2el") for p in (50, 90, 99)])}, open=True)
+BENCH_ROW = Table(required={"strategy": _said(_nonempty, "a strategy name"), "workload": _said(_nonempty, "a workload name")},
+                  optional={"runs": ListOf(BENCH_RUN), **BENCH_RUN.optional}, open=True)
+BENCH_RESULT = Table(
+    required={"environment": Table(optional={k: OrNull(STR) for k in ("subject", "digest", "engine", "engine_version",
+                                                                       "cuda", "gpu", "driver")}, open=True),
+              "rows": ListOf(BENCH_ROW)},
+    optional={"client": STR, "workload": Table(optional={"name": STR}, open=True),
+              "slo": Table(optional={"ttft_ms": OrNull(_said(_in_range(0, 3.6e6, lo_open=True), "milliseconds above 0",
+                                                             types=(int, float)))}, open=True),
+              "failures": ListOf(Table(required={"strategy": STR, "why": STR}, open=True)),
+              "lossless_threshold": FIGURE, "seconds": FIGURE},
+    open=True)
+
+
+# -- doctor --host: GPU records (nvidia-smi, --gpus-file, its own --json) and image configs -------------------
+def _driver(value: str) -> str:
+    if not re.fullmatch(r"[0-9]{2,4}(\.[0-9]{1,3}){1,2}", value, re.ASCII):
+        raise ValueError("is not an NVIDIA driver version like 580.65.06")
+    return value
+
+
+def _compute_cap(value) -> int:
+    text = str(value)
+    m = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text, re.ASCII) if not isinstance(value, int) else None
+    arch = value if isinstance(value, int) else int(m[1]) * 10 + int(m[2]) if m else None
+    if arch is None or not 30 <= arch <= 200:
+        raise ValueError("is not a compute capability like 9.0 (3.0 to 20.0)")
+    return arch
+
+
+def _one_line(value: str) -> str:
+    grammar.line(value)
+    if not value.strip() or len(value) > 256:
+        raise ValueError("is empty or longer than 256 characters")
+    return value
+
+
+GPU_RECORD = Table(required={"name": _said(_one_line, "a GPU name on one line"),
+                             "driver": _said(_driver, "an NVIDIA driver version like 580.65.06"),
+                             "compute_cap": _said(_compute_cap, 'a compute capability like "9.0"', types=(str, int, float))},
+                   optional={"index": _count(0, 999, "a GPU index from 0 to 999"),
+                             "brand": _said(grammar.line, "a product brand on one line")})
+HOST_REPORT = Table(required={"gpus": ListOf(GPU_RECORD, nonempty=True)}, optional={"no_gpu": OrNull(STR)}, open=True)
+# an image config as docker image inspect, an OCI config or skopeo print it: the keys --host reads
+IMAGE_CONFIG = Table(optional={"Env": OrNull(ListOf(STR)), "Labels": OrNull(TableOf(STR))}, open=True)
+
+
+def _device_code(value: str) -> str:
+    if not re.fullmatch(r"(sm|compute)_[0-9]{2,3}[af]?|from-index", value, re.ASCII):
+        raise ValueError("is not a device code like sm_90, sm_90a or compute_90")
+    return value
+
+
+DEVICE_CODE = _said(_device_code, "a device code like sm_90 or compute_90", "device codes like sm_90")
+# io.builder.package.<name>.binaries: per binary of the wheel, the device code it carries
+BINARIES = TableOf(Table(optional={"sass": ListOf(DEVICE_CODE), "ptx": ListOf(DEVICE_CODE)}, open=True))
+
+
+def noun_of(value) -> str:
+    """How a message names a value's type (JSON or TOML)."""
+    return _TOML_NOUNS.get(type(value), type(value).__name__)
+
+
 # -- the checker -------------------------------------------------------------------------------------------
-_TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
+_TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table",
+               type(None): "null"}
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -589,6 +730,9 @@ class _Checker:
                     self._package(value, path, kind.ref_prefix)
                 elif value not in kind.values:
                     self._fail(path, f"{value!r} is not {kind.noun}{did_you_mean(value, kind.values)}")
+            case OrNull():
+                if value is not None:
+                    self.check(value, kind.kind, path)
             case AnyOf():
                 fits = [k for k in kind.kinds if isinstance(value, _container(k))]
                 self._expect(bool(fits), value, kind, path)
@@ -603,13 +747,14 @@ class _Checker:
         self._expect(isinstance(value, dict), value, table, path)
         allowed = table.keys
         for key in value:
-            if key not in allowed:
+            if key not in allowed and not table.open:
                 self._fail(path, f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
         for key, kind in table.required.items():
             if key not in value:
                 self._fail(path, f"missing key {key!r}: expected {kind.noun}")
         for key, item in value.items():
-            self.check(item, allowed[key], _key_path(path, key))
+            if key in allowed:
+                self.check(item, allowed[key], _key_path(path, key))
         for key, (other, when) in table.required_when.items():
             if value.get(other) == when and key not in value:
                 self._fail(path, f"missing key {key!r}: expected {allowed[key].noun} when {other} is {when!r}")
@@ -644,6 +789,8 @@ def _container(kind) -> tuple[type, ...]:
             return kind.types
         case Parsed():
             return kind.types
+        case OrNull():
+            return (*_container(kind.kind), type(None))
         case _:
             return (str,)
 

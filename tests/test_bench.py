@@ -17,7 +17,7 @@ import subprocess
 import sys
 import pytest
 
-from builder.bench import NONE, results, run, workload
+from builder.bench import NONE, client, results, run, workload
 from builder.cli.bench import parse_strategies
 from builder.engines import recipe
 from builder.errors import UserError
@@ -208,3 +208,78 @@ def test_the_load_generator_reports_the_stand_ins_known_latencies_and_the_engine
     assert NONE not in [k for k in rows[NONE] if k.startswith("spec_drafts")]
     assert rows["MTP2"]["lossless"] == "ok" and rows["MTP7"]["lossless"].startswith("FLAGGED")
     assert (out / CELL / "bench.png").is_file() and (out / CELL / "bench.csv").is_file()
+
+
+# -- the load generator's result file, read through schema.CLIENT_RESULT -------------------------------------
+FAKE_CLIENT = '''#!/bin/sh
+# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): writes $FAKE_RESULT as its result file
+dir=""; file=""
+while [ $# -gt 0 ]; do
+  case "$1" in --result-dir) dir="$2"; shift ;; --result-filename) file="$2"; shift ;; esac
+  shift
+done
+printf '%s' "$FAKE_RESULT" > "$dir/$file"
+'''
+GOOD_CLIENT_RESULT = {"duration": 1.5, "completed": 16, "failed": 0, "request_throughput": 10.7, "output_throughput": 342.0,
+                      "request_goodput": None, "p99_ttft_ms": 69.5, "p50_ttft_ms": 64.8, "errors": ["", ""],
+                      "date": "20261201-120000", "backend": "openai", "ttfts": [0.06, 0.07]}
+BAD_CLIENT_RESULTS = {  # name: (file text, words of the failure)
+    "not-json": ("{", "not JSON"),
+    "empty": ("", "not JSON"),
+    "list": ("[]", "expected a table"),
+    "no-completed": (json.dumps({k: v for k, v in GOOD_CLIENT_RESULT.items() if k != "completed"}), "completed"),
+    "completed-string": (json.dumps({**GOOD_CLIENT_RESULT, "completed": "16"}), "completed"),
+    "duration-negative": (json.dumps({**GOOD_CLIENT_RESULT, "duration": -1}), "duration"),
+    "ttft-nan": (json.dumps({**GOOD_CLIENT_RESULT, "p99_ttft_ms": float("nan")}), "p99_ttft_ms"),
+    "ttft-inf": (json.dumps({**GOOD_CLIENT_RESULT, "p99_ttft_ms": float("inf")}), "p99_ttft_ms"),
+    "throughput-string": (json.dumps({**GOOD_CLIENT_RESULT, "request_throughput": "fast"}), "request_throughput"),
+    "errors-string": (json.dumps({**GOOD_CLIENT_RESULT, "errors": "boom"}), "errors"),
+    "errors-int-item": (json.dumps({**GOOD_CLIENT_RESULT, "errors": [5]}), "errors[0]"),
+    "spec-rate-bool": (json.dumps({**GOOD_CLIENT_RESULT, "spec_decode_acceptance_rate": True}), "spec_decode_acceptance_rate"),
+    "nested": ("[" * 40 + "]" * 40, "nested"),
+    "recursion": ("[" * 100000, "result file"),
+}
+
+
+@pytest.fixture
+def fake_client(tmp_path):
+    path = tmp_path / "fake-client"
+    path.write_text(FAKE_CLIENT)
+    path.chmod(0o755)
+    return lambda text: client.run(client.argv(str(path), "http://127.0.0.1:1", "m", "t", tmp_path / "d.jsonl", 1, 1, 1, 0,
+                                               tmp_path, "result.json", None),
+                                   {**os.environ, "FAKE_RESULT": text}, 60)
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CLIENT_RESULTS))
+def test_a_malformed_load_generator_result_fails_the_strategy_naming_the_file_and_field(name, fake_client, tmp_path):
+    text, words = BAD_CLIENT_RESULTS[name]
+    with pytest.raises(client.ClientFailed) as exc:
+        fake_client(text)
+    assert words in str(exc.value) and str(tmp_path / "result.json") in str(exc.value), str(exc.value)
+
+
+def test_a_well_formed_load_generator_result_gives_its_figures(fake_client):
+    figs = client.figures(fake_client(json.dumps(GOOD_CLIENT_RESULT)).result)
+    assert figs["completed"] == 16 and figs["ttft_ms_p99"] == 69.5 and figs["errors"] == 0 and figs["request_goodput"] is None
+
+
+@pytest.mark.pure
+def test_diff_refuses_results_that_do_not_compare_a_zero_old_median_and_a_nan_threshold():
+    old = recorded()
+    for path, value, words in ((("environment", "engine"), "vllm", "another engine"),
+                               (("environment", "gpu"), "1 x NVIDIA H200", "another GPU"),
+                               (("workload", "requests"), 999, "another workload"),
+                               (("slo", "ttft_ms"), 200, "another SLO")):
+        other = copy.deepcopy(old)
+        other[path[0]][path[1]] = value
+        entries, problems = results.diff(old, other)
+        assert entries == [] and any(words in p for p in problems), problems
+    zero = copy.deepcopy(old)
+    for run_ in zero["rows"][0]["runs"]:
+        run_["ttft_ms_p99"] = 0
+    _, problems = results.diff(zero, old)
+    assert any("old median of ttft_ms_p99 is 0" in p for p in problems), problems
+    for bad in (float("nan"), float("inf"), -0.1):
+        assert results.diff(old, old, bad)[1], bad
+    assert results.diff(old, old, 0.0)[1] == []

@@ -10,11 +10,14 @@ import importlib.machinery
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from .helpers import REPO
 
@@ -95,3 +98,168 @@ def test_run_joins_parts_from_several_calls_checks_every_sha256_and_installs(tmp
     py = store / f"py-{name}"
     out = subprocess.run([str(py), "-c", "import purepkg; print(purepkg.VALUE)"], capture_output=True, text=True)
     assert out.stdout.strip() == "42", out.stderr
+
+
+# -- names, the wrapper, the store: no shell built from values, no path out of .carry/ or the store --------------
+def bundle_parts(store: Path, name: str, blob: bytes, size: int) -> list[Path]:
+    """The store as gpu-host-bundle's parts and SHA256SUMS of `blob` make it (part-00, ..., part-99, part-100)."""
+    d = store / name
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("part-*"):
+        old.unlink()
+    sums, parts = [f"{hashlib.sha256(blob).hexdigest()}  bundle.tar"], []
+    for i in range(0, len(blob), size):
+        p = d / f"part-{i // size:02d}"
+        p.write_bytes(blob[i:i + size])
+        sums.append(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}")
+        parts.append(p)
+    (d / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    return parts
+
+
+def wheel_tar(tmp: Path, value: str, padding: int = 0) -> bytes:
+    w = wheel(tmp, "purepkg", "1.0", {"purepkg/__init__.py": f"VALUE = {value!r}\n", "purepkg/pad.txt": "x" * padding})
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(w, arcname=f"wheels/{w.name}")
+    return buf.getvalue()
+
+
+def gpu_host_run(*args: str, store: Path, root: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(root / "scripts" / "gpu-host-run"), *args], capture_output=True,
+                          text=True, timeout=300, cwd=root,
+                          env={**os.environ, "BUILDER_CARRY_STORE": str(store), "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def value_of(py: Path) -> str:
+    out = subprocess.run([str(py), "-c", "import purepkg; print(purepkg.VALUE)"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_run_joins_more_than_a_hundred_parts_in_the_order_of_their_numbers(tmp_path):
+    store, name = tmp_path / "store", "unit-many-parts"
+    blob = wheel_tar(tmp_path, "many")
+    parts = bundle_parts(store, name, blob, len(blob) // 104 + 1)
+    assert len(parts) >= 101 and sorted(p.name for p in parts)[:3] == ["part-00", "part-01", "part-02"]
+    assert sorted(p.name for p in parts).index("part-100") < sorted(p.name for p in parts).index("part-11")  # by name: wrong
+    ok = gpu_host_run("install", name, store=store)
+    assert ok.returncode == 0, ok.stderr
+    assert value_of(store / f"py-{name}") == "many"
+
+
+def test_a_new_bundle_under_an_installed_name_is_installed_not_ignored(tmp_path):
+    store, name = tmp_path / "store", "unit-reinstall"
+    old = wheel_tar(tmp_path, "old")
+    bundle_parts(store, name, old, len(old) // 2 + 1)
+    assert gpu_host_run("install", name, store=store).returncode == 0
+    assert value_of(store / f"py-{name}") == "old"
+    again = gpu_host_run("install", name, store=store)
+    assert again.returncode == 0 and "already installed" in again.stdout
+    new = wheel_tar(tmp_path, "new", padding=5000)
+    parts = bundle_parts(store, name, new, len(new) // 3 + 1)
+    kept = parts[1].read_bytes()
+    parts[1].write_bytes(old[:len(kept)])  # the old bundle's part where the new one's has not arrived yet
+    early = gpu_host_run("install", name, store=store)
+    assert early.returncode == 1 and "part-01: sha256 differs" in early.stderr, early.stderr
+    assert value_of(store / f"py-{name}") == "old"  # the installed bundle is left as it was
+    parts[1].write_bytes(kept)
+    done = gpu_host_run("install", name, store=store)
+    assert done.returncode == 0 and "installing bundle" in done.stdout, done.stdout + done.stderr
+    assert value_of(store / f"py-{name}") == "new"
+
+
+def test_the_wrapper_quotes_a_store_path_with_a_space_and_shell_text(tmp_path):
+    marker = tmp_path / "injected"
+    store = tmp_path / f"my store $(touch {marker}) `touch {marker}`"
+    name = "unit-quoted-store"
+    blob = wheel_tar(tmp_path, "quoted")
+    bundle_parts(store, name, blob, len(blob) // 2 + 1)
+    ok = gpu_host_run("install", name, store=store)
+    assert ok.returncode == 0, ok.stderr
+    assert value_of(store / f"py-{name}") == "quoted"
+    assert not marker.exists()
+
+
+BAD_NAMES = ["$(touch {marker})", "`touch {marker}`", "a;touch {marker}", "../escape", "..", ".", "a/b", "/abs",
+             "a b", "a\nb", "", "-rf", "x" * 200, "a|b", "a&b", "a>b", "'quoted'", "\"dq\"", "naïve", "a\\b"]
+
+
+def _gpu_host_bad_inputs() -> list[tuple[str, list[str], str]]:
+    """(script, its arguments with {marker}, what the message names): every one exits 2, runs nothing, makes nothing
+    outside .carry/ or the store (and no marker: no shell text ran)."""
+    out = []
+    for i, n in enumerate(BAD_NAMES):
+        out.append(("gpu-host-run", ["install", n], "name"))
+        out.append(("gpu-host-bundle", [n], "name"))
+        if i % 2 == 0:
+            out.append(("gpu-host-run", ["stash", n], "name"))
+            out.append(("gpu-host-run", ["bench", n, "--strategy", "none"], "name"))
+        else:
+            out.append(("gpu-host-run", ["smoke", n], "name"))
+            out.append(("gpu-host-run", ["bench", "vllm-0.26.0", "--client", n], "name"))
+            out.append(("gpu-host-run", ["bench", "vllm-0.26.0", "--with", n], "name"))
+    for v in ("0", "-1", "-58", "abc", "1.5", "", "1e3", "99999", "0x10", " "):
+        out.append(("gpu-host-bundle", ["vllm-0.26.0", "--part-mib", v], "--part-mib"))
+    out += [("gpu-host-run", ["bench", "vllm-0.26.0", "--client"], "--client needs"),
+            ("gpu-host-run", ["smoke", "vllm-0.26.0", "--with"], "--with needs"),
+            ("gpu-host-run", ["install"], ""),
+            ("gpu-host-bundle", ["no-such-spec-anywhere"], "no spec")]
+    return out
+
+
+GPU_HOST_BAD = _gpu_host_bad_inputs()
+
+
+@pytest.fixture(scope="module")
+def script_root(tmp_path_factory) -> Path:
+    """A checkout of the two scripts and the specs in a temp dir: ROOT there, so .carry/ and anything a bad name
+    could make outside it are in view (builder itself is imported from the checkout)."""
+    root = tmp_path_factory.mktemp("root")
+    shutil.copytree(REPO / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("script, args, expect", GPU_HOST_BAD, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(GPU_HOST_BAD)])
+def test_gpu_host_scripts_refuse_bad_names_and_part_sizes_and_run_no_shell_text(script, args, expect, script_root,
+                                                                               tmp_path):
+    marker = tmp_path / "injected"
+    store = tmp_path / "store"
+    args = [a.replace("{marker}", str(marker)) for a in args]
+    before = _tree(script_root)
+    res = subprocess.run([sys.executable, str(script_root / "scripts" / script), *args], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path,
+                         env={**os.environ, "BUILDER_CARRY_STORE": str(store), "PYTHONPATH": str(REPO),
+                              "PIP_NO_INDEX": "1"})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    if expect:
+        assert expect in res.stderr and "error" in res.stderr, res.stderr
+    assert not marker.exists(), "shell text in a value ran"
+    assert _tree(script_root) == before and not store.exists() and not (tmp_path.parent / "escape").exists()
+
+
+def test_bundle_then_run_end_to_end_from_local_wheels_in_parts_of_one_mib(script_root, tmp_path):
+    """gpu-host-bundle on a spec of one local wheel (pip finds it in a folder: no index) with --part-mib 1, then
+    gpu-host-run stash + install from the .carry/ it wrote; a bad name or part size writes nothing."""
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel(links, "purepkg", "1.0", {"purepkg/__init__.py": "VALUE = 'e2e'\n",
+                                    "purepkg/blob.bin": os.urandom(5 << 19).hex()[: 5 << 19]})
+    (script_root / "scripts" / "gpu-host" / "unit-e2e.toml").write_text(
+        'python = "3.11"\nplatforms = ["any"]\nwheels = ["purepkg==1.0"]\n'
+        '[serve]\ncell = "stand-in-engine-1.0.0-cu130-py311-sm80.90"\nengine_args = ""\n')
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(links)}
+    made = subprocess.run([sys.executable, str(script_root / "scripts" / "gpu-host-bundle"), "unit-e2e", "--part-mib", "1",
+                           "--cache", str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    parts = sorted((script_root / ".carry" / "unit-e2e").glob("part-*"))
+    assert [p.name for p in parts] == ["part-00", "part-01", "part-02"] and all(p.stat().st_size <= 1 << 20 for p in parts)
+    store = tmp_path / "store"
+    ok = gpu_host_run("install", "unit-e2e", store=store, root=script_root)
+    assert ok.returncode == 0, ok.stderr
+    assert value_of(store / "py-unit-e2e") == "e2e"

@@ -103,7 +103,7 @@ def test_first_build_resolves_as_of_the_date_and_records_it_hash_locked(local_ba
     res = build(m, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     log = (tmp_path / "logs" / f"{CELL}.log").read_text()
-    assert "pip install --no-deps --require-hashes -r /opt/build-context/build-pins/cuda-ext.txt" in log
+    assert "pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/cuda-ext.txt" in log
     assert re.search(r"Requirement already satisfied: six>=1\.10 in .*\(1\.16\.0\)", log), log[-3000:]
     assert "Collecting six==1.16.0 (from -r /opt/build-context/build-pins/cuda-ext.txt" in log
     assert recorded.read_text().startswith(text)  # used, not rewritten

@@ -12,12 +12,12 @@ where vLLM is installed: a GPU host, or any environment named with --client-pyth
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import files, schema
 from ..errors import UserError
 
 PERCENTILES = (50, 90, 99)
@@ -65,7 +65,12 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> ClientRun:
     if proc.returncode != 0 or not result_path.is_file():
         raise ClientFailed(f"{NAME} exited {proc.returncode}" + ("" if result_path.is_file() else ", no result file"),
                            output)
-    return ClientRun(args, json.loads(result_path.read_text()), seconds, output)
+    try:  # another program's file: its shape is checked before a figure of it is read
+        result = files.load_json(result_path, f"{NAME} result file")
+        schema.check(f"{result_path}: {NAME}'s result", result, schema.CLIENT_RESULT)
+    except UserError as exc:
+        raise ClientFailed(str(exc), output) from None
+    return ClientRun(args, result, seconds, output)
 
 
 class ClientFailed(Exception):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from pathlib import Path
 
+from .. import files, schema
 from ..errors import UserError
 from . import data
 
@@ -130,13 +132,34 @@ def write(doc: dict, out_dir: Path, png: bool = True) -> dict[str, Path]:
 
 
 def load(path: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a bench result ({exc})") from None
-    if not isinstance(doc, dict) or "rows" not in doc or "environment" not in doc:
-        raise UserError(f"{path}: not a bench result (no rows / environment)")
+    """A bench.json checked by its shape (schema.BENCH_RESULT): the file and the field named when it is not one."""
+    doc = files.load_json(Path(path), "bench result")
+    schema.check(f"{path}: not a bench result", doc, schema.BENCH_RESULT)
     return doc
+
+
+def _workload(doc: dict) -> dict:
+    """The workload's definition, without where its prompts were written."""
+    return {k: v for k, v in (doc.get("workload") or {}).items() if k != "dataset"}
+
+
+def comparable(old: dict, new: dict) -> list[str]:
+    """Why two results do not compare: another engine, GPU, workload, load generator or SLO (a figure of one says
+    nothing about the other's). Engine versions and image digests may differ: that is what diff is for."""
+    out = []
+    for key, what in (("engine", "engine"), ("gpu", "GPU")):
+        a, b = old["environment"].get(key), new["environment"].get(key)
+        if a != b:
+            out.append(f"the results are of another {what} ({a} against {b})")
+    if _workload(old) != _workload(new):
+        changed = sorted(k for k in set(_workload(old)) | set(_workload(new)) if _workload(old).get(k) != _workload(new).get(k))
+        out.append(f"the results are of another workload ({', '.join(changed)} differ)")
+    if old.get("client") != new.get("client"):
+        out.append(f"the results come from another load generator ({old.get('client')} against {new.get('client')})")
+    slo_a, slo_b = (old.get("slo") or {}).get("ttft_ms"), (new.get("slo") or {}).get("ttft_ms")
+    if slo_a != slo_b:
+        out.append(f"the results have another SLO (TTFT {slo_a} against {slo_b} ms): goodput does not compare")
+    return out
 
 
 def diff(old: dict, new: dict, min_change: float | None = None) -> tuple[list[dict], list[str]]:
@@ -145,8 +168,12 @@ def diff(old: dict, new: dict, min_change: float | None = None) -> tuple[list[di
     and the medians differ by more than min_change."""
     cfg = data()["diff"]
     min_change = cfg["min_change"] if min_change is None else min_change
+    if not (isinstance(min_change, (int, float)) and math.isfinite(min_change) and min_change >= 0):
+        return [], [f"--min-change: {min_change!r} is not a relative change of at least 0"]
+    problems = comparable(old, new)
+    if problems:
+        return [], problems
     lower, higher = set(cfg["lower_is_better"]), set(cfg["higher_is_better"])
-    problems = []
     key = lambda r: (r["strategy"], r["workload"])
     old_rows = {key(r): r for r in old["rows"]}
     out = []
@@ -166,6 +193,10 @@ def diff(old: dict, new: dict, min_change: float | None = None) -> tuple[list[di
             if not a or not b:
                 continue
             ma, mb = statistics.median(a), statistics.median(b)
+            if ma == 0 and mb != 0:  # no relative change from nothing: "no regression" would be a guess
+                problems.append(f"{r['strategy']} / {r['workload']}: the old median of {fig} is 0; a relative change "
+                                "from it is undefined")
+                continue
             change = (mb - ma) / ma if ma else 0.0
             worse = change > 0 if fig in lower else change < 0
             separated = min(b) > max(a) if fig in lower else max(b) < min(a)

@@ -246,8 +246,10 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                 if check:
                     figs["spec_cross_check"] = check
                 runs.append(figs)
-                say(f"[{strategy.name}] run {i + 1}/{opts.repeats}: {figs['request_throughput']:.2f} req/s, "
-                    f"TTFT p99 {figs['ttft_ms_p99']:.0f} ms in {done.seconds:.1f}s")
+                rate, ttft = figs["request_throughput"], figs["ttft_ms_p99"]
+                say(f"[{strategy.name}] run {i + 1}/{opts.repeats}: "
+                    f"{'-' if rate is None else f'{rate:.2f}'} req/s, "
+                    f"TTFT p99 {'-' if ttft is None else f'{ttft:.0f}'} ms in {done.seconds:.1f}s")
             row["client_argv"] = args
             row["runs"] = runs
             spec_keys = sorted({k for r in runs for k in r if k.startswith("spec_") and k != "spec_cross_check"})

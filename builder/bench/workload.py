@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import random
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import files, schema
 from ..errors import UserError
 from . import data
 
@@ -32,52 +32,52 @@ class Workload:
 
 
 def _from_table(name: str, t: dict, where: str) -> Workload:
-    try:
-        mix = tuple((float(m["share"]), int(m["input_tokens"][0]), int(m["input_tokens"][1])) for m in t.get("mix", []))
-        w = Workload(name, int(t["concurrency"]), int(t["requests"]), int(t["output_tokens"]), int(t.get("seed", 0)), mix)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise UserError(f"{where}: a workload needs concurrency, requests, output_tokens and a mix of "
-                        f"{{share, input_tokens = [lo, hi]}} ({exc!r})") from None
-    return check(w, where)
+    """A workload table (the data's, or a TOML file's) checked by its shape (schema.WORKLOAD)."""
+    schema.check(where, t, schema.WORKLOAD)
+    mix = tuple((float(m["share"]), m["input_tokens"][0], m["input_tokens"][1]) for m in t["mix"])
+    return check(Workload(name, t["concurrency"], t["requests"], t["output_tokens"], t.get("seed", 0), mix), where)
 
 
 def check(w: Workload, where: str) -> Workload:
-    if w.concurrency < 1 or w.requests < 1 or w.output_tokens < 1:
-        raise UserError(f"{where}: concurrency, requests and output_tokens must be at least 1")
-    if not w.prompts_file:
-        if not w.mix or abs(sum(s for s, _, _ in w.mix) - 1.0) > 1e-6:
-            raise UserError(f"{where}: the shares of the mix must add up to 1")
-        if any(lo < 1 or hi < lo for _, lo, hi in w.mix):
-            raise UserError(f"{where}: input_tokens must be [lo, hi] with 1 <= lo <= hi")
+    """What the shape cannot say: the mix's shares add up to 1."""
+    if not w.prompts_file and abs(sum(s for s, _, _ in w.mix) - 1.0) > 1e-6:
+        raise UserError(f"{where}: mix: the shares must add up to 1, they add up to {sum(s for s, _, _ in w.mix):g}")
     return w
 
 
+def _prompts(path: Path, where: str) -> list[dict]:
+    """The lines of a JSONL workload, each {"prompt": ..., "output_tokens": n?} (schema.PROMPT_LINE)."""
+    rows = []
+    for n, line in enumerate(files.read_text(path, "workload file").splitlines(), 1):
+        if line.strip():
+            row = files.load_json(f"{where}: line {n}", "JSONL workload line", text=line)
+            schema.check(f"{where}: line {n}", row, schema.PROMPT_LINE)
+            rows.append(row)
+    if not rows:
+        raise UserError(f"{where}: no prompt in it (a JSONL workload holds one {{\"prompt\": ...}} per line)")
+    if len(rows) > 1_000_000:
+        raise UserError(f"{where}: {len(rows)} prompts; at most 1000000")
+    return rows
+
+
 def load(spec: str, requests: int | None = None, concurrency: int | None = None, seed: int | None = None) -> Workload:
-    """`article` (any name in the data), a TOML file with one workload's keys, or a JSONL of prompts."""
+    """`article` (any name in the data), a TOML file with one workload's keys, or a JSONL of prompts. The flags
+    that override it are checked by their own callbacks (cli/flags.py)."""
     named = data()["workloads"]
+    where = f"--workload {spec}"
     if spec in named:
-        w = _from_table(spec, named[spec], f"--workload {spec}")
+        w = _from_table(spec, named[spec], f"builder/data/bench.toml: workloads.{spec}")
     else:
         path = Path(spec)
-        if not path.is_file():
-            raise UserError(f"--workload {spec}: neither a workload of the data ({', '.join(named)}) nor a file")
+        if not path.exists() and not path.is_symlink():
+            raise UserError(f"{where}: neither a workload of the data ({', '.join(named)}) nor a file")
         if path.suffix == ".jsonl":
-            lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-            try:
-                rows = [json.loads(ln) for ln in lines]
-            except ValueError as exc:
-                raise UserError(f"--workload {spec}: not JSONL ({exc})") from None
-            if not rows or not all(isinstance(r, dict) and isinstance(r.get("prompt"), str) for r in rows):
-                raise UserError(f"--workload {spec}: every line must be an object with a \"prompt\" string")
+            rows = _prompts(path, where)
             w = Workload(path.stem, 50, len(rows), 256, 0, (), path.resolve())
         else:
-            try:
-                t = tomllib.loads(path.read_text())
-            except tomllib.TOMLDecodeError as exc:
-                raise UserError(f"--workload {spec}: {exc}") from None
-            w = _from_table(path.stem, t, f"--workload {spec}")
+            w = _from_table(path.stem, files.load_toml(path, "workload file"), where)
     over = {k: v for k, v in (("requests", requests), ("concurrency", concurrency), ("seed", seed)) if v is not None}
-    return check(replace(w, **over), f"--workload {spec}") if over else w
+    return replace(w, **over) if over else w
 
 
 class PromptMaker:
@@ -137,7 +137,7 @@ def write_dataset(w: Workload, model_dir: Path, dest: Path) -> dict:
     """The JSONL the load generator reads ({"prompt", "output_tokens"} per line); returns what it holds."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if w.prompts_file:
-        rows = [json.loads(ln) for ln in w.prompts_file.read_text().splitlines() if ln.strip()]
+        rows = _prompts(w.prompts_file, str(w.prompts_file))
         rows = [{"prompt": r["prompt"], "output_tokens": int(r.get("output_tokens", w.output_tokens))} for r in rows]
         exact = None
     else:

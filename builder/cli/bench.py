@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
+from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from ..bench import NONE, client, data, results
@@ -20,8 +21,7 @@ from ..errors import Failed, UserError
 from ..options import flag_default
 from . import flags
 from .app import main
-from .smoke import find_cell, known_strategies, parse_env
-from .smoke import parse_strategies as smoke_strategies
+from .smoke import find_cell, known_strategies, parse_env, parse_strategy
 
 EPILOG = """\b
 Exit codes:
@@ -40,20 +40,38 @@ class BenchGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: str) -> tuple[str, ...]:
+def strategy_names(value: str, known: tuple[str, ...]) -> tuple[str, ...] | None:
+    """--strategy's names, each through smoke's check (parse_strategy) with none among them; None for `all`.
+    Checked against the engine data before any image is looked at; what the image was built for comes later."""
+    if value.strip().lower() == "all":
+        return None
+    names = flags.split(value)
+    if not names:
+        raise UserError(f"--strategy {value!r}: no strategy named; give {NONE}, {','.join(known)} or all")
+    got = [parse_strategy(n, (NONE, *known), or_all=True) for n in names]
+    return tuple(dict.fromkeys([NONE] * (NONE in got) + [n for n in got if n != NONE]))
+
+
+def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: str,
+                     known: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """none + the named strategies; `all` is none + every strategy the image was built for. A strategy the
     engine version cannot run, or the image was not built and smoke-tested for, is refused."""
-    if value.strip().lower() == "all":
+    names = strategy_names(value, known or known_strategies())
+    if names is None:
         return (NONE, *built_for)
-    names = flags.split(value)
-    wanted = [NONE] if any(n.lower() == NONE for n in names) else []
-    rest = ",".join(n for n in names if n.lower() != NONE)
-    for s in smoke_strategies(rest, ()) if rest else ():
-        labels_mod.check_strategy(recipe, s, built_for, subject)
-        wanted.append(s)
-    if not wanted:
-        raise UserError("--strategy: name at least one of none, " + ", ".join(known_strategies()) + ", or all")
-    return tuple(dict.fromkeys(wanted))
+    for s in names:
+        if s != NONE:
+            labels_mod.check_strategy(recipe, s, built_for, subject)
+    return names
+
+
+def _client_python(given: str | None, python: str, cell) -> str:
+    """The interpreter of the load generator (vLLM's: --python for a vLLM cell, else python3), found before any
+    engine boots."""
+    chosen = given if given is not None else python if cell.engine == "vllm" else "python3"
+    if not shutil.which(chosen):
+        raise UserError(f"--client-python {chosen}: not found (the load generator runs there)")
+    return chosen
 
 
 def _nvidia_smi() -> dict:
@@ -89,12 +107,16 @@ def bench():
 @flags.drafter
 @click.option("--workload", default="article", show_default=True,
               help="A workload of builder/data/bench.toml (article, quick), a TOML file of one, or a JSONL of prompts.")
-@click.option("--requests", type=int, default=None, help="Requests per run (default: the workload's).")
-@click.option("--concurrency", type=int, default=None, help="Concurrent clients (default: the workload's).")
-@click.option("--seed", type=int, default=None, help="The workload's seed (default: the workload's).")
-@click.option("--repeats", type=int, default=1, show_default=True,
+@click.option("--requests", type=int, default=None, callback=flags.number(1, 1_000_000, "a number of requests", False),
+              help="Requests per run (default: the workload's).")
+@click.option("--concurrency", type=int, default=None, callback=flags.number(1, 100_000, "a number of clients", False),
+              help="Concurrent clients (default: the workload's).")
+@click.option("--seed", type=int, default=None, callback=flags.number(0, 2**32 - 1, "a seed", False),
+              help="The workload's seed (default: the workload's).")
+@click.option("--repeats", type=int, default=1, show_default=True, callback=flags.number(1, 1000, "a number of runs", False),
               help="Runs per strategy on one boot; `bench diff` needs at least 3 to tell a regression from noise.")
-@click.option("--slo-ttft-ms", type=float, default=None, help="Goodput objective (default: the data's, 300 ms).")
+@click.option("--slo-ttft-ms", type=float, default=None, callback=flags.number(0, 3_600_000, "a number of milliseconds"),
+              help="Goodput objective (default: the data's, 300 ms).")
 @click.option("--no-lossless", is_flag=True, help="Skip the greedy-output comparison with no speculation.")
 @flags.matrix
 @flags.profile
@@ -128,10 +150,6 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     from ..bench import run as run_mod
     from ..bench import workload as workload_mod
 
-    if repeats < 1:
-        raise UserError(f"--repeats: at least 1, got {repeats}")
-    if boot_timeout <= 0:
-        raise UserError(f"--boot-timeout: must be positive, got {boot_timeout:g}")
     try:
         extra_args = tuple(shlex.split(engine_args))
     except ValueError as exc:
@@ -141,10 +159,15 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
     m = matrix_mod.load(Path(matrix_path))
+    strategy_names(strategy, m.knowledge.strategy_names())  # the names now; what the image was built for later
     cell, image = find_cell(m, sel, target)
     launcher = "docker" if launcher == "auto" else launcher
     if launcher == "process" and image is not None:
         raise UserError(f"--launcher process runs a cell's engine installed on this host; {target} is an image")
+    files.writable_dir(Path(out_dir), "--out-dir")  # before any boot: not after the last strategy's run
+    if cell is not None:
+        client_python = _client_python(client_python, python, cell)
+    model_obj = Model.resolve(model, drafter)
     env_info: dict = {"subject": target}
     labels: dict = {}
     dock = None
@@ -161,6 +184,9 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
             if not label:
                 raise UserError(f"{image} carries no {labels_mod.CELL} label: it was not built by builder")
             cell, _ = find_cell(m, sel, label)
+            if cell is None:
+                raise UserError(f"{image} is labelled cell {label}, which {m.path} does not have")
+            client_python = _client_python(client_python, python, cell)
         env_info["digest"] = (img.attrs.get("RepoDigests") or [img.id])[0]
         built_for = tuple(labels_mod.strategies(labels))
         subject = image
@@ -169,13 +195,12 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
         built_for = tuple(cell.strategies)
         subject = f"cell {cell.id}"
     recipe = cell.engine_recipe
-    names = parse_strategies(strategy, built_for, recipe, subject)
+    names = parse_strategies(strategy, built_for, recipe, subject, m.knowledge.strategy_names())
     have_gpu, why_no_gpu, _ = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
     if gpus == "all" and not have_gpu:
         raise UserError(f"--gpus all: {why_no_gpu}")
     if gpus == "auto" and not have_gpu:
         raise UserError(f"bench needs a GPU: {why_no_gpu} (--gpus none only for CPU engines and test doubles)")
-    model_obj = Model.resolve(model, drafter)
     base_dir = Path(out_dir).resolve() / cell.id
     bench_data = data()
     slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
@@ -192,11 +217,10 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
     dataset_info = workload_mod.write_dataset(w, model_obj.target, base_dir / f"workload-{w.name}.jsonl")
     opts = run_mod.BenchOptions(strategies=names, workload=w, model=model_obj, repeats=repeats,
                                 boot_timeout=boot_timeout,
-                                client_python=client_python or (python if cell.engine == "vllm" else "python3"),
+                                client_python=client_python,
                                 extra_args=extra_args, extra_env=extra_env, out_dir=base_dir, slo_ttft_ms=slo,
                                 lossless=not no_lossless, gpus=have_gpu)
     say = (lambda s: click.echo(s, err=True))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     rows, failures = [], []
     t_all = time.monotonic()
 
@@ -232,7 +256,8 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
 @bench.command("diff", epilog=EPILOG)
 @click.argument("old")
 @click.argument("new")
-@click.option("--min-change", type=float, default=None, help="Smallest relative change that counts (default: the data's).")
+@click.option("--min-change", type=float, default=None, callback=flags.number(0, 10, "a relative change", False),
+              help="Smallest relative change that counts, e.g. 0.05 (default: the data's).")
 @flags.as_json
 def diff_cmd(old, new, min_change, as_json):
     """Compare two bench results; exit 1 on a regression beyond the noise of their repeats.
@@ -265,4 +290,8 @@ def plot_cmd(results_json, output):
     Example:
       builder bench plot logs/bench/*/bench.json -o bench.png
     """
-    click.echo(results.plot([results.load(p) for p in results_json], Path(output)))
+    dest = Path(output)
+    if dest.suffix.lower() != ".png":
+        raise UserError(f"-o {output}: the chart is a PNG; name a file ending in .png")
+    files.writable_dir(dest.parent, "-o")
+    click.echo(results.plot([results.load(p) for p in results_json], dest))

@@ -4,6 +4,7 @@ builder/data/defaults.toml."""
 
 from __future__ import annotations
 
+import math
 import os
 from functools import wraps
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 from .. import archs as archs_mod
 from .. import grammar
 from .. import matrix as matrix_mod
+from ..errors import UserError
 from ..globs import Glob
 from ..options import BuildFlags, CacheFlags, HostFlags, flag_default
 
@@ -24,6 +26,26 @@ def split(values: str | tuple[str, ...] | None) -> tuple[str, ...]:
     if isinstance(values, str):
         values = (values,)
     return tuple(v.strip() for val in values for v in val.split(",") if v.strip())
+
+
+def _plain(x: float) -> str:
+    """4294967295 and 0.5 as written, not 4.29497e+09."""
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+def number(lo: float, hi: float, unit: str, lo_open: bool = True):
+    """A click callback: the flag's number, finite, above lo (from lo when not lo_open) and at most hi, else a
+    UserError naming the flag. One definition for every verb that takes the flag (smoke, bench, serve)."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        if not (math.isfinite(value) and (lo < value if lo_open else lo <= value) and value <= hi):
+            raise UserError(f"{param.opts[0]}: {_plain(value)} is not {unit} {'above' if lo_open else 'from'} "
+                            f"{_plain(lo)} {'and at most' if lo_open else 'to'} {_plain(hi)}")
+        return value
+
+    return check
 
 
 def _declare(*args, **kwargs):
@@ -56,7 +78,8 @@ gpus = _declare("--gpus", type=click.Choice(["auto", "all", "none"]), default=fl
                 help="auto: use the GPUs when nvidia-smi finds some; none: start the engine without GPUs (CPU engines, "
                      "test doubles).")
 boot_timeout = _declare("--boot-timeout", type=float, default=flag_default("boot_timeout"), show_default=True,
-                        help="Seconds the engine may take to become ready.")
+                        callback=number(0, 86400, "a number of seconds"),
+                        help="Seconds the engine may take to become ready (at most 86400).")
 engine_args = _declare("--engine-args", default="",
                        help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
 env = _declare("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import signal
 from pathlib import Path
 
 import click
@@ -159,8 +158,6 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         raise UserError(f"--engine-args: {exc}") from None
     if port is not None and not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
-    if not 0 < boot_timeout <= 86400:  # NaN fails too
-        raise UserError(f"--boot-timeout: must be a number of seconds from 0 to 86400, got {boot_timeout:g}")
     files.writable_dir(Path(report_dir), "--report-dir")  # before any container: not after a 900 s L3
     if launcher == "auto":
         launcher = "docker"
@@ -203,7 +200,6 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
         log_dir=out_dir,
     )
     say = (lambda s: click.echo(s, err=True))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # CI cancels with SIGTERM: stop the engine too
     if launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client)
     else:

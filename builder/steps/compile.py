@@ -166,6 +166,7 @@ class CompileStep:
         recorded = pins.build_pins_file(opts.pins_dir, ctx.cell.id, pkg.name)
         if not recorded.is_file():
             return None
+        pins.read(recorded, need_hashes=True)  # checked line by line (runner.check_pins did before the build)
         where = ctx.context_dir / pins.BUILD_PINS_IN_CONTEXT
         where.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(recorded, where / f"{pkg.name}.txt")

@@ -130,8 +130,8 @@ class ImageStep:
         (stage / WHEEL_SUMS).write_text("".join(sums))
         pins_file = self._pins_file(ctx)
         if pins_file and pins_file.is_file() and not opts.refresh_pins:
-            text = pins_file.read_text()
-            if pins.hashed(text):  # every release and every wheel by its sha256: pip --require-hashes
+            text, locked = pins.read(pins_file)  # checked line by line (runner.check_pins did before the build)
+            if locked:  # every release and every wheel by its sha256: pip --require-hashes
                 own = [(w.name, ctx.records[s.package.name][w.name]["sha256"]) for s in ctx.plan.wheels
                        for w in ctx.wheels[s.package.name]]
                 (stage / pins.HASHED_IN_CONTEXT).write_text(pins.requirements(text, own))

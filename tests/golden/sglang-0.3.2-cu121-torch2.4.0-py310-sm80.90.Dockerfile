@@ -104,7 +104,8 @@ WORKDIR /src
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -112,7 +113,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/sglang.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/sglang.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -182,7 +183,8 @@ ENV CMAKE_TOOLCHAIN_FILE="/opt/deps/overrides.cmake"
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -190,7 +192,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/vllm.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -241,7 +243,8 @@ WORKDIR /src/python
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -249,7 +252,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/flashinfer.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flashinfer.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/flashinfer.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -295,7 +298,8 @@ WORKDIR /src
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -305,7 +309,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/flash-attn.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-09-25T06:17:39Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -464,8 +468,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
 # names every release pip may install and every file's sha256, the cell's wheels included: pip
-# --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
-# compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
+# --require-hashes installs exactly those files or stops (--force-reinstall: one already installed is
+# hash-checked too). Without it, the constraints keep pip from swapping a compiled package or torch for
+# another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
@@ -477,7 +482,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
-      with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
+      with-ca pip install --no-compile --require-hashes --force-reinstall -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.4.0' 'sglang==0.3.2' 'vllm==0.5.5' 'flashinfer==0.1.6' 'flash-attn==2.6.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
@@ -518,27 +523,27 @@ LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="006dbb77104d8ab1cd785f1dc31b8e31f7f259d0114d9a56c447a2179f40e15a"
+LABEL io.builder.package.sglang.cache-key="b8fc766cad08735eed885e6f1faa8579cf805748b9aa42face2333481ef47859"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="daabd3b185a85d73dfba50701314899a759b7135e7b7c5c80e1f77490b30fb90"
+LABEL io.builder.package.vllm.cache-key="fe2132c541925a511745cea93aa3b0d96109e33cce3682acc8d38e7e240af5c0"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="9b9d13eebfc56cd3b1957c36854cdfe3416a6ac5a9ed5545844f4da0ffa589fb"
+LABEL io.builder.package.flashinfer.cache-key="4d9c9cc3aa5d1fec9d3ffa4f4174ad61fc0f139e18e3d36b06c36f0272b334b6"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="bc9f63f9ee662ce12d62006f7eed34cf252ea6a5f8c6c0c6c2abc3ae81e6ab75"
+LABEL io.builder.package.flash-attn.cache-key="9a255c6ec6c516b281517407d5286f14e6ec1e9ad7ee3b8425422becffa441c7"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

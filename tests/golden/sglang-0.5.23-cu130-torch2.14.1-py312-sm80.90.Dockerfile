@@ -113,7 +113,8 @@ RUN --mount=type=secret,id=ca \
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -121,7 +122,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/sglang.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/sglang.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -187,7 +188,8 @@ COPY --from=deps-sglang-kernel /opt/deps /opt/deps
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -195,7 +197,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/sglang-kernel.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/sglang-kernel.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/sglang-kernel.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -408,7 +410,8 @@ RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -418,7 +421,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/flash-attn.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-10-30T01:34:56Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -579,8 +582,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
 # names every release pip may install and every file's sha256, the cell's wheels included: pip
-# --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
-# compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
+# --require-hashes installs exactly those files or stops (--force-reinstall: one already installed is
+# hash-checked too). Without it, the constraints keep pip from swapping a compiled package or torch for
+# another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
@@ -592,7 +596,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
-      with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
+      with-ca pip install --no-compile --require-hashes --force-reinstall -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
@@ -642,20 +646,20 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="abced4b4adceca247b45a2a55e227a5c619d2e92fbeae30bb94672d274c1d7d5"
+LABEL io.builder.package.sglang.cache-key="6316cc18be0c7aafb0dc7356d7b104c774403eef7b953512991e507356913522"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="64f38dddc735551d190c88a99cbe594cbb599b1d78a363be8178820562a8008e"
+LABEL io.builder.package.sglang-kernel.cache-key="174f0e2bca25c480ec2048e7cd05acc6ccfad1e26ac95dbbd6df2b3d80ea07f8"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="030ddb6d28edae398266ce28420d4b68095191c6185a3b92e05bcfafae06d62f"
+LABEL io.builder.package.flash-attn.cache-key="c1d6f9e0f295db5748ab74b2cc84e56b309f526862b7348e3e97cc4f03076dc3"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -235,7 +235,8 @@ ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$P
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -245,7 +246,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/vllm.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -299,7 +300,8 @@ RUN test -e flash_attn/cute && rm -rf flash_attn/cute
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -309,7 +311,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/flash-attn.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2026-11-02T10:13:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -470,8 +472,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
 # names every release pip may install and every file's sha256, the cell's wheels included: pip
-# --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
-# compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
+# --require-hashes installs exactly those files or stops (--force-reinstall: one already installed is
+# hash-checked too). Without it, the constraints keep pip from swapping a compiled package or torch for
+# another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
@@ -483,7 +486,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
-      with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
+      with-ca pip install --no-compile --require-hashes --force-reinstall -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.14.0' 'vllm==0.33.0' 'flash-attn==2.8.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
@@ -540,13 +543,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="738b1c07f099b52cfd7db48fec65cd202f79970790996f72608ba616cd9a4dbf"
+LABEL io.builder.package.vllm.cache-key="faaa3bafcc9784ea30c8e7abb15d5e409a444a2692687e39e92d69d98bc02cf9"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="0b6bd04ef57da76f2b8334a0f0561dea2c5476a8f6a8b06fbb07aec8db818ac7"
+LABEL io.builder.package.flash-attn.cache-key="d2fbc46825984db359d222d39741cd90856123eb79f517cce0eabaa6beefedf0"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

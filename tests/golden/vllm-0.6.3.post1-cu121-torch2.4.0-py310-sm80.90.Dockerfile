@@ -144,7 +144,8 @@ ENV VLLM_FLASH_ATTN_SRC_DIR="/opt/deps/vllm-flash-attn"
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -153,7 +154,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/vllm.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/vllm.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/vllm.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -199,7 +200,8 @@ WORKDIR /src
 # (none is replaced); what they leave open is taken as of the engine's release (engine data resolve_as_of), and
 # pip's report of what it installed (/wheels/.build-requirements.json) becomes the hash-locked build pins
 # (runtime-pins/<cell>.build-<package>.txt). Once they exist the build context holds them (build-pins/): pip
-# installs exactly those files (--require-hashes, --no-deps), then every build requirement must already be met
+# installs exactly those files (--require-hashes, --no-deps; --force-reinstall: one already in the base is
+# hash-checked too, not left as "already satisfied"), then every build requirement must already be met
 # with no index at all.
 RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     build-requires > /tmp/build-requirements.in \
@@ -209,7 +211,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
  && cat /tmp/build-requirements.txt \
  && mkdir -p /wheels \
  && if [ -f /opt/build-context/build-pins/flash-attn.txt ]; then \
-      with-ca pip install --no-deps --require-hashes -r /opt/build-context/build-pins/flash-attn.txt \
+      with-ca pip install --no-deps --require-hashes --force-reinstall -r /opt/build-context/build-pins/flash-attn.txt \
       && { [ ! -s /tmp/build-requirements.txt ] || pip install --no-index --constraint /usr/local/lib/build-tools.txt -r /tmp/build-requirements.txt; }; \
     elif [ -s /tmp/build-requirements.txt ]; then \
       with-ca pip install --constraint /usr/local/lib/build-tools.txt --uploaded-prior-to 2024-10-17T18:04:43Z --report /wheels/.build-requirements.json -r /tmp/build-requirements.txt; \
@@ -368,8 +370,9 @@ ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
 # installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
 # names every release pip may install and every file's sha256, the cell's wheels included: pip
-# --require-hashes installs exactly those files or stops. Without it, the constraints keep pip from swapping a
-# compiled package or torch for another build from the index, and runtime-pins.txt (versions only), when the
+# --require-hashes installs exactly those files or stops (--force-reinstall: one already installed is
+# hash-checked too). Without it, the constraints keep pip from swapping a compiled package or torch for
+# another build from the index, and runtime-pins.txt (versions only), when the
 # context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
@@ -381,7 +384,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
  && if [ -f /wheels/runtime-requirements.txt ]; then \
-      with-ca pip install --no-compile --require-hashes -r /wheels/runtime-requirements.txt; \
+      with-ca pip install --no-compile --require-hashes --force-reinstall -r /wheels/runtime-requirements.txt; \
     else \
       printf '%s\n' 'torch==2.4.0' 'vllm==0.6.3.post1' 'flash-attn==2.6.3' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
@@ -421,13 +424,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="8ee9575f942f3969a17618556e243433ed16687c533c79646e02c479a04bb862"
+LABEL io.builder.package.vllm.cache-key="346e71e9bbd9ce76f74e6f93fa31a522ebb15941eb77ff56b42ecd0b03b9b5da"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="bc9f63f9ee662ce12d62006f7eed34cf252ea6a5f8c6c0c6c2abc3ae81e6ab75"
+LABEL io.builder.package.flash-attn.cache-key="9a255c6ec6c516b281517407d5286f14e6ec1e9ad7ee3b8425422becffa441c7"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
