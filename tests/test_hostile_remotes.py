@@ -192,3 +192,61 @@ def test_no_secret_reaches_a_message_or_a_file(fx, tmp_path):
     written = [p for p in tmp_path.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
     assert not written, written
     assert all(code in (2, 3) for _, code in seen), seen
+
+
+# -- one deadline per request, body included ---------------------------------------------------------------
+DRIP_MARGIN_S = 4.0  # the interpreter's start and imports, and the other requests a verb makes before the drip
+
+
+def _pushable_entry(tmp: Path) -> tuple[Path, str]:
+    """A wheelhouse holding one entry (demo, key eee…) that `wheels push` would send."""
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+
+    from .helpers import a_wheel
+
+    wh = Wheelhouse(tmp / "wh")
+    key = "e" * 64
+    if not wh.entry_dir("demo", key).exists():
+        whl = a_wheel(tmp / "out")
+        wh.store("demo", key, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}, "compiled": False})
+    return wh.root, key
+
+
+def drip_verbs(tmp: Path, host: str, mode: str) -> dict[str, list[str]]:
+    wh, key = _pushable_entry(tmp)
+    push = ["wheels", "push", "--matrix", str(tmp / "fx" / "matrix.toml"), "--wheelhouse", str(wh), "--key", f"demo:{key}"]
+    out = {**verbs(tmp, host),
+           "wheels push (registry)": [*push, "--cache-remote", f"registry:{host}/w"],
+           "wheels push (index)": [*push, "--cache-remote", f"index:http://{host}/simple"]}
+    if mode == "drip-uploads":  # nothing to read: only an upload meets the drip
+        return {k: v for k, v in out.items() if k.startswith("wheels push")}
+    if mode != "drip":  # doctor reads GET /v2/ only, which `drip` answers at once
+        out["doctor --registry"] = ["doctor", "--registry", host]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["drip", "drip-v2", "drip-headers", "drip-uploads"])
+def test_a_dripping_remote_is_cut_at_one_deadline_per_request(fx, mode):
+    """Issue 28: a remote that sends its headers (or its status line) and then one byte a second kept `plan
+    --remote`, `wheels pull` and `wheels push` running past BUILDER_REMOTE_TIMEOUT (the deadline was checked per
+    1 MiB chunk, which never filled). Every request now has one deadline, connect to last byte: each verb ends
+    with exit 3 naming the remote within the timeout plus a small margin."""
+    took_by_verb = {}
+    with hostile.serve(mode) as (host, _):
+        for name, argv in drip_verbs(fx, host, mode).items():
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                                      cwd=fx, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                               "BUILDER_REMOTE_TIMEOUT": str(TIMEOUT_S)})
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} against {mode}: still running after 60 s (BUILDER_REMOTE_TIMEOUT={TIMEOUT_S})")
+            took = took_by_verb[name] = time.monotonic() - t0
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 3, f"{name} against {mode}: exit {proc.returncode}\n{out[-2000:]}"
+            assert "Traceback" not in out, f"{name} against {mode}:\n{out[-3000:]}"
+            said = [line for line in out.splitlines() if line.startswith(("error: ", "FAIL"))]
+            assert said and host in said[0], f"{name} against {mode} does not name {host}:\n{out}"
+            assert took < TIMEOUT_S + DRIP_MARGIN_S, f"{name} against {mode} took {took:.1f} s:\n{out[-2000:]}"
+    print(f"{mode}: " + ", ".join(f"{n} {t:.1f} s" for n, t in took_by_verb.items()))

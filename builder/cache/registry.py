@@ -278,6 +278,8 @@ class RegistryStore:
                                    manifest_annotations=annotations, quiet=True)
             except NETWORK_ERRORS as exc:
                 raise down(self.label, exc, f"(stopped while pushing {package})") from None
+            except (net.TooSlow, net.TooLarge) as exc:
+                raise type(exc)(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
             except ValueError as exc:  # oras: a non-2xx answer
                 raise EnvironmentProblem(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
         finally:
