@@ -617,19 +617,99 @@ def docker_config_path() -> Path:
         else Path.home() / ".docker" / "config.json"
 
 
-def _credential_helper(helper: str, host: str) -> tuple[str, str] | None:
+_HELPER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_CONFIG_MAX_BYTES = 16 << 20
+
+
+def _credential_helper(helper: str, host: str, path: Path, key: str) -> tuple[str, str] | None:
+    """`docker-credential-HELPER get` for host: (user, secret), None when it holds nothing for host;
+    EnvironmentProblem when the helper is missing or fails (docker itself would fail the same way)."""
+    where = f"docker-credential-{helper} ({key} of {path})"
     try:
         proc = subprocess.run([f"docker-credential-{helper}", "get"], input=host, capture_output=True, text=True,
-                              timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+                              timeout=30, check=False, errors="replace")
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{where} is not installed: install it, or remove {key} from {path}") from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(f"{where} did not answer within 30 s") from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"{where} cannot run ({exc.strerror or exc})") from None
+    said = redact((proc.stdout + proc.stderr).strip())
     if proc.returncode != 0:
-        return None
+        if "credentials not found" in said.lower():
+            return None
+        raise EnvironmentProblem(f"{where} failed (exit {proc.returncode}): {(said.splitlines() or ['no output'])[0][:200]}")
     try:
         data = json.loads(proc.stdout)
-        return (data["Username"], data["Secret"]) if data.get("Secret") else None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, RecursionError):
+        raise EnvironmentProblem(f"{where} answered no JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("Secret", ""), str) \
+            or not isinstance(data.get("Username", ""), str):
+        raise EnvironmentProblem(f"{where} answered no {{\"Username\": ..., \"Secret\": ...}} object")
+    return (data.get("Username", ""), data["Secret"]) if data.get("Secret") else None
+
+
+_JSON_NOUNS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false",
+               type(None): "null"}
+
+
+def _docker_config(path: Path) -> dict | None:
+    """docker's config.json, checked as docker reads it: None when there is none. What it holds wrong (not JSON,
+    not an object, odd auths / credHelpers / credsStore) is UserError (exit 2) naming the file and the key; a
+    file that cannot be read (a directory, a FIFO, no permission, an I/O error) EnvironmentProblem (exit 3)."""
+    import stat
+
+    def cannot(why: str) -> EnvironmentProblem:
+        return EnvironmentProblem(f"{path}: cannot read the docker credentials ({why}); fix it or point DOCKER_CONFIG "
+                                  "at another directory")
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise cannot(exc.strerror or str(exc)) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise cannot("it is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise cannot("it is not a regular file")
+    if st.st_size > _CONFIG_MAX_BYTES:
+        raise UserError(f"{path}: {st.st_size} bytes, more than a docker config.json holds ({_CONFIG_MAX_BYTES >> 20} MiB)")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise cannot(exc.strerror or str(exc)) from None
+
+    def bad(why: str) -> UserError:
+        return UserError(f"{path}: {why} (docker's config.json, read for the registry credentials)")
+
+    try:
+        cfg = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise bad("not UTF-8 text") from None
+    except RecursionError:
+        raise bad("JSON nested too deeply") from None
+    except ValueError as exc:
+        raise bad(f"not JSON ({getattr(exc, 'msg', exc)} at line {getattr(exc, 'lineno', '?')} column "
+                  f"{getattr(exc, 'colno', '?')})") from None
+    if not isinstance(cfg, dict):
+        raise bad(f"a JSON object expected, got {_JSON_NOUNS.get(type(cfg), type(cfg).__name__)}")
+    for key in ("auths", "credHelpers"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise bad(f"{key} must be an object, got {_JSON_NOUNS.get(type(cfg[key]), type(cfg[key]).__name__)}")
+    for name, entry in (cfg.get("auths") or {}).items():
+        if not isinstance(entry, dict):
+            raise bad(f"auths.{redact(name)[:100]} must be an object, got {_JSON_NOUNS.get(type(entry), type(entry).__name__)}")
+        for field in ("auth", "username", "password", "identitytoken"):
+            if entry.get(field) is not None and not isinstance(entry[field], str):
+                raise bad(f"auths.{redact(name)[:100]}.{field} must be a string")
+    for name, helper in (cfg.get("credHelpers") or {}).items():
+        if not isinstance(helper, str) or not _HELPER_NAME.fullmatch(helper):
+            raise bad(f"credHelpers.{redact(name)[:100]} must name a credential helper (letters, digits, '.', '_', '-')")
+    store = cfg.get("credsStore")
+    if store is not None and (not isinstance(store, str) or (store and not _HELPER_NAME.fullmatch(store))):
+        raise bad("credsStore must name a credential helper (letters, digits, '.', '_', '-')")
+    return cfg
 
 
 def registry_credentials(host: str) -> tuple[tuple[str, str] | None, str]:
@@ -638,33 +718,33 @@ def registry_credentials(host: str) -> tuple[tuple[str, str] | None, str]:
     if env:
         return env, "BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD"
     path = docker_config_path()
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, ""
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"{path}: cannot read the docker credentials ({exc})") from None
-    if not isinstance(cfg, dict):
+    cfg = _docker_config(path)
+    if cfg is None:
         return None, ""
     names = [host, f"http://{host}", f"https://{host}", f"https://{host}/v1/", f"http://{host}/v2/", f"https://{host}/v2/"]
-    auths = cfg.get("auths") if isinstance(cfg.get("auths"), dict) else {}
+    auths = cfg.get("auths") or {}
     for name in names:
         entry = auths.get(name)
-        if isinstance(entry, dict):
-            if entry.get("auth"):
-                try:
-                    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-                except (ValueError, UnicodeDecodeError):
-                    raise EnvironmentProblem(f"{path}: the auth of {name} is not base64 user:password") from None
-                _KNOWN_SECRETS.add(password)
-                return (user, password), f"docker login ({path})"
-            if entry.get("username") and entry.get("password"):
-                _KNOWN_SECRETS.add(str(entry["password"]))
-                return (entry["username"], entry["password"]), f"docker login ({path})"
-    helpers = cfg.get("credHelpers") if isinstance(cfg.get("credHelpers"), dict) else {}
+        if entry is None:
+            continue
+        if entry.get("auth"):
+            try:
+                decoded = base64.b64decode("".join(entry["auth"].split()), validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                raise UserError(f"{path}: auths.{name}.auth is not base64 of user:password") from None
+            user, colon, password = decoded.partition(":")
+            if not colon or not user:
+                raise UserError(f"{path}: auths.{name}.auth decodes to no user:password (no ':' or no user)")
+            _KNOWN_SECRETS.add(password)
+            return (user, password), f"docker login ({path})"
+        if entry.get("username") and entry.get("password"):
+            _KNOWN_SECRETS.add(entry["password"])
+            return (entry["username"], entry["password"]), f"docker login ({path})"
+    helpers = cfg.get("credHelpers") or {}
+    key = f"credHelpers.{host}" if helpers.get(host) else "credsStore"
     helper = helpers.get(host) or cfg.get("credsStore")
-    if isinstance(helper, str) and helper:
-        found = _credential_helper(helper, host)
+    if helper:
+        found = _credential_helper(helper, host, path, key)
         if found:
             _KNOWN_SECRETS.add(found[1])
             return found, f"docker-credential-{helper}"
