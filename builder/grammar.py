@@ -111,9 +111,11 @@ def url(value, schemes: tuple[str, ...] = ("https", "http")) -> str:
     if not parts.hostname:
         raise ValueError("is not a URL: no host")
     try:
-        parts.port  # noqa: B018 - raises ValueError for a bad port
+        port = parts.port
     except ValueError:
         raise ValueError("is not a URL: bad port") from None
+    if port == 0:
+        raise ValueError("is not a URL: port 0")
     return value
 
 

@@ -49,12 +49,14 @@ DEFAULT_DOWNLOAD_BYTES = 16 << 30
 CONNECT_TIMEOUT = 5.0
 SLOWEST_RATE = 256 << 10  # bytes/s an upload or download may take: what its size adds to its deadline
 
-# scheme://user:password@host (a password may hold an @: the userinfo ends at the last @ before the path)
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s'\"]*@")
+# scheme://user:password@host (a password may hold an @: the userinfo ends at the last @ before the path; one
+# slash: a URL joined into a path, as in "--ca-bundle: /here/https:/user:password@host/...")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*:/{1,2})[^/\s'\"]*@")
 # a registry reference written with credentials and no scheme: user:password@host/...
 _BARE_USERINFO = re.compile(r"(?<![\w/@:.-])[^\s/@'\":]+:[^\s/@'\"]*@(?=[\w\[])(?!sha256:|sha512:)")
-# the ?query of a URL (tokens, signatures, passwords travel there): each value replaced, the names kept
-_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#'\"]*\?)([^\s#'\"]*)")
+# the ?query of a URL or a registry reference (tokens, signatures, passwords travel there): each value
+# replaced, the names kept
+_QUERY = re.compile(r"([^\s?#'\"]*[/:.][^\s?#'\"]*\?)([^\s#'\"]+)")
 # the environment variables whose values are secrets: never shown, wherever they would appear
 SECRET_VARIABLES = ("BUILDER_REGISTRY_PASSWORD", "BUILDER_INDEX_PASSWORD", "BUILDER_COMPILE_CACHE_PASSWORD",
                     "BUILDER_SCCACHE_DIST_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN",

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,6 +125,29 @@ def test_redaction_of_credentials_in_urls():
     assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
     assert net.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
     assert net.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
+    # a URL's query values (tokens, signatures), a registry reference's too; the names stay
+    assert net.redact("redis://h:6379/0?password=s3cret&db=1") == "redis://h:6379/0?password=***&db=***"
+    assert net.redact("'127.0.0.1:9/cache?token=s3cret' is not") == "'127.0.0.1:9/cache?token=***' is not"
+    assert net.redact("it takes no ?query or #fragment; is this a registry?") == "it takes no ?query or #fragment; is this a registry?"
+    # a URL joined into a path (one slash), a password holding an @
+    assert net.redact("/here/https:/bob:s3cret@h/ca.pem") == "/here/https:/***@h/ca.pem"
+    assert net.redact("https://bob:p@ss@h/x") == "https://***@h/x"
+
+
+@pytest.mark.pure
+def test_a_value_is_redacted_before_it_is_cut(monkeypatch):
+    """Issue 28: reprlib's cut left `'bob:s3cr3t-m...'` (no @ any more: the redaction missed it)."""
+    from builder import grammar
+
+    secret = "s3cr3t-marker-pw"
+    for value in (f"bob:{secret}@127.0.0.1:5000/builder-test", f"https://bob:{secret * 4}@mirror.example/simple/x/y",
+                  f"redis://127.0.0.1:6379/0?password={secret}", [f"https://bob:{secret}@m/x"] * 3,
+                  {f"bob:{secret}@m/x": f"https://:{secret}@h"}):
+        for width in (20, 30, 80):
+            shown = grammar.describe(value, width)
+            assert not any(secret[i:i + 4] in shown for i in range(len(secret) - 3)), (value, width, shown)
+    monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "plain-" + secret)
+    assert net.redact(f"a message with plain-{secret} in it") == "a message with *** in it"
 
 
 def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
@@ -297,3 +321,40 @@ def test_a_disk_that_fills_during_a_pull_names_the_wheelhouse_not_a_removed_dire
         assert not list(wh.rglob("*.whl")) and not list(wh.rglob("builder-wheel.json")), sorted(wh.rglob("*"))
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_no_credential_in_any_accepted_place_reaches_a_debug_line_a_message_or_a_file(tmp_path):
+    """Issue 28: a password in defaults.mirrors or defaults.registry was printed in the refusal (the value was cut
+    to `bob:s3cr3t-m...` before the redaction, which then no longer saw a user:password@), a compile-cache URL's
+    ?query was echoed, defaults.index showed part of the password. Now every value is redacted before it is cut
+    (grammar.describe), and a URL's query values and the secret variables' values are redacted wherever they
+    appear. Every place a URL or a registry is accepted (matrix defaults: index, mirrors, registry, cache remotes,
+    the compile cache and its scheduler; the flags; the environment), each run with --debug (every command line
+    and the traceback printed): the marker is in no output and in no file builder wrote."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import hardening_cases_remote3 as r3
+
+    cases = [c for c in r3.CASES if c.cls == "secret"]
+    assert len(cases) >= 50
+
+    def one(case):
+        tmp = Path(tempfile.mkdtemp(prefix="builder-secret-", dir=tmp_path))
+        hc.make_fixture(tmp, case)
+        proc = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", *hc.argv(case, tmp)], capture_output=True,
+                              text=True, cwd=tmp, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "DOCKER_HOST": "unix:///nonexistent/x.sock",
+                                   **case.env})
+        out = proc.stdout + proc.stderr
+        written = [str(p) for p in tmp.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 64 << 20
+                   and hc.SECRET.encode() in p.read_bytes() and "fx/" not in str(p.relative_to(tmp))
+                   and not str(p.relative_to(tmp)).startswith(("dc/", "bin/"))]
+        return case.id, proc.returncode, hc.SECRET in out, written, out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one, cases))
+    leaks = [(cid, out[-1500:]) for cid, _, echoed, _, out in results if echoed]
+    files = [(cid, w) for cid, _, _, w, _ in results if w]
+    assert not leaks, leaks[:3]
+    assert not files, files
+    assert all(code in (2, 3) for _, code, _, _, _ in results), [(cid, code) for cid, code, *_ in results if code not in (2, 3)]
