@@ -8,14 +8,15 @@
 - a size cap, enforced while the body streams (a Content-Length above it is refused before reading):
   BUILDER_REMOTE_MAX_BYTES (default 64 MiB) for a document, which is held in memory, and for a download
   (streamed to disk) the size the manifest records, else BUILDER_REMOTE_MAX_DOWNLOAD_BYTES (default 16 GiB);
-- messages name the remote with any user:password@ in a URL redacted (`redact`).
+- messages name the remote with its secrets redacted (`redact`: a URL's user:password@ and query values, the
+  secret variables' values), before anything cuts a value short (grammar.describe).
 
 And how builder talks to a remote at all: the HTTP sessions (`with_timeouts`: every request bounded as above),
 urllib's (`urlopen`, lock's index reader and doctor), the errors that mean a remote does not answer
-(`NETWORK_ERRORS`), which hosts are this machine (`is_loopback`:
-plain HTTP and no TLS check there), and the credentials, read, never written: a registry's from
-BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD, else from the docker login of its host
-(DOCKER_CONFIG/config.json or ~/.docker/config.json: `auths`, `credHelpers`, `credsStore`); an index's from
+(`NETWORK_ERRORS`), which hosts are this machine (`is_loopback`: plain HTTP and no TLS check there), and the
+credentials, read, never written: a registry's from BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD, else from
+the docker login of its host (DOCKER_CONFIG/config.json or ~/.docker/config.json: `auths`, `credHelpers`,
+`credsStore`, checked as docker reads the file: `_docker_config`); an index's from
 BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD (else ~/.netrc, as requests reads it). Streamed downloads are
 `stream_into` (pinned ones: builder/download.py).
 """

@@ -90,6 +90,9 @@ def test_no_secret_reaches_a_layer_a_history_a_log_or_a_report(local_bases, auth
                                **{k: v for k, v in _files(tmp / "w").items() if not k.endswith("image.oci.tar")},
                                **_files(tmp / "wh"), **_files(tmp / "p")}
         assert searched["layers"] and searched["histories"]["docker history"] and searched["logs"], searched.keys()
+        # the search finds what is there: the cell's label in the configs, the wheel's code in a decompressed layer
+        assert all(CELL.encode() in searched["configs"][k] for k in ("docker image inspect", "registry: config"))
+        assert any(k.endswith("(gunzip)") and b"cuda_ext/__init__.py" in v for k, v in searched["layers"].items())
         found = {place: sorted({f"{name} in {where}" for where, data in items.items() for name, m in markers.items()
                                 if m.encode() in data}) for place, items in searched.items()}
         counts = {place: len(hits) for place, hits in found.items()}
