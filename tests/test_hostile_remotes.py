@@ -358,3 +358,28 @@ def test_no_credential_in_any_accepted_place_reaches_a_debug_line_a_message_or_a
     assert not leaks, leaks[:3]
     assert not files, files
     assert all(code in (2, 3) for _, code, _, _, _ in results), [(cid, code) for cid, code, *_ in results if code not in (2, 3)]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("mode", ["drip-v2", "drip-headers"])
+def test_one_deadline_cuts_a_drip_whichever_client_reads_it(monkeypatch, mode):
+    """The primitive itself (net.Deadline), in-process: a requests session of `with_timeouts` (what oras, the
+    cache stores and twine use), streamed or read whole, and urllib through `net.urlopen` (lock, doctor) each
+    stop a drip at the deadline — though every socket read returns within its own timeout."""
+    import requests
+
+    monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", "1")
+    with hostile.serve(mode) as (host, _):
+        url = f"http://{host}/v2/x/manifests/latest"
+        reads = {
+            "requests, whole": lambda: net.with_timeouts(requests.Session()).get(url),
+            "requests, streamed": lambda: net.read_document(net.with_timeouts(requests.Session()).get(url, stream=True), url),
+            "urllib": lambda: net.read_urllib(net.urlopen(url), url),
+        }
+        for name, read in reads.items():
+            t0 = time.monotonic()
+            with pytest.raises(net.TooSlow, match="did not answer within 1 s") as caught:
+                read()
+            took = time.monotonic() - t0
+            assert host in str(caught.value), caught.value
+            assert 0.9 < took < 1.6, f"{name} against {mode}: {took:.2f} s"
