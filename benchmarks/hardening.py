@@ -295,7 +295,8 @@ def fault_push_to_a_registry_that_keeps_nothing(tmp: Path) -> tuple[bool, str]:
 
 FAULTS = [fault_read_only_wheelhouse, fault_full_wheelhouse, fault_dir_under_a_file, fault_no_daemon, fault_no_docker,
           fault_sigterm, fault_sigint, fault_corrupt_wheel, fault_brace_bomb, fault_foreign_wheelhouse,
-          *[_hostile(mode) for mode in ("500", "garbage", "hang", "redirect", "401", "huge", "huge-declared")],
+          *[_hostile(mode) for mode in ("500", "garbage", "hang", "redirect", "401", "huge", "huge-declared", "drip",
+                                       "drip-v2", "drip-headers")],
           fault_push_to_a_registry_that_keeps_nothing]
 
 
@@ -342,6 +343,9 @@ def secrets() -> bool:
         tar = tmp / "image.tar"
         subprocess.run(["docker", "save", "-o", str(tar), ref], check=True)
         searched["image (docker save: layers, config, manifest)"] = tar.read_bytes()
+        from tests.test_secret_probe import _blobs  # every blob, gzip layers decompressed (their bytes hide a marker)
+
+        searched.update({f"image blob {name}": data for name, data in _blobs(tar).items()})
         searched["image history"] = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,
                                                    check=True).stdout
         searched["image inspect"] = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=True).stdout

@@ -201,7 +201,7 @@ def _registry_host(registry: str) -> str:
 def _get_v2(url: str, timeout: float) -> tuple[int | None, str]:
     """(HTTP status, what is wrong); an answer without the registry API's header or JSON is not a registry."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with net.urlopen(url, url, timeout=timeout) as resp:
             status, body, headers = resp.status, net.read_urllib(resp, url, limit=1 << 20), resp.headers
     except urllib.error.HTTPError as exc:
         try:
@@ -216,7 +216,9 @@ def _get_v2(url: str, timeout: float) -> tuple[int | None, str]:
     return status, ""
 
 
-def check_registry(registry: str, timeout: float = 5.0) -> Check:
+def check_registry(registry: str, timeout: float | None = None) -> Check:
+    """GET /v2/ under one deadline per request: BUILDER_REMOTE_TIMEOUT, at most 5 s (a check, not a transfer)."""
+    timeout = min(5.0, net.timeouts()[1]) if timeout is None else timeout
     host = _registry_host(registry)
     schemes = ["http"] if is_loopback(host) else ["https", "http"]
     errors = []

@@ -18,11 +18,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from . import net
 from .errors import UserError
-
-_short = reprlib.Repr()
-_short.maxstring = 80
-_short.maxother = 80
 
 # -- OCI distribution reference grammar (distribution/reference/regexp.go) ---------------------------------
 _ALNUM = r"[a-z0-9]+"
@@ -114,9 +111,11 @@ def url(value, schemes: tuple[str, ...] = ("https", "http")) -> str:
     if not parts.hostname:
         raise ValueError("is not a URL: no host")
     try:
-        parts.port  # noqa: B018 - raises ValueError for a bad port
+        port = parts.port
     except ValueError:
         raise ValueError("is not a URL: bad port") from None
+    if port == 0:
+        raise ValueError("is not a URL: port 0")
     return value
 
 
@@ -336,9 +335,25 @@ def check(rule: Callable, value, where: str):
     try:
         return rule(value)
     except ValueError as exc:
-        raise UserError(f"{where}: {_short.repr(value)} {exc}") from None
+        raise UserError(f"{where}: {describe(value)} {exc}") from None
 
 
-def describe(value) -> str:
-    """A short, one-line repr for messages (long or deeply nested values cut)."""
-    return _short.repr(value)
+def _redacted(value, depth: int = 0):
+    """`value` with every string in it redacted (net.redact), as deep as a short repr shows."""
+    if isinstance(value, str):
+        return net.redact(value)
+    if depth > 6:  # deeper than reprlib.Repr's maxlevel: never shown
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return {_redacted(k, depth + 1): _redacted(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def describe(value, width: int = 80) -> str:
+    """A short, one-line repr for messages: credentials and URL queries redacted first (net.redact), so that no
+    cut leaves part of a secret; then long or deeply nested values cut to about `width` characters."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = width
+    return short.repr(_redacted(value))

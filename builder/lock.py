@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
-from . import docker, files, schema
+from . import docker, files, grammar, net, schema
 from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .pypi import SimpleIndex
@@ -52,7 +51,7 @@ class Lock:
             return cls(path, {"format": LOCK_FORMAT, "packages": {}})
         data = files.load_toml(path, "lock file", fix="; regenerate it with `builder lock`")
         if data.get("format") != LOCK_FORMAT:
-            raise UserError(f"{path}: lock format {reprlib.repr(data.get('format'))}, expected {LOCK_FORMAT}; run `builder lock`")
+            raise UserError(f"{path}: lock format {grammar.describe(data.get('format'), 30)}, expected {LOCK_FORMAT}; run `builder lock`")
         schema.check(str(path), data, schema.LOCK)
         return cls(path, data)
 
@@ -280,7 +279,7 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
     """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest
     (`skopeo inspect --raw`: the digest of exactly what the tag names, an index for a multi-platform image),
     else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never moves."""
-    from .net import is_loopback
+    from .net import is_loopback, redact
     from .errors import CommandError
 
     if "@" in ref:
@@ -288,10 +287,13 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
     host = docker.image_registry(ref) or "docker.io"
     args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host))
     try:
-        raw = docker.skopeo(args, timeout=60, binary=True).stdout
+        # skopeo's own deadline for its requests (token, manifest), and ours for the program
+        seconds = net.timeouts()[1]
+        raw = docker.skopeo([args[0], "--command-timeout", f"{seconds:g}s", *args[1:]],
+                            timeout=net.subprocess_seconds(requests=3), binary=True).stdout
         return "sha256:" + hashlib.sha256(raw).hexdigest(), f"registry {host}", ""
     except (CommandError, UserError) as exc:
-        why = (str(exc).strip().splitlines() or ["?"])[-1][:200]
+        why = (redact(str(exc)).strip().splitlines() or ["?"])[-1][:200]
     local = docker.repo_digest(ref)
     if local:
         return local, "the local Docker daemon", ""

@@ -98,6 +98,10 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
     """The steps' BuildOptions, assembled here only. `publish`: the Target of `builder publish`; `repro`: the
     two builds of verify-repro (no layer cache, no shared compile cache, no progress display)."""
     from . import ledger, pins
+
+    compile_cache = None if repro else m.defaults["cache"].get("compile")
+    if compile_cache is not None:  # its credentials' variables are checked now, not at the compile's start
+        compile_cache.credentials()
     from .progress import Display
     from .steps import BuildOptions
 
@@ -125,7 +129,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         smoke=flags.smoke,
         smoke_model=flags.smoke_model,
         display=None if repro else Display(flags.progress),
-        compile_cache=None if repro else m.defaults["cache"].get("compile"),
+        compile_cache=compile_cache,
         compile_dist=None if repro else m.defaults["cache"].get("dist"),
         compile_dist_cores=0 if repro else m.defaults["cache"].get("dist_cores", 0),
         builder=flags.host.builder,

@@ -129,11 +129,23 @@ def retrying(what: str, fn: Callable[[], object], target: Target, say: Callable[
     raise AssertionError("unreachable")
 
 
+def _bounded(args: list[str], size: int = 0, requests: int = 1) -> list[str]:
+    """skopeo ARGS under builder's bound for a program talking to a remote (net.subprocess_seconds): skopeo's
+    own --command-timeout, and the same (plus a little) for the process."""
+    from . import net
+
+    return [args[0], "--command-timeout", f"{net.subprocess_seconds(size, requests):.0f}s", *args[1:]]
+
+
+def _seconds(args: list[str]) -> float:
+    return float(args[args.index("--command-timeout") + 1].removesuffix("s")) + 30
+
+
 def served_digest(ref: str, target: Target, say: Callable[[str], None]) -> str:
     """The digest the registry serves for REF (a tag or @digest): the sha256 of its manifest's exact bytes."""
-    args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=target.tls_verify)
-    proc = retrying(f"inspect {ref}", lambda: docker.skopeo(args, credentials=target.auth(), timeout=300, binary=True),
-                    target, say)
+    args = _bounded(docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=target.tls_verify), requests=3)
+    proc = retrying(f"inspect {ref}", lambda: docker.skopeo(args, credentials=target.auth(), timeout=_seconds(args),
+                                                             binary=True), target, say)
     return "sha256:" + hashlib.sha256(proc.stdout).hexdigest()
 
 
@@ -144,12 +156,14 @@ def push_archive(archive: Path, repository: str, tag: str, digest: str, all_imag
     dest = f"{repository}:{tag}"
     with tempfile.TemporaryDirectory(prefix="builder-push-") as tmp:
         digestfile = Path(tmp) / "digest"
-        args = docker.skopeo_copy_args(f"oci-archive:{archive}", f"docker://{dest}", dest_tls_verify=target.tls_verify,
-                                       all_images=all_images, digestfile=digestfile)
+        args = _bounded(docker.skopeo_copy_args(f"oci-archive:{archive}", f"docker://{dest}",
+                                                dest_tls_verify=target.tls_verify, all_images=all_images,
+                                                digestfile=digestfile), size=archive.stat().st_size, requests=20)
         if log is not None:
             log.write(f"$ skopeo {' '.join(args)}\n")
             log.flush()
-        retrying(f"push {dest}", lambda: docker.skopeo(args, credentials=target.auth()), target, say)
+        retrying(f"push {dest}", lambda: docker.skopeo(args, credentials=target.auth(), timeout=_seconds(args)),
+                 target, say)
         pushed = digestfile.read_text().strip() if digestfile.exists() else ""
     if pushed and pushed != digest:
         raise PublishError(f"push {dest}: the registry stored {pushed}, not the built {digest}")
@@ -166,10 +180,11 @@ def move_alias(repository: str, alias: str, digest: str, all_images: bool, targe
     source = f"{repository}@{digest}"
     if served_digest(source, target, say) != digest:
         raise PublishError(f"alias {alias}: {source} is not in the registry; the alias stays where it was")
-    args = docker.skopeo_copy_args(f"docker://{source}", f"docker://{repository}:{alias}",
-                                   src_tls_verify=target.tls_verify, dest_tls_verify=target.tls_verify,
-                                   all_images=all_images)
-    retrying(f"alias {repository}:{alias}", lambda: docker.skopeo(args, credentials=target.auth()), target, say)
+    args = _bounded(docker.skopeo_copy_args(f"docker://{source}", f"docker://{repository}:{alias}",
+                                            src_tls_verify=target.tls_verify, dest_tls_verify=target.tls_verify,
+                                            all_images=all_images), requests=20)
+    retrying(f"alias {repository}:{alias}", lambda: docker.skopeo(args, credentials=target.auth(), timeout=_seconds(args)),
+             target, say)
     served = served_digest(f"{repository}:{alias}", target, say)
     if served != digest:
         raise PublishError(f"alias {repository}:{alias} serves {served} after the move, not {digest}")
@@ -387,7 +402,7 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
             body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
             if resp.status_code >= 500 or resp.status_code == 429:
                 why = f"HTTP {resp.status_code}"
-        except NETWORK_ERRORS as exc:
+        except (*NETWORK_ERRORS, net.TooSlow) as exc:  # TooSlow: past its one deadline (a hang, a drip)
             text = net.redact(str(exc))
             why = "connection refused" if "Connection refused" in text else \
                 (text.splitlines()[0][:200] if text else type(exc).__name__)

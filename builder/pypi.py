@@ -193,7 +193,7 @@ class SimpleIndex:
         """(body, Content-Type, the URL answered after redirects)."""
         req = urllib.request.Request(url, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
+            with net.urlopen(req, f"the index {url}", context=self._ctx, timeout=self.timeout) as resp:
                 return net.read_urllib(resp, f"the index {url}"), resp.headers.get("Content-Type", ""), resp.geturl()
         except urllib.error.HTTPError as exc:
             exc.close()
@@ -217,7 +217,7 @@ class SimpleIndex:
                 files = project_files(body.decode("utf-8", "replace"), content_type, answered)
             except (ValueError, RecursionError) as exc:  # an index that answers garbage is the environment's fault
                 raise EnvironmentProblem(f"{answered}: the index answers no simple-API project page "
-                                         f"({str(exc)[:200]})") from None
+                                         f"({net.redact(str(exc))[:200]})") from None
             self._projects[name] = [f for f in files if not f.yanked]
         return self._projects[name]
 

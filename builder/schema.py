@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import reprlib
 import string
 from datetime import datetime
 from collections.abc import Callable
@@ -703,7 +702,7 @@ class _Checker:
                         try:
                             kind.key.parse(key)
                         except ValueError as exc:
-                            self._fail(path, f"key {reprlib.repr(key)} {exc}" + (
+                            self._fail(path, f"key {_shown(key)} {exc}" + (
                                 f"; expected {kind.key.noun}" if kind.key.say_expected else ""))
                     self.check(item, kind.value, _key_path(path, key))
             case ListOf():
@@ -722,8 +721,8 @@ class _Checker:
                     kind.parse(value)
                 except ValueError as exc:
                     if kind.explain:  # the grammar's reason says what is wrong with the value
-                        self._fail(path, f"{reprlib.repr(value)} {exc}" + (f"; expected {kind.noun}" if kind.say_expected else ""))
-                    self._fail(path, f"{reprlib.repr(value)} is not {kind.noun}")
+                        self._fail(path, f"{_shown(value)} {exc}" + (f"; expected {kind.noun}" if kind.say_expected else ""))
+                    self._fail(path, f"{_shown(value)} is not {kind.noun}")
             case OneOf():
                 self._expect(isinstance(value, str), value, kind, path)
                 if kind.ref_prefix and value.startswith(kind.ref_prefix):
@@ -771,11 +770,16 @@ class _Checker:
     def _expect(self, ok: bool, value, kind, path: str) -> None:
         if not ok:
             got = _TOML_NOUNS.get(type(value), type(value).__name__)
-            self._fail(path, f"expected {kind.noun}, got {got} {reprlib.repr(value)}")
+            self._fail(path, f"expected {kind.noun}, got {got} {_shown(value)}")
 
     def _fail(self, path: str, problem: str):
         where = ": ".join(p for p in (self.file, path) if p)
         raise UserError(f"{where}: {problem}" if where else problem)
+
+
+def _shown(value) -> str:
+    """A value in a message: redacted, then cut (grammar.describe)."""
+    return grammar.describe(value, 30)
 
 
 def _container(kind) -> tuple[type, ...]:

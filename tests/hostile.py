@@ -11,6 +11,13 @@
   huge-declared   the same with `Content-Length: 2147483648`
   liar      speaks the registry API's upload protocol (GET /v2/, blob uploads 202/201, manifest PUT 201) and keeps
             nothing: every other GET answers random bytes with HTTP 200
+  drip      HTTP 200 and its headers at once, then the body one byte per DRIP_S seconds, forever (every read of the
+            socket returns, so no per-read timeout ever fires); GET /v2/ answers like a registry, so the drip is met
+            on the manifest, index page or upload that follows
+  drip-v2   the same drip on every path, GET /v2/ included
+  drip-headers    the status line at once, then the header lines one byte per DRIP_S seconds, forever
+  drip-uploads    a registry (GET /v2/) or an index that holds nothing (every other GET and HEAD: 404) and drips
+            its answer to every upload (POST, PUT, PATCH: oras' blob uploads, twine's)
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import threading
 from typing import Iterator
 
 HUGE = 2 << 30
+DRIP_S = 1.0
 _BLOCK = b"x" * (1 << 20)
 
 
@@ -50,6 +58,34 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
         self.sent.append(sent)
 
+    def _drip(self, body: bytes) -> None:
+        """`body` one byte per DRIP_S seconds, then spaces, until the client goes or the server stops."""
+        try:
+            i = 0
+            while not self.stop.is_set():
+                self.wfile.write(body[i:i + 1] if i < len(body) else b" ")
+                self.wfile.flush()
+                i += 1
+                self.stop.wait(DRIP_S)
+        except OSError:  # the client hung up: what a deadline does
+            pass
+
+    def _dripping(self, mode: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length and self.command in ("PUT", "POST", "PATCH"):
+            self.rfile.read(length)
+        if mode == "drip-headers":
+            self.wfile.write(b"HTTP/1.0 200 OK\r\n")
+            self.wfile.flush()
+            self._drip(b"Content-Type: application/json\r\nX-Slow: " + b"x" * 10000)
+            return
+        self.send_response(200)
+        self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.flush()
+        self._drip(b'{"schemaVersion": 2, "layers": [')
+
     def _liar(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length:
@@ -76,6 +112,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         mode = self.mode
+        if mode == "drip" and self.path.rstrip("/") == "/v2":
+            mode = "huge"
+        if mode == "drip-uploads" and self.command in ("GET", "HEAD"):
+            mode = "huge" if self.path.rstrip("/") == "/v2" else "404"
+        elif mode == "drip-uploads":
+            mode = "drip-v2"
+        if mode.startswith("drip"):
+            return self._dripping(mode)
         if mode in ("liar",) and self.path.rstrip("/") == "/v2":
             mode = "huge"
         if mode == "liar":
@@ -94,6 +138,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "5")
             self.end_headers()
             self.wfile.write(b"oops\n")
+        elif mode == "404":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif mode == "garbage":
             body = os.urandom(4096)
             self.send_response(200)

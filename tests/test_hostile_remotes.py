@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,6 +125,29 @@ def test_redaction_of_credentials_in_urls():
     assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
     assert net.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
     assert net.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
+    # a URL's query values (tokens, signatures), a registry reference's too; the names stay
+    assert net.redact("redis://h:6379/0?password=s3cret&db=1") == "redis://h:6379/0?password=***&db=***"
+    assert net.redact("'127.0.0.1:9/cache?token=s3cret' is not") == "'127.0.0.1:9/cache?token=***' is not"
+    assert net.redact("it takes no ?query or #fragment; is this a registry?") == "it takes no ?query or #fragment; is this a registry?"
+    # a URL joined into a path (one slash), a password holding an @
+    assert net.redact("/here/https:/bob:s3cret@h/ca.pem") == "/here/https:/***@h/ca.pem"
+    assert net.redact("https://bob:p@ss@h/x") == "https://***@h/x"
+
+
+@pytest.mark.pure
+def test_a_value_is_redacted_before_it_is_cut(monkeypatch):
+    """Issue 28: reprlib's cut left `'bob:s3cr3t-m...'` (no @ any more: the redaction missed it)."""
+    from builder import grammar
+
+    secret = "s3cr3t-marker-pw"
+    for value in (f"bob:{secret}@127.0.0.1:5000/builder-test", f"https://bob:{secret * 4}@mirror.example/simple/x/y",
+                  f"redis://127.0.0.1:6379/0?password={secret}", [f"https://bob:{secret}@m/x"] * 3,
+                  {f"bob:{secret}@m/x": f"https://:{secret}@h"}):
+        for width in (20, 30, 80):
+            shown = grammar.describe(value, width)
+            assert not any(secret[i:i + 4] in shown for i in range(len(secret) - 3)), (value, width, shown)
+    monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "plain-" + secret)
+    assert net.redact(f"a message with plain-{secret} in it") == "a message with *** in it"
 
 
 def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
@@ -192,3 +216,170 @@ def test_no_secret_reaches_a_message_or_a_file(fx, tmp_path):
     written = [p for p in tmp_path.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
     assert not written, written
     assert all(code in (2, 3) for _, code in seen), seen
+
+
+# -- one deadline per request, body included ---------------------------------------------------------------
+DRIP_MARGIN_S = 4.0  # the interpreter's start and imports, and the other requests a verb makes before the drip
+
+
+def _pushable_entry(tmp: Path) -> tuple[Path, str]:
+    """A wheelhouse holding one entry (demo, key eee…) that `wheels push` would send."""
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+
+    from .helpers import a_wheel
+
+    wh = Wheelhouse(tmp / "wh")
+    key = "e" * 64
+    if not wh.entry_dir("demo", key).exists():
+        whl = a_wheel(tmp / "out")
+        wh.store("demo", key, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}, "compiled": False})
+    return wh.root, key
+
+
+def drip_verbs(tmp: Path, host: str, mode: str) -> dict[str, list[str]]:
+    wh, key = _pushable_entry(tmp)
+    push = ["wheels", "push", "--matrix", str(tmp / "fx" / "matrix.toml"), "--wheelhouse", str(wh), "--key", f"demo:{key}"]
+    out = {**verbs(tmp, host),
+           "wheels push (registry)": [*push, "--cache-remote", f"registry:{host}/w"],
+           "wheels push (index)": [*push, "--cache-remote", f"index:http://{host}/simple"]}
+    if mode == "drip-uploads":  # nothing to read: only an upload meets the drip
+        return {k: v for k, v in out.items() if k.startswith("wheels push")}
+    if mode != "drip":  # doctor reads GET /v2/ only, which `drip` answers at once
+        out["doctor --registry"] = ["doctor", "--registry", host]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["drip", "drip-v2", "drip-headers", "drip-uploads"])
+def test_a_dripping_remote_is_cut_at_one_deadline_per_request(fx, mode):
+    """Issue 28: a remote that sends its headers (or its status line) and then one byte a second kept `plan
+    --remote`, `wheels pull` and `wheels push` running past BUILDER_REMOTE_TIMEOUT (the deadline was checked per
+    1 MiB chunk, which never filled). Every request now has one deadline, connect to last byte: each verb ends
+    with exit 3 naming the remote within the timeout plus a small margin."""
+    took_by_verb = {}
+    with hostile.serve(mode) as (host, _):
+        for name, argv in drip_verbs(fx, host, mode).items():
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                                      cwd=fx, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                               "BUILDER_REMOTE_TIMEOUT": str(TIMEOUT_S)})
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} against {mode}: still running after 60 s (BUILDER_REMOTE_TIMEOUT={TIMEOUT_S})")
+            took = took_by_verb[name] = time.monotonic() - t0
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 3, f"{name} against {mode}: exit {proc.returncode}\n{out[-2000:]}"
+            assert "Traceback" not in out, f"{name} against {mode}:\n{out[-3000:]}"
+            said = [line for line in out.splitlines() if line.startswith(("error: ", "FAIL"))]
+            assert said and host in said[0], f"{name} against {mode} does not name {host}:\n{out}"
+            assert took < TIMEOUT_S + DRIP_MARGIN_S, f"{name} against {mode} took {took:.1f} s:\n{out[-2000:]}"
+    print(f"{mode}: " + ", ".join(f"{n} {t:.1f} s" for n, t in took_by_verb.items()))
+
+
+# -- a full disk during `wheels pull` ----------------------------------------------------------------------
+@pytest.mark.parametrize("free_kib", [0, 600], ids=["full-before-the-download", "room-for-the-download-only"])
+def test_a_disk_that_fills_during_a_pull_names_the_wheelhouse_not_a_removed_directory(registry, tmp_path, free_kib):
+    """Issue 28: after ENOSPC during `wheels pull` the message named the staging directory the pull had already
+    removed ("the wheels are still in …/.pulls/…"). A real registry holds a 400 KiB wheel; the wheelhouse is a
+    1 MiB tmpfs filled so that the download fails (0 KiB free) or only the copy into the entry does (600 KiB
+    free). Either way: exit 1, the message names the wheelhouse and the OS error, every path it names exists,
+    and nothing is left in the wheelhouse."""
+    import re
+
+    from builder.cache import file_records
+    from builder.cache.local import Wheelhouse
+
+    from .helpers import a_wheel
+
+    key = "f" * 64
+    src = Wheelhouse(tmp_path / "src")
+    whl = a_wheel(tmp_path / "out", payload=os.urandom(400 << 10))  # incompressible: the wheel is ~400 KiB
+    src.store("demo", key, [whl], {"files": file_records([whl]), "audit": {"ok": True, "archs": [80]}, "compiled": False})
+    m = ["--matrix", str(REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml")]
+    remote = ["--cache-remote", f"registry:{registry}/full-disk-{free_kib}", "--key", f"demo:{key}"]
+    pushed = subprocess.run([sys.executable, "-m", "builder.cli", "wheels", "push", *m, "--wheelhouse", str(src.root),
+                             *remote], capture_output=True, text=True, cwd=tmp_path)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    assert mounted.returncode == 0, f"mounting a tmpfs failed (tests run as root on the CI machines): {mounted.stderr}"
+    try:
+        wh = mnt / "wh"
+        wh.mkdir()
+        subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'filler'}", "bs=4k"], capture_output=True)  # until ENOSPC
+        if free_kib:
+            subprocess.run(["truncate", "-s", f"-{free_kib}K", str(mnt / "filler")], check=True)
+        res = subprocess.run([sys.executable, "-m", "builder.cli", "wheels", "pull", *m, "--wheelhouse", str(wh), *remote],
+                             capture_output=True, text=True, cwd=tmp_path)
+        out = res.stdout + res.stderr
+        assert res.returncode == 1 and "Traceback" not in out, out
+        line = next(l for l in res.stderr.splitlines() if l.startswith("error: "))
+        assert "No space left on device" in line and str(wh) in line and "nothing was written" in line, line
+        named = [Path(p.rstrip(":;,.)")) for p in re.findall(r"(?<![\w:.])(/[^\s'\"]+)", line)]
+        assert named and all(p.exists() for p in named), f"names a path that does not exist: {line}"
+        assert not list(wh.rglob("*.whl")) and not list(wh.rglob("builder-wheel.json")), sorted(wh.rglob("*"))
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_no_credential_in_any_accepted_place_reaches_a_debug_line_a_message_or_a_file(tmp_path):
+    """Issue 28: a password in defaults.mirrors or defaults.registry was printed in the refusal (the value was cut
+    to `bob:s3cr3t-m...` before the redaction, which then no longer saw a user:password@), a compile-cache URL's
+    ?query was echoed, defaults.index showed part of the password. Now every value is redacted before it is cut
+    (grammar.describe), and a URL's query values and the secret variables' values are redacted wherever they
+    appear. Every place a URL or a registry is accepted (matrix defaults: index, mirrors, registry, cache remotes,
+    the compile cache and its scheduler; the flags; the environment), each run with --debug (every command line
+    and the traceback printed): the marker is in no output and in no file builder wrote."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import hardening_cases_remote3 as r3
+
+    cases = [c for c in r3.CASES if c.cls == "secret"]
+    assert len(cases) >= 50
+
+    def one(case):
+        tmp = Path(tempfile.mkdtemp(prefix="builder-secret-", dir=tmp_path))
+        hc.make_fixture(tmp, case)
+        proc = subprocess.run([sys.executable, "-m", "builder.cli", "--debug", *hc.argv(case, tmp)], capture_output=True,
+                              text=True, cwd=tmp, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "DOCKER_HOST": "unix:///nonexistent/x.sock",
+                                   **case.env})
+        out = proc.stdout + proc.stderr
+        written = [str(p) for p in tmp.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 64 << 20
+                   and hc.SECRET.encode() in p.read_bytes() and "fx/" not in str(p.relative_to(tmp))
+                   and not str(p.relative_to(tmp)).startswith(("dc/", "bin/"))]
+        return case.id, proc.returncode, hc.SECRET in out, written, out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one, cases))
+    leaks = [(cid, out[-1500:]) for cid, _, echoed, _, out in results if echoed]
+    files = [(cid, w) for cid, _, _, w, _ in results if w]
+    assert not leaks, leaks[:3]
+    assert not files, files
+    assert all(code in (2, 3) for _, code, _, _, _ in results), [(cid, code) for cid, code, *_ in results if code not in (2, 3)]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("mode", ["drip-v2", "drip-headers"])
+def test_one_deadline_cuts_a_drip_whichever_client_reads_it(monkeypatch, mode):
+    """The primitive itself (net.Deadline), in-process: a requests session of `with_timeouts` (what oras, the
+    cache stores and twine use), streamed or read whole, and urllib through `net.urlopen` (lock, doctor) each
+    stop a drip at the deadline — though every socket read returns within its own timeout."""
+    import requests
+
+    monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", "1")
+    with hostile.serve(mode) as (host, _):
+        url = f"http://{host}/v2/x/manifests/latest"
+        reads = {
+            "requests, whole": lambda: net.with_timeouts(requests.Session()).get(url),
+            "requests, streamed": lambda: net.read_document(net.with_timeouts(requests.Session()).get(url, stream=True), url),
+            "urllib": lambda: net.read_urllib(net.urlopen(url), url),
+        }
+        for name, read in reads.items():
+            t0 = time.monotonic()
+            with pytest.raises(net.TooSlow, match="did not answer within 1 s") as caught:
+                read()
+            took = time.monotonic() - t0
+            assert host in str(caught.value), caught.value
+            assert 0.9 < took < 1.6, f"{name} against {mode}: {took:.2f} s"

@@ -78,6 +78,8 @@ def _http_url(value, where: str, what: str) -> str:
         raise _fail(where, f"{value!r} is not an http(s) URL of {what} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
         raise _fail(where, f"{value!r} is not an http(s) URL of {what}")
+    if parts.port == 0:
+        raise _fail(where, f"{value!r}: port 0 is out of range (1-65535)")
     if parts.username or parts.password:
         raise _fail(where, f"{what}: put no credentials in the URL (use BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD)")
     if parts.query or parts.fragment:

@@ -227,6 +227,10 @@ def verify_labelled(path: Path, package: str, key: str, archs: tuple[int, ...]) 
 
 
 # -- the simple API --------------------------------------------------------------------------------------
+# twine's command line, its requests under builder's deadlines (net.bounded_twine)
+TWINE = "import sys; from builder.net import bounded_twine; sys.exit(bounded_twine(sys.argv[1:]))"
+
+
 def upload_url_for(simple: str) -> str:
     """pypiserver / devpi / Nexus take uploads at the index URL without its trailing simple/ (+simple/)."""
     base = simple.rstrip("/")
@@ -399,12 +403,17 @@ class IndexStore:
             env.pop(var, None)
         creds = index_credentials()
         env["TWINE_USERNAME"], env["TWINE_PASSWORD"] = creds if creds else ("builder", "none")
-        argv = [sys.executable, "-m", "twine", "upload", "--repository-url", self.upload, "--non-interactive",
+        argv = [sys.executable, "-c", TWINE, "upload", "--repository-url", self.upload, "--non-interactive",
                 "--disable-progress-bar", *map(str, files)]
+        bound = net.subprocess_seconds(sum(f.stat().st_size for f in files), requests=2 * len(files))
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=bound, check=False)
         except subprocess.TimeoutExpired:
-            raise EnvironmentProblem(f"cache remote {self.label}: twine upload ran for an hour") from None
+            raise net.TooSlow(f"cache remote {self.label}: twine upload to {self.upload} did not finish within "
+                              f"{bound:g} s (BUILDER_REMOTE_TIMEOUT per request); stopped") from None
+        stopped = [l for l in proc.stderr.splitlines() if l.startswith(net.TWINE_STOPPED)]
+        if stopped:  # a request past its deadline or its cap
+            raise net.TooSlow(f"cache remote {self.label}: {stopped[-1].removeprefix(net.TWINE_STOPPED)}")
         if proc.returncode == 0:
             return
         out = (proc.stdout + proc.stderr).strip()

@@ -88,6 +88,7 @@ class RegistryStore:
         """An oras client that is logged in the way the registry asks (probed once: GET /v2/)."""
         if self._oras is not None:
             return self._oras
+        creds, source = registry_credentials(self.host)  # a broken docker login is refused before any request
         probe = with_timeouts(requests.Session())
         try:
             resp = probe.get(f"{self.scheme}://{self.host}/v2/", stream=True)
@@ -104,7 +105,6 @@ class RegistryStore:
         if resp.status_code not in (200, 401):
             raise EnvironmentProblem(f"cache remote {self.label}: GET /v2/ answered HTTP {resp.status_code}: "
                                      "is this an OCI registry?")
-        creds, source = registry_credentials(self.host)
         if resp.status_code == 401 and creds is None:
             raise EnvironmentProblem(
                 f"cache remote {self.label} asks for credentials: `docker login {self.host}` or set "
@@ -278,6 +278,8 @@ class RegistryStore:
                                    manifest_annotations=annotations, quiet=True)
             except NETWORK_ERRORS as exc:
                 raise down(self.label, exc, f"(stopped while pushing {package})") from None
+            except (net.TooSlow, net.TooLarge) as exc:
+                raise type(exc)(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
             except ValueError as exc:  # oras: a non-2xx answer
                 raise EnvironmentProblem(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None
         finally:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -88,6 +89,14 @@ class TieredCache:
             size = sum(w.stat().st_size for w in wheels)
             manifest = {**hit.manifest, "pulled": {"from": remote.label, "location": hit.location, "at": now()}}
             entry = self._store_pulled(hit, wheels, manifest)
+        except OSError as exc:
+            if exc.errno is None:
+                raise
+            # e.g. a full disk, while downloading into the staging directory or copying into the entry: name the
+            # wheelhouse (the staging directory is removed below, the remote still has the wheels)
+            raise OSError(exc.errno, f"pulling {hit.package} (key {hit.key[:16]}) from {remote.label} into the "
+                                     f"wheelhouse failed: {os.strerror(exc.errno)}; nothing was written to it (its "
+                                     "entries are as they were): free space there and rerun", str(self.local.root)) from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         seconds = time.monotonic() - started

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
-from .. import files
+from .. import files, grammar
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
 from .. import resolve
@@ -98,7 +98,8 @@ def find_cell(m, sel, target: str):
             pass
         if target in by_id:
             return by_id[target], None
-    if ":" in target or "/" in target:  # an image reference
+    if ":" in target or "/" in target:  # an image reference (checked before docker is asked about it)
+        grammar.check(grammar.image_ref, target, "smoke TARGET")
         return None, target
     raise UserError(f"{target}: neither a cell of {m.path} nor an image reference; cells: {', '.join(sorted(by_id)) or 'none'}")
 
