@@ -179,12 +179,12 @@ def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_p
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     m = load(JIT_MATRIX)
     local, prebuilt = (select(m, Selection(profiles=(p,)))[0] for p in ("local", "prebuilt"))
-    got = jit_result(work / local.id / "smoke.json")
+    got = jit_result(work / local.id / "smoke" / "smoke.json")
     assert got["status"] == "pass", got
     for arch in ("sm_80", "sm_90"):
         fig = got["figures"][f"cuda-ext-nvrtc@{arch}"]
         assert fig["built"] >= 1 and "libnvrtc.so.13" in fig["needed"] and "libcuda.so.1" in fig["needed"], fig
-    pre = jit_result(work / prebuilt.id / "smoke.json")
+    pre = jit_result(work / prebuilt.id / "smoke" / "smoke.json")
     assert pre["status"] == "pass" and "prebuilt, nothing compiled" in pre["reason"], pre
     assert all(pre["figures"][f"cuda-ext-nvrtc@{a}"]["built"] == 0 for a in ("sm_80", "sm_90")), pre
 
