@@ -83,7 +83,7 @@ def quick() -> None:
             size = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", cell.ref],
                                   capture_output=True, text=True, check=True)
             mib[prebuilt] = int(size.stdout) / 2**20
-            (rep,) = json.loads((Path(tmp) / "work" / cell.id / "smoke.json").read_text())
+            (rep,) = json.loads((Path(tmp) / "work" / cell.id / "smoke" / "smoke.json").read_text())
             jit = next(r for r in rep["results"] if r["layer"] == "JIT")
             print(f"{cell.id}: build {seconds[prebuilt]:.0f} s, image {mib[prebuilt]:.1f} MiB, JIT layer "
                   f"{jit['seconds']:.1f} s: {jit['reason']}")

@@ -135,7 +135,7 @@ def test_jit_prebuilt_renders_one_generator_build_per_module_and_arch(tmp_path):
     assert cell.jit_prebuilt and cell.id.endswith("-jitprebuilt")
     text = rendered(m, cell)
     assert "ENV CUDA_EXT_JIT_HOME=/opt/cuda-ext-jit" in text
-    runs = re.findall(r"^RUN CUDA_EXT_JIT_ARCH_LIST=(\S+) python -c .*gen_nvrtc_module.*$", text, re.M)
+    runs = re.findall(r"^(?:RUN| &&) CUDA_EXT_JIT_ARCH_LIST=(\S+) python -c .*gen_nvrtc_module.*$", text, re.M)
     assert runs == ["8.0", "9.0"]
     (local,) = select(m, Selection(profiles=("local",)))
     assert not local.jit_prebuilt and "CUDA_EXT_JIT_HOME" not in rendered(m, local)
