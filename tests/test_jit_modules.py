@@ -82,6 +82,8 @@ def test_vllm_0_33_builds_flashinfer_fp8_blockscale_at_sm90_and_the_runtime_link
     for lib in ("cudart", "nvrtc", "cublas", "cublasLt"):
         assert f'ln -sfn "${{f##*/}}" "$root/lib/lib{lib}.so"' in text
     assert '-L"$CUDA_HOME/lib64" -lcudart -lnvrtc -lcublas -lcublasLt' in text
+    assert ("  jit       flashinfer-fp8-blockscale-gemm-sm90 sm_90; flashinfer-sampling sm_80,sm_90 (at the first "
+            "request); links -lcudart -lnvrtc -lcublas -lcublasLt") in plan.format_plan(plan.plan_cells([vllm], None))
     sglang = cell_of(cells, "sglang-0.5.23-")
     assert [b["name"] for b in sglang.jit_builds] == ["flashinfer-sampling"]
     assert sglang.jit_links == ("cudart", "nvrtc")  # fp8_blockscale listed (not built by default): its -lnvrtc
