@@ -426,9 +426,9 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
                             f"does not have (serve_jit: {', '.join(sorted(served)) or 'none'}; jit_modules: "
                             f"{len(jit_modules)})")
     prebuilt = prof.jit.get(engine) == "prebuilt"
-    if prebuilt and not any(not m["not_built"] for m in jit_modules):
-        raise UserError(f"{where}.jit: {engine} {version} builds no JIT module its engine data lists (jit_modules): "
-                        "nothing to prebuild")
+    if prebuilt and not any(not m["not_built"] and set(m["archs"]) & set(archs) for m in jit_modules):
+        raise UserError(f"{where}.jit: {engine} {version} builds no JIT module (engine data jit_modules) for the archs "
+                        f"{','.join(map(str, archs))}: nothing to prebuild")
 
     for s in prof.strategies:
         why = eng.strategy_problem(s)
