@@ -470,7 +470,7 @@ JIT_PATHS = {"python-c": _jit_python_c, "triton": _jit_triton, "nvcc-libcuda": _
 
 # The lines of a failed build that say why, in the compiler's or linker's own words (ninja prints every command
 # line it ran; those are not the reason)
-_REASON = re.compile(r"error|cannot find|undefined reference|No such file|FAILED|fatal|collect2|killed", re.I)
+_REASON = re.compile(r"\berror\b|cannot find|undefined reference|No such file|FAILED|fatal|collect2|killed", re.I)
 
 
 def _build_failure(text):
