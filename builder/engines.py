@@ -139,6 +139,9 @@ class Recipe:
     runtime_jit: bool = False
     runtime_checks: tuple[str, ...] = ()
     serve_jit: tuple[str, ...] = ()  # what it compiles at its first request (the knowledge's serve_jit table)
+    # the JIT modules it builds at its first requests: (module, archs, selected_by, not_built) per entry
+    jit_modules: tuple[tuple[str, tuple[int, ...], str, str], ...] = ()
+    jit_paths: tuple[tuple[str, str, str], ...] = ()  # (path, covered_by, not_covered): every JIT path, covered or why not
     fetch_overrides: tuple[tuple[str, str], ...] = ()
     builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
     arch_scoped: tuple[archs_mod.ArchScope, ...] = ()  # binaries for some arch families only, by design
@@ -377,6 +380,23 @@ class Knowledge:
                 "apt": [a.replace("{python}", python) for a in entry.get("apt", ())],
                 "libcuda_stub": entry.get("libcuda_stub", False), "needs_runtime_jit": entry.get("needs_runtime_jit", False)}
 
+    def jit_module(self, name: str) -> dict:
+        """One JIT module of the knowledge with its framework's settings; its links include the framework's."""
+        modules, frameworks = self.data.get("jit_modules", {}), self.data.get("jit_frameworks", {})
+        if name not in modules:
+            raise UserError(f"jit_modules {name!r} is named by an engine rule and defined nowhere in the engine "
+                            f"knowledge{did_you_mean(name, modules)}; known: {', '.join(modules) or 'none'}")
+        entry = modules[name]
+        fw = entry["framework"]
+        if fw not in frameworks:
+            raise UserError(f"jit_modules.{name}.framework: {fw!r} is defined nowhere in the engine knowledge "
+                            f"(jit_frameworks){did_you_mean(fw, frameworks)}; known: {', '.join(frameworks) or 'none'}")
+        frame = frameworks[fw]
+        return {"name": name, "framework": fw, "generator": entry["generator"], "kwargs": dict(entry.get("kwargs", {})),
+                "defined_in": entry["defined_in"], "links": list(dict.fromkeys([*frame["links"], *entry["links"]])),
+                "arch_env": frame["arch_env"], "cache_env": frame["cache_env"], "cache_dir": frame["cache_dir"],
+                "build": frame["build"]}
+
     def build_tools(self) -> tuple[str, ...]:
         tools = self.data["build_tools"]
         return (*tools["pip"], tools["cmake"])
@@ -406,7 +426,7 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
     merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {},
-                               "index_wheels": {}}
+                               "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}}
     origin: dict[str, str] = {}
     for file, data, shape in files:
         schema.check(file, data, shape, known)
@@ -509,6 +529,9 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         runtime_jit=merged.get("runtime_jit", False),
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         serve_jit=tuple(merged.get("serve_jit", ())),
+        jit_modules=tuple((e["module"], tuple(e["archs"]), e["selected_by"], e.get("not_built", ""))
+                          for e in merged.get("jit_modules", ())),
+        jit_paths=tuple((e["path"], e.get("covered_by", ""), e.get("not_covered", "")) for e in merged.get("jit_paths", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
         arch_scoped=tuple(archs_mod.ArchScope.from_json(e) for e in merged.get("arch_scoped", ())),

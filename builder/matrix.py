@@ -45,6 +45,7 @@ class Profile:
     archs: tuple[int, ...] | None
     base_images: dict[str, str]
     sources: dict[str, str] = field(default_factory=dict)  # package → "index" | "auto" (absent: built from source)
+    jit: dict[str, str] = field(default_factory=dict)  # engine → "prebuilt" (absent: JIT modules built at first request)
 
     def from_index(self, package: str) -> bool:
         return self.sources.get(package) == "index"
@@ -144,6 +145,10 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
     sources = p.get("source", {})
     for pkg in sources:
         kn.recipe_pypi(pkg)  # an unknown package name → error naming the known ones
+    jit = p.get("jit", {})
+    for eng in jit:
+        if eng not in engs:
+            raise UserError(f"{where}.jit: {eng!r} is not an engine of this profile ({', '.join(engs)})")
     return Profile(
         name=name,
         cuda=cuda,
@@ -156,6 +161,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         archs=archs_mod.from_list(p["archs"], f"{where}.archs") if "archs" in p else None,
         base_images={**defaults["base_images"], **p.get("base_images", {})},
         sources={k: v for k, v in sources.items() if v != "build"},
+        jit={k: v for k, v in jit.items() if v != "first-request"},
     )
 
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import archs as archs_mod
 from . import deps, gencode_filter, templates
 from .cache import CacheHit, WheelCache
 from .cache.local import Wheelhouse
@@ -193,6 +194,11 @@ def format_plan(plans: list[CellPlan]) -> str:
         lines.append(f"  base      {c.base_devel} → {c.base_runtime}")
         lines.append(f"  torch     {c.torch or '(none)'}   python {c.python}   CUDA {c.cuda}   archs {','.join(map(str, c.archs))}")
         lines.append(f"  strategies {', '.join(c.strategies) or '(none: this stack cannot run MTP2 / MTP7 / DFlash2)'}")
+        if c.jit_modules:  # what the engine JIT-builds at its first requests (engine data jit_modules)
+            built = [f"{m['name']} {','.join(archs_mod.sm(a) for a in m['archs'])}" for m in c.jit_builds]
+            lines.append(f"  jit       {'; '.join(built) or 'none for these archs'}"
+                         f" ({'prebuilt into the image' if c.jit_prebuilt else 'at the first request'}); links "
+                         + " ".join(f"-l{lib}" for lib in c.jit_links))
         for w in p.wheels:
             pkg = w.package
             if pkg.from_index:

@@ -115,6 +115,21 @@ def runtime_requirements(cell: Cell) -> list[str]:
     return out + [f"'{req}'" for req in (cell.runtime_jit["pip"] if cell.runtime_jit else [])]
 
 
+def prebuilt_builds(cell: Cell) -> list[dict]:
+    """jit = "prebuilt": one build per JIT module and arch, through the module's own generator, into its framework's
+    cache directory (what smoke's JIT layer builds, and then finds built)."""
+    if not cell.jit_prebuilt:
+        return []
+    out = []
+    for m in cell.jit_builds:
+        mod, _, fn = m["generator"].partition(":")
+        for arch in m["archs"]:
+            out.append({"name": m["name"], "module": mod, "function": fn, "kwargs": json.dumps(m["kwargs"]),
+                        "build": m["build"], "arch_env": m["arch_env"], "arch": f"{arch // 10}.{arch % 10}",
+                        "cache_env": m["cache_env"], "cache_dir": m["cache_dir"]})
+    return out
+
+
 def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bool = False) -> dict:
     return {
         "cell": cell,
@@ -137,6 +152,10 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
                                        *(a for p in cell.serve_jit for a in p["apt"])])),
         "libcuda_stub": any(p["libcuda_stub"] for p in cell.serve_jit),
         "libcuda_symbols": libcuda_stub_symbols() if any(p["libcuda_stub"] for p in cell.serve_jit) else [],
+        # every CUDA library the engine's JIT modules link (engine data jit_modules + jit_frameworks), cudart for
+        # the toolchain's own check: each gets an unversioned link beside the versioned file the wheels ship
+        "jit_link_libs": list(dict.fromkeys(["cudart", *cell.jit_links])) if cell.runtime_jit else [],
+        "jit_prebuilt": prebuilt_builds(cell),
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "stray_files": list(cell.engine_recipe.stray_files),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),

@@ -158,6 +158,27 @@ class Cell:
     runtime_jit: dict | None = dataclasses.field(default=None, compare=False, hash=False)
     # what the engine compiles at its first request (engine data serve_jit), each with its needs and reason
     serve_jit: tuple[dict, ...] = dataclasses.field(default=(), compare=False, hash=False)
+    # the JIT modules the engine builds at its first requests (engine data jit_modules), each with its generator,
+    # the GPU families that select it, the libraries it links, and why it is not built by smoke where it is not
+    jit_modules: tuple[dict, ...] = dataclasses.field(default=(), compare=False, hash=False)
+    jit_prebuilt: bool = False  # profiles.<name>.jit = "prebuilt": those modules are built into the image
+
+    @property
+    def jit_builds(self) -> tuple[dict, ...]:
+        """The modules smoke's JIT layer (and a prebuilt image) builds: those it builds at all, for the cell's archs
+        in the families that select each; each with `archs` narrowed to those."""
+        out = []
+        for m in self.jit_modules:
+            archs = [a for a in self.archs if a in m["archs"]]
+            if archs and not m["not_built"]:
+                out.append({**m, "archs": archs})
+        return tuple(out)
+
+    @property
+    def jit_links(self) -> tuple[str, ...]:
+        """Every library the engine's JIT modules link (all of them, built by smoke or not): the runtime gives each an
+        unversioned link. cuda is the driver's (the libcuda link stub stands in for it)."""
+        return tuple(dict.fromkeys(lib for m in self.jit_modules for lib in m["links"] if lib != "cuda"))
 
     @property
     def engine_recipe(self) -> Recipe:
@@ -410,6 +431,25 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
             raise UserError(f"{where}: {engine} {version} compiles with nvcc at its first request (serve_jit "
                             f"{path['name']}) and its engine data gives it no runtime_jit toolchain")
 
+    jit_modules = []
+    for name, mod_archs, selected_by, not_built in eng.jit_modules:
+        mod = kn.jit_module(name)
+        if jit is None:
+            raise UserError(f"{where}: {engine} {version} builds the JIT module {name} at its first requests and its "
+                            f"engine data gives it no runtime_jit toolchain")
+        jit_modules.append({**mod, "archs": list(mod_archs), "selected_by": selected_by, "not_built": not_built})
+    served = {p["name"] for p in serve_jit}
+    for path, covered_by, _ in eng.jit_paths:
+        kind, _, name = covered_by.partition(".")
+        if covered_by and not ((kind == "serve_jit" and name in served) or (covered_by == "jit_modules" and jit_modules)):
+            raise UserError(f"{engine} {version}: jit_paths {path!r} is covered_by {covered_by!r}, which this version "
+                            f"does not have (serve_jit: {', '.join(sorted(served)) or 'none'}; jit_modules: "
+                            f"{len(jit_modules)})")
+    prebuilt = prof.jit.get(engine) == "prebuilt"
+    if prebuilt and not any(not m["not_built"] and set(m["archs"]) & set(archs) for m in jit_modules):
+        raise UserError(f"{where}.jit: {engine} {version} builds no JIT module (engine data jit_modules) for the archs "
+                        f"{','.join(map(str, archs))}: nothing to prebuild")
+
     for s in prof.strategies:
         why = eng.strategy_problem(s)
         if why:
@@ -421,7 +461,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     # a cell with a wheel taken from the index is another image than the one compiled here: its own id and tag
     # a cell with a package on the "auto" route: one id whatever build decides (its labels say what it took)
     index_part = "-auto" if any(p.route for p in packages) else "-index" if any(p.from_index for p in packages) else ""
-    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}"
+    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}{'-jitprebuilt' if prebuilt else ''}"
     bases = base_refs(m, prof)
     for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too
         grammar.check(grammar.image_ref, ref, f"{where}.base_images.{k} (after {{cuda}}, {{os}} and mirrors)")
@@ -449,6 +489,8 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         build_tools=kn.build_tools(),
         runtime_jit=jit,
         serve_jit=serve_jit,
+        jit_modules=tuple(jit_modules),
+        jit_prebuilt=prebuilt,
     )
 
 

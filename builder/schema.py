@@ -310,6 +310,14 @@ RULE = Table(
         "runtime_jit": BOOL,  # kernels compile at run time: the runtime gets the CUDA table's runtime_jit
         "runtime_checks": ListOf(QUOTABLE),  # Python statements the image must run without error
         "serve_jit": ListOf(TOKEN),  # what it compiles at its first request: names in the serve_jit table
+        # the JIT modules it builds at its first requests (names in the jit_modules table), per GPU family, with the
+        # upstream file that selects each; not_built: listed (its links are provided) but not built by smoke, and why
+        "jit_modules": ListOf(Table(required={"module": TOKEN, "archs": ARCHS, "selected_by": STR},
+                                    optional={"not_built": STR})),
+        # every JIT path the version can take at its first requests: covered by smoke's JIT layer (a serve_jit
+        # entry "serve_jit.<name>" or "jit_modules") or not, with the reason
+        "jit_paths": ListOf(Table(required={"path": STR}, optional={"covered_by": TOKEN, "not_covered": STR},
+                                  exactly_one_of=("covered_by", "not_covered"))),
         "smoke": SMOKE,
         # FetchContent sources whose override is CMake's FETCHCONTENT_SOURCE_DIR_<NAME>, not the engine's variable
         "fetch_overrides": TableOf(OneOf(("fetchcontent",)), key=TOKEN),
@@ -364,6 +372,34 @@ BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda", "python-c"))},
                   optional={"apt": ListOf(TOKEN), "libcuda_stub": BOOL, "needs_runtime_jit": BOOL})
 
+# jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
+# JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator
+def _library(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+]*", value, re.ASCII):
+        raise ValueError("is not a library name as -l takes it, like nvrtc or cublasLt")
+    return value
+
+
+def _generator(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", value, re.ASCII):
+        raise ValueError("is not module:function")
+    return value
+
+
+def _abs_dir(value: str) -> str:
+    if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", value, re.ASCII):
+        raise ValueError("is not an absolute directory path without spaces or shell characters")
+    return value
+
+
+LIBRARIES = ListOf(_grammar(_library, "a library name like nvrtc", "library names like nvrtc or cublasLt"))
+JIT_FRAMEWORK = Table(required={"why": STR, "links": LIBRARIES, "arch_env": ENV_NAME, "cache_env": ENV_NAME,
+                                "cache_dir": _grammar(_abs_dir, "an absolute directory like /opt/flashinfer-jit"),
+                                "build": _grammar(grammar.identifier, "a method name like build")})
+JIT_MODULE = Table(required={"framework": TOKEN, "links": LIBRARIES, "defined_in": STR,
+                             "generator": _grammar(_generator, "module:function, like flashinfer.jit.sampling:gen_sampling_module")},
+                   optional={"kwargs": TableOf(AnyOf((STR, BOOL)), key=_grammar(grammar.identifier, "an argument name"))})
+
 # the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
 BASE_OS = Table(required={"gcc": VERSION})
 
@@ -385,7 +421,8 @@ INDEX_WHEEL_KEY = _grammar(grammar.sha256, "a sha256 (64 lowercase hex digits)")
 BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
                            "build_tools": BUILD_TOOLS},
                  optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN),
-                           "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY)})
+                           "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
+                           "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN), "jit_modules": TableOf(JIT_MODULE, key=TOKEN)})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -396,6 +433,8 @@ EXTRA = Table(optional={
     "serve_jit": TableOf(SERVE_JIT, key=TOKEN),
     "base_os": TableOf(BASE_OS, key=TOKEN),
     "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
+    "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN),
+    "jit_modules": TableOf(JIT_MODULE, key=TOKEN),
 })
 
 
@@ -531,6 +570,7 @@ MATRIX_VERSION = _said(grammar.version, "a version like 0.33.0", "versions like 
 # and lets the audit decide whether it carries the requested archs; "auto" takes that wheel when its audit passes
 # for the requested archs and its torch / CUDA / Python match the cell, else compiles (builder/route.py).
 SOURCE_CHOICES = ("build", "index", "auto")
+JIT_CHOICES = ("first-request", "prebuilt")
 PROFILE = Table(
     required={"cuda": _said(grammar.cuda_version, "a CUDA version like 13.0.3"),
               "os": _said(grammar.os_tag, "an OS tag like ubuntu24.04"),
@@ -538,7 +578,10 @@ PROFILE = Table(
               "engines": TableOf(MATRIX_VERSION)},
     optional={"torch": AnyOf((MATRIX_VERSION, TableOf(MATRIX_VERSION))), "flash_attn": MATRIX_VERSION,
               "strategies": ListOf(STR), "archs": MATRIX_ARCHS, "base_images": BASE_IMAGES,
-              "source": TableOf(OneOf(SOURCE_CHOICES))},
+              "source": TableOf(OneOf(SOURCE_CHOICES)),
+              # profiles.<name>.jit: per engine, when its JIT modules (engine data jit_modules) are built: at the first
+              # request that needs each (the default) or at image-build time into the image's JIT cache
+              "jit": TableOf(OneOf(JIT_CHOICES))},
 )
 MATRIX = Table(optional={"defaults": DEFAULTS, "profiles": TableOf(PROFILE)})
 

@@ -33,6 +33,8 @@ QUICK = {
     # its exit status also says whether its speed goals were met: a figure, not what this test checks
     "compile_cache.py": (["--quick"], rf"key change: {NUMBER} % hits \(goal >= 95 %\)(.|\n)*(goals met|GOALS NOT MET)",
                          [pytest.mark.slow, pytest.mark.docker]),
+    "jit_modules.py": (["--quick"], rf"jit = prebuilt: \+{NUMBER} MiB image, build {NUMBER} s after the first-request "
+                                   rf"cell's {NUMBER} s", [pytest.mark.slow, pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }

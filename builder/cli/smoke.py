@@ -114,7 +114,7 @@ def find_cell(m, sel, target: str):
                    "strategies).")
 @flags.model
 @flags.drafter
-@click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,L2 (default: all; L3 needs a GPU).")
+@click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,JIT,L2 (default: all; L3 needs a GPU).")
 @flags.launcher
 @flags.python
 @flags.gpus
@@ -129,7 +129,11 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
           port, engine_args, env, report_dir, as_json):
     """Prove that an image (or an engine install) of a cell serves the model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
-    import and the audit passes inside the image; L2 the engine's own argument parser resolves each strategy's
+    import and the audit passes inside the image; JIT, without a GPU, compiles inside the image what the engine
+    compiles at its first requests: Triton's launcher and a kernel per arch, a C extension against the Python
+    headers, nvcc's -lcuda link, and the engine's own JIT modules (e.g. FlashInfer's fp8_blockscale_gemm_sm90)
+    through their own generators for each arch, with seconds per module and the compiler's or linker's error (a
+    jit = "prebuilt" image must compile none of them); L2 the engine's own argument parser resolves each strategy's
     flags to the intended config; L3 (GPU host) boot, one completion, speculative decoding seen to run, with
     boot time, TTFT, latency and tokens/s. Results per image x strategy x layer: pass / fail / skip with
     the reason; JSON and JUnit XML reports.

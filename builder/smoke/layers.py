@@ -7,8 +7,10 @@
   cell's archs; the engine's own runtime checks (e.g. vLLM's has_flashinfer()) pass; the tools its JIT paths
   need are on PATH.
 - JIT: what the engine compiles at its first request (engine data serve_jit: Triton's launcher and a kernel for
-  each of the cell's archs, FlashInfer's nvcc link, a C extension against the Python headers) is compiled inside
-  the image without a GPU, so an image that would fail at its first request (no Python.h, no C compiler, no
+  each of the cell's archs, FlashInfer's nvcc link, a C extension against the Python headers; and jit_modules: the
+  engine's own JIT modules, e.g. FlashInfer's fp8_blockscale_gemm_sm90, built through the framework's own
+  generators for each of the cell's archs in the families that select them) is compiled inside the image without
+  a GPU, so an image that would fail at its first request (no Python.h, no C compiler, no
   libcuda to link) fails here, before tag and publish. Its own layer, after L1 (it needs the imports L1 proves)
   and before L2: per image like L1, it is the slowest GPU-free layer, and its table column names the piece
   that is missing.
@@ -245,13 +247,31 @@ def l1(cell: Cell, launcher: Launcher, opts: SmokeOptions, audit_files) -> Resul
 
 
 # -- JIT ---------------------------------------------------------------------------------------------------
+def jit_spec(cell: Cell) -> dict:
+    """What the probe's jit command builds: the serve-time paths' probes, and each JIT module the engine builds for
+    the cell's archs in its families (engine data jit_modules), with its framework's settings. A prebuilt image's
+    modules are built against the image's own JIT cache: they must all be there already."""
+    modules = [{"name": m["name"], "generator": m["generator"], "kwargs": m["kwargs"], "build": m["build"],
+                "archs": m["archs"], "arch_env": m["arch_env"], "cache_env": m["cache_env"],
+                "cache_dir": m["cache_dir"] if cell.jit_prebuilt else None} for m in cell.jit_builds]
+    return {"paths": list(dict.fromkeys(p["probe"] for p in cell.serve_jit)), "archs": list(cell.archs),
+            "modules": modules}
+
+
+def _module_line(name: str, got: dict) -> str:
+    size = f", {got['library_bytes'] / 2**20:.2f} MiB" if got.get("library_bytes") else ""
+    return f"{name} ({got.get('seconds', 0):g}s{size})"
+
+
 def jit(cell: Cell, launcher: Launcher, opts: SmokeOptions) -> Result:
     paths = list(cell.serve_jit)
-    if not paths:
+    builds = cell.jit_builds
+    if not paths and not builds:
         return Result("JIT", None, SKIP, f"the engine data names nothing that {cell.engine} {cell.version} compiles "
-                                         "at its first request (serve_jit)")
-    spec = {"paths": list(dict.fromkeys(p["probe"] for p in paths)), "archs": list(cell.archs)}
-    run = launcher.probe("jit", spec, {}, opts.probe_timeout)
+                                         "at its first request (serve_jit, jit_modules)")
+    spec = jit_spec(cell)
+    n_builds = sum(len(m["archs"]) for m in builds)
+    run = launcher.probe("jit", spec, {}, opts.probe_timeout * (1 + n_builds))
     res = run.result()
     if res is None or "error" in res:
         return Result("JIT", None, FAIL, _probe_failure(run, "jit") if res is None else res["error"])
@@ -263,6 +283,20 @@ def jit(cell: Cell, launcher: Launcher, opts: SmokeOptions) -> Result:
             done.append(f"{p['name']} ({got.get('seconds', 0):g}s)")
         else:
             problems.append(f"{p['name']}: {got['error']}\n  needed because: {p['why']}")
+    for m in builds:
+        for arch in m["archs"]:
+            key = f"{m['name']}@{archs_mod.sm(arch)}"
+            got = (res.get("modules") or {}).get(key, {"ok": False, "error": "the probe did not report this module"})
+            figures[key] = {k: got.get(k) for k in ("seconds", "library", "library_bytes", "built", "needed", "error")
+                            if got.get(k) is not None}
+            if not got["ok"]:
+                problems.append(f"{key} ({m['generator']}): {got['error']}\n  selected by: {m['selected_by']}")
+            elif cell.jit_prebuilt and got.get("built"):
+                problems.append(f"{key}: the image is built with jit = \"prebuilt\", yet building it made "
+                                f"{got['built']} objects / libraries again: its JIT cache ({m['cache_dir']}) did not "
+                                "hold them")
+            else:
+                done.append(_module_line(key, got) + (" prebuilt, nothing compiled" if cell.jit_prebuilt else ""))
     if problems:
         return Result("JIT", None, FAIL, "\n".join(problems), figures=figures)
     return Result("JIT", None, PASS, f"compiled in the image for {', '.join(map(archs_mod.sm, cell.archs))}: "

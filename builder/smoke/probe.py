@@ -13,7 +13,11 @@ Commands:
            and (where the data says so) the engine's own name resolution of a value
   jit      JIT: each compile the engine does at its first request (engine data serve_jit), done here without
            a GPU: a C extension against the Python headers, Triton's own C build of its CUDA utilities and
-           launcher plus a kernel per arch for an explicit target, nvcc linking -lcuda as FlashInfer's JIT does
+           launcher plus a kernel per arch for an explicit target, nvcc linking -lcuda as FlashInfer's JIT does;
+           and each JIT module the engine builds (engine data jit_modules) through the framework's own generator,
+           once per arch, each in a fresh interpreter (`jit-module`: frameworks read their arch list and cache
+           directory from the environment when they are imported)
+  jit-module  one such build in this process: the generator called, its result's build method run
 """
 
 import contextlib
@@ -464,6 +468,94 @@ def _jit_nvcc_libcuda(spec, work):
 
 JIT_PATHS = {"python-c": _jit_python_c, "triton": _jit_triton, "nvcc-libcuda": _jit_nvcc_libcuda}
 
+# The lines of a failed build that say why, in the compiler's or linker's own words (ninja prints every command
+# line it ran; those are not the reason)
+_REASON = re.compile(r"\berror\b|cannot find|undefined reference|No such file|FAILED|fatal|collect2|killed", re.I)
+
+
+def _build_failure(text):
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    why = [ln for ln in lines if _REASON.search(ln) and len(ln) < 600]
+    return "\n".join((why or lines)[-8:])
+
+
+def _snapshot(root):
+    out = {}
+    for dirpath, _dirs, files in os.walk(root) if root and os.path.isdir(root) else ():
+        for f in files:
+            if f.endswith((".o", ".so", ".cubin")):
+                path = os.path.join(dirpath, f)
+                out[path] = os.stat(path).st_mtime_ns
+    return out
+
+
+def cmd_jit_module(spec):
+    """One JIT module built through the framework's own generator: `generator` (module:function) called with `kwargs`,
+    then the result's `build` method (FlashInfer: JitSpecNvcc.build writes build.ninja and runs ninja). The arch
+    list and the cache directory are already in the environment. Reports the module's library, its size and how
+    many objects / libraries the build (re)made: 0 when the cache already held them (a prebuilt image)."""
+    mod, _, fn = spec["generator"].partition(":")
+    t0 = time.monotonic()
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            gen = getattr(importlib.import_module(mod), fn)
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"the generator {spec['generator']} cannot be imported: {_short(exc)}"}
+        try:
+            jit_spec = gen(**spec.get("kwargs", {}))
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{spec['generator']}() failed: {_short(exc)}"}
+        build_dir = str(getattr(jit_spec, "build_dir", "") or "")
+        before = _snapshot(build_dir)
+        try:
+            getattr(jit_spec, spec.get("build", "build"))()
+        except Exception as exc:  # noqa: BLE001 - the compiler's or linker's words are in the message (ninja's output)
+            text = str(exc)
+            return {"ok": False, "seconds": round(time.monotonic() - t0, 2),
+                    "error": _build_failure(text) or _short(exc)}
+    after = _snapshot(build_dir)
+    made = sorted(p for p, m in after.items() if before.get(p) != m)
+    lib = str(getattr(jit_spec, "jit_library_path", "") or "")
+    out = {"ok": True, "seconds": round(time.monotonic() - t0, 2), "module": getattr(jit_spec, "name", fn),
+           "library": lib, "built": len(made)}
+    if lib and os.path.isfile(lib):
+        out["library_bytes"] = os.path.getsize(lib)
+        needed = _needed(lib)
+        if needed is not None:
+            out["needed"] = needed
+    return out
+
+
+def _arch_value(arch):
+    return f"{int(arch) // 10}.{int(arch) % 10}"
+
+
+def _jit_modules(spec):
+    """Each module of spec["modules"], once per arch, each build in a fresh interpreter of this probe."""
+    import subprocess
+    import tempfile
+
+    out = {}
+    for m in spec.get("modules", []):
+        for arch in m["archs"]:
+            key = f"{m['name']}@sm_{arch}"
+            cache = m.get("cache_dir") or tempfile.mkdtemp(prefix=f"builder-jit-{m['name']}-")
+            env = {**os.environ, m["arch_env"]: _arch_value(arch), m["cache_env"]: cache}
+            t0 = time.monotonic()
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "jit-module", json.dumps(m)], env=env,
+                                  capture_output=True, text=True)
+            res = None
+            for line in proc.stdout.splitlines():
+                if line.startswith(MARK):
+                    res = json.loads(line[len(MARK):])
+            if res is None or "error" in res and "ok" not in res:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+                res = {"ok": False, "error": (res or {}).get("error") or f"the build exited {proc.returncode}: {tail}"}
+            res["seconds"] = res.get("seconds", round(time.monotonic() - t0, 2))
+            res["arch"] = _arch_value(arch)
+            out[key] = res
+    return out
+
 
 def cmd_jit(spec):
     import tempfile
@@ -483,15 +575,16 @@ def cmd_jit(spec):
             res["error"] = str(exc) if isinstance(exc, RuntimeError) else _short(exc)
         res["seconds"] = round(time.monotonic() - t0, 2)
         out["paths"][path] = res
+    out["modules"] = _jit_modules(spec)
     return out
 
 
-COMMANDS = {"env": cmd_env, "imports": cmd_imports, "parse": cmd_parse, "jit": cmd_jit}
+COMMANDS = {"env": cmd_env, "imports": cmd_imports, "parse": cmd_parse, "jit": cmd_jit, "jit-module": cmd_jit_module}
 
 
 def main(argv):
     if len(argv) != 3 or argv[1] not in COMMANDS:
-        print("usage: probe.py {env|imports|parse|jit} SPEC_JSON", file=sys.stderr)
+        print("usage: probe.py {env|imports|parse|jit|jit-module} SPEC_JSON", file=sys.stderr)
         return 2
     try:
         result = COMMANDS[argv[1]](json.loads(argv[2]))

@@ -606,18 +606,22 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
-# nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 and libcudart.so links that
-# a toolkit has and the wheels lack); the check compiles and links one kernel as a JIT would
+# nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 link a toolkit has and the
+# wheels lack). The CUDA wheels ship only versioned libraries (libnvrtc.so.13): a JIT module's -lcudart -lnvrtc needs the
+# unversioned link a toolkit's -dev package has, one for every library the engine's JIT modules link (engine data
+# jit_modules; `ld: cannot find -lnvrtc` without it); the check compiles one kernel and links it as a JIT would
 RUN root="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13" \
  && test -x "$root/bin/nvcc" \
- && for lib in "$root"/lib/libcudart.so.*; do ln -sfn "${lib##*/}" "$root/lib/libcudart.so"; done \
- && test -e "$root/lib/libcudart.so" \
+ && for f in "$root"/lib/libcudart.so.[0-9] "$root"/lib/libcudart.so.[0-9][0-9]; do if [ -e "$f" ]; then ln -sfn "${f##*/}" "$root/lib/libcudart.so"; fi; done \
+ && { test -e "$root/lib/libcudart.so" || { echo "no libcudart.so.N in $root/lib: the JIT links -lcudart" >&2; exit 1; }; } \
+ && for f in "$root"/lib/libnvrtc.so.[0-9] "$root"/lib/libnvrtc.so.[0-9][0-9]; do if [ -e "$f" ]; then ln -sfn "${f##*/}" "$root/lib/libnvrtc.so"; fi; done \
+ && { test -e "$root/lib/libnvrtc.so" || { echo "no libnvrtc.so.N in $root/lib: the JIT links -lnvrtc" >&2; exit 1; }; } \
  && ln -sfn lib "$root/lib64" \
  && ln -sfn /opt/builder/stubs "$root/lib/stubs" \
  && ln -sfn "$root" /opt/cuda-jit
 ENV CUDA_HOME=/opt/cuda-jit PATH=/opt/cuda-jit/bin:$PATH
 RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
- && nvcc --shared -Xcompiler -fPIC -o /tmp/jit.so /tmp/jit.cu \
+ && nvcc --shared -Xcompiler -fPIC -o /tmp/jit.so /tmp/jit.cu -L"$CUDA_HOME/lib64" -lcudart -lnvrtc \
  && ninja --version \
  && rm -f /tmp/jit.cu /tmp/jit.so
 # bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build

@@ -1,0 +1,282 @@
+"""The engine's own JIT modules (engine data jit_modules): what each shipped engine version builds at its first
+requests, per GPU family, with the libraries those builds link; the runtime's unversioned links derived from that;
+smoke's JIT layer building them inside the image through their own generators; jit = "prebuilt".
+
+- pure: every shipped engine version lists every JIT path it can take, covered by the layer or why not; vLLM 0.33.0
+  builds FlashInfer's fp8_blockscale_gemm_sm90 at sm_90 and its sampler at each arch; the runtime's links come from
+  the modules' links (a module that links another library gets that link too); bad data is refused.
+- docker: the fixture package as an engine with a JIT module of its own (tests/fixtures/cuda-ext/pkg/cuda_ext/jit.py,
+  a generator shaped like FlashInfer's that links -lnvrtc against the real CUDA 13 nvrtc wheel). Its image passes
+  the JIT layer; the same image with the unversioned links removed (the runtime as it was: libcudart.so only) fails
+  it with the linker's own `cannot find -lnvrtc`; the jit = "prebuilt" image compiles nothing at smoke, and what
+  prebuilding costs is printed.
+- slow: the real vLLM 0.33.0 index image: FlashInfer's own generators build in it, and fail without the links.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import plan, render
+from builder.errors import UserError
+from builder.matrix import Selection, load
+from builder.resolve import select
+
+from .helpers import MATRIX, REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+JIT_MATRIX = FIXTURE / "matrix-jit-modules.toml"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def shipped():
+    m = load(MATRIX)
+    return m, select(m, Selection(profiles=("all",)))
+
+
+def rendered(m, cell) -> str:
+    text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
+    return text[text.index(" AS runtime"):]
+
+
+def cell_of(cells, prefix):
+    return next(c for c in cells if c.id.startswith(prefix))
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("cell", shipped()[1], ids=lambda c: c.id)
+def test_every_jit_path_of_every_shipped_engine_version_is_covered_or_says_why_not(cell):
+    paths = cell.engine_recipe.jit_paths
+    assert paths, f"{cell.engine} {cell.version} lists no JIT path"
+    for path, covered_by, not_covered in paths:
+        assert bool(covered_by) != bool(not_covered), path
+        if covered_by.startswith("serve_jit."):
+            assert covered_by.split(".", 1)[1] in [p["name"] for p in cell.serve_jit]
+        elif covered_by:
+            assert covered_by == "jit_modules" and cell.jit_builds
+    assert any(c.startswith("serve_jit.triton") for _, c, _ in paths)
+
+
+@pytest.mark.pure
+def test_vllm_0_33_builds_flashinfer_fp8_blockscale_at_sm90_and_the_runtime_links_what_its_modules_link():
+    m, cells = shipped()
+    vllm = cell_of(cells, "vllm-0.33.0-")
+    builds = {b["name"]: b for b in vllm.jit_builds}
+    fp8 = builds["flashinfer-fp8-blockscale-gemm-sm90"]
+    assert fp8["archs"] == [90] and fp8["generator"] == \
+        "flashinfer.jit.gemm.fp8_blockscale:gen_fp8_blockscale_gemm_sm90_module"
+    assert fp8["links"] == ["cudart", "cuda", "nvrtc"] and "kernels/linear/__init__.py" in fp8["selected_by"]
+    assert builds["flashinfer-sampling"]["archs"] == [80, 90]
+    # listed, linked, not built: the cuBLAS GEMM (per-tensor FP8 only) and the fused MoE (a dense model class)
+    listed = {x["name"]: x for x in vllm.jit_modules}
+    assert listed["flashinfer-gemm-cublas"]["not_built"] and listed["flashinfer-cutlass-fused-moe-sm90"]["not_built"]
+    assert vllm.jit_links == ("cudart", "nvrtc", "cublas", "cublasLt")
+    text = rendered(m, vllm)
+    for lib in ("cudart", "nvrtc", "cublas", "cublasLt"):
+        assert f'ln -sfn "${{f##*/}}" "$root/lib/lib{lib}.so"' in text
+    assert '-L"$CUDA_HOME/lib64" -lcudart -lnvrtc -lcublas -lcublasLt' in text
+    assert ("  jit       flashinfer-fp8-blockscale-gemm-sm90 sm_90; flashinfer-sampling sm_80,sm_90 (at the first "
+            "request); links -lcudart -lnvrtc -lcublas -lcublasLt") in plan.format_plan(plan.plan_cells([vllm], None))
+    sglang = cell_of(cells, "sglang-0.5.23-")
+    assert [b["name"] for b in sglang.jit_builds] == ["flashinfer-sampling"]
+    assert sglang.jit_links == ("cudart", "nvrtc")  # fp8_blockscale listed (not built by default): its -lnvrtc
+    for old in ("vllm-0.6.3", "sglang-0.3.2"):
+        c = cell_of(cells, old)
+        assert not c.jit_modules and "libnvrtc" not in rendered(m, c)
+
+
+def _knowledge_copy(tmp_path: Path, edit) -> Path:
+    """The fixture matrix with its knowledge file edited."""
+    (tmp_path / "pkg").symlink_to(FIXTURE / "pkg")
+    (tmp_path / "engines-jit-modules.toml").write_text(edit((FIXTURE / "engines-jit-modules.toml").read_text()))
+    mat = tmp_path / "matrix.toml"
+    mat.write_text(JIT_MATRIX.read_text())
+    return mat
+
+
+@pytest.mark.pure
+def test_the_links_are_derived_from_the_modules_links(tmp_path):
+    mat = _knowledge_copy(tmp_path, lambda t: t.replace('links = ["nvrtc", "cuda"]', 'links = ["nvrtc", "cufft", "cuda"]'))
+    m = load(mat)
+    cell = select(m, Selection())[0]
+    assert cell.jit_links == ("cudart", "nvrtc", "cufft")
+    text = rendered(m, cell)
+    assert 'ln -sfn "${f##*/}" "$root/lib/libcufft.so"' in text and "-lcudart -lnvrtc -lcufft" in text
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('module = "cuda-ext-nvrtc"', 'module = "cuda-ext-nvrct"'),
+     r"jit_modules 'cuda-ext-nvrct' .* defined nowhere.*did you mean 'cuda-ext-nvrtc'"),
+    (lambda t: t.replace('covered_by = "serve_jit.flashinfer"', 'covered_by = "serve_jit.triton"'),
+     r"covered_by 'serve_jit.triton', which this version does not have"),
+    (lambda t: t.replace('generator = "cuda_ext.jit:gen_nvrtc_module"', 'generator = "cuda_ext.jit.gen_nvrtc_module"'),
+     r"generator.*module:function"),
+    (lambda t: t.replace('links = ["nvrtc", "cuda"]', 'links = ["-lnvrtc"]'), r"library name"),
+    (lambda t: t.replace('{ path = "cuda_ext.jit modules", covered_by = "jit_modules" }',
+                         '{ path = "cuda_ext.jit modules", covered_by = "jit_modules", not_covered = "x" }'),
+     r"covered_by|not_covered"),
+])
+def test_bad_jit_data_is_refused(tmp_path, edit, message):
+    mat = _knowledge_copy(tmp_path, edit)
+    with pytest.raises(UserError, match=message):
+        select(load(mat), Selection())
+
+
+@pytest.mark.pure
+def test_jit_prebuilt_renders_one_generator_build_per_module_and_arch(tmp_path):
+    m = load(JIT_MATRIX)
+    (cell,) = select(m, Selection(profiles=("prebuilt",)))
+    assert cell.jit_prebuilt and cell.id.endswith("-jitprebuilt")
+    text = rendered(m, cell)
+    assert "ENV CUDA_EXT_JIT_HOME=/opt/cuda-ext-jit" in text
+    runs = re.findall(r"^(?:RUN| &&) CUDA_EXT_JIT_ARCH_LIST=(\S+) python -c .*gen_nvrtc_module.*$", text, re.M)
+    assert runs == ["8.0", "9.0"]
+    (local,) = select(m, Selection(profiles=("local",)))
+    assert not local.jit_prebuilt and "CUDA_EXT_JIT_HOME" not in rendered(m, local)
+    bad = tmp_path / "matrix.toml"
+    (tmp_path / "pkg").symlink_to(FIXTURE / "pkg")
+    (tmp_path / "engines-jit-modules.toml").symlink_to(FIXTURE / "engines-jit-modules.toml")
+    bad.write_text(JIT_MATRIX.read_text().replace('jit = { cuda-ext = "prebuilt" }', 'jit = { cuda-ext = "ahead" }'))
+    with pytest.raises(UserError, match=r"profiles.prebuilt.jit.cuda-ext.*first-request, prebuilt"):
+        load(bad)
+
+
+# -- docker ------------------------------------------------------------------------------------------------
+def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def jit_result(report: Path) -> dict:
+    (rep,) = json.loads(report.read_text())
+    return next(r for r in rep["results"] if r["layer"] == "JIT")
+
+
+def image_mib(ref: str) -> float:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout) / 2**20
+
+
+def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_prebuilt_image_compiles_none(
+        local_bases, docker_engine, tmp_path):
+    from builder.smoke import Model, SmokeOptions, smoke_image
+
+    wheelhouse, work = tmp_path / "wheelhouse", tmp_path / "work"
+    timings = {}
+    for profile in ("local", "prebuilt"):
+        t0 = time.monotonic()
+        res = builder("build", "--matrix", str(JIT_MATRIX), "--profile", profile, "--wheelhouse", str(wheelhouse),
+                      "--work-dir", str(work), "--log-dir", str(tmp_path / "logs"), "--pins-dir",
+                      str(tmp_path / "pins"), "--quiet", *(("--ca-bundle", str(HOST_CA)) if HOST_CA.is_file() else ()),
+                      cwd=tmp_path)
+        timings[profile] = time.monotonic() - t0
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    m = load(JIT_MATRIX)
+    local, prebuilt = (select(m, Selection(profiles=(p,)))[0] for p in ("local", "prebuilt"))
+    got = jit_result(work / local.id / "smoke" / "smoke.json")
+    assert got["status"] == "pass", got
+    for arch in ("sm_80", "sm_90"):
+        fig = got["figures"][f"cuda-ext-nvrtc@{arch}"]
+        assert fig["built"] >= 1 and "libnvrtc.so.13" in fig["needed"] and "libcuda.so.1" in fig["needed"], fig
+    pre = jit_result(work / prebuilt.id / "smoke" / "smoke.json")
+    assert pre["status"] == "pass" and "prebuilt, nothing compiled" in pre["reason"], pre
+    assert all(pre["figures"][f"cuda-ext-nvrtc@{a}"]["built"] == 0 for a in ("sm_80", "sm_90")), pre
+
+    # the runtime as it was: every unversioned library link but libcudart.so's removed
+    today = f"builder-test/jit-modules-no-links:{local.tag}"
+    dockerfile = (f"FROM {local.ref}\nRUN find /opt/cuda-jit/lib/ -maxdepth 1 -type l -name 'lib*.so' "
+                  "! -name libcudart.so -print -delete\n")
+    done = subprocess.run(["docker", "buildx", "build", "--load", "-t", today, "-"], input=dockerfile, text=True,
+                          capture_output=True)
+    assert done.returncode == 0, done.stderr
+    try:
+        opts = SmokeOptions(strategies=(), model=Model(target=tmp_path), layers=("JIT",), log_dir=tmp_path / "smoke")
+        rep = smoke_image(local, today, opts)
+        (failed,) = [r for r in rep.results if r.layer == "JIT"]
+        assert failed.status == "fail", failed
+        assert "cannot find -lnvrtc" in failed.reason, failed.reason
+        assert "cuda-ext-nvrtc@sm_80" in failed.reason and "cuda-ext-nvrtc@sm_90" in failed.reason
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", today], capture_output=True)
+    cost = image_mib(prebuilt.ref) - image_mib(local.ref)
+    print(f"\nJIT layer: {got['seconds']:.1f}s ({got['reason']})\nwithout the links: {failed.reason.splitlines()[0]}"
+          f"\njit = prebuilt: the layer {pre['seconds']:.1f}s ({pre['reason']}); the image +{cost:.2f} MiB; "
+          f"build {timings['prebuilt']:.0f}s after the first-request cell's {timings['local']:.0f}s")
+    assert cost > 0
+
+
+# -- slow: the real vLLM 0.33.0 index image -----------------------------------------------------------------
+REAL = """
+# vLLM 0.33.0 as PyPI publishes it, in a runtime image on the local CUDA 13.0 bases (Debian bookworm, Python 3.11)
+[defaults]
+profile = "upstream"
+archs = [80, 90]
+registry = "127.0.0.1:5000/builder-test-jit"
+
+[defaults.base_images]
+devel = "builder-local/cuda:13.0-devel"
+runtime = "builder-local/cuda:13.0-base"
+
+[profiles.upstream]
+cuda = "13.0.88"
+os = "bookworm"
+python = "3.11"
+engines = { vllm = "0.33.0" }
+source = { vllm = "index" }
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_flashinfers_own_modules_build_in_the_real_vllm_0_33_image_and_fail_there_without_the_links(
+        local_bases, tmp_path, docker_engine):
+    """Slow (a ~15 GB image, ~15+ min on 2 cores, then the modules' compiles): vLLM 0.33.0 from the index in a
+    runtime image; the JIT layer builds FlashInfer 0.7.2.post1's fp8_blockscale_gemm_sm90 (sm_90) and sampling
+    (sm_80, sm_90) through FlashInfer's own generators, no GPU, and passes; the same image with the unversioned CUDA
+    library links removed fails it with the linker's `cannot find -lnvrtc`."""
+    from builder.smoke import Model, SmokeOptions, smoke_image
+
+    (tmp_path / "matrix.toml").write_text(REAL)
+    m = tmp_path / "matrix.toml"
+    res = builder("lock", "--matrix", str(m), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (cell,) = select(load(m), Selection(profiles=("all",)))
+    names = [b["name"] for b in cell.jit_builds]
+    assert names == ["flashinfer-fp8-blockscale-gemm-sm90", "flashinfer-sampling"], names
+    today = f"builder-test/jit-modules-no-links:{cell.tag}"
+    try:
+        res = builder("build", "--matrix", str(m), "--wheelhouse", str(tmp_path / "wheelhouse"), "--work-dir",
+                      str(tmp_path / "work"), "--log-dir", str(tmp_path / "logs"), "--pins-dir", str(tmp_path / "pins"),
+                      "--no-smoke", "--quiet", *(("--ca-bundle", str(HOST_CA)) if HOST_CA.is_file() else ()),
+                      cwd=tmp_path)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        opts = SmokeOptions(strategies=(), model=Model(target=tmp_path), layers=("JIT",), log_dir=tmp_path / "smoke")
+        (passed,) = [r for r in smoke_image(cell, cell.ref, opts).results if r.layer == "JIT"]
+        assert passed.status == "pass", passed.reason
+        fp8 = passed.figures["flashinfer-fp8-blockscale-gemm-sm90@sm_90"]
+        assert fp8["built"] >= 1 and fp8["library_bytes"] > 100_000, fp8
+        dockerfile = (f"FROM {cell.ref}\nRUN find /opt/cuda-jit/lib/ -maxdepth 1 -type l -name 'lib*.so' "
+                      "! -name libcudart.so -print -delete\n")
+        done = subprocess.run(["docker", "buildx", "build", "--load", "-t", today, "-"], input=dockerfile, text=True,
+                              capture_output=True)
+        assert done.returncode == 0, done.stderr
+        (failed,) = [r for r in smoke_image(cell, today, opts).results if r.layer == "JIT"]
+        assert failed.status == "fail" and "cannot find -lnvrtc" in failed.reason, failed.reason
+        assert "flashinfer-fp8-blockscale-gemm-sm90@sm_90" in failed.reason
+        print(f"\nJIT layer in {cell.ref}: {passed.seconds:.1f}s ({passed.reason})\n"
+              + "\n".join(f"  {k}: {v}" for k, v in passed.figures.items())
+              + f"\nwithout the links ({failed.seconds:.1f}s): {failed.reason}")
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", today], capture_output=True)
+        listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", cell.image],
+                                capture_output=True, text=True).stdout.split()
+        for name in [n for n in listed if n.startswith(cell.ref)]:
+            subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
