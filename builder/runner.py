@@ -355,6 +355,9 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     check_pins(plans, opts)
     check_compilers(plans)
     host = host or Host.detect()
+    for ref in sorted({r for p in plans for r in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in r}):
+        say(f"# base {ref}: where only the local daemon holds it, resolved by name first (a cache-only build of "
+            f"FROM {ref.split('@', 1)[0]}), so BuildKit takes it from the local store")
     for plan in plans:
         ctx = _work(plan, opts, cache, host, say, io.StringIO())
         say(f"# {plan.cell.id}: `builder render --only {plan.cell.id}` writes {ctx.dockerfile}")
