@@ -6,7 +6,7 @@ directory and states the exit code and the words the one-line message must conta
 no work, log, pins or wheelhouse directory, no stray file, no image.
 
 The test runs a case in-process (click's CliRunner on builder.cli:main, the entry point's own error path)
-unless it runs as another user or must start docker / skopeo to answer (`in_process`); the benchmark runs
+unless it runs as another user or must start docker / skopeo to answer (`runs_in_process`); the benchmark runs
 every case as a real `python -m builder.cli` process. More cases plug in as modules beside this one,
 tests/hardening_cases_*.py, each with its own `CASES: list[Case]` (collected at the end of this file).
 """
@@ -823,7 +823,7 @@ def run(case: Case, tmp: Path, timeout: float = 120) -> subprocess.CompletedProc
     return res
 
 
-def in_process(case: Case) -> bool:
+def runs_in_process(case: Case) -> bool:
     """Whether the case can run in-process: not as another user, and answering without starting a program."""
     return not case.as_nobody and not case.needs_programs
 
@@ -919,12 +919,7 @@ def check_case(case: Case, in_process: bool = False) -> tuple["Verdict", list[st
         made = {rel.split("/")[0] for rel in case.files}
         return verdict, [d for d in OUTPUTS if d not in made and (tmp / d).exists()]
     finally:
-        _remove(tmp)
-
-
-def _remove(tmp: Path) -> None:
-    """rm -rf in-process (a case's files may be mode 0: root, as on the CI machines, removes them anyway)."""
-    shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # files of mode 0 too: the suite runs as root (CI machines)
 
 
 @dataclass

@@ -30,8 +30,8 @@ from . import hardening_cases as hc
 from .helpers import REPO, run_cli
 
 CASE_IDS = [c.id for c in hc.CASES]
-IN_PROCESS = [c for c in hc.CASES if hc.in_process(c)]
-AS_A_PROCESS = [c for c in hc.CASES if not hc.in_process(c)]
+IN_PROCESS = [c for c in hc.CASES if hc.runs_in_process(c)]
+AS_A_PROCESS = [c for c in hc.CASES if not hc.runs_in_process(c)]
 
 
 @pytest.mark.pure
