@@ -407,6 +407,39 @@ def repo_digest(ref: str, docker: str = "docker") -> str:
     return ""
 
 
+def local_tag_for_digest(ref: str, docker: str = "docker") -> str:
+    """For REF named by digest (NAME[:TAG]@sha256:...) that the local daemon holds: a NAME:TAG that names that
+    very image now ("" for a reference without a digest, or one the daemon does not hold)."""
+    import json
+
+    if "@sha256:" not in ref:
+        return ""
+    code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .RepoTags}}", ref], timeout=60)
+    if code != 0:
+        return ""
+    name = ref.split("@", 1)[0]
+    tags = [t for t in json.loads(out or "null") or [] if image_repository(t) == image_repository(ref)]
+    return name if name in tags else (tags[0] if tags else "")
+
+
+def make_local_digest_resolvable(ref: str, tag: str, scratch: Path, builder: str | None = None,
+                                 docker: str = "docker") -> tuple[int, str]:
+    """Let BuildKit take `FROM REF` (a base named by digest that only the local daemon holds) from the local
+    store. With the docker driver and the containerd image store, BuildKit resolves NAME@sha256:... from the
+    content store only when that manifest's blob records the repository it came from (the
+    containerd.io/distribution.source label a pull writes); else it asks NAME's registry, which has never
+    seen a local base (Docker Hub for builder-local/..., and the build fails). Resolving TAG once (a
+    cache-only build of `FROM TAG`: nothing runs, nothing is exported) writes that label. (returncode,
+    output) of that build; `scratch` holds its Dockerfile."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "Dockerfile").write_text(f"FROM {tag}\n")
+    call = BuildxCall(dockerfile=scratch / "Dockerfile", context=scratch, target="", output="type=cacheonly",
+                      builder=builder)
+    argv = [a for a in call.argv(docker) if a not in ("--target", "")]
+    code, out, err = probe(argv, timeout=300)
+    return code, (out + err).strip()
+
+
 def image_labels(ref: str, docker: str = "docker") -> dict[str, str] | None:
     """The labels of a local image; None when the daemon has no such image."""
     import json
@@ -505,7 +538,11 @@ def skopeo_inspect_raw_args(ref: str, *, tls_verify: bool = True) -> list[str]:
 
 # -- git ------------------------------------------------------------------------------------------------
 def git_last_commit_time(directory: Path) -> str:
-    """Unix time of the last commit of the git repository holding `directory` ("" when there is none)."""
+    """Unix time of the last commit of the git repository holding `directory` ("" when there is none; git
+    runs only when `directory` or a parent holds a .git, or GIT_DIR names a repository)."""
+    directory = Path(directory).resolve()
+    if not os.environ.get("GIT_DIR") and not any((d / ".git").exists() for d in (directory, *directory.parents)):
+        return ""
     code, out, _ = probe(["git", "-C", str(directory), "log", "-1", "--format=%ct"], timeout=30)
     out = out.strip()
     return out if code == 0 and out.isascii() and out.isdigit() else ""

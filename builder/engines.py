@@ -6,6 +6,7 @@ which package uses which knob, pin source, build command or strategy flags is da
 
 from __future__ import annotations
 
+import copy
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -419,17 +420,28 @@ class Knowledge:
 
 
 @cache
+def _builtin_checked(known: tuple[str, ...]) -> dict:
+    """The built-in engines.toml, checked against its shape given every package name the files know (a process
+    that loads several knowledge files, as the tests do, parses and checks it once per set of names)."""
+    data = tomllib.loads(resources.files("builder").joinpath("data/engines.toml").read_text())
+    schema.check("engines.toml", data, schema.BUILT_IN, known)
+    return data
+
+
+@cache
 def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
-    builtin = tomllib.loads(resources.files("builder").joinpath("data/engines.toml").read_text())
-    files = [("engines.toml", builtin, schema.BUILT_IN), *((path, _read_toml(path), schema.EXTRA) for path in extra)]
+    builtin = files.package_data("engines.toml")  # parsed once; only its package names are read here
+    files_ = [("engines.toml", builtin, schema.BUILT_IN), *((path, _read_toml(path), schema.EXTRA) for path in extra)]
     # torch_pin = "via:<package>" and companions may name a package of any of the files
-    names = [n for _, data, _ in files if isinstance(data.get("packages"), dict) for n in data["packages"]]
+    names = [n for _, data, _ in files_ if isinstance(data.get("packages"), dict) for n in data["packages"]]
     known = tuple(dict.fromkeys(names))
+    files_[0] = ("engines.toml", copy.deepcopy(_builtin_checked(known)), schema.BUILT_IN)
     merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {},
                                "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}}
     origin: dict[str, str] = {}
-    for file, data, shape in files:
-        schema.check(file, data, shape, known)
+    for file, data, shape in files_:
+        if shape is not schema.BUILT_IN:  # the built-in file was checked by _builtin_checked
+            schema.check(file, data, shape, known)
         for section, table in merged.items():
             table.update(data.get(section, {}))
         origin.update(dict.fromkeys(data.get("packages", {}), file))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files, grammar, ledger, pins, render
+from . import docker, files, grammar, ledger, pins, render
 from .cache import WheelCache
 from .errors import BuilderError, UserError, signal_name
 from .plan import CellPlan, WheelStep
@@ -221,6 +221,7 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
     check_compilers(plans)
     check_writable(plans, opts, cache)
     host = host or Host.detect()
+    resolve_local_bases(plans, opts, say)
     outcomes: list[CellOutcome] = []
     for plan in plans:
         outcome = run_cell(plan, cache, opts, say, host, steps)
@@ -228,6 +229,24 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
         if outcome.interrupted or (not outcome.ok and not opts.keep_going):
             break
     return outcomes
+
+
+def resolve_local_bases(plans: list[CellPlan], opts: BuildOptions, say: Callable[[str], None]) -> None:
+    """Every base the cells build FROM by digest (matrix.lock pins it) that only the local daemon holds is
+    resolved once by name before the builds, so BuildKit takes it from the local store instead of asking a
+    registry that has never seen it (docker.make_local_digest_resolvable)."""
+    import tempfile
+
+    refs = sorted({ref for p in plans for ref in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in ref})
+    for ref in refs:
+        tag = docker.local_tag_for_digest(ref, opts.docker)
+        if not tag:
+            continue  # not held here: BuildKit pulls it from its registry by digest
+        with tempfile.TemporaryDirectory(prefix="builder-base-") as scratch:
+            code, out = docker.make_local_digest_resolvable(ref, tag, Path(scratch), opts.builder, opts.docker)
+        if code != 0:
+            last = out.splitlines()[-1] if out else f"exit {code}"
+            say(f"base {ref}: resolving it by name ({tag}) failed, BuildKit may ask its registry: {last}")
 
 
 def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callable[[str], None], host: Host,
@@ -348,6 +367,9 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     check_pins(plans, opts)
     check_compilers(plans)
     host = host or Host.detect()
+    for ref in sorted({r for p in plans for r in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in r}):
+        say(f"# base {ref}: where only the local daemon holds it, resolved by name first (a cache-only build of "
+            f"FROM {ref.split('@', 1)[0]}), so BuildKit takes it from the local store")
     for plan in plans:
         ctx = _work(plan, opts, cache, host, say, io.StringIO())
         say(f"# {plan.cell.id}: `builder render --only {plan.cell.id}` writes {ctx.dockerfile}")

@@ -4,6 +4,11 @@ each) and benchmarks/hardening.py (which counts clear refusals, tracebacks and s
 Every case runs the real CLI on a private copy of the cuda-ext fixture (tests/fixtures/cuda-ext) in a temp
 directory and states the exit code and the words the one-line message must contain. Nothing may be written:
 no work, log, pins or wheelhouse directory, no stray file, no image.
+
+The test runs a case in-process (click's CliRunner on builder.cli:main, the entry point's own error path)
+unless it runs as another user or must start docker / skopeo to answer (`runs_in_process`); the benchmark runs
+every case as a real `python -m builder.cli` process. More cases plug in as modules beside this one,
+tests/hardening_cases_*.py, each with its own `CASES: list[Case]` (collected at the end of this file).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Case:
     files: dict = field(default_factory=dict)  # path relative to tmp → text, bytes or a callable(path)
     env: dict = field(default_factory=dict)
     as_nobody: bool = False  # run as uid 65534: root reads every file, so unreadable means another user
+    needs_programs: bool = False  # answers only after starting docker / skopeo (exit 3): a real process, not pure
 
 
 def replace(old: str, new: str) -> Callable[[str], str]:
@@ -352,9 +358,10 @@ CASES: list[Case] = [
          files={"tree": directory, "tree/sub": lambda p: (p.mkdir(), p.chmod(0))}, as_nobody=True,
          expect=("could not be read", "sub", "Permission denied")),
     Case("audit-image-daemon-down", "audit-corrupt", ["audit", "example/some:image", "--arch", "80"], code=3,
-         env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, expect=("the Docker daemon is not reachable",)),
+         env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, expect=("the Docker daemon is not reachable",),
+         needs_programs=True),
     Case("audit-image-docker-missing", "audit-corrupt", ["audit", "example/some:image", "--arch", "80"], code=3,
-         env={"PATH": "/nonexistent"}, expect=("docker: command not found",)),
+         env={"PATH": "/nonexistent"}, expect=("docker: command not found",), needs_programs=True),
     Case("audit-not-path-nor-image", "audit-corrupt", ["audit", "Not An Image", "--arch", "80"], expect=("not an image reference",)),
     Case("audit-not-elf", "audit-corrupt", ["audit", "{tmp}/libtext.so", "--arch", "80"], files={"libtext.so": "INPUT(-lc)\n"},
          expect=("not an ELF file",)),
@@ -597,7 +604,7 @@ def _round_two() -> list[Case]:
     add(Case("publish-images-json-empty", "publish", [*PUBLISH, "--images-json", ""], expect=("--images-json",)))
     add(Case("publish-smoke-model-missing", "publish", [*PUBLISH, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model",)))
     add(Case("publish-registry-down", "publish", [*PUBLISH, "--registry", "127.0.0.1:9/x", "--retries", "0"], code=3,
-             expect=("127.0.0.1:9", "does not answer", "nothing was built")))
+             expect=("127.0.0.1:9", "does not answer", "nothing was built"), needs_programs=True))
     # build
     add(Case("build-smoke-model-missing", "build", [*BUILD, "--smoke-model", "{tmp}/nomodel"], expect=("--smoke-model", "config.json")))
     add(Case("build-smoke-model-is-file", "build", [*BUILD, "--smoke-model", "{tmp}/afile"], files={"afile": "x"},
@@ -816,6 +823,70 @@ def run(case: Case, tmp: Path, timeout: float = 120) -> subprocess.CompletedProc
     return res
 
 
+def runs_in_process(case: Case) -> bool:
+    """Whether the case can run in-process: not as another user, and answering without starting a program."""
+    return not case.as_nobody and not case.needs_programs
+
+
+class ProgramStarted(RuntimeError):
+    """A case run in-process tried to start a program (run_in_process refuses and records it)."""
+
+
+def run_in_process(case: Case, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """The case through click's CliRunner on builder.cli:main (the console script's entry point, with its one
+    error path), in tmp, with the case's environment. Starting any program is refused and recorded in `calls`
+    (a refusal must come before any docker call; a case that needs one is not run here); `cpu` and `wall` are
+    this process's seconds for the invocation. An exception the entry point let through is a traceback in
+    stderr, as the console script would print it."""
+    import time
+    import traceback
+
+    from click.testing import CliRunner
+
+    from builder.cli import main
+
+    env: dict[str, str | None] = {"BUILDER_CA_BUNDLE": None, "SOURCE_DATE_EPOCH": None, **case.env}
+    if _watched(case):
+        env["DOCKER_HOST"] = "unix:///nonexistent/builder-hardening.sock"  # a docker SDK call would be exit 3
+    calls: list[str] = []
+
+    def refuse(what: str, method: bool = False):
+        def started(*args, **kwargs):
+            args = args[1:] if method else args
+            cmd = args[0] if args else kwargs.get("args", "?")
+            calls.append(cmd if isinstance(cmd, str) else " ".join(map(str, cmd)))
+            raise ProgramStarted(f"{what}: {cmd!r}")
+
+        return started
+
+    patched = {(subprocess.Popen, "__init__"): refuse("subprocess.Popen", method=True)}
+    for name in ("system", "posix_spawn", "posix_spawnp", "fork", "forkpty", "execv", "execve", "execvp", "execvpe"):
+        if hasattr(os, name):
+            patched[(os, name)] = refuse(f"os.{name}")
+    saved = {key: getattr(*key) for key in patched}
+    try:
+        runner = CliRunner(mix_stderr=False)  # click < 8.2
+    except TypeError:
+        runner = CliRunner()
+    cwd = os.getcwd()
+    cpu, t0 = time.process_time(), time.monotonic()
+    try:
+        for (owner, name), fn in patched.items():
+            setattr(owner, name, fn)
+        os.chdir(tmp)
+        result = runner.invoke(main, argv(case, tmp), env=env, catch_exceptions=True)
+    finally:
+        os.chdir(cwd)
+        for (owner, name), fn in saved.items():
+            setattr(owner, name, fn)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    res = subprocess.CompletedProcess(["builder", *argv(case, tmp)], result.exit_code, result.stdout, stderr)
+    res.cpu, res.wall, res.calls = time.process_time() - cpu, time.monotonic() - t0, calls
+    return res
+
+
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every path under root with its type, size and mtime (what "nothing was written" compares)."""
     out = {}
@@ -831,9 +902,10 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
-def check_case(case: Case) -> tuple["Verdict", list[str]]:
-    """Run one case in a fresh temp dir (world-writable when it runs as nobody): its verdict, and which of
-    builder's output directories it left that the case itself did not make."""
+def check_case(case: Case, in_process: bool = False) -> tuple["Verdict", list[str]]:
+    """Run one case in a fresh temp dir (world-writable when it runs as nobody), as a real process or
+    in-process (run_in_process): its verdict, and which of builder's output directories it left that the case
+    itself did not make."""
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="builder-hardening-", dir="/tmp"))
@@ -842,12 +914,12 @@ def check_case(case: Case) -> tuple["Verdict", list[str]]:
             tmp.chmod(0o777)
         make_fixture(tmp, case)
         before = snapshot(tmp)
-        res = run(case, tmp)
+        res = run_in_process(case, tmp) if in_process else run(case, tmp)
         verdict = judge(case, res, before, snapshot(tmp))
         made = {rel.split("/")[0] for rel in case.files}
         return verdict, [d for d in OUTPUTS if d not in made and (tmp / d).exists()]
     finally:
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)  # files of mode 0 too: the suite runs as root (CI machines)
 
 
 @dataclass
@@ -889,3 +961,29 @@ def judge(case: Case, res: subprocess.CompletedProcess[str], before: dict, after
     if written:
         problems.append(f"wrote {written[:5]}")
     return Verdict(not problems, traceback, accepted, "; ".join(problems) + f"\n--- output:\n{out[-2000:]}")
+
+
+
+def plugged_in(directory: Path = Path(__file__).parent) -> list[Case]:
+    """The CASES of every hardening_cases_*.py module in `directory` (this one's by default), in file-name
+    order: a module of cases plugs in without an edit here. Each may import what it needs from this module
+    (Case, the argv pieces, the file makers): the names above exist by the time it runs."""
+    import importlib.util
+
+    out: list[Case] = []
+    for path in sorted(directory.glob("hardening_cases_*.py")):
+        name = f"{__package__}.{path.stem}" if __package__ else path.stem
+        module = sys.modules.get(name)
+        if module is None or Path(getattr(module, "__file__", "")).resolve() != path.resolve():
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        cases = getattr(module, "CASES", None)
+        if not isinstance(cases, list) or not all(isinstance(c, Case) for c in cases):
+            raise TypeError(f"{path.name}: CASES must be a list of hardening_cases.Case")
+        out += cases
+    return out
+
+
+CASES += plugged_in()

@@ -141,6 +141,27 @@ def test_outputs_table_json_csv_and_png(tmp_path):
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 10_000
 
 
+def test_the_png_on_a_fresh_host_reads_no_system_fonts_and_leaves_the_users_matplotlib_cache_alone(tmp_path):
+    """`builder bench plot` where matplotlib never ran (empty caches, no MPLCONFIGDIR): the PNG is drawn,
+    `fc-list` (a recording stand-in first on PATH) is never started, and the font list lands in builder's
+    cache directory, not matplotlib's."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "fc-list").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "fc-list-calls"}\nexec /usr/bin/fc-list "$@"\n')
+    (shim / "fc-list").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "MPL_IGNORE_SYSTEM_FONTS")}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               PATH=f"{shim}:{env['PATH']}")
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "bench", "plot", str(RECORDED / "stand-in-quick.json"),
+                          "--output", str(tmp_path / "p.png")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "fc-list-calls").exists(), (tmp_path / "fc-list-calls").read_text()
+    assert list((tmp_path / "cache" / "builder" / "matplotlib").glob("fontlist-*.json"))
+    assert not (tmp_path / "cache" / "matplotlib").exists()
+
+
 def test_diff_flags_only_regressions_beyond_the_noise_of_the_repeats(tmp_path):
     old = recorded()
     assert all(len(r["runs"]) >= 3 for r in old["rows"])

@@ -30,40 +30,72 @@ from . import hardening_cases as hc
 from .helpers import REPO, run_cli
 
 CASE_IDS = [c.id for c in hc.CASES]
+IN_PROCESS = [c for c in hc.CASES if hc.runs_in_process(c)]
+AS_A_PROCESS = [c for c in hc.CASES if not hc.runs_in_process(c)]
 
 
 @pytest.mark.pure
 def test_the_table_covers_every_class_and_verb_with_over_three_hundred_inputs():
     classes = {c.cls for c in hc.CASES}
-    assert classes == {"inject", "shape", "audit-corrupt", "audit-proof", "late", "fs", "selector", "wheels", "remote",
+    assert classes >= {"inject", "shape", "audit-corrupt", "audit-proof", "late", "fs", "selector", "wheels", "remote",
                        "smoke", "serve", "publish", "build", "repro", "lock", "audit", "doctor", "fine"}
     assert len(hc.CASES) >= 300 and len(set(CASE_IDS)) == len(CASE_IDS)
     verbs = {c.args[0] if c.args[0] != "wheels" else " ".join(c.args[:2]) for c in hc.CASES}
     assert verbs >= {"plan", "render", "build", "publish", "verify-repro", "serve", "smoke", "audit", "lock", "doctor",
                      "wheels prune", "wheels verify", "wheels ls", "wheels push", "wheels pull"}
-
-
-_TABLE = "test_bad_input_is_refused_clearly_and_writes_nothing"
-
-
-@pytest.fixture(scope="session")
-def table_verdicts(request) -> dict:
-    """Every selected case of the table, run once per session as many at a time as there are cores (each is its
-    own process: the cases are CPU-bound, the suite's time is what this saves), each in its own temp dir."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    cases = [item.callspec.params["case"] for item in request.session.items
-             if getattr(item, "originalname", "") == _TABLE]
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip((c.id for c in cases), pool.map(hc.check_case, cases)))
+    assert len(AS_A_PROCESS) < 40  # the table stays in the fast tier: only what cannot run in-process leaves it
 
 
 @pytest.mark.pure
-@pytest.mark.parametrize("case", hc.CASES, ids=CASE_IDS)
-def test_bad_input_is_refused_clearly_and_writes_nothing(case, table_verdicts):
-    verdict, left = table_verdicts[case.id]
+@pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+def test_bad_input_is_refused_clearly_and_writes_nothing(case):
+    """In-process through builder.cli:main: a case that starts any program before it answers fails here
+    (run_in_process refuses and records it, and the pure guard stands behind it)."""
+    verdict, left = hc.check_case(case, in_process=True)
     assert verdict.clear, verdict.why
     assert not left, f"left behind: {left}"
+
+
+@pytest.mark.parametrize("case", AS_A_PROCESS, ids=[c.id for c in AS_A_PROCESS])
+def test_bad_input_as_another_user_or_needing_docker_is_refused_clearly_and_writes_nothing(case):
+    """The cases run as uid 65534 or that answer only after starting docker / skopeo: the real entry point
+    (`python -m builder.cli`) in its own process, judged the same way."""
+    verdict, left = hc.check_case(case)
+    assert verdict.clear, verdict.why
+    assert not left, f"left behind: {left}"
+
+
+@pytest.mark.pure
+def test_the_in_process_run_refuses_and_records_a_program_it_starts(tmp_path):
+    """What would let a docker call before a refusal slip through in-process: the runner itself refuses it."""
+    case = hc.Case("probe-docker", "fine", ["audit", "example/some:image", "--arch", "80"], code=3)
+    res = hc.run_in_process(case, hc.make_fixture(tmp_path, case))
+    assert res.calls and res.calls[0].startswith("docker "), res.calls
+    verdict = hc.judge(case, res, {}, {})
+    assert not verdict.clear and "before refusing" in verdict.why
+
+
+@pytest.mark.pure
+def test_case_modules_beside_the_table_plug_in_without_an_edit(tmp_path):
+    """A tests/hardening_cases_*.py module with its own CASES joins the table (here one in a temp dir)."""
+    import sys
+    import uuid
+
+    stem = f"hardening_cases_plugin{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{stem}.py").write_text(
+        "from tests.hardening_cases import PLAN, Case\n\n"
+        "CASES = [Case('plugin-base-newline', 'plugin', [*PLAN, '--base-devel', 'a\\nb'], expect=('--base-devel',))]\n")
+    try:
+        (case,) = hc.plugged_in(tmp_path)
+        assert case.id == "plugin-base-newline" and isinstance(case, hc.Case)
+        verdict, left = hc.check_case(case, in_process=True)
+        assert verdict.clear and not left, verdict.why
+        (tmp_path / "hardening_cases_zbroken.py").write_text("CASES = ['not a case']\n")
+        with pytest.raises(TypeError, match="hardening_cases_zbroken.py: CASES must be a list"):
+            hc.plugged_in(tmp_path)
+    finally:
+        for name in [n for n in sys.modules if n.endswith((stem, "hardening_cases_zbroken"))]:
+            del sys.modules[name]
 
 
 def test_no_refused_input_ever_tagged_an_image(docker_engine):

@@ -222,3 +222,37 @@ def test_local_base_dockerfiles_are_hadolint_clean():
     sh([hadolint, *map(str, files)], timeout=60)
     for f in files:
         assert not f.read_text().startswith("# syntax="), f"{f} would pull a frontend from Docker Hub"
+
+
+def test_a_base_only_the_local_daemon_holds_builds_when_named_by_digest(docker_engine, tmp_path):
+    """A freshly imported image (no registry ever saw it) pinned as NAME:TAG@sha256:... builds from the local
+    store once builder resolved it by name (runner.resolve_local_bases): BuildKit asks no registry (there is
+    none here to ask, so asking would fail the build)."""
+    from types import SimpleNamespace
+
+    from builder import docker
+    from builder.runner import resolve_local_bases
+    from builder.steps import BuildOptions
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "marker").write_text(uuid.uuid4().hex)  # content no other image has: a new digest
+    tag = f"builder-test-local-base/{uuid.uuid4().hex[:12]}:1"
+    sh(["sh", "-c", f"tar -C {tmp_path / 'root'} -c . | docker import - {tag}"])
+    try:
+        digest = docker.repo_digest(tag)
+        assert digest.startswith("sha256:")
+        pinned = f"{tag}@{digest}"
+        assert docker.local_tag_for_digest(pinned) == tag
+        assert docker.local_tag_for_digest(f"{tag}@sha256:{'0' * 64}") == ""  # not held here
+        assert docker.local_tag_for_digest(tag) == ""  # not named by digest: nothing to do
+
+        plan = SimpleNamespace(cell=SimpleNamespace(base_devel=pinned, base_runtime=pinned))
+        said: list[str] = []
+        resolve_local_bases([plan], BuildOptions(work_dir=tmp_path / "w", log_dir=tmp_path / "l",
+                                                 index_url="https://pypi.org/simple"), said.append)
+        assert not said, said
+        (tmp_path / "ctx").mkdir()
+        (tmp_path / "ctx" / "Dockerfile").write_text(f"ARG BASE={pinned}\nFROM ${{BASE}}\nCOPY Dockerfile /copied\n")
+        sh(["docker", "buildx", "build", "--progress=plain", "--output", "type=cacheonly", str(tmp_path / "ctx")])
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)

@@ -72,13 +72,39 @@ def to_csv(doc: dict) -> str:
     return buf.getvalue()
 
 
-def plot(docs: list[dict], dest: Path) -> Path:
-    """Latency against throughput per strategy (each repeat a point), and P99 TTFT / ITL per strategy."""
+def _pyplot():
+    """matplotlib.pyplot drawing with matplotlib's own fonts only (DejaVu Sans): the PNG looks the same on every
+    host, and the first import on a fresh host scans no system fonts (no `fc-list`, no font files read). That
+    shorter font list is kept in builder's own cache directory, so the user's matplotlib cache (and their
+    matplotlibrc) are left as they are. A matplotlib the process imported already is used as it is."""
+    import os
+    import sys
+
+    if "matplotlib" in sys.modules:
+        import matplotlib.pyplot as plt
+
+        return plt
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "builder" / "matplotlib"
+    saved = {k: os.environ.get(k) for k in ("MPLCONFIGDIR", "MPL_IGNORE_SYSTEM_FONTS")}
+    os.environ.update(MPLCONFIGDIR=str(cache), MPL_IGNORE_SYSTEM_FONTS="1")  # read once, at the import
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return plt
+
+
+def plot(docs: list[dict], dest: Path) -> Path:
+    """Latency against throughput per strategy (each repeat a point), and P99 TTFT / ITL per strategy."""
+    try:
+        plt = _pyplot()
     except ImportError:
         raise UserError("the PNG needs matplotlib: pip install 'builder[bench]' (or `builder bench plot RESULT.json` "
                         "where it is installed)") from None
