@@ -290,16 +290,16 @@ def _cases() -> list[Case]:
         "second-line-bad": "0, NVIDIA H200, 580.159.04, 9.0\n1, NVIDIA H200, 580.159.04, [N/A]\n",
     }
     for name, text in smi.items():
-        add(Case(f"host-nvidia-smi-{name}", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH,
+        add(Case(f"host-nvidia-smi-{name}", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH, needs_programs=True,
                  files={"nvidia-smi.csv": text}, expect=("nvidia-smi",)))
-    add(Case("host-nvidia-smi-not-utf8", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH,
+    add(Case("host-nvidia-smi-not-utf8", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH, needs_programs=True,
              files={"nvidia-smi.csv": b"\xff\xfe, NVIDIA H200, 580.159.04, 9.0\n"}, expect=("nvidia-smi",)))
-    add(Case("host-nvidia-smi-fails", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH,
+    add(Case("host-nvidia-smi-fails", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH, needs_programs=True,
              files={"nvidia-smi.csv": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n",
                     "nvidia-smi.rc": "9\n"}, expect=("nvidia-smi fails (exit 9)",)))
-    add(Case("host-nvidia-smi-no-gpu", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH,
+    add(Case("host-nvidia-smi-no-gpu", "doctor-host", ["doctor", "--host", IMAGE], code=3, env=DOUBLE_PATH, needs_programs=True,
              files={"nvidia-smi.csv": ""}, expect=("lists no GPU",)))
-    add(Case("host-nvidia-smi-h200", "fine", ["doctor", "--host", IMAGE], code=0, env=DOUBLE_PATH,
+    add(Case("host-nvidia-smi-h200", "fine", ["doctor", "--host", IMAGE], code=0, env=DOUBLE_PATH, needs_programs=True,
              files={"nvidia-smi.csv": "0, NVIDIA H200, 580.159.04, 9.0\n", "nvidia-smi-q.txt": "    Product Brand : NVIDIA\n"},
              expect=("RUNS",)))
 

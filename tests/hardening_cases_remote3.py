@@ -156,7 +156,9 @@ def _docker_config_cases() -> list[Case]:
         if verb in ("publish", "plan"):
             for name, (files, env, expect) in UNREADABLE_CONFIGS.items():
                 out.append(Case(f"r3-docker-config-{name}-{verb}", "docker-config", args, code=3, files={**files, **extra},
-                                env=env, expect=expect))
+                                env=env, expect=expect,
+                                # a credential helper is a program: looked up and run before the answer
+                                needs_programs=name.startswith(("helper-", "store-"))))
     out.append(Case("r3-docker-config-too-big-publish", "docker-config", VERBS["publish"], files={"dc": directory, CONFIG: big_config},
                     env=ENV, expect=("config.json", "more than a docker config.json holds")))
     out.append(Case("r3-docker-config-unreadable-publish", "docker-config", VERBS["publish"], code=3, as_nobody=True,
