@@ -267,34 +267,32 @@ def _deadline_of(resp) -> "Deadline | None":
     return getattr(resp, "deadline", None)
 
 
-def chunks(resp, what: str, limit: int, deadline: float | None = None) -> Iterator[bytes]:
-    """The body of a streamed `requests` response in chunks, stopped (TooLarge / TooSlow, naming `what`) as
-    soon as it passes `limit` bytes or its request's deadline (the response's `deadline`, set by the session
-    `with_timeouts` made; `deadline`: a time.monotonic() for a response of another session)."""
+def _bounded(blocks: Iterator[bytes], resp, what: str, limit: int, caps: str, end: float | None) -> Iterator[bytes]:
+    """`blocks` of a response body, stopped (TooLarge / TooSlow, naming `what`) as soon as they pass `limit` bytes
+    or the request's deadline: its watchdog's (the sessions `with_timeouts` makes, `urlopen`), else `end` (a
+    time.monotonic()). `caps`: the variables that set the cap, for the message."""
     declared = _declared(resp.headers)
     watchdog = _deadline_of(resp)
     if declared is not None and declared > limit:
         if watchdog is not None:
             watchdog.done()
-        raise TooLarge(f"{redact(what)} announces {declared} bytes, more than the {limit}-byte cap "
-                       "(BUILDER_REMOTE_MAX_BYTES / BUILDER_REMOTE_MAX_DOWNLOAD_BYTES); not read")
+        raise TooLarge(f"{redact(what)} announces {declared} bytes, more than the {limit}-byte cap ({caps}); not read")
 
     def too_slow() -> TooSlow:
         return _too_slow(what, watchdog.seconds if watchdog is not None else timeouts()[1])
 
     def late() -> bool:
-        return watchdog.expired if watchdog is not None else deadline is not None and time.monotonic() > deadline
+        return watchdog.expired if watchdog is not None else end is not None and time.monotonic() > end
 
     size = 0
     try:
-        for chunk in resp.iter_content(chunk_size=CHUNK):
-            size += len(chunk)
+        for block in blocks:
+            size += len(block)
             if size > limit:
-                raise TooLarge(f"{redact(what)} sent more than {limit} bytes (the cap: BUILDER_REMOTE_MAX_BYTES / "
-                               "BUILDER_REMOTE_MAX_DOWNLOAD_BYTES); stopped reading")
+                raise TooLarge(f"{redact(what)} sent more than {limit} bytes (the cap: {caps}); stopped reading")
             if late():
                 raise too_slow()
-            yield chunk
+            yield block
         if watchdog is not None and watchdog.fired:  # a body read to the connection's close looks whole when cut
             raise too_slow()
     except (TooSlow, TooLarge):
@@ -308,6 +306,14 @@ def chunks(resp, what: str, limit: int, deadline: float | None = None) -> Iterat
             watchdog.done()
 
 
+def chunks(resp, what: str, limit: int, deadline: float | None = None) -> Iterator[bytes]:
+    """The body of a streamed `requests` response in chunks, stopped (TooLarge / TooSlow, naming `what`) as
+    soon as it passes `limit` bytes or its request's deadline (the response's `deadline`, set by the session
+    `with_timeouts` made; `deadline`: a time.monotonic() for a response of another session)."""
+    return _bounded(resp.iter_content(chunk_size=CHUNK), resp, what, limit,
+                    "BUILDER_REMOTE_MAX_BYTES / BUILDER_REMOTE_MAX_DOWNLOAD_BYTES", deadline)
+
+
 def read_document(resp, what: str, limit: int | None = None) -> bytes:
     """A whole (small) body of a streamed `requests` response: capped and within its request's deadline."""
     deadline = time.monotonic() + timeouts()[1]
@@ -316,46 +322,9 @@ def read_document(resp, what: str, limit: int | None = None) -> bytes:
 
 def read_urllib(resp, what: str, limit: int | None = None) -> bytes:
     """The same for a urllib response (`urlopen` below: lock's index reader, doctor)."""
-    limit = document_limit() if limit is None else limit
-    watchdog = _deadline_of(resp)
-    declared = _declared(resp.headers)
-    if declared is not None and declared > limit:
-        if watchdog is not None:
-            watchdog.done()
-        raise TooLarge(f"{redact(what)} announces {declared} bytes, more than the {limit}-byte cap "
-                       "(BUILDER_REMOTE_MAX_BYTES); not read")
-    end = time.monotonic() + timeouts()[1]
-
-    def too_slow() -> TooSlow:
-        return _too_slow(what, watchdog.seconds if watchdog is not None else timeouts()[1])
-
-    def late() -> bool:
-        return watchdog.expired if watchdog is not None else time.monotonic() > end
-
-    parts, size = [], 0
-    try:
-        while True:
-            block = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
-            if not block:
-                if watchdog is not None and watchdog.fired:
-                    raise too_slow()
-                return b"".join(parts)
-            size += len(block)
-            if size > limit:
-                raise TooLarge(f"{redact(what)} sent more than {limit} bytes (the cap: BUILDER_REMOTE_MAX_BYTES); "
-                               "stopped reading")
-            if late():
-                raise too_slow()
-            parts.append(block)
-    except (TooSlow, TooLarge):
-        raise
-    except Exception:
-        if late():
-            raise too_slow() from None
-        raise
-    finally:
-        if watchdog is not None:
-            watchdog.done()
+    read = resp.read1 if hasattr(resp, "read1") else resp.read
+    return b"".join(_bounded(iter(lambda: read(CHUNK), b""), resp, what, document_limit() if limit is None else limit,
+                             "BUILDER_REMOTE_MAX_BYTES", time.monotonic() + timeouts()[1]))
 
 
 def stream_into(resp, part: Path, what: str = "the download", limit: int | None = None) -> tuple[str, int]:

@@ -372,26 +372,25 @@ BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
 SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda", "python-c"))},
                   optional={"apt": ListOf(TOKEN), "libcuda_stub": BOOL, "needs_runtime_jit": BOOL})
 
+def _matching(pattern: str, why: str):
+    """A check of a string value against `pattern` (whole, ASCII), refusing with `why`."""
+    rx = re.compile(pattern, re.ASCII)
+
+    def check(value: str) -> str:
+        if not rx.fullmatch(value):
+            raise ValueError(why)
+        return value
+
+    return check
+
+
+_library = _matching(r"[A-Za-z][A-Za-z0-9_+]*", "is not a library name as -l takes it, like nvrtc or cublasLt")
+_generator = _matching(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", "is not module:function")
+_abs_dir = _matching(r"(/[A-Za-z0-9._-]+)+", "is not an absolute directory path without spaces or shell characters")
+
+
 # jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
-# JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator
-def _library(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_+]*", value, re.ASCII):
-        raise ValueError("is not a library name as -l takes it, like nvrtc or cublasLt")
-    return value
-
-
-def _generator(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", value, re.ASCII):
-        raise ValueError("is not module:function")
-    return value
-
-
-def _abs_dir(value: str) -> str:
-    if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", value, re.ASCII):
-        raise ValueError("is not an absolute directory path without spaces or shell characters")
-    return value
-
-
+# JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator each
 LIBRARIES = ListOf(_grammar(_library, "a library name like nvrtc", "library names like nvrtc or cublasLt"))
 JIT_FRAMEWORK = Table(required={"why": STR, "links": LIBRARIES, "arch_env": ENV_NAME, "cache_env": ENV_NAME,
                                 "cache_dir": _grammar(_abs_dir, "an absolute directory like /opt/flashinfer-jit"),

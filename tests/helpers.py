@@ -319,3 +319,26 @@ def fixture_copy(tmp: Path, registry: str, runtime_base: str | None = None) -> P
     assert registry in text and (runtime_base is None or runtime_base in text)
     (dest / "matrix.toml").write_text(text)
     return dest / "matrix.toml"
+
+
+def real_vllm_index_matrix(registry: str) -> str:
+    """The matrix of the real vLLM 0.33.0 index cell (slow tests): vLLM as PyPI publishes it, in a runtime image on
+    the local CUDA 13.0 bases (Debian bookworm, Python 3.11), its tag under `registry`."""
+    return f"""
+[defaults]
+profile = "upstream"
+archs = [80, 90]
+registry = "{registry}"
+
+[defaults.base_images]
+devel = "builder-local/cuda:13.0-devel"
+runtime = "builder-local/cuda:13.0-base"
+
+[profiles.upstream]
+cuda = "13.0.88"
+os = "bookworm"
+python = "3.11"
+engines = {{ vllm = "0.33.0" }}
+strategies = ["MTP2", "MTP7", "DFlash2"]
+source = {{ vllm = "index" }}
+"""

@@ -19,7 +19,7 @@ from builder.docker import image_repository
 
 from . import services
 from .helpers import CUDA_EXT as FIXTURE
-from .helpers import HOST_CA, saxpy_so
+from .helpers import HOST_CA, real_vllm_index_matrix, saxpy_so
 from .helpers import builder_cli as builder
 from .helpers import cuda_ext_wheel as wheel
 from .helpers import upload_wheel as upload
@@ -128,25 +128,7 @@ def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(ind
     assert "reuse cuda-ext==1.0.0" in log.split("download cuda-ext")[-1]
 
 
-REAL = """
-# vLLM 0.33.0 as PyPI publishes it, in a runtime image on the local CUDA 13.0 bases (Debian bookworm, Python 3.11)
-[defaults]
-profile = "upstream"
-archs = [80, 90]
-registry = "127.0.0.1:5000/builder-test"
-
-[defaults.base_images]
-devel = "builder-local/cuda:13.0-devel"
-runtime = "builder-local/cuda:13.0-base"
-
-[profiles.upstream]
-cuda = "13.0.88"
-os = "bookworm"
-python = "3.11"
-engines = { vllm = "0.33.0" }
-strategies = ["MTP2", "MTP7", "DFlash2"]
-source = { vllm = "index" }
-"""
+REAL = real_vllm_index_matrix("127.0.0.1:5000/builder-test")
 REAL_CELL = "vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index"
 
 

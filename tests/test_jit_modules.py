@@ -29,7 +29,7 @@ from builder.errors import UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
 
-from .helpers import MATRIX, REPO
+from .helpers import MATRIX, REPO, real_vllm_index_matrix
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 JIT_MATRIX = FIXTURE / "matrix-jit-modules.toml"
@@ -214,24 +214,7 @@ def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_p
 
 
 # -- slow: the real vLLM 0.33.0 index image -----------------------------------------------------------------
-REAL = """
-# vLLM 0.33.0 as PyPI publishes it, in a runtime image on the local CUDA 13.0 bases (Debian bookworm, Python 3.11)
-[defaults]
-profile = "upstream"
-archs = [80, 90]
-registry = "127.0.0.1:5000/builder-test-jit"
-
-[defaults.base_images]
-devel = "builder-local/cuda:13.0-devel"
-runtime = "builder-local/cuda:13.0-base"
-
-[profiles.upstream]
-cuda = "13.0.88"
-os = "bookworm"
-python = "3.11"
-engines = { vllm = "0.33.0" }
-source = { vllm = "index" }
-"""
+REAL = real_vllm_index_matrix("127.0.0.1:5000/builder-test-jit")
 
 
 @pytest.mark.slow
