@@ -181,9 +181,10 @@ def facts_from_json(ref: str, data, source: str) -> ImageFacts:
     facts = ImageFacts(ref, source, _env_dict(config.get("Env")), dict(config.get("Labels") or {}))
     for key, value in facts.labels.items():  # the labels judge() reads, each checked here, named when malformed
         where = f"{ref}: label {key}"
-        if key.startswith("io.builder.package.") and key.endswith(".binaries") and value:
+        what = (labels_mod.package_key(key) or ("", ""))[1]
+        if what == "binaries" and value:
             schema.check(where, files.load_json(where, "binaries label", text=value), schema.BINARIES)
-        elif key.startswith("io.builder.package.") and key.endswith((".sass", ".ptx")):
+        elif what in ("sass", "ptx"):
             schema.check(where, [c for c in value.split(",") if c], schema.ListOf(schema.DEVICE_CODE))
         elif key == LABEL_ARCHS:
             archs_mod.parse(value, where)

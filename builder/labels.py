@@ -120,11 +120,18 @@ def strategies(labels: dict[str, str]) -> list[str]:
     return [s for s in labels.get(STRATEGIES, "").split(",") if s]
 
 
+def package_key(key: str) -> tuple[str, str] | None:
+    """(package, what) of a label io.builder.package.<name>.<what>, else None."""
+    prefix = "io.builder.package."
+    if not key.startswith(prefix) or "." not in key[len(prefix):]:
+        return None
+    name, what = key[len(prefix):].rsplit(".", 1)
+    return name, what
+
+
 def packages(labels: dict[str, str]) -> list[str]:
     """The packages the labels describe (io.builder.package.<name>.<what>), sorted."""
-    prefix = "io.builder.package."
-    return sorted({key[len(prefix):].rsplit(".", 1)[0] for key in labels if key.startswith(prefix) and
-                   "." in key[len(prefix):]})
+    return sorted({got[0] for key in labels if (got := package_key(key))})
 
 
 def package_facts(labels: dict[str, str], name: str) -> dict:

@@ -127,3 +127,22 @@ def test_the_rendered_hash_locked_installs_check_an_already_installed_pin_too(tm
         unchecked = [a for a in argv if a != "--force-reinstall"]
         old = subprocess.run([*pip, "install", *unchecked, *local, "-r", str(wrong)], capture_output=True, text=True)
         assert old.returncode == 0 and "already satisfied" in old.stdout  # why the flag is there
+
+
+@pytest.mark.pure
+def test_a_pins_file_builder_wrote_without_pins_is_read_and_an_empty_one_without_its_header_is_refused(tmp_path):
+    """An image whose packages are all the cell's own wheels gives a pins file of header lines only (the first
+    build records the sha256 of no pin lines): the next build reads it; an empty file without that record, or
+    whose record names pin lines it no longer has, was cut short."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# Written by `builder build` from the first build of x; constraints for the next ones.\n"
+                     + pins.origin_line("sha256:" + "a" * 64, "b" * 64, pins.lines_digest("")))
+    assert pins.read(empty) == (empty.read_text(), False)
+    cut = tmp_path / "cut.txt"
+    cut.write_text("# Written by `builder build` from the first build of x; constraints for the next ones.\n"
+                   + pins.origin_line("sha256:" + "a" * 64, "b" * 64, pins.lines_digest("torch==2.14.0\n")))
+    for path in (cut, tmp_path / "bare.txt"):
+        if not path.exists():
+            path.write_text("# pins\n")
+        with pytest.raises(UserError, match="holds no pin"):
+            pins.read(path)
