@@ -63,18 +63,23 @@ def _depth(value, limit: int) -> int:
     return deepest
 
 
-def load_toml(path: Path, what: str, fix: str = "") -> dict:
-    """A TOML file as a dict, or a UserError: file faults (read_text), malformed TOML, absurd nesting."""
-    text = read_text(path, what)
+def _parsed(path: Path, what: str, text: str, parse, malformed: type[Exception], says: str, nests: str):
+    """`parse(text)`, or a UserError: malformed (`says` and the parser's words), absurdly nested."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: malformed TOML: {exc}{fix}") from None
+        data = parse(text)
+    except malformed as exc:
+        raise UserError(says.format(path=path, exc=exc, what=what)) from None
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be a {what}") from None
     if _depth(data, MAX_DEPTH) > MAX_DEPTH:
-        raise UserError(f"{path}: tables or arrays nested more than {MAX_DEPTH} deep; not a {what}")
+        raise UserError(f"{path}: {nests} nested more than {MAX_DEPTH} deep; not a {what}")
     return data
+
+
+def load_toml(path: Path, what: str, fix: str = "") -> dict:
+    """A TOML file as a dict, or a UserError: file faults (read_text), malformed TOML, absurd nesting."""
+    return _parsed(path, what, read_text(path, what), tomllib.loads, tomllib.TOMLDecodeError,
+                   "{path}: malformed TOML: {exc}" + fix.replace("{", "{{").replace("}", "}}"), "tables or arrays")
 
 
 def load_json(path: Path, what: str, text: str | None = None):
@@ -82,16 +87,8 @@ def load_json(path: Path, what: str, text: str | None = None):
     absurd nesting."""
     import json
 
-    text = read_text(path, what) if text is None else text
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"{path}: not JSON ({exc}); not a {what}") from None
-    except RecursionError:
-        raise UserError(f"{path}: nested too deeply to be a {what}") from None
-    if _depth(data, MAX_DEPTH) > MAX_DEPTH:
-        raise UserError(f"{path}: objects or arrays nested more than {MAX_DEPTH} deep; not a {what}")
-    return data
+    return _parsed(path, what, read_text(path, what) if text is None else text, json.loads, ValueError,
+                   "{path}: not JSON ({exc}); not a {what}", "objects or arrays")
 
 
 def writable_dir(path: Path, what: str) -> None:
