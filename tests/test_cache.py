@@ -111,6 +111,10 @@ def test_discard_quarantines_with_the_reason(tmp_path):
 def test_entries_follow_the_umask_and_stale_temporaries_go(tmp_path):
     stale = tmp_path / "wheelhouse" / "demo" / f".{KEY[:12]}-dead_123"  # a name mkdtemp gives
     stale.mkdir(parents=True)
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))  # left by a build that died two hours ago
+    # a concurrent store's (a pull stores without the key's lock): young, so it is left to that store
+    young = tmp_path / "wheelhouse" / "demo" / f".{KEY[:12]}-live_456"
+    young.mkdir()
     old = os.umask(0o002)
     try:
         wh, whl = stored(tmp_path)
@@ -120,7 +124,7 @@ def test_entries_follow_the_umask_and_stale_temporaries_go(tmp_path):
     assert stat.S_IMODE(entry.stat().st_mode) == 0o775
     assert stat.S_IMODE(whl.stat().st_mode) == 0o664
     assert stat.S_IMODE((entry / MANIFEST).stat().st_mode) == 0o664
-    assert not stale.exists()
+    assert not stale.exists() and young.is_dir()
 
 
 @pytest.mark.pure

@@ -29,6 +29,7 @@ from . import CacheCorrupt, CacheHit, manifest_problem, verify_files
 
 MANIFEST = "builder-wheel.json"
 QUARANTINE = ".quarantine"
+STALE_TEMPORARY_S = 3600  # a store's temporary directory older than this was left by a build that died
 LOCKS = ".locks"
 # what builder itself names under the wheelhouse; nothing else there is ever moved or removed
 PACKAGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
@@ -148,8 +149,10 @@ class Wheelhouse:
                 yield pkg_dir.name, entry.name
 
     # -- writing ----------------------------------------------------------------------------------------
-    def store(self, package: str, key: str, wheels: list[Path], manifest: dict) -> CacheHit:
-        """Copy the wheels into the entry for this key, atomically, with the manifest."""
+    def store(self, package: str, key: str, wheels: list[Path], manifest: dict, keep_usable: bool = False) -> CacheHit:
+        """Copy the wheels into the entry for this key, atomically, with the manifest. `keep_usable`: an entry
+        that is already there and usable (a concurrent pull of the same key renamed it into place first) is
+        kept and returned, not replaced."""
         if not wheels:
             raise ValueError(f"nothing to store for {package} (no wheel)")
         final = self.entry_dir(package, key)
@@ -170,6 +173,10 @@ class Wheelhouse:
             if why:  # the copy is not what was audited: never let it become an entry
                 raise CacheCorrupt(f"storing {package} {key[:16]}: {why}")
             if final.exists() or final.is_symlink():
+                there = self.lookup(package, key, ()) if keep_usable else None
+                if there is not None and there.usable:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return there
                 foreign = self.not_own(package, key)
                 if foreign:
                     raise CacheCorrupt(f"cannot store {package} {key[:16]}: {foreign}; builder moves only its own "
@@ -220,11 +227,13 @@ class Wheelhouse:
         return str(dest)
 
     def _clean_temporaries(self, package: str, key: str) -> None:
-        """Temporary directories of this key left by a build that died mid-store (the caller holds the key's
-        lock, so no live writer owns them)."""
+        """Temporary directories of this key left by a build that died mid-store. Only old ones: a pull stores
+        without the key's lock, so a young one may be a concurrent store still copying into it."""
         for stale in (self.root / package).glob(f".{key[:12]}-*"):
             if TEMP_NAME.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    if time.time() - stale.stat().st_mtime > STALE_TEMPORARY_S:
+                        shutil.rmtree(stale, ignore_errors=True)
 
     @contextlib.contextmanager
     def lock(self, package: str, key: str, waiting: Callable[[str], None] | None = None) -> Iterator[None]:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -94,9 +95,11 @@ class TieredCache:
                 raise
             # e.g. a full disk, while downloading into the staging directory or copying into the entry: name the
             # wheelhouse (the staging directory is removed below, the remote still has the wheels)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             raise OSError(exc.errno, f"pulling {hit.package} (key {hit.key[:16]}) from {remote.label} into the "
                                      f"wheelhouse failed: {os.strerror(exc.errno)}; nothing was written to it (its "
-                                     "entries are as they were): free space there and rerun", str(self.local.root)) from None
+                                     "entries are as they were)" + (": free space there and rerun" if full else ""),
+                          str(self.local.root)) from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         seconds = time.monotonic() - started
@@ -116,7 +119,7 @@ class TieredCache:
             if there is not None and there.usable:
                 return there
             try:
-                return self.local.store(hit.package, hit.key, wheels, manifest)
+                return self.local.store(hit.package, hit.key, wheels, manifest, keep_usable=True)
             except OSError:  # the other store renamed its entry into place between our look and our rename
                 if attempt == 2:
                     raise
