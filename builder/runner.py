@@ -231,14 +231,18 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
     return outcomes
 
 
+def digest_pinned_bases(plans: list[CellPlan]) -> list[str]:
+    """The base images the cells build FROM by digest, each once."""
+    return sorted({ref for p in plans for ref in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in ref})
+
+
 def resolve_local_bases(plans: list[CellPlan], opts: BuildOptions, say: Callable[[str], None]) -> None:
     """Every base the cells build FROM by digest (matrix.lock pins it) that only the local daemon holds is
     resolved once by name before the builds, so BuildKit takes it from the local store instead of asking a
     registry that has never seen it (docker.make_local_digest_resolvable)."""
     import tempfile
 
-    refs = sorted({ref for p in plans for ref in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in ref})
-    for ref in refs:
+    for ref in digest_pinned_bases(plans):
         tag = docker.local_tag_for_digest(ref, opts.docker)
         if not tag:
             continue  # not held here: BuildKit pulls it from its registry by digest
@@ -367,7 +371,7 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     check_pins(plans, opts)
     check_compilers(plans)
     host = host or Host.detect()
-    for ref in sorted({r for p in plans for r in (p.cell.base_devel, p.cell.base_runtime) if "@sha256:" in r}):
+    for ref in digest_pinned_bases(plans):
         say(f"# base {ref}: where only the local daemon holds it, resolved by name first (a cache-only build of "
             f"FROM {ref.split('@', 1)[0]}), so BuildKit takes it from the local store")
     for plan in plans:
