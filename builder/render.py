@@ -125,7 +125,7 @@ def prebuilt_builds(cell: Cell) -> list[dict]:
         mod, _, fn = m["generator"].partition(":")
         for arch in m["archs"]:
             out.append({"name": m["name"], "module": mod, "function": fn, "kwargs": json.dumps(m["kwargs"]),
-                        "build": m["build"], "arch_env": m["arch_env"], "arch": f"{arch // 10}.{arch % 10}",
+                        "build": m["build"], "arch_env": m["arch_env"], "arch": archs_mod.dotted(arch),
                         "cache_env": m["cache_env"], "cache_dir": m["cache_dir"]})
     return out
 
