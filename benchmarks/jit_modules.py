@@ -1,7 +1,7 @@
 """What the engine's JIT modules cost at the first request, and what `jit = "prebuilt"` costs and saves.
 
 Each JIT module a cell's engine builds (engine data jit_modules) is built through its own generator by smoke's
-probe (builder/smoke/probe.py `jit`), for each of the cell's archs in the families that select it, twice against
+probe (builder/deploy/smoke/probe.py `jit`), for each of the cell's archs in the families that select it, twice against
 one cache directory: the first build is what the first request pays without a prebuilt image, the second what it
 pays with one (nothing compiled); the cache's size is what a prebuilt image adds.
 
@@ -30,7 +30,7 @@ from _common import CA, REPO, builder, ensure_local_bases  # noqa: E402
 sys.path.insert(0, str(REPO))
 from builder.matrix import Selection, load  # noqa: E402
 from builder.resolve import select  # noqa: E402
-from builder.smoke import layers  # noqa: E402
+from builder.deploy.smoke import layers  # noqa: E402
 
 PROBE = REPO / "builder" / "smoke" / "probe.py"
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix-jit-modules.toml"

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
-from . import deps, gencode_filter, launchline, templates
+from . import deps, gencode_filter, templates
+from .deploy import launchline
 from . import labels as labels_mod
 from . import archs as archs_mod
 from .compile_cache import SCCACHE_VERSION

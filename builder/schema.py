@@ -234,7 +234,7 @@ STRATEGY = Table(
               "k": INT, "drafter": STR},
 )
 
-# What smoke needs to run an engine version (builder/smoke/): how it serves, how its own parser is reached,
+# What smoke needs to run an engine version (builder/deploy/smoke/): how it serves, how its own parser is reached,
 # and which counters prove speculative decoding ran. Rules merge this table key by key.
 SMOKE = Table(optional={
     "serve_args": ListOf(STR),  # {host} {port}: where it listens

@@ -3,7 +3,7 @@ result files), `doctor --host` (nvidia-smi's text, image JSON, --gpus-file) and 
 the shape of tests/hardening_cases.py (each case the real CLI on a private copy of the cuda-ext fixture: its exit
 code, the words of its one-line message, no traceback, nothing written). The GPU-host scripts' bad inputs are
 not `builder` verbs: they are a parametrized test of their own (tests/test_gpu_host_scripts.py), and the load
-generator's result files, which only a run produces, a test of builder/bench/client.py (tests/test_bench.py).
+generator's result files, which only a run produces, a test of builder/deploy/bench/client.py (tests/test_bench.py).
 
 nvidia-smi here is tests/fixtures/host/double/nvidia-smi, a TEST DOUBLE that prints the files a case puts in
 its working directory (nvidia-smi.csv, nvidia-smi-q.txt) and exits with nvidia-smi.rc.

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import pytest
 
-from builder.bench import NONE, client, results, run, workload
+from builder.deploy.bench import NONE, client, results, run, workload
 from builder.cli.bench import parse_strategies
 from builder.engines import recipe
 from builder.errors import UserError
-from builder.smoke import tinymodel
+from builder.deploy.smoke import tinymodel
 
 from .helpers import REPO, client_python
 

@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from builder import host
+from builder.deploy import host
 
 from .helpers import REPO
 

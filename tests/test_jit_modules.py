@@ -167,7 +167,7 @@ def image_mib(ref: str) -> float:
 
 def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_prebuilt_image_compiles_none(
         local_bases, docker_engine, tmp_path):
-    from builder.smoke import Model, SmokeOptions, smoke_image
+    from builder.deploy.smoke import Model, SmokeOptions, smoke_image
 
     wheelhouse, work = tmp_path / "wheelhouse", tmp_path / "work"
     timings = {}
@@ -225,7 +225,7 @@ def test_flashinfers_own_modules_build_in_the_real_vllm_0_33_image_and_fail_ther
     runtime image; the JIT layer builds FlashInfer 0.7.2.post1's fp8_blockscale_gemm_sm90 (sm_90) and sampling
     (sm_80, sm_90) through FlashInfer's own generators, no GPU, and passes; the same image with the unversioned CUDA
     library links removed fails it with the linker's `cannot find -lnvrtc`."""
-    from builder.smoke import Model, SmokeOptions, smoke_image
+    from builder.deploy.smoke import Model, SmokeOptions, smoke_image
 
     (tmp_path / "matrix.toml").write_text(REAL)
     m = tmp_path / "matrix.toml"

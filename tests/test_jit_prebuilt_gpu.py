@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from builder.smoke import detect_gpu
+from builder.deploy.smoke import detect_gpu
 
 from .helpers import REPO
 

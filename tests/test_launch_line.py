@@ -1,5 +1,5 @@
 """One launch line: the image's ENTRYPOINT that render writes, the `docker run` that `builder serve` prints and
-what smoke L3 starts come from one derivation (builder/launchline.py). For every shipped cell and strategy the
+what smoke L3 starts come from one derivation (builder/deploy/launchline.py). For every shipped cell and strategy the
 argv L3 would start in a container (the image's own ENTRYPOINT + its arguments) equals the rendered ENTRYPOINT
 plus what `builder serve` prints after the image, and the process launcher runs the same line with host paths.
 (No Docker: the docker launcher here is given a client it never calls; the container run itself is
@@ -12,12 +12,13 @@ import re
 
 import pytest
 
-from builder import plan, render, serve
+from builder import plan, render
+from builder.deploy import serve
 from builder.engines import load_knowledge
 from builder.matrix import Selection, load
 from builder.resolve import select
-from builder.smoke import layers
-from builder.smoke.launch import DockerLauncher, ProcessLauncher
+from builder.deploy.smoke import layers
+from builder.deploy.smoke.launch import DockerLauncher, ProcessLauncher
 
 from .helpers import MATRIX
 

@@ -23,8 +23,8 @@ from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import load_knowledge
 from builder.errors import UserError
-from builder.smoke import Model, SmokeOptions, layers, tinymodel
-from builder.smoke.launch import ProcessLauncher
+from builder.deploy.smoke import Model, SmokeOptions, layers, tinymodel
+from builder.deploy.smoke.launch import ProcessLauncher
 
 from .helpers import REPO
 

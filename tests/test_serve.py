@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import launchline, render, serve
+from builder import render
+from builder.deploy import launchline, serve
 from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.matrix import Selection, load

@@ -61,7 +61,7 @@ def test_sigterm_mid_run_exits_143_and_stops_the_engine(verb, tmp_path):
     common = [CELL, "--matrix", str(MATRIX), "--launcher", "process", "--python", sys.executable, "--gpus", "none",
               "--strategy", "MTP2"]
     if verb == "bench":
-        from builder.smoke import tinymodel
+        from builder.deploy.smoke import tinymodel
 
         model = tinymodel.ensure(tmp_path / "models").target
         args = ["bench", *common, "--model", str(model), "--workload", "quick", "--client-python", sys.executable,

@@ -18,8 +18,8 @@ import pytest
 from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import Strategy, recipe
-from builder.smoke import Model, SmokeOptions, layers, report, smoke_process, tinymodel
-from builder.smoke.launch import ProcessLauncher
+from builder.deploy.smoke import Model, SmokeOptions, layers, report, smoke_process, tinymodel
+from builder.deploy.smoke.launch import ProcessLauncher
 
 from .helpers import REPO
 
@@ -426,7 +426,7 @@ def test_l1_sees_past_a_package_init_that_rewords_its_extensions_import_error(tm
     import shutil
     import sysconfig
 
-    from builder.smoke import probe
+    from builder.deploy.smoke import probe
 
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "no host C compiler (cc, gcc) on PATH"

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from builder.smoke import detect_gpu
+from builder.deploy.smoke import detect_gpu
 
 from .helpers import REPO
 

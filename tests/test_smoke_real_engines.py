@@ -19,8 +19,8 @@ import pytest
 from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import Strategy
-from builder.smoke import Model, SmokeOptions, layers, tinymodel
-from builder.smoke.launch import ProcessLauncher
+from builder.deploy.smoke import Model, SmokeOptions, layers, tinymodel
+from builder.deploy.smoke.launch import ProcessLauncher
 
 from .helpers import REPO
 

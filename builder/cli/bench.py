@@ -1,5 +1,5 @@
 """`builder bench IMAGE|CELL`, `builder bench diff OLD.json NEW.json`, `builder bench plot RESULT.json...`: the
-verbs of the benchmark stage (builder/bench/)."""
+verbs of the benchmark stage (builder/deploy/bench/)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .. import archs as archs_mod
 from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
-from ..bench import NONE, client, data, results
+from ..deploy.bench import NONE, client, data, results
 from ..errors import Failed, UserError
 from ..options import flag_default
 from . import flags
@@ -145,10 +145,10 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
           --launcher process --strategy none,MTP2 --repeats 3
       builder bench diff old/bench.json new/bench.json
     """
-    from ..smoke import Model, detect_gpu
-    from ..smoke.launch import DockerLauncher, ProcessLauncher, docker_client
-    from ..bench import run as run_mod
-    from ..bench import workload as workload_mod
+    from ..deploy.smoke import Model, detect_gpu
+    from ..deploy.smoke.launch import DockerLauncher, ProcessLauncher, docker_client
+    from ..deploy.bench import run as run_mod
+    from ..deploy.bench import workload as workload_mod
 
     try:
         extra_args = tuple(shlex.split(engine_args))

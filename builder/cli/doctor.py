@@ -36,7 +36,7 @@ def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json):
       builder doctor --host registry.example.com/ml/vllm@sha256:... image.json
     """
     if host_mode:
-        from ..host import command as host_command
+        from ..deploy.host import command as host_command
 
         code = host_command(images, gpus_file, as_json, click.echo)
         if code:

@@ -57,7 +57,7 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
       builder serve 127.0.0.1:5000/builder/sglang:0.5.23 --strategy DFlash2 --model /srv/models/q --gpus 0,1 --run
     """
     from .. import docker, grammar
-    from .. import serve as serve_mod
+    from ..deploy import serve as serve_mod
     from ..engines import load_knowledge
 
     grammar.check(grammar.image_ref, image, "IMAGE")

@@ -1,4 +1,4 @@
-"""`builder smoke IMAGE|CELL`: the layered proof (builder/smoke/) as a verb, and the strategy, environment and
+"""`builder smoke IMAGE|CELL`: the layered proof (builder/deploy/smoke/) as a verb, and the strategy, environment and
 cell look-ups smoke, serve and bench share."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .. import resolve
 from ..schema import did_you_mean
 from ..errors import Failed, UserError
 from ..options import flag_default
-from ..smoke.report import LAYERS
+from ..deploy.smoke.report import LAYERS
 from . import flags
 from .app import main
 
@@ -146,8 +146,8 @@ def smoke(target, matrix_path, profile, arch, strategy, model, drafter, layers, 
       builder smoke vllm-0.26.0-cu130-torch2.11.0-py312-sm90 --matrix tests/fixtures/gpu-host/matrix.toml \\
           --launcher process --strategy MTP2,MTP7 --model tiny
     """
-    from ..smoke import Model, SmokeOptions, detect_gpu, report, smoke_image, smoke_process
-    from ..smoke.launch import docker_client
+    from ..deploy.smoke import Model, SmokeOptions, detect_gpu, report, smoke_image, smoke_process
+    from ..deploy.smoke.launch import docker_client
 
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))

@@ -1,4 +1,4 @@
-"""smoke: the layered proof (builder/smoke/) on the image the image step just tagged — L0 labels and versions,
+"""smoke: the layered proof (builder/deploy/smoke/) on the image the image step just tagged — L0 labels and versions,
 L1 imports and audit inside, L2 the engine's own parser per strategy, L3 a GPU boot where this host has GPUs.
 Nothing is published unless it passed (runner.GATES: "publish": ("smoke",)); `build --no-smoke` skips it, and
 the closing table and --json say so, with the reason."""
@@ -13,7 +13,7 @@ class SmokeStep:
     scope = "cell"
 
     def run(self, ctx: CellContext, wheel: None = None) -> StepResult:
-        from .. import smoke
+        from ..deploy import smoke
 
         cell, opts = ctx.cell, ctx.opts
         if not opts.smoke:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from ..engines import Strategy
-from ..errors import UserError
+from ...engines import Strategy
+from ...errors import UserError
 from ..launchline import LaunchLine
-from ..resolve import Cell
+from ...resolve import Cell
 from ..smoke import layers
 from ..smoke.launch import Launcher, StartFailed
 from . import NONE, client, data
@@ -30,7 +30,7 @@ NO_SPECULATION = Strategy(name=NONE, versions=SpecifierSet(), why_not="", flags=
 
 
 def launch_line(cell: Cell, launcher: Launcher, opts: layers.SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
-    """The engine's launch line for one strategy: builder/launchline.py, the one derivation of the image's
+    """The engine's launch line for one strategy: builder/deploy/launchline.py, the one derivation of the image's
     ENTRYPOINT, `builder serve` and smoke L3 (bench calls it here only)."""
     return layers.engine_line(cell, launcher, opts, strategy, port)
 

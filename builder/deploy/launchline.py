@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engines import Recipe, Strategy
+from ..engines import Recipe, Strategy
 
 DEFAULT_SERVE_ARGS = ("--host", "{host}", "--port", "{port}")
 

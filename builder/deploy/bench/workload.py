@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import files, schema
-from ..errors import UserError
+from ... import files, schema
+from ...errors import UserError
 from . import data
 
 

@@ -10,8 +10,8 @@ import math
 import statistics
 from pathlib import Path
 
-from .. import files, schema
-from ..errors import UserError
+from ... import files, schema
+from ...errors import UserError
 from . import data
 
 COLUMNS = [  # (key, header, format)

@@ -39,11 +39,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .. import archs as archs_mod
-from .. import labels as labels_mod
-from ..engines import Strategy
+from ... import archs as archs_mod
+from ... import labels as labels_mod
+from ...engines import Strategy
 from ..launchline import LaunchLine, launch_line
-from ..resolve import Cell
+from ...resolve import Cell
 from . import tinymodel
 from .launch import Launcher, ProbeRun, StartFailed
 from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
@@ -65,7 +65,7 @@ class Model:
 
     @classmethod
     def resolve(cls, spec: str, drafter: str | None = None, cache_dir: Path | None = None) -> "Model":
-        from ..errors import UserError
+        from ...errors import UserError
 
         if spec == "tiny":
             tm = tinymodel.ensure(cache_dir)
@@ -452,7 +452,7 @@ def _log_tail(path: Path, n: int = 25) -> str:
 
 
 def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
-    """What L3 starts: builder/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
+    """What L3 starts: builder/deploy/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
     return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
                        dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args))
 

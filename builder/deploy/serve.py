@@ -3,7 +3,7 @@ its GPUs, the model mounted read-only, the port, and the strategy's real flags a
 data (builder/data/engines.toml) for the engine version the image's labels name.
 
 The image's ENTRYPOINT is the engine's launch line up to the model; the arguments here are the rest of that
-line, then where it listens, then the strategy's flags: builder/launchline.py, the derivation render and smoke L3
+line, then where it listens, then the strategy's flags: builder/deploy/launchline.py, the derivation render and smoke L3
 use too.
 """
 
@@ -14,9 +14,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import docker, launchline
-from . import labels as labels_mod
-from .errors import CommandError, UserError
+from .. import docker
+from . import launchline
+from .. import labels as labels_mod
+from ..errors import CommandError, UserError
 
 MODEL_ROOT = "/models"
 LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES
@@ -27,7 +28,7 @@ def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
     labels = docker.image_labels(image, docker_cmd)
     if labels is not None:
         return labels
-    from .net import is_loopback
+    from ..net import is_loopback
 
     host = docker.image_registry(image)
     if host:

@@ -16,8 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .. import audit as audit_mod
-from ..resolve import Cell
+from ... import audit as audit_mod
+from ...resolve import Cell
 from .layers import Model, SmokeOptions, run
 from .launch import DockerLauncher, ProcessLauncher
 from .report import LAYERS, SmokeReport

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import archs as archs_mod
-from . import docker, files, grammar, schema
-from . import labels as labels_mod
-from .errors import EnvironmentProblem, UserError
+from .. import archs as archs_mod
+from .. import docker, files, grammar, schema
+from .. import labels as labels_mod
+from ..errors import EnvironmentProblem, UserError
 
 RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"
 LABEL_CUDA = labels_mod.CUDA
@@ -154,7 +154,7 @@ class ImageFacts:
 
 def _arch_scopes(name: str, version: str) -> tuple[archs_mod.ArchScope, ...]:
     """The engine data's arch_scoped binaries of one package version; none when the data does not know it."""
-    from .engines import load_knowledge
+    from ..engines import load_knowledge
 
     try:
         return load_knowledge().recipe(name, version).arch_scoped
@@ -202,8 +202,8 @@ def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
     code, out, _ = docker.probe([docker_cmd, "image", "inspect", "--format", "{{json .Config}}", ref], 60)
     if code == 0 and out.strip():
         return facts_from_json(ref, files.load_json(ref, "image config", text=out), "local image")
-    from .net import is_loopback
-    from .errors import CommandError
+    from ..net import is_loopback
+    from ..errors import CommandError
 
     host = docker.image_registry(ref)
     if host:
@@ -406,7 +406,7 @@ def gpus_from_file(path: str) -> list[Gpu]:
 def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo) -> int:
     """The body of `builder doctor --host`: 0 when every image runs on every GPU (compat included), 1 when one
     is refused or cannot be judged, 3 when there is no GPU to judge against."""
-    from .errors import EXIT_ENVIRONMENT, EXIT_FAILED
+    from ..errors import EXIT_ENVIRONMENT, EXIT_FAILED
 
     if gpus_file:
         gpus, why = gpus_from_file(gpus_file), ""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import EnvironmentProblem, UserError
+from ...errors import EnvironmentProblem, UserError
 from .. import serve
 from ..launchline import LaunchLine
 
