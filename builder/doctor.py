@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import docker, net
 from .net import is_loopback
-from .errors import BuilderError
+from .errors import BuilderError, EnvironmentProblem
 
 SETUP_FIX = "run scripts/setup-docker.sh (as root): it installs and starts Docker with buildx"
 
@@ -243,32 +243,32 @@ def check_registry(registry: str, timeout: float | None = None) -> Check:
 
 def check_gpus() -> tuple[Check, bool]:
     """(check, whether GPUs were found). No GPU is informational: builds need none."""
-    argv = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]
-    code, out, err = _run(argv, timeout=30)
-    if code == 127:
-        return Check("NVIDIA GPUs", True, "no GPU (nvidia-smi not found): GPU boot tests will skip"), False
-    if code != 0:
+    from .deploy import gpus as gpus_mod
+
+    try:
+        found = gpus_mod.read()
+    except EnvironmentProblem as exc:  # a line nvidia-smi printed is no GPU
+        found = gpus_mod.HostGpus((), str(exc), failed=True, error=str(exc))
+    if found.failed:
         return (
             Check(
                 "NVIDIA GPUs",
                 False,
-                f"nvidia-smi fails: {_first_line(err) or _first_line(out) or f'exit {code}'}",
+                f"nvidia-smi fails: {found.error}",
                 "fix the NVIDIA driver installation (nvidia-smi must list the GPUs), or remove nvidia-smi "
                 "from PATH on a build-only host",
             ),
             False,
         )
-    gpus = [[f.strip() for f in line.split(",")] for line in out.strip().splitlines() if line.strip()]
-    if not gpus:
-        return Check("NVIDIA GPUs", True, "no GPU listed by nvidia-smi: GPU boot tests will skip"), False
+    if not found.present:
+        why = "no GPU (nvidia-smi not found)" if "not found" in found.why_none else "no GPU listed by nvidia-smi"
+        return Check("NVIDIA GPUs", True, f"{why}: GPU boot tests will skip"), False
     names: dict[str, int] = {}
-    for g in gpus:
-        cc = g[2] if len(g) > 2 else "?"
-        label = f"{g[0]} (sm_{cc.replace('.', '')})"
+    for g in found.gpus:
+        label = f"{g.name} (sm_{g.compute_cap})"
         names[label] = names.get(label, 0) + 1
-    driver = gpus[0][1] if len(gpus[0]) > 1 else "?"
     listed = ", ".join(f"{n} x {label}" for label, n in names.items())
-    return Check("NVIDIA GPUs", True, f"{listed}; driver {driver}"), True
+    return Check("NVIDIA GPUs", True, f"{listed}; driver {found.gpus[0].driver}"), True
 
 
 def check_gpu_containers(info: dict | None) -> Check:

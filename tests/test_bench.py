@@ -17,8 +17,9 @@ import subprocess
 import sys
 import pytest
 
-from builder.deploy.bench import NONE, client, results, run, workload
-from builder.cli.bench import parse_strategies
+from builder.deploy.bench import client, results, run, workload
+from builder.deploy.strategies import NONE
+from builder.deploy.strategies import for_bench as parse_strategies
 from builder.engines import recipe
 from builder.errors import UserError
 from builder.deploy.smoke import tinymodel

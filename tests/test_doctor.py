@@ -66,13 +66,13 @@ def test_gpu_check_matches_this_host():
         assert "GPU containers" not in named
     else:
         listed = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=index,name,driver_version,compute_cap", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert listed.returncode == 0 and listed.stdout.strip(), f"nvidia-smi is on PATH but fails: {listed.stderr}"
         first = [f.strip() for f in listed.stdout.splitlines()[0].split(",")]
         assert gpus.ok, gpus
-        assert f"{first[0]} (sm_{first[2].replace('.', '')})" in gpus.detail
+        assert f"{first[1]} (sm_{first[3].replace('.', '')})" in gpus.detail
         assert gpus.detail.endswith(f"; driver {first[1]}")
         assert "GPU containers" in named
 
@@ -123,7 +123,7 @@ def _fake_tool(bindir: Path, name: str, script: str) -> None:
 
 def test_gpu_and_nvcc_checks_read_what_the_tools_print(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
-    _fake_tool(bindir, "nvidia-smi", "echo 'NVIDIA H200, 570.124.06, 9.0'; echo 'NVIDIA H200, 570.124.06, 9.0'")
+    _fake_tool(bindir, "nvidia-smi", "[ \"$1\" = -q ] && exit 0; echo '0, NVIDIA H200, 570.124.06, 9.0'; echo '1, NVIDIA H200, 570.124.06, 9.0'")
     _fake_tool(bindir, "nvcc", "echo 'Cuda compilation tools, release 12.8, V12.8.93'")
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     assert check_gpus() == (Check("NVIDIA GPUs", True, "2 x NVIDIA H200 (sm_90); driver 570.124.06"), True)

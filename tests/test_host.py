@@ -12,12 +12,13 @@ import tomllib
 
 import pytest
 
+from builder.deploy import gpus as gpus_mod
 from builder.deploy import host
 
 from .helpers import REPO
 
 FIX = REPO / "tests" / "fixtures" / "host"
-GPUS = {k: host.Gpu.from_json(v) for k, v in tomllib.loads((FIX / "gpus.toml").read_text()).items()}
+GPUS = {k: gpus_mod.Gpu.from_json(v) for k, v in tomllib.loads((FIX / "gpus.toml").read_text()).items()}
 IMG = {
     "v121": "vllm-0.6.3.post1-cu121-torch2.4.0-py310-sm80",
     "v80": "vllm-0.33.0-cu130-torch2.14.0-py312-sm80",
@@ -128,7 +129,7 @@ def test_an_image_without_package_labels_is_judged_by_its_archs_label_and_one_fr
 def test_nvidia_smi_output_is_read_with_the_brand_of_each_gpu():
     csv = "0, NVIDIA H200, 580.159.04, 9.0\n1, NVIDIA H200, 580.159.04, 9.0\n"
     q = "GPU 00000000:18:00.0\n    Product Name : NVIDIA H200\n    Product Brand : NVIDIA\n" * 2
-    gpus = host.parse_nvidia_smi(csv, q)
+    gpus = gpus_mod.parse_nvidia_smi(csv, q)
     assert [(g.index, g.compute_cap, g.brand) for g in gpus] == [(0, 90, "NVIDIA"), (1, 90, "NVIDIA")]
 
 
@@ -137,7 +138,7 @@ def test_the_h200_hosts_recorded_nvidia_smi_output_reads_as_the_h200_case():
     """nvidia-smi as the H200 test host printed it on 2026-12-01 (tests/fixtures/gpu-host/)."""
     text = (REPO / "tests" / "fixtures" / "gpu-host" / "h200-2026-12-01-nvidia-smi.txt").read_text()
     csv = "\n".join(ln.rsplit(",", 1)[0] for ln in text.splitlines() if ln.startswith("0, "))
-    assert host.parse_nvidia_smi(csv, text) == [GPUS["h200-580"]]
+    assert gpus_mod.parse_nvidia_smi(csv, text) == [GPUS["h200-580"]]
 
 
 @pytest.mark.pure

@@ -17,11 +17,12 @@ import subprocess
 
 import pytest
 
-from builder.deploy.smoke import detect_gpu
+from builder.deploy import gpus
 
 from .helpers import REPO
 
-HAVE_GPU, NO_GPU, _ARCH = detect_gpu()
+_HOST = gpus.read()
+HAVE_GPU, NO_GPU, _ARCH = _HOST.present, _HOST.why_none, _HOST.arch
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not HAVE_GPU and NO_GPU.startswith("this host has no NVIDIA GPU"), reason=f"skipped because {NO_GPU}"),

@@ -18,7 +18,7 @@ from builder.engines import load_knowledge
 from builder.matrix import Selection, load
 from builder.resolve import select
 from builder.deploy.smoke import layers
-from builder.deploy.smoke.launch import DockerLauncher, ProcessLauncher
+from builder.deploy.engine import DockerLauncher, ProcessLauncher
 
 from .helpers import MATRIX
 

@@ -19,7 +19,8 @@ from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import Strategy, recipe
 from builder.deploy.smoke import Model, SmokeOptions, layers, report, smoke_process, tinymodel
-from builder.deploy.smoke.launch import ProcessLauncher
+from builder.deploy import engine
+from builder.deploy.engine import ProcessLauncher
 
 from .helpers import REPO
 
@@ -302,7 +303,7 @@ def test_every_layer_passes_on_a_working_server_and_the_reports_say_so(cell, tin
     assert f["output_tokens"] == 64 and f["boot_s"] >= 1 and f["ttft_s"] is not None and f["latency_s"] > 0
     assert f["ready_log_seen"] is True and f["output_text"].startswith("Paris")
     assert Path(l3.log).is_file() and "--speculative-config" in Path(l3.log).read_text()
-    assert not layers.port_in_use(f["port"])  # the engine was stopped
+    assert not engine.port_in_use(f["port"])  # the engine was stopped
     js, xml = report.write([rep], tmp_path / "out")
     data = json.loads(js.read_text())[0]
     assert data["result"] == "ok" and len(data["results"]) == 7
@@ -327,7 +328,7 @@ def test_l3_fails_with_the_reason_and_always_stops_the_engine(cell, tiny, tmp_pa
     if mode == "crash":
         assert "crashes during boot, as asked" in r.reason  # the log tail comes with it
     if "port" in r.figures:
-        assert not layers.port_in_use(r.figures["port"])
+        assert not engine.port_in_use(r.figures["port"])
 
 
 def test_l3_fails_when_the_port_is_taken(cell, tiny, tmp_path):

@@ -20,11 +20,12 @@ import sys
 
 import pytest
 
-from builder.deploy.smoke import detect_gpu
+from builder.deploy import gpus
 
 from .helpers import REPO
 
-HAVE_GPU, NO_GPU, _ARCH = detect_gpu()
+_HOST = gpus.read()
+HAVE_GPU, NO_GPU, _ARCH = _HOST.present, _HOST.why_none, _HOST.arch
 CELL = "vllm-0.26.0-cu130-torch2.11.0-py312-sm90"
 SGLANG_CELL = "sglang-0.5.17-cu130-torch2.11.0-py312-sm90"
 SGLANG_ENGINE_ARGS = ("--attention-backend triton --sampling-backend pytorch --fp8-gemm-backend triton "

@@ -249,7 +249,7 @@ def test_a_strategy_added_to_the_engine_data_needs_no_code_change(tmp_path):
     import shutil
 
     from builder import matrix as matrix_mod
-    from builder.cli.smoke import parse_strategies, parse_strategy
+    from builder.deploy.strategies import for_smoke as parse_strategies, one as parse_strategy
 
     fixture = REPO / "tests" / "fixtures" / "cuda-ext"
     for name in ("engines.toml", "matrix.toml", "matrix.lock"):

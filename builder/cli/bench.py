@@ -1,12 +1,10 @@
 """`builder bench IMAGE|CELL`, `builder bench diff OLD.json NEW.json`, `builder bench plot RESULT.json...`: the
-verbs of the benchmark stage (builder/deploy/bench/)."""
+verbs of the benchmark stage (builder/deploy/bench/). An image needs no matrix (builder/deploy/subject.py)."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,12 +14,12 @@ from .. import archs as archs_mod
 from .. import files
 from .. import labels as labels_mod
 from .. import matrix as matrix_mod
-from ..deploy.bench import NONE, client, data, results
+from ..deploy import strategies
+from ..deploy.bench import client, data, results
+from ..deploy.strategies import NONE
 from ..errors import Failed, UserError
-from ..options import flag_default
 from . import flags
 from .app import main
-from .smoke import find_cell, known_strategies, parse_env, parse_strategy
 
 EPILOG = """\b
 Exit codes:
@@ -40,31 +38,6 @@ class BenchGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-def strategy_names(value: str, known: tuple[str, ...]) -> tuple[str, ...] | None:
-    """--strategy's names, each through smoke's check (parse_strategy) with none among them; None for `all`.
-    Checked against the engine data before any image is looked at; what the image was built for comes later."""
-    if value.strip().lower() == "all":
-        return None
-    names = flags.split(value)
-    if not names:
-        raise UserError(f"--strategy {value!r}: no strategy named; give {NONE}, {','.join(known)} or all")
-    got = [parse_strategy(n, (NONE, *known), or_all=True) for n in names]
-    return tuple(dict.fromkeys([NONE] * (NONE in got) + [n for n in got if n != NONE]))
-
-
-def parse_strategies(value: str, built_for: tuple[str, ...], recipe, subject: str,
-                     known: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """none + the named strategies; `all` is none + every strategy the image was built for. A strategy the
-    engine version cannot run, or the image was not built and smoke-tested for, is refused."""
-    names = strategy_names(value, known or known_strategies())
-    if names is None:
-        return (NONE, *built_for)
-    for s in names:
-        if s != NONE:
-            labels_mod.check_strategy(recipe, s, built_for, subject)
-    return names
-
-
 def _client_python(given: str | None, python: str, cell) -> str:
     """The interpreter of the load generator (vLLM's: --python for a vLLM cell, else python3), found before any
     engine boots."""
@@ -72,19 +45,6 @@ def _client_python(given: str | None, python: str, cell) -> str:
     if not shutil.which(chosen):
         raise UserError(f"--client-python {chosen}: not found (the load generator runs there)")
     return chosen
-
-
-def _nvidia_smi() -> dict:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    lines = [ln.split(",") for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
-    if not lines:
-        return {}
-    names = sorted({ln[0].strip() for ln in lines})
-    return {"gpu": f"{len(lines)} x {', '.join(names)}", "driver": lines[0][1].strip()}
 
 
 @main.group("bench", cls=BenchGroup, epilog=EPILOG)
@@ -103,8 +63,6 @@ def bench():
 @click.argument("target")
 @click.option("--strategy", "strategy", default="all", show_default=True,
               help="none,MTP2,MTP7,DFlash2 (comma-separated) or all: none + every strategy the image was built for.")
-@flags.model
-@flags.drafter
 @click.option("--workload", default="article", show_default=True,
               help="A workload of builder/data/bench.toml (article, quick), a TOML file of one, or a JSONL of prompts.")
 @click.option("--requests", type=int, default=None, callback=flags.number(1, 1_000_000, "a number of requests", False),
@@ -113,30 +71,26 @@ def bench():
               help="Concurrent clients (default: the workload's).")
 @click.option("--seed", type=int, default=None, callback=flags.number(0, 2**32 - 1, "a seed", False),
               help="The workload's seed (default: the workload's).")
-@click.option("--repeats", type=int, default=1, show_default=True, callback=flags.number(1, 1000, "a number of runs", False),
-              help="Runs per strategy on one boot; `bench diff` needs at least 3 to tell a regression from noise.")
+@click.option("--repeats", type=int, default=3, show_default=True, callback=flags.number(1, 1000, "a number of runs", False),
+              help="Measured runs per strategy on one boot, after one discarded warm-up pass of the workload; a row "
+                   "of fewer than 3 is marked not comparable, and `bench diff` refuses it.")
+@click.option("--no-warmup", is_flag=True, help="Skip the discarded warm-up pass of the workload before the repeats.")
 @click.option("--slo-ttft-ms", type=float, default=None, callback=flags.number(0, 3_600_000, "a number of milliseconds"),
               help="Goodput objective (default: the data's, 300 ms).")
 @click.option("--no-lossless", is_flag=True, help="Skip the greedy-output comparison with no speculation.")
 @flags.matrix
 @flags.profile
 @flags.arch
-@flags.launcher
-@flags.python
 @click.option("--client-python", default=None,
               help="The interpreter with vLLM installed that runs the load generator (default: --python for a vLLM "
                    "cell, else python3).")
-@flags.gpus
-@flags.boot_timeout
-@flags.engine_args
-@flags.env
-@click.option("--out-dir", type=click.Path(file_okay=False), default=flag_default("bench_out_dir"), show_default=True,
-              help="bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/.")
+@flags.run_flags
+@flags.out_dir("bench_out_dir", "bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/")
 @flags.as_json
-def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, seed, repeats, slo_ttft_ms, no_lossless,
-            matrix_path, profile, arch, launcher, python, client_python, gpus, boot_timeout, engine_args, env, out_dir,
-            as_json):
-    """Benchmark TARGET (an image, or a cell id with --launcher process) under each strategy.
+def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no_warmup, slo_ttft_ms, no_lossless,
+            matrix_path, profile, arch, client_python, run, out_dir, as_json):
+    """Benchmark TARGET (an image, or a cell id with --launcher process) under each strategy. An image needs no
+    matrix.toml: its labels and the built-in engine data say what it is.
 
     \b
     Example:
@@ -145,82 +99,57 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
           --launcher process --strategy none,MTP2 --repeats 3
       builder bench diff old/bench.json new/bench.json
     """
-    from ..deploy.smoke import Model, detect_gpu
-    from ..deploy.smoke.launch import DockerLauncher, ProcessLauncher, docker_client
+    from ..deploy import engine, gpus, subject
     from ..deploy.bench import run as run_mod
     from ..deploy.bench import workload as workload_mod
+    from ..deploy.smoke import Model
 
-    try:
-        extra_args = tuple(shlex.split(engine_args))
-    except ValueError as exc:
-        raise UserError(f"--engine-args: {exc}") from None
-    extra_env = parse_env(env)
     w = workload_mod.load(workload, requests, concurrency, seed)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
-    m = matrix_mod.load(Path(matrix_path))
-    strategy_names(strategy, m.knowledge.strategy_names())  # the names now; what the image was built for later
-    cell, image = find_cell(m, sel, target)
-    launcher = "docker" if launcher == "auto" else launcher
-    if launcher == "process" and image is not None:
-        raise UserError(f"--launcher process runs a cell's engine installed on this host; {target} is an image")
-    files.writable_dir(Path(out_dir), "--out-dir")  # before any boot: not after the last strategy's run
-    if cell is not None:
-        client_python = _client_python(client_python, python, cell)
-    model_obj = Model.resolve(model, drafter)
+    m = flags.given_matrix(matrix_path)
+    names = m.knowledge.strategy_names() if m is not None else strategies.known()
+    strategies.bench_names(strategy, names)  # the names now; what the image was built for later
+    model_obj = Model.resolve(run.model, run.drafter)
+    dock = engine.docker_client() if run.launcher == "docker" else None  # exit 3 when the daemon does not answer
+    say = (lambda s: click.echo(s, err=True))
+    cell, image, found = subject.target(target, m, sel, run.launcher, matrix_path, dock)
+    client_python = _client_python(client_python, run.python, cell)  # before any engine boots
     env_info: dict = {"subject": target}
-    labels: dict = {}
-    dock = None
-    if launcher == "docker":
-        dock = docker_client()
-        image = image or cell.ref
-        try:
-            img = dock.images.get(image)
-        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
-            raise UserError(f"{image}: no such local image (build it, or pull it first)") from None
-        labels = img.labels or {}
-        if cell is None:
-            label = labels_mod.cell(labels)
-            if not label:
-                raise UserError(f"{image} carries no {labels_mod.CELL} label: it was not built by builder")
-            cell, _ = find_cell(m, sel, label)
-            if cell is None:
-                raise UserError(f"{image} is labelled cell {label}, which {m.path} does not have")
-            client_python = _client_python(client_python, python, cell)
-        env_info["digest"] = (img.attrs.get("RepoDigests") or [img.id])[0]
-        built_for = tuple(labels_mod.strategies(labels))
-        subject = image
-    else:
-        env_info["digest"] = f"process:{python}"
-        built_for = tuple(cell.strategies)
-        subject = f"cell {cell.id}"
     recipe = cell.engine_recipe
-    names = parse_strategies(strategy, built_for, recipe, subject, m.knowledge.strategy_names())
-    have_gpu, why_no_gpu, _ = detect_gpu() if gpus != "none" else (False, "--gpus none", None)
-    if gpus == "all" and not have_gpu:
-        raise UserError(f"--gpus all: {why_no_gpu}")
-    if gpus == "auto" and not have_gpu:
+    if found is not None:
+        env_info["digest"] = found.digest
+        built_for, subject_name = found.strategies, image
+    else:
+        env_info["digest"] = f"process:{run.python}"
+        built_for, subject_name = tuple(cell.strategies), f"cell {cell.id}"
+    chosen = strategies.for_bench(strategy, built_for, recipe, subject_name, names)
+    host = gpus.read() if run.gpus.mode != "none" else None
+    have_gpu, why_no_gpu = run.gpus.choose(host)
+    if run.gpus.mode == "auto" and not have_gpu:
         raise UserError(f"bench needs a GPU: {why_no_gpu} (--gpus none only for CPU engines and test doubles)")
-    base_dir = Path(out_dir).resolve() / cell.id
+    base_dir = out_dir.resolve() / cell.id
     bench_data = data()
     slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
-    if launcher == "docker":
-        lch = DockerLauncher(image, gpus=have_gpu, client=dock)
-        engine, engine_version = labels_mod.engine(labels)
-        env_info.update(engine=engine, engine_version=engine_version, cuda=labels.get(labels_mod.CUDA))
+    if run.launcher == "docker":
+        if not found.local:
+            say(f"{image}: read from its registry; pulling it to run it")
+            engine.pull(dock, image)
+        lch = engine.DockerLauncher(image, gpus=have_gpu, client=dock, gpu_ids=run.gpus.ids)
+        engine_name, engine_version = found.engine()
+        env_info.update(engine=engine_name, engine_version=engine_version, cuda=found.labels.get(labels_mod.CUDA))
     else:
-        lch = ProcessLauncher(python=python, gpus=have_gpu, extra_env=dict(extra_env))
+        lch = engine.ProcessLauncher(python=run.python, gpus=have_gpu, extra_env=dict(run.env), gpu_ids=run.gpus.ids)
         probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
         env_info.update(engine=cell.engine, engine_version=(probe.get("dists") or {}).get(recipe.pypi),
                         cuda=probe.get("torch_cuda") or cell.cuda, torch=probe.get("torch"), python=probe.get("python"))
-    env_info.update(_nvidia_smi() if have_gpu else {"gpu": "none", "driver": None})
+    env_info.update(host.describe() if have_gpu and host is not None else {"gpu": "none", "driver": None})
     dataset_info = workload_mod.write_dataset(w, model_obj.target, base_dir / f"workload-{w.name}.jsonl")
-    opts = run_mod.BenchOptions(strategies=names, workload=w, model=model_obj, repeats=repeats,
-                                boot_timeout=boot_timeout,
+    opts = run_mod.BenchOptions(strategies=chosen, workload=w, model=model_obj, repeats=repeats, warmup=not no_warmup,
+                                boot_timeout=run.boot_timeout,
                                 client_python=client_python,
-                                extra_args=extra_args, extra_env=extra_env, out_dir=base_dir, slo_ttft_ms=slo,
+                                extra_args=run.engine_args, extra_env=run.env, out_dir=base_dir, slo_ttft_ms=slo,
                                 lossless=not no_lossless, gpus=have_gpu)
-    say = (lambda s: click.echo(s, err=True))
     rows, failures = [], []
     t_all = time.monotonic()
 
@@ -229,7 +158,7 @@ def run_cmd(target, strategy, model, drafter, workload, requests, concurrency, s
                 "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"],
                 "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
 
-    for name in names:
+    for name in chosen:
         strat = run_mod.NO_SPECULATION if name == NONE else recipe.strategy(name)
         say(f"[{name}] starting {cell.engine} ({lch.name})")
         t0 = time.monotonic()

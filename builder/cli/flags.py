@@ -12,10 +12,11 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
-from .. import grammar
+from .. import files, grammar
 from .. import matrix as matrix_mod
 from ..errors import UserError
 from ..globs import Glob
+from ..deploy.runflags import MAX_BOOT_TIMEOUT, RunFlags
 from ..options import BuildFlags, CacheFlags, HostFlags, flag_default
 
 
@@ -62,7 +63,7 @@ arch = _declare("--arch", "arch", default=None, help="SM archs, e.g. 80,90.")
 profile = _declare("--profile", multiple=True,
                    help="Profiles to use (default: the matrix's default; 'all' for every one).")
 
-# what smoke and bench start: the same engine, the same way
+# what smoke and bench start: the same engine, the same way (`run_flags` below: one typed value)
 model = _declare("--model", "model", default=flag_default("model"), show_default=True,
                  help="A local checkpoint directory, or 'tiny': a generated Qwen3.5-class FP8 model served with dummy "
                       "weights.")
@@ -74,15 +75,71 @@ launcher = _declare("--launcher", type=click.Choice(["auto", "docker", "process"
                          "(no Docker).")
 python = _declare("--python", "python", default=flag_default("python"), show_default=True,
                   help="The interpreter whose environment holds the engine (process launcher).")
-gpus = _declare("--gpus", type=click.Choice(["auto", "all", "none"]), default=flag_default("gpus"), show_default=True,
-                help="auto: use the GPUs when nvidia-smi finds some; none: start the engine without GPUs (CPU engines, "
-                     "test doubles).")
+GPUS_HELP = ("auto: the GPUs when nvidia-smi finds some; all: every GPU (refused without one); none: no GPUs (CPU "
+             "engines, test doubles); or device ids like 0,1.")
+gpus = _declare("--gpus", default=flag_default("gpus"), show_default=True, help=GPUS_HELP)
 boot_timeout = _declare("--boot-timeout", type=float, default=flag_default("boot_timeout"), show_default=True,
-                        callback=number(0, 86400, "a number of seconds"),
-                        help="Seconds the engine may take to become ready (at most 86400).")
+                        callback=number(0, MAX_BOOT_TIMEOUT, "a number of seconds"),
+                        help=f"Seconds the engine may take to become ready (at most {MAX_BOOT_TIMEOUT:.0f}).")
+port = _declare("--port", "port", type=int, default=None, help="Port on 127.0.0.1 for the engine (default: a free one).")
 engine_args = _declare("--engine-args", default="",
                        help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
 env = _declare("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
+
+
+def run_flags(f):
+    """The flags that start an engine (smoke, bench): passes `run` (deploy.runflags.RunFlags), converted once."""
+
+    @model
+    @drafter
+    @launcher
+    @python
+    @gpus
+    @boot_timeout
+    @port
+    @engine_args
+    @env
+    @wraps(f)
+    def wrapper(*args, model, drafter, launcher, python, gpus, boot_timeout, port, engine_args, env, **kwargs):
+        run = RunFlags.convert(model=model, drafter=drafter, launcher=launcher, python=python, gpus=gpus,
+                               port_=port, boot_timeout_=boot_timeout, engine_args_=engine_args, env=env)
+        return f(*args, run=run, **kwargs)
+
+    return wrapper
+
+
+def out_dir(default_key: str, what: str):
+    """--out-dir DIR (smoke and bench alike); --report-dir is smoke's former name, kept as an alias that says so."""
+
+    def note(ctx, param, value):
+        if value is not None:
+            click.echo("note: --report-dir is an alias of --out-dir", err=True)
+        return value
+
+    def decorate(f):
+        @click.option("--out-dir", "out_dir", type=click.Path(file_okay=False), default=None,
+                      help=f"{what} (default: {flag_default(default_key)}).")
+        @click.option("--report-dir", "report_dir", type=click.Path(file_okay=False), default=None, hidden=True,
+                      callback=note, expose_value=True)
+        @wraps(f)
+        def wrapper(*args, out_dir, report_dir, **kwargs):
+            if out_dir is not None and report_dir is not None and out_dir != report_dir:
+                raise UserError("--out-dir and --report-dir (its alias) name two directories: give one")
+            chosen = Path(out_dir or report_dir or flag_default(default_key))
+            files.writable_dir(chosen, "--report-dir" if report_dir is not None else "--out-dir")  # before any work
+            return f(*args, out_dir=chosen, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def given_matrix(matrix_path: str):
+    """The matrix when there is one: the file --matrix names. Its default, matrix.toml, may be absent: smoke,
+    bench and serve of an image need none (what the image is comes from its labels and the engine data)."""
+    if Path(matrix_path).is_file() or matrix_path != flag_default("matrix"):
+        return matrix_mod.load(Path(matrix_path))
+    return None
 
 
 # -- groups of flags, each one typed value --------------------------------------------------------------------

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 
 import click
 
 from .. import matrix as matrix_mod
+from ..deploy import runflags, strategies
 from ..errors import EXIT_FAILED, Failed, UserError
 from ..options import flag_default
 from . import flags
 from .app import main
-from .smoke import parse_strategy
 
 
 def _bind_address(value: str) -> str:
@@ -39,7 +38,7 @@ def _bind_address(value: str) -> str:
 @click.option("--port", type=int, default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
 @click.option("--bind", default=flag_default("serve_bind"), show_default=True,
               help="The host address the port is published on (0.0.0.0: every interface).")
-@click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help="all, none, or device ids like 0,1.")
+@click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help=flags.GPUS_HELP)
 @click.option("--drafter", default=None, help="The strategy's draft model: a directory (mounted) or a hub id "
                                               "(default: the engine data's, for DFlash2).")
 @click.option("--name", default=None, help="The container's name.")
@@ -58,27 +57,23 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
     """
     from .. import docker, grammar
     from ..deploy import serve as serve_mod
+    from ..deploy import subject
     from ..engines import load_knowledge
 
     grammar.check(grammar.image_ref, image, "IMAGE")
-    if not 0 < port < 65536:
-        raise UserError(f"--port: {port} is not a TCP port")
+    runflags.port(port)
     bind = _bind_address(bind)
-    if not Path(model_path).is_dir():  # before the image is looked up (docker, skopeo)
+    if not Path(model_path).is_dir():  # before the image is looked up (docker, the registry)
         raise UserError(f"--model: {model_path} is not a directory (the checkpoint to mount)")
-    if gpus not in ("all", "none") and (not flags.split((gpus,)) or not all(g.isdigit() for g in flags.split((gpus,)))):
-        raise UserError(f"--gpus: {gpus!r}: write all, none or device ids like 0,1")
+    chosen_gpus = runflags.Gpus.parse(gpus)
     if name is not None and not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
         raise UserError(f"--name: {name!r} is not a container name (letters, digits, '_', '.', '-')")
-    try:
-        extra = tuple(shlex.split(engine_args))
-    except ValueError as exc:
-        raise UserError(f"--engine-args: {exc}") from None
+    extra = runflags.engine_args(engine_args)
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
-    strategy = parse_strategy(strategy, kn.strategy_names())  # the engine data's names, extra files included
-    labels = serve_mod.image_labels(image)
-    line = serve_mod.serve_line(image, labels, kn, strategy, Path(model_path), port=port, bind=bind,
-                                gpus=",".join(flags.split((gpus,))) if gpus not in ("all", "none") else gpus,
+    strategy = strategies.one(strategy, strategies.known(kn))  # the engine data's names, extra files included
+    found = subject.read(image, files=False)  # the daemon's, else the registry's: nothing pulled
+    line = serve_mod.serve_line(image, found.labels, kn, strategy, Path(model_path),
+                                port=port, bind=bind, gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
                                 drafter=drafter, name=name, extra_args=extra)
     for note in line.notes:
         click.echo(f"# {note}", err=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -19,7 +18,10 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import archs as archs_mod
-from .. import docker, files, grammar, schema
+from .. import files, schema
+from . import subject as subject_mod
+from .gpus import Gpu
+from . import gpus as gpus_mod
 from .. import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
 
@@ -42,73 +44,6 @@ def _is_version(text: str) -> bool:
     except InvalidVersion:
         return False
     return True
-
-
-# -- GPUs --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    driver: str
-    compute_cap: int  # 90 = 9.0
-    brand: str  # nvidia-smi's "Product Brand": NVIDIA, Tesla, GeForce, Quadro, ...
-
-    @classmethod
-    def from_json(cls, data: dict, index: int = 0, where: str = "GPU record") -> "Gpu":
-        """A GPU record ({"name", "driver", "compute_cap", "brand", "index"}: a --gpus-file entry, `--json`'s own
-        output, a line of nvidia-smi) checked by its shape (schema.GPU_RECORD)."""
-        schema.check(where, data, schema.GPU_RECORD)
-        cc = data["compute_cap"]
-        cc = cc if isinstance(cc, int) else archs_mod.parse(str(cc), "compute_cap")[0]
-        return cls(data.get("index", index), data["name"], data["driver"], cc, data.get("brand", ""))
-
-
-def parse_nvidia_smi(csv_text: str, q_text: str = "") -> list[Gpu]:
-    """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader` and the "Product
-    Brand" lines of `nvidia-smi -q` (one per GPU, in the same order). A line that does not read as a GPU is an
-    EnvironmentProblem naming it (nvidia-smi is the host's: exit 3), never a GPU left out in silence."""
-    brands = re.findall(r"^\s*Product Brand\s*:\s*(.*?)\s*$", q_text, re.M)
-    lines = [ln for ln in csv_text.splitlines() if ln.strip()]
-    gpus = []
-    for i, line in enumerate(lines):
-        fields = [f.strip() for f in line.split(",")]
-        where = f"nvidia-smi's GPU line {i + 1} ({grammar.describe(line)})"
-        if len(fields) != 4 or not re.fullmatch(r"[0-9]{1,3}", fields[0]):
-            raise EnvironmentProblem(f"{where}: expected 'index, name, driver_version, compute_cap'")
-        try:
-            gpus.append(Gpu.from_json({"index": int(fields[0]), "name": fields[1], "driver": fields[2],
-                                       "compute_cap": fields[3], "brand": brands[i] if i < len(brands) else ""}, i,
-                                      where))
-        except UserError as exc:
-            raise EnvironmentProblem(str(exc)) from None
-    if len({g.index for g in gpus}) != len(gpus):
-        raise EnvironmentProblem(f"nvidia-smi lists a GPU index twice: {', '.join(str(g.index) for g in gpus)}")
-    return gpus
-
-
-def _nvidia_smi(*args: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of nvidia-smi; bytes that are no UTF-8 are replaced, not a traceback."""
-    try:
-        proc = subprocess.run(["nvidia-smi", *args], capture_output=True, timeout=60, check=False)
-    except FileNotFoundError:
-        return 127, "", "nvidia-smi: not found"
-    except subprocess.TimeoutExpired:
-        return 124, "", "nvidia-smi timed out after 60s"
-    except OSError as exc:
-        return 126, "", f"nvidia-smi: {exc.strerror or exc}"
-    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-
-
-def host_gpus() -> tuple[list[Gpu], str]:
-    """(this host's GPUs, why there are none)."""
-    code, out, err = _nvidia_smi("--query-gpu=index,name,driver_version,compute_cap", "--format=csv,noheader")
-    if code == 127:
-        return [], "this host has no NVIDIA GPU (nvidia-smi not found)"
-    if code != 0:
-        return [], f"nvidia-smi fails (exit {code}): {grammar.describe((err or out).strip()[:200])}"
-    _, q, _ = _nvidia_smi("-q")
-    gpus = parse_nvidia_smi(out, q)
-    return gpus, "" if gpus else "nvidia-smi lists no GPU"
 
 
 # -- images ------------------------------------------------------------------------------------------------
@@ -162,24 +97,17 @@ def _arch_scopes(name: str, version: str) -> tuple[archs_mod.ArchScope, ...]:
         return ()
 
 
-def _env_dict(env) -> dict[str, str]:
-    return dict(e.split("=", 1) if "=" in e else (e, "") for e in env or [])
-
-
 def facts_from_json(ref: str, data, source: str) -> ImageFacts:
     """docker image inspect (a list of one, or one object), an OCI image config ({"config": {...}}), or skopeo
-    inspect's summary ({"Labels": ..., "Env": ...}), checked by its shape (schema.IMAGE_CONFIG): Env a list of
-    strings, Labels strings, the labels builder writes readable."""
-    if isinstance(data, list):
-        if len(data) != 1:
-            raise UserError(f"{ref}: an inspect list of {len(data)} images; give one image per file")
-        data = data[0]
-    if not isinstance(data, dict):
-        raise UserError(f"{ref}: not an image config (expected a JSON object, got {schema.noun_of(data)})")
-    config = next((data[k] for k in ("Config", "config") if data.get(k) is not None), data)
-    schema.check(f"{ref}: image config", config, schema.IMAGE_CONFIG)
-    facts = ImageFacts(ref, source, _env_dict(config.get("Env")), dict(config.get("Labels") or {}))
-    for key, value in facts.labels.items():  # the labels judge() reads, each checked here, named when malformed
+    inspect's summary ({"Labels": ..., "Env": ...}) as ImageFacts (subject.config_from_json checks the shape)."""
+    return facts_of(subject_mod.Subject(ref, source, subject_mod.config_from_json(ref, data)))
+
+
+def facts_of(found: subject_mod.Subject) -> ImageFacts:
+    """What the rules judge of an image, its labels builder writes each checked here, named when malformed."""
+    ref = found.ref
+    facts = ImageFacts(ref, found.source, found.env, found.labels)
+    for key, value in facts.labels.items():  # the labels judge() reads
         where = f"{ref}: label {key}"
         what = (labels_mod.package_key(key) or ("", ""))[1]
         if what == "binaries" and value:
@@ -191,31 +119,9 @@ def facts_from_json(ref: str, data, source: str) -> ImageFacts:
     return facts
 
 
-def image_facts(ref: str, docker_cmd: str = "docker") -> ImageFacts:
-    """The config of an image: a JSON file of it, the local daemon's, else its registry's (skopeo, nothing pulled)."""
-    path = Path(ref)
-    if ref.endswith(".json") or path.exists():
-        if not path.exists() and not path.is_symlink():
-            raise UserError(f"{ref}: no such file")
-        return facts_from_json(ref, files.load_json(path, "image config (JSON)"), "file")
-    grammar.check(grammar.image_ref, ref, "IMAGE")  # neither a file nor an image reference: no docker call
-    code, out, _ = docker.probe([docker_cmd, "image", "inspect", "--format", "{{json .Config}}", ref], 60)
-    if code == 0 and out.strip():
-        return facts_from_json(ref, files.load_json(ref, "image config", text=out), "local image")
-    from ..net import is_loopback
-    from ..errors import CommandError
-
-    host = docker.image_registry(ref)
-    if host:
-        args = docker.skopeo_inspect_args(f"docker://{ref}", tls_verify=not is_loopback(host))
-        args.insert(1, "--config")
-        try:
-            return facts_from_json(ref, files.load_json(ref, "image config", text=docker.skopeo(args, timeout=120).stdout),
-                                   "registry (not pulled)")
-        except (CommandError, UserError):
-            pass
-    raise UserError(f"{ref}: not a local image, not readable from its registry and not a JSON file of its config "
-                    f"(docker image inspect {ref} > image.json on a host that has it)")
+def image_facts(ref: str) -> ImageFacts:
+    """The config of an image: a JSON file of it, the local daemon's, else its registry's (nothing pulled)."""
+    return facts_of(subject_mod.read(ref))
 
 
 # -- the rules ---------------------------------------------------------------------------------------------
@@ -369,9 +275,9 @@ def _why_not(codes: list[str], gpu: int) -> str:
     return "; ".join(reasons) + "; no PTX" if not any((_code(c) or ("",))[0] == "ptx" for c in codes) else "; ".join(reasons)
 
 
-def report(images: list[str], gpus: list[Gpu], docker_cmd: str = "docker") -> list[Verdict]:
+def report(images: list[str], gpus: list[Gpu]) -> list[Verdict]:
     data = rules()
-    facts = [image_facts(i, docker_cmd) for i in images]
+    facts = [image_facts(i) for i in images]
     return [judge(g, f, data) for f in facts for g in gpus]
 
 
@@ -411,7 +317,8 @@ def command(images: tuple[str, ...], gpus_file: str | None, as_json: bool, echo)
     if gpus_file:
         gpus, why = gpus_from_file(gpus_file), ""
     else:
-        gpus, why = host_gpus()
+        found = gpus_mod.read()
+        gpus, why = list(found.gpus), found.why_none
     verdicts = report(list(images), gpus) if gpus else []
     if as_json:
         echo(json.dumps({"gpus": [asdict(g) for g in gpus], "no_gpu": why or None,

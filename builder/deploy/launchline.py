@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..engines import Recipe, Strategy
 
 DEFAULT_SERVE_ARGS = ("--host", "{host}", "--port", "{port}")
+MODEL_ROOT = "/models"  # where a container sees a model directory of the host (mounted read-only)
 
 
 @dataclass(frozen=True)

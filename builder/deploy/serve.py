@@ -9,35 +9,17 @@ use too.
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import docker
-from . import launchline
 from .. import labels as labels_mod
-from ..errors import CommandError, UserError
+from ..errors import UserError
+from . import launchline
 
-MODEL_ROOT = "/models"
+MODEL_ROOT = launchline.MODEL_ROOT
 LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES
-
-
-def image_labels(image: str, docker_cmd: str = "docker") -> dict[str, str]:
-    """The labels of a local image, else of the image in its registry (skopeo, nothing pulled)."""
-    labels = docker.image_labels(image, docker_cmd)
-    if labels is not None:
-        return labels
-    from ..net import is_loopback
-
-    host = docker.image_registry(image)
-    if host:
-        args = docker.skopeo_inspect_args(f"docker://{image}", tls_verify=not is_loopback(host))
-        try:
-            return json.loads(docker.skopeo(args, timeout=120).stdout).get("Labels") or {}
-        except (CommandError, ValueError):
-            pass
-    raise UserError(f"{image}: not a local image and not readable from its registry; `docker pull {image}` first")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ class SmokeStep:
     scope = "cell"
 
     def run(self, ctx: CellContext, wheel: None = None) -> StepResult:
-        from ..deploy import smoke
+        from ..deploy import gpus, smoke
 
         cell, opts = ctx.cell, ctx.opts
         if not opts.smoke:
             return StepResult(self.name, cell.id, Status.SKIPPED, "skipped: --no-smoke (nothing of this cell may be published)")
-        have_gpu, why_not, arch = smoke.detect_gpu()
+        host = gpus.read()
+        have_gpu, why_not, arch = host.present, host.why_none, host.arch
         out = ctx.dir / "smoke"
         sopts = smoke.SmokeOptions(
             strategies=cell.strategies,

@@ -16,22 +16,45 @@ from . import data
 
 COLUMNS = [  # (key, header, format)
     ("strategy", "strategy", "{}"), ("workload", "workload", "{}"), ("repeats", "n", "{}"),
-    ("request_throughput", "req/s", "{:.2f}"), ("output_throughput", "out tok/s", "{:.0f}"),
+    ("request_throughput", "req/s", "{:.2f}"), ("request_throughput:range", "req/s min-max", "{:.2f}"),
+    ("output_throughput", "out tok/s", "{:.0f}"),
     ("ttft_ms_p50", "TTFT p50", "{:.0f}"), ("ttft_ms_p90", "p90", "{:.0f}"), ("ttft_ms_p99", "p99", "{:.0f}"),
+    ("ttft_ms_p99:range", "p99 min-max", "{:.0f}"),
     ("itl_ms_p50", "ITL p50", "{:.1f}"), ("itl_ms_p99", "p99", "{:.1f}"),
     ("tpot_ms_p50", "TPOT p50", "{:.1f}"), ("tpot_ms_p99", "p99", "{:.1f}"),
     ("e2el_ms_p50", "E2E p50", "{:.0f}"), ("e2el_ms_p99", "p99", "{:.0f}"),
+    ("e2el_ms_p99:range", "p99 min-max", "{:.0f}"),
     ("request_goodput", "goodput", "{:.2f}"), ("slo_ttft_p99_met", "P99<SLO", "{}"),
     ("spec_acceptance_length", "acc len", "{:.3f}"),
     ("spec_acceptance_rate", "acc rate", "{:.4f}"), ("lossless_match_rate", "lossless", "{:.2f}"),
     ("peak_gpu_memory_mib", "GPU MiB", "{}"), ("boot_s", "boot s", "{:.0f}"), ("first_request_ttft_s", "1st TTFT s", "{:.3f}"),
 ]
+SPREAD_KEYS = ["request_throughput", "output_throughput", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms_p50",
+               "e2el_ms_p50", "e2el_ms_p99"]  # the figures whose spread over the repeats a table and CSV show
 CSV_KEYS = ["digest", "engine", "engine_version", "gpu", "driver", "cuda", "strategy", "workload", "repeats",
             "request_throughput", "output_throughput", "request_goodput",
             *[f"{m}_ms_p{p}" for m in ("ttft", "itl", "tpot", "e2el") for p in (50, 90, 99)],
             "spec_drafts", "spec_draft_tokens", "spec_accepted", "spec_acceptance_length", "spec_acceptance_rate",
             "lossless_match_rate", "lossless", "slo_ttft_p99_met", "peak_gpu_memory_mib", "boot_s",
-            "first_request_ttft_s", "argv"]
+            "first_request_ttft_s", "comparable",
+            *[f"{k}_{end}" for k in SPREAD_KEYS for end in ("min", "max", "stdev")], "argv"]
+NOT_COMPARABLE = "not comparable"  # a row of fewer repeats than `bench diff` needs (data: [diff] min_repeats)
+
+
+def min_repeats() -> int:
+    return int(data()["diff"]["min_repeats"])
+
+
+def spread_of(row: dict, key: str) -> dict:
+    """min, max and the sample standard deviation of one figure over the row's measured repeats."""
+    vals = [r[key] for r in row.get("runs", []) if isinstance(r.get(key), (int, float))]
+    if not vals:
+        return {}
+    return {"min": min(vals), "max": max(vals), "stdev": round(statistics.stdev(vals), 4) if len(vals) > 1 else 0.0}
+
+
+def comparable_row(row: dict) -> bool:
+    return len(row.get("runs", [])) >= min_repeats()
 
 
 def _fmt(fmt: str, v) -> str:
@@ -43,15 +66,28 @@ def _fmt(fmt: str, v) -> str:
         return str(v)
 
 
+def _cell(row: dict, key: str, fmt: str) -> str:
+    """A table cell: the figure, or for KEY:range the min-max of its repeats; n gets a * when not comparable."""
+    if key.endswith(":range"):
+        s = spread_of(row, key.split(":")[0])
+        return f"{_fmt(fmt, s['min'])}-{_fmt(fmt, s['max'])}" if s else "-"
+    if key == "repeats" and row.get("repeats") is not None and not comparable_row(row):
+        return f"{row['repeats']}*"
+    return _fmt(fmt, row.get(key))
+
+
 def table(doc: dict) -> str:
     env = doc["environment"]
     head = (f"{env.get('subject')}  digest {env.get('digest')}\n{env.get('engine')} {env.get('engine_version')}, "
             f"GPU {env.get('gpu')}, driver {env.get('driver')}, CUDA {env.get('cuda')}; client {doc.get('client')}; "
             f"SLO TTFT < {doc.get('slo', {}).get('ttft_ms')} ms")
-    rows = [[h for _, h, _ in COLUMNS]] + [[_fmt(f, r.get(k)) for k, _, f in COLUMNS] for r in doc["rows"]]
+    rows = [[h for _, h, _ in COLUMNS]] + [[_cell(r, k, f) for k, _, f in COLUMNS] for r in doc["rows"]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = [head] + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
     for r in doc["rows"]:
+        if not comparable_row(r):
+            lines.append(f"{r['strategy']}: {NOT_COMPARABLE}: n = {len(r.get('runs', []))} measured run(s); a figure to "
+                         f"compare needs at least {min_repeats()} (--repeats)")
         if str(r.get("lossless", "")).startswith("FLAGGED"):
             lines.append(f"{r['strategy']}: {r['lossless']}")
         if r.get("spec_cross_check"):
@@ -67,8 +103,9 @@ def to_csv(doc: dict) -> str:
     w.writeheader()
     env = doc["environment"]
     for r in doc["rows"]:
+        spreads = {f"{k}_{end}": v for k in SPREAD_KEYS for end, v in spread_of(r, k).items()}
         w.writerow({**{k: env.get(k) for k in ("digest", "engine", "engine_version", "gpu", "driver", "cuda")},
-                    **r, "argv": " ".join(r.get("argv", []))})
+                    **r, **spreads, "comparable": comparable_row(r), "argv": " ".join(r.get("argv", []))})
     return buf.getvalue()
 
 

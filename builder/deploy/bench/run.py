@@ -1,17 +1,17 @@
-"""One engine boot per strategy, with the smoke launchers and the smoke launch line: readiness, warm-up (the
-first request's TTFT), the load generator `repeats` times, the engine's own speculative-decoding figures
-(/metrics deltas around each run; SGLang's server info), peak GPU memory (nvidia-smi, sampled through the boot
-and the runs) and the greedy outputs of the losslessness prompts. The engine is always stopped."""
+"""One engine boot per strategy (builder/deploy/engine.py: the launchers, the running engine and its boot loop,
+shared with smoke L3; the smoke launch line): readiness, the first request's TTFT, one discarded warm-up pass of
+the workload itself (the first pass after a boot runs slower: graphs captured, kernels compiled and cached for
+its shapes), then the load generator `repeats` times, the engine's own speculative-decoding figures (/metrics
+deltas around each run; SGLang's server info), peak GPU memory (nvidia-smi, sampled through the boot and the
+runs) and the greedy outputs of the losslessness prompts. The engine is always stopped."""
 
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import subprocess
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,11 +19,13 @@ from packaging.specifiers import SpecifierSet
 
 from ...engines import Strategy
 from ...errors import UserError
-from ..launchline import LaunchLine
 from ...resolve import Cell
+from .. import gpus as gpus_mod
+from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port
+from ..launchline import LaunchLine
 from ..smoke import layers
-from ..smoke.launch import Launcher, StartFailed
-from . import NONE, client, data
+from ..strategies import NONE
+from . import client, data
 from .workload import Workload
 
 NO_SPECULATION = Strategy(name=NONE, versions=SpecifierSet(), why_not="", flags=())
@@ -40,7 +42,8 @@ class BenchOptions:
     strategies: tuple[str, ...]
     workload: Workload
     model: layers.Model
-    repeats: int = 1
+    repeats: int = 3
+    warmup: bool = True  # one discarded pass of the workload before the measured repeats
     boot_timeout: float = 900.0
     client_python: str = "python3"
     client_env: dict[str, str] = field(default_factory=dict)
@@ -63,30 +66,16 @@ class GpuMemory:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @staticmethod
-    def sample() -> list[int] | None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if out.returncode != 0:
-            return None
-        try:
-            return [int(float(x)) for x in out.stdout.split()]
-        except ValueError:
-            return None
-
     def __enter__(self):
         if self.enabled:
-            self.baseline = self.sample()
+            self.baseline = gpus_mod.memory_used()
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
         return self
 
     def _loop(self):
         while not self._stop.wait(0.5):
-            s = self.sample()
+            s = gpus_mod.memory_used()
             if s is not None:
                 self.peak = s if self.peak is None else [max(a, b) for a, b in zip(self.peak, s)]
 
@@ -102,18 +91,12 @@ class GpuMemory:
                 "peak_gpu_memory_per_gpu_mib": self.peak}
 
 
-def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
-def greedy_outputs(base: str, path: str, model_name: str, prompts: list[str], max_tokens: int,
+def greedy_outputs(engine: RunningEngine, model_name: str, prompts: list[str], max_tokens: int,
                    timeout: float) -> list[str]:
     out = []
     for p in prompts:
-        r = _post(base + path, {"model": model_name, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
-                                "seed": 0}, timeout)
+        r = engine.post(engine.completions, {"model": model_name, "prompt": p, "max_tokens": max_tokens,
+                                             "temperature": 0.0, "seed": 0}, timeout)
         out.append((r.get("choices") or [{}])[0].get("text", ""))
     return out
 
@@ -138,7 +121,7 @@ def spec_figures(smoke: dict, before: dict, after: dict, server_info: dict | Non
     if names.get("accept_length") and after.get(names["accept_length"], 0.0) >= 1.0:
         out["spec_acceptance_length"] = round(after[names["accept_length"]], 4)
     if server_info:
-        value = layers._find(server_info, "avg_spec_accept_length")
+        value = find_key(server_info, "avg_spec_accept_length")
         if value is not None:
             out["spec_acceptance_length_server_info"] = value
     return out
@@ -166,6 +149,7 @@ def median_and_spread(runs: list[dict], keys) -> tuple[dict, dict]:
         m = statistics.median(vals)
         med[k] = m
         spread[k] = {"min": min(vals), "max": max(vals),
+                     "stdev": round(statistics.stdev(vals), 4) if len(vals) > 1 else 0.0,
                      "relative": round((max(vals) - min(vals)) / m, 4) if m else 0.0}
     return med, spread
 
@@ -186,55 +170,55 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
     smoke_opts = layers.SmokeOptions(strategies=(strategy.name,), model=opts.model, gpus=opts.gpus,
                                      extra_args=tuple(tiny_args) + tuple(opts.extra_args), extra_env=opts.extra_env,
                                      log_dir=opts.out_dir, boot_timeout=opts.boot_timeout)
-    port = layers.free_port()
+    port = free_port()
     line = launch_line(cell, launcher, smoke_opts, strategy, port)
-    env = {**layers.HUB_OFF, **dict(strategy.env), **opts.extra_env}
+    env = {**HUB_OFF, **dict(strategy.env), **opts.extra_env}
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.out_dir / f"{cell.id}-{strategy.name}-{opts.workload.name}.log").resolve()
-    base = f"http://127.0.0.1:{port}"
     row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": line.argv,
-                 "env": {k: v for k, v in env.items() if k not in layers.HUB_OFF}, "log": str(log_path)}
+                 "env": {k: v for k, v in env.items() if k not in HUB_OFF}, "log": str(log_path)}
     with GpuMemory(opts.gpus) as mem:
-        t0 = time.monotonic()
         try:
-            server = launcher.start(line, env, port, log_path)
+            engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
+                                         smoke.get("completions", "/v1/completions"))
         except StartFailed as exc:
             raise BenchFailed(strategy.name, str(exc)) from None
         try:
-            while True:
-                code = server.exit_code()
-                if code is not None:
-                    raise BenchFailed(strategy.name, f"the engine exited with code {code} during boot",
-                                      layers._log_tail(log_path))
-                status, _ = layers._get(base + eng.health, timeout=5)
-                if status == 200:
-                    break
-                if time.monotonic() - t0 > opts.boot_timeout:
-                    raise BenchFailed(strategy.name, f"not ready after {opts.boot_timeout:g}s (GET {eng.health}: "
-                                      f"{status or 'nothing'})", layers._log_tail(log_path))
-                time.sleep(1.0)
-            row["boot_s"] = round(time.monotonic() - t0, 1)
+            try:
+                row["boot_s"] = engine.wait_ready(opts.boot_timeout)
+            except BootFailed as exc:
+                raise BenchFailed(strategy.name, exc.why, exc.tail) from None
             say(f"[{strategy.name}] ready in {row['boot_s']}s")
-            name = layers._models_name(base) or launcher.where(opts.model.target)
-            path = smoke.get("completions", "/v1/completions")
-            first = layers._completion(base, path, name, 16, 600)  # the first request after boot: JIT, graphs
+            name = engine.models() or launcher.where(opts.model.target)
+            first = engine.complete(name, layers.PROMPT, 16, 600)  # the first request after boot: JIT, graphs
             row["first_request_ttft_s"] = round(first["ttft_s"], 4) if first["ttft_s"] is not None else None
             row["first_request_latency_s"] = round(first["latency_s"], 4)
-            runs = []
-            for i in range(opts.repeats):
-                before = layers.parse_metrics(layers._get(base + "/metrics")[1])
-                args = client.argv(opts.client_python, base, name, str(opts.model.target), dataset,
+
+            def drive(label: str):
+                args = client.argv(opts.client_python, engine.base, name, str(opts.model.target), dataset,
                                    opts.workload.requests, opts.workload.concurrency, opts.workload.output_tokens,
-                                   opts.workload.seed, opts.out_dir, f"client-{strategy.name}-{i}.json",
+                                   opts.workload.seed, opts.out_dir, f"client-{strategy.name}-{label}.json",
                                    opts.slo_ttft_ms)
                 try:
-                    done = client.run(args, {**os.environ, **opts.client_env}, opts.client_timeout)
+                    return args, client.run(args, {**os.environ, **opts.client_env}, opts.client_timeout)
                 except client.ClientFailed as exc:
                     raise BenchFailed(strategy.name, str(exc), exc.tail()) from None
-                after = layers.parse_metrics(layers._get(base + "/metrics")[1])
+
+            if opts.warmup:  # the workload's own shapes once, discarded: what a first pass pays is not measured
+                _, done = drive("warmup")
+                figs = client.figures(done.result)
+                rate = figs.get("request_throughput")
+                row["warmup"] = {"request_throughput": rate, "client_seconds": round(done.seconds, 2)}
+                say(f"[{strategy.name}] warm-up pass (discarded): {'-' if rate is None else f'{rate:.2f}'} req/s "
+                    f"in {done.seconds:.1f}s")
+            runs = []
+            for i in range(opts.repeats):
+                _, before = engine.metrics()
+                args, done = drive(str(i))
+                _, after = engine.metrics()
                 info = None
                 if smoke.get("server_info"):
-                    code, body = layers._get(base + smoke["server_info"])
+                    code, body = engine.get(smoke["server_info"])
                     try:
                         info = json.loads(body) if code == 200 else None
                     except ValueError:
@@ -257,6 +241,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
             row.update(med)
             row["spread"] = spread
             row["repeats"] = len(runs)
+            row["comparable"] = len(runs) >= int(bench_data["diff"]["min_repeats"])  # what `bench diff` can judge
             if opts.slo_ttft_ms is not None and row.get("ttft_ms_p99") is not None:  # the article's target: P99
                 row["slo_ttft_p99_met"] = row["ttft_ms_p99"] < opts.slo_ttft_ms
             checks = {r.get("spec_cross_check") for r in runs if r.get("spec_cross_check")}
@@ -264,9 +249,9 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                 row["spec_cross_check"] = "; ".join(sorted(checks))
             if opts.lossless:
                 ll = bench_data["lossless"]
-                row["greedy_outputs"] = greedy_outputs(base, path, name, list(ll["prompts"]), int(ll["max_tokens"]), 300)
+                row["greedy_outputs"] = greedy_outputs(engine, name, list(ll["prompts"]), int(ll["max_tokens"]), 300)
         finally:
-            server.stop()
+            engine.stop()
     row.update(mem.figures())
     return row
 

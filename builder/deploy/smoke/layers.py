@@ -29,11 +29,7 @@ strategy the engine version cannot run is refused from the data, with the data's
 from __future__ import annotations
 
 import json
-import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +41,10 @@ from ...engines import Strategy
 from ..launchline import LaunchLine, launch_line
 from ...resolve import Cell
 from . import tinymodel
-from .launch import Launcher, ProbeRun, StartFailed
+from ..engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
+                      port_in_use)
 from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
 
-HUB_OFF = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 PROMPT = "The capital of France is"
 
 
@@ -84,6 +79,7 @@ class SmokeOptions:
     model: Model
     layers: tuple[str, ...] = LAYERS
     gpus: bool = False  # start the engine with the GPUs (L3 is skipped without them unless forced)
+    gpu_ids: tuple[int, ...] = ()  # only these GPUs (--gpus 0,1); () every one
     l3_without_gpu: bool = False  # --gpus none: run L3 anyway (CPU engines, test doubles)
     no_gpu_reason: str = "this host has no NVIDIA GPU"
     gpu_arch: int | None = None
@@ -115,23 +111,6 @@ def _fill(text: str, values: dict[str, str]) -> str:
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
     return text
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int) -> bool:
-    """Whether something listens on (or holds) 127.0.0.1:port; connections left in TIME_WAIT do not count."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 def _probe_failure(run: ProbeRun, what: str) -> str:
@@ -360,97 +339,6 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
 
 
 # -- L3 ----------------------------------------------------------------------------------------------------
-def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace") if exc.fp else ""
-    except (OSError, ValueError) as exc:
-        return 0, str(exc)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text → {metric name: sum over its label sets}."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if m:
-            try:
-                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-            except ValueError:
-                pass
-    return out
-
-
-def _completion(base: str, path: str, model_name: str, max_tokens: int, timeout: float) -> dict:
-    """One streamed completion: text, TTFT, latency and token count (from usage, else the chunk count)."""
-    body = {"model": model_name, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    t0 = time.monotonic()
-    ttft, text, chunks, usage = None, "", 0, None
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        for raw in resp:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            msg = json.loads(data)
-            if msg.get("usage"):
-                usage = msg["usage"]
-            for choice in msg.get("choices") or []:
-                piece = choice.get("text") or ""
-                if piece:
-                    chunks += 1
-                    text += piece
-                    if ttft is None:
-                        ttft = time.monotonic() - t0
-    latency = time.monotonic() - t0
-    tokens = (usage or {}).get("completion_tokens") or chunks
-    return {"text": text, "ttft_s": ttft, "latency_s": latency, "output_tokens": tokens}
-
-
-def _models_name(base: str) -> str | None:
-    code, body = _get(base + "/v1/models")
-    if code == 200:
-        try:
-            return json.loads(body)["data"][0]["id"]
-        except (ValueError, KeyError, IndexError):
-            return None
-    return None
-
-
-def _find(obj, key):
-    """A key anywhere in nested JSON (SGLang's server info is flat; be lenient about nesting)."""
-    if isinstance(obj, dict):
-        if key in obj:
-            return obj[key]
-        for v in obj.values():
-            found = _find(v, key)
-            if found is not None:
-                return found
-    elif isinstance(obj, list):
-        for v in obj:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def _log_tail(path: Path, n: int = 25) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
 def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
     """What L3 starts: builder/deploy/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
     return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
@@ -470,53 +358,40 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
     line = engine_line(cell, launcher, opts, strategy, port)
     env = {**HUB_OFF, **dict(getattr(strategy, "env", ())), **opts.extra_env}
-    base = f"http://127.0.0.1:{port}"
     figures: dict = {"port": port}
     t0 = time.monotonic()
     try:
-        server = launcher.start(line, env, port, log_path)
+        engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
+                                     smoke.get("completions", "/v1/completions"))
     except StartFailed as exc:
         return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
 
     def fail(why: str, tail: bool = True) -> Result:
-        text = why + (f"\nlast lines of the engine log:\n{_log_tail(log_path)}" if tail else "")
+        text = why + (f"\nlast lines of the engine log:\n{engine.log_tail()}" if tail else "")
         return Result("L3", strategy.name, FAIL, text, time.monotonic() - t0, figures=figures, log=str(log_path))
 
     try:
-        # readiness: health 200 before the deadline, or the engine's exit, or the deadline
-        deadline = t0 + opts.boot_timeout
-        status = 0
-        while True:
-            code = server.exit_code()
-            if code is not None:
-                return fail(f"the engine exited with code {code} during boot")
-            status, _ = _get(base + eng.health, timeout=5)
-            if status == 200:
-                break
-            if time.monotonic() > deadline:
-                return fail(f"not ready after {opts.boot_timeout:g}s: GET {eng.health} answered "
-                            f"{status or 'nothing'} (last status)")
-            time.sleep(1.0)
-        figures["boot_s"] = round(time.monotonic() - t0, 1)
+        try:  # readiness: health 200 before the deadline, or the engine's exit, or the deadline
+            figures["boot_s"] = engine.wait_ready(opts.boot_timeout)
+        except BootFailed as exc:
+            return fail(exc.why)
         if eng.ready_log:  # the engine's own "ready" line, a moment after health answers
             for _ in range(10):
-                figures["ready_log_seen"] = eng.ready_log in log_path.read_text(errors="replace")
+                figures["ready_log_seen"] = eng.ready_log in engine.log_text()
                 if figures["ready_log_seen"]:
                     break
                 time.sleep(0.5)
-        name = _models_name(base) or launcher.where(opts.model.target)
-        completions = smoke.get("completions", "/v1/completions")
+        name = engine.models() or launcher.where(opts.model.target)
         try:  # warm-up: the first request compiles graphs / JIT kernels
-            _completion(base, completions, name, 4, opts.request_timeout)
+            engine.complete(name, PROMPT, 4, opts.request_timeout)
         except (OSError, ValueError) as exc:
             return fail(f"the warm-up completion failed: {exc}")
-        before = parse_metrics(_get(base + "/metrics")[1])
+        _, before = engine.metrics()
         try:
-            done = _completion(base, completions, name, opts.max_tokens, opts.request_timeout)
+            done = engine.complete(name, PROMPT, opts.max_tokens, opts.request_timeout)
         except (OSError, ValueError) as exc:
             return fail(f"the completion failed: {exc}")
-        code, metrics_text = _get(base + "/metrics")
-        after = parse_metrics(metrics_text) if code == 200 else {}
+        code, after = engine.metrics()
         figures.update({
             "ttft_s": round(done["ttft_s"], 3) if done["ttft_s"] is not None else None,
             "latency_s": round(done["latency_s"], 3),
@@ -558,7 +433,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
             else:
                 figures["accept_length"] = value
         if smoke.get("server_info"):
-            code, body = _get(base + smoke["server_info"])
+            code, body = engine.get(smoke["server_info"])
             try:
                 info = json.loads(body) if code == 200 else None
             except ValueError:
@@ -571,10 +446,10 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
                     if "@" in key or "." in key:
                         continue
                     want = _fill(want, values) if isinstance(want, str) else want
-                    got = _find(info, key)
+                    got = find_key(info, key)
                     if got != want:
                         problems.append(f"{smoke['server_info']}: {key} = {got!r}, expected {want!r}")
-        text = log_path.read_text(errors="replace")
+        text = engine.log_text()
         for line in getattr(strategy, "forbid_log", ()):
             if line in text:
                 problems.append(f"the engine log says {line!r}: the strategy did not take effect")
@@ -588,7 +463,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
                                                   if draft_tokens is not None and strategy.k else "")
         return Result("L3", strategy.name, PASS, why, time.monotonic() - t0, figures=figures, log=str(log_path))
     finally:
-        server.stop()
+        engine.stop()
 
 
 # -- one image ---------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""Where the engine runs for smoke: a container of the image (the `docker` SDK, GPUs through device requests)
-or a plain process in a Python environment (a GPU host without Docker). Both run the same probe and the same
-launch line; only how a path, the host address and the GPUs reach the engine differs.
+"""The one engine runtime of the deployer's side (smoke, bench): where the engine runs — a container of the
+image (the `docker` SDK, the one docker client of builder/deploy/, GPUs through device requests) or a plain
+process in a Python environment (a GPU host without Docker) — and a running engine (`RunningEngine`: start,
+wait_ready, models, complete, metrics, log_tail, stop), the one boot loop smoke L3 and bench share. Both
+launchers run the same probe and the same launch line; only how a path, the host address and the GPUs reach the
+engine differs.
 
 The engine is always stopped and its container removed: Server.stop() runs from a `finally`, so a failure,
 a timeout and Ctrl-C (SIGTERM is turned into KeyboardInterrupt by the CLI) all end it. No container can escape
@@ -12,26 +15,29 @@ that was making it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ...errors import EnvironmentProblem, UserError
-from .. import serve
-from ..launchline import LaunchLine
+from ..errors import EnvironmentProblem, UserError
+from .launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
 
-PROBE = Path(__file__).with_name("probe.py")
+PROBE = Path(__file__).with_name("smoke") / "probe.py"
 RUN_LABEL = "io.builder.smoke.run"  # one value per smoke run: what DockerLauncher.close() removes
 MARK = "BUILDER-PROBE-RESULT: "
 
@@ -114,12 +120,14 @@ class ProcessLauncher:
     host: str = "127.0.0.1"
     gpus: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    gpu_ids: tuple[int, ...] = ()  # --gpus 0,1: these devices only (CUDA_VISIBLE_DEVICES); () every GPU
 
     def where(self, path: Path) -> str:
         return str(Path(path).resolve())
 
     def _env(self, env: dict[str, str]) -> dict[str, str]:
-        return {**os.environ, **self.extra_env, **env}
+        chosen = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpu_ids))} if self.gpus and self.gpu_ids else {}
+        return {**os.environ, **chosen, **self.extra_env, **env}
 
     def _resolve(self, argv: list[str]) -> list[str]:
         first = argv[0]
@@ -212,6 +220,7 @@ class DockerLauncher:
     host: str = "0.0.0.0"
     client: object = None
     mounts: dict[str, str] = field(default_factory=dict)  # host path -> path in the container
+    gpu_ids: tuple[int, ...] = ()  # --gpus 0,1: a device request for these only; () every GPU
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the label value of this run's containers
 
     def __post_init__(self):
@@ -241,9 +250,9 @@ class DockerLauncher:
         if host not in self.mounts:
             name = Path(host).name
             taken = set(self.mounts.values())
-            inside = f"{serve.MODEL_ROOT}/{name}"
+            inside = f"{MODEL_ROOT}/{name}"
             if inside in taken:
-                inside = f"{serve.MODEL_ROOT}/m{len(self.mounts)}/{name}"
+                inside = f"{MODEL_ROOT}/m{len(self.mounts)}/{name}"
             self.mounts[host] = inside
         return self.mounts[host]
 
@@ -253,7 +262,9 @@ class DockerLauncher:
         volumes = {h: {"bind": c, "mode": "ro"} for h, c in self.mounts.items()}
         kw = {"environment": env, "volumes": volumes}
         if self.gpus:
-            kw["device_requests"] = [docker_sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            kw["device_requests"] = [docker_sdk.types.DeviceRequest(device_ids=[str(i) for i in self.gpu_ids],
+                                                                    capabilities=[["gpu"]]) if self.gpu_ids else
+                                     docker_sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return kw
 
     def _run(self, entrypoint: list[str] | None, args: list[str], env: dict[str, str], **extra):
@@ -326,3 +337,216 @@ class DockerLauncher:
 class StartFailed(Exception):
     """The engine could not be started at all (its container was refused)."""
 
+
+
+def local_image(client, ref: str):
+    """The daemon's image REF (docker SDK Image), None when it has none."""
+    try:
+        return client.images.get(ref)
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound, or a reference the daemon refuses
+        return None
+
+
+def pull(client, ref: str) -> None:
+    """Pull REF into the daemon (an image read from its registry is pulled only here: to run it)."""
+    name, _, digest = ref.partition("@")
+    repo, tag = (name.rsplit(":", 1) if ":" in name.rsplit("/", 1)[-1] else (name, "latest"))
+    try:
+        client.images.pull(repo, tag=digest or tag)
+    except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and requests' errors
+        raise EnvironmentProblem(f"{ref}: the pull failed: {getattr(exc, 'explanation', None) or exc}") from None
+
+
+# -- HTTP to the engine ------------------------------------------------------------------------------------
+HUB_OFF = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something listens on (or holds) 127.0.0.1:port; connections left in TIME_WAIT do not count."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """(status, body) of GET url; status 0 and the error when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace") if exc.fp else ""
+    except (OSError, ValueError) as exc:
+        return 0, str(exc)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {metric name: sum over its label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if m:
+            try:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            except ValueError:
+                pass
+    return out
+
+
+def find_key(obj, key):
+    """A key anywhere in nested JSON (SGLang's server info is flat; be lenient about nesting)."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            found = find_key(v, key)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for v in obj:
+            found = find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def log_tail(path: Path, n: int = 25) -> str:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+class BootFailed(Exception):
+    """The engine exited during boot or was not ready in time; `tail` is the end of its log."""
+
+    def __init__(self, why: str, tail: str = ""):
+        super().__init__(why)
+        self.why, self.tail = why, tail
+
+
+@dataclass
+class RunningEngine:
+    """An engine started by a launcher on 127.0.0.1:port with its log streamed to log_path: wait until its
+    health path answers 200, then talk to it; stop() ends it (and removes its container) whatever happened."""
+
+    server: Server
+    port: int
+    log_path: Path
+    health: str
+    completions: str = "/v1/completions"
+    started: float = field(default_factory=time.monotonic)
+    boot_s: float | None = None
+
+    @classmethod
+    def start(cls, launcher: Launcher, line: LaunchLine, env: dict[str, str], port: int, log_path: Path,
+              health: str, completions: str = "/v1/completions") -> "RunningEngine":
+        """Raises StartFailed when the launcher could not start it at all (a container refused)."""
+        t0 = time.monotonic()
+        server = launcher.start(line, env, port, log_path)
+        return cls(server, port, log_path, health, completions, t0)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds from the start until GET health answered 200; BootFailed when the engine exits first or
+        the deadline passes."""
+        deadline = self.started + timeout
+        while True:
+            code = self.server.exit_code()
+            if code is not None:
+                raise BootFailed(f"the engine exited with code {code} during boot", self.log_tail())
+            status, _ = http_get(self.base + self.health, timeout=5)
+            if status == 200:
+                break
+            if time.monotonic() > deadline:
+                raise BootFailed(f"not ready after {timeout:g}s: GET {self.health} answered {status or 'nothing'} "
+                                 "(last status)", self.log_tail())
+            time.sleep(1.0)
+        self.boot_s = round(time.monotonic() - self.started, 1)
+        return self.boot_s
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        return http_get(self.base + path, timeout)
+
+    def models(self) -> str | None:
+        """The first model id of GET /v1/models (what requests name), None when it does not say."""
+        code, body = self.get("/v1/models")
+        if code == 200:
+            try:
+                return json.loads(body)["data"][0]["id"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                return None
+        return None
+
+    def metrics(self) -> tuple[int, dict[str, float]]:
+        """(status of GET /metrics, its figures summed per name; {} unless 200)."""
+        code, text = self.get("/metrics")
+        return code, parse_metrics(text) if code == 200 else {}
+
+    def complete(self, model: str, prompt: str, max_tokens: int, timeout: float) -> dict:
+        """One streamed greedy completion: text, TTFT, latency and token count (from usage, else the chunks)."""
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        req = urllib.request.Request(self.base + self.completions, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        ttft, text, chunks, usage = None, "", 0, None
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for raw in resp:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                msg = json.loads(data)
+                if msg.get("usage"):
+                    usage = msg["usage"]
+                for choice in msg.get("choices") or []:
+                    piece = choice.get("text") or ""
+                    if piece:
+                        chunks += 1
+                        text += piece
+                        if ttft is None:
+                            ttft = time.monotonic() - t0
+        latency = time.monotonic() - t0
+        tokens = (usage or {}).get("completion_tokens") or chunks
+        return {"text": text, "ttft_s": ttft, "latency_s": latency, "output_tokens": tokens}
+
+    def post(self, path: str, body: dict, timeout: float) -> dict:
+        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 25) -> str:
+        return log_tail(self.log_path, n)
+
+    def stop(self) -> None:
+        self.server.stop()

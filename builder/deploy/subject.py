@@ -1,0 +1,343 @@
+"""What a deployer works on: an image, by its reference. `read` finds its config and labels in the local daemon,
+else in its registry without pulling (the registry API: manifest, then the config blob), else in a saved JSON
+of them (`docker image inspect` output, an OCI image config, skopeo's summary). `Subject.plan` is the engine
+recipe and the cell the image was built as, from the built-in engine data by the engine and version its labels
+name — no matrix needed; a matrix is used only where one is given (smoke L0 then holds the image to that plan),
+and the build's smoke step passes its own cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import files as files_mod
+from .. import grammar, schema
+from .. import labels as labels_mod
+from ..errors import EnvironmentProblem, UserError
+
+LOCAL, REGISTRY, FILE = "local image", "registry (not pulled)", "file"
+MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.list.v2+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+INDEX_TYPES = MANIFEST_TYPES[0::2]
+
+
+@dataclass(frozen=True)
+class Subject:
+    ref: str
+    source: str  # LOCAL, REGISTRY or FILE
+    config: dict = field(default_factory=dict)  # the image config's "config": Env, Labels, Entrypoint, Cmd
+    digest: str = ""  # NAME@sha256:... (local: its first RepoDigest, else its id)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.config.get("Labels") or {})
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(e.split("=", 1) if "=" in e else (e, "") for e in self.config.get("Env") or [])
+
+    @property
+    def entrypoint(self) -> list[str] | None:
+        return self.config.get("Entrypoint")
+
+    @property
+    def local(self) -> bool:
+        return self.source == LOCAL
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """What the image was built and smoke-tested for (its io.builder.strategies label)."""
+        return tuple(labels_mod.strategies(self.labels))
+
+    def engine(self) -> tuple[str, str]:
+        engine, version = labels_mod.engine(self.labels)
+        if not engine or not version:
+            raise UserError(f"{self.ref}: no {labels_mod.ENGINE} / {labels_mod.ENGINE_VERSION} labels: not an image "
+                            "builder made")
+        return engine, version
+
+    def recipe(self, kn=None):
+        """The engine recipe of the built-in engine data (or of `kn`) for the engine version the labels name."""
+        from ..engines import load_knowledge
+
+        return (kn or load_knowledge()).recipe(*self.engine())
+
+    def plan(self, kn=None, matrix=None, sel=None):
+        """The cell this image was built as: the matrix's cell its io.builder.cell label names when a matrix is
+        given (in the selection `sel`, else any profile), else one made from the labels and the engine data."""
+        label = labels_mod.cell(self.labels)
+        if not label:
+            raise UserError(f"{self.ref} carries no {labels_mod.CELL} label: it was not built by builder")
+        if matrix is not None:
+            from ..matrix import Selection
+
+            cell, _ = find_cell(matrix, sel or Selection(), label)
+            if cell is None:
+                raise UserError(f"{self.ref} is labelled cell {label}, which {matrix.path} does not have")
+            return cell
+        return cell_from_labels(self.ref, self.labels, kn)
+
+
+def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
+    """The cell an image's labels describe (engine, versions, CUDA, torch, Python, archs, strategies, each
+    package's version and source), its recipes and JIT facts from the engine data: what smoke and bench hold
+    the image to when no matrix is given."""
+    from .. import archs as archs_mod
+    from ..engines import load_knowledge
+    from ..matrix import Profile
+    from ..resolve import Cell, Package, Source
+
+    kn = kn or load_knowledge()
+    engine, version = Subject(ref, FILE, {"Labels": labels}).engine()
+    missing = [k for k in (labels_mod.CUDA, labels_mod.PYTHON, labels_mod.ARCHS) if not labels.get(k)]
+    if missing:
+        raise UserError(f"{ref}: no {', '.join(missing)} label: not an image builder made")
+    cell_id = labels_mod.cell(labels) or ""
+    archs = tuple(archs_mod.parse(labels[labels_mod.ARCHS], f"{ref}: label {labels_mod.ARCHS}"))
+    cuda, python = labels[labels_mod.CUDA], labels[labels_mod.PYTHON]
+    eng = kn.recipe(engine, version)
+    packages, sources = [], {}
+    names = [engine] + [n for n in labels_mod.packages(labels) if n != engine]
+    for name in names:
+        facts = labels_mod.package_facts(labels, name)
+        r = eng if name == engine else kn.recipe(name, facts["version"])
+        kind = "index" if facts["source"].startswith("index:") else "sdist"
+        if kind == "index":
+            sources[name] = "index"
+        packages.append(Package(recipe=r, source=Source(kind=kind), archs=archs, cuda=cuda))
+    prebuilt = cell_id.endswith("-jitprebuilt")
+    profile = Profile(name="image", cuda=cuda, os="", python=python, torch=labels.get(labels_mod.TORCH) or None,
+                      flash_attn=None, engines={engine: version}, strategies=tuple(labels_mod.strategies(labels)),
+                      archs=archs, base_images={}, sources=sources, jit={engine: "prebuilt"} if prebuilt else {})
+    jit = kn.runtime_jit(cuda) if eng.runtime_jit else None
+    serve_jit = tuple(kn.serve_jit(name, python) for name in eng.serve_jit)
+    jit_modules = tuple({**kn.jit_module(name), "archs": list(mod_archs), "selected_by": selected_by,
+                         "not_built": not_built} for name, mod_archs, selected_by, not_built in eng.jit_modules)
+    image, _, tag = ref.split("@", 1)[0].rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
+    return Cell(id=cell_id, engine=engine, version=version, profile=profile, torch=labels.get(labels_mod.TORCH, ""),
+                archs=archs, packages=tuple(packages), strategies=profile.strategies, base_devel="", base_runtime="",
+                image=image, tag=tag, runtime_jit=jit, serve_jit=serve_jit, jit_modules=jit_modules,
+                jit_prebuilt=prebuilt)
+
+
+# -- reading -------------------------------------------------------------------------------------------------
+def config_from_json(ref: str, data) -> dict:
+    """docker image inspect (a list of one, or one object), an OCI image config ({"config": {...}}), or skopeo
+    inspect's summary ({"Labels": ..., "Env": ...}) → the config, checked by its shape (schema.IMAGE_CONFIG)."""
+    if isinstance(data, list):
+        if len(data) != 1:
+            raise UserError(f"{ref}: an inspect list of {len(data)} images; give one image per file")
+        data = data[0]
+    if not isinstance(data, dict):
+        raise UserError(f"{ref}: not an image config (expected a JSON object, got {schema.noun_of(data)})")
+    config = next((data[k] for k in ("Config", "config") if data.get(k) is not None), data)
+    schema.check(f"{ref}: image config", config, schema.IMAGE_CONFIG)
+    return config
+
+
+def is_file_ref(ref: str) -> bool:
+    return ref.endswith(".json") or Path(ref).exists()
+
+
+def read(ref: str, client=None, what: str = "IMAGE", files: bool = True) -> Subject:
+    """The image REF: a JSON file of its config (with `files`), else the local daemon's (through `client`, the
+    docker SDK client, made here when not given; no daemon is no local image), else its registry's (nothing
+    pulled)."""
+    path = Path(ref)
+    if files and is_file_ref(ref):
+        if not path.exists() and not path.is_symlink():
+            raise UserError(f"{ref}: no such file")
+        return Subject(ref, FILE, config_from_json(ref, files_mod.load_json(path, "image config (JSON)")))
+    grammar.check(grammar.image_ref, ref, what)  # neither a file nor an image reference: no docker call
+    found = read_local(ref, client)
+    if found is None:
+        found = read_registry(ref)
+    if found is None:
+        raise UserError(f"{ref}: not a local image, not readable from its registry and not a JSON file of its config "
+                        f"(docker image inspect {ref} > image.json on a host that has it)")
+    return found
+
+
+def read_local(ref: str, client=None) -> Subject | None:
+    from . import engine
+
+    if client is None:
+        try:
+            client = engine.docker_client()
+        except EnvironmentProblem:
+            return None
+    img = engine.local_image(client, ref)
+    if img is None:
+        return None
+    attrs = img.attrs or {}
+    return Subject(ref, LOCAL, dict(attrs.get("Config") or {}), (attrs.get("RepoDigests") or [img.id])[0])
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """(registry host, repository, tag or digest) of an image reference; Docker Hub for a short name."""
+    from .. import docker
+
+    host = docker.image_registry(ref)
+    rest = ref[len(host) + 1:] if host else ref
+    name, at, digest = rest.partition("@")
+    repo, tag = (name.rsplit(":", 1) if ":" in name.rsplit("/", 1)[-1] else (name, "latest"))
+    if not host:
+        host, repo = "registry-1.docker.io", repo if "/" in repo else f"library/{repo}"
+    return host, repo, digest if at else tag
+
+
+def read_registry(ref: str) -> Subject | None:
+    """The config of REF from its registry (GET the manifest, the platform's manifest of an index, then the
+    config blob): no layer is fetched, nothing is pulled. None when the registry does not answer or has no such
+    image; a docker login that cannot be read is an error of its own."""
+    import requests
+
+    from .. import net
+
+    host, repo, reference = split_ref(ref)
+    scheme = "http" if net.is_loopback(host) else "https"
+    base = f"{scheme}://{host}/v2/{repo}"
+    creds, _ = net.registry_credentials(host)
+    session = net.with_timeouts(requests.Session())
+    token: dict[str, str] = {}
+
+    def get(url: str, accept: str) -> tuple[bytes, dict] | None:
+        for _ in range(2):
+            headers = {"Accept": accept, **token}
+            resp = session.get(url, headers=headers, stream=True,
+                               auth=creds if creds and not token else None)
+            try:
+                body = net.read_document(resp, f"{ref}: GET {url}")
+            finally:
+                resp.close()
+            if resp.status_code == 200:
+                return body, dict(resp.headers)
+            challenge = resp.headers.get("WWW-Authenticate", "")
+            if resp.status_code != 401 or token or not challenge.lower().startswith("bearer"):
+                return None
+            token.update(_bearer(session, challenge, creds, f"repository:{repo}:pull"))
+            if not token:
+                return None
+        return None
+
+    try:
+        got = get(f"{base}/manifests/{reference}", ", ".join(MANIFEST_TYPES))
+        if got is None:
+            return None
+        body, headers = got
+        digest = headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        manifest = json.loads(body)
+        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+            chosen = _platform(manifest.get("manifests") or [])
+            if chosen is None:
+                return None
+            got = get(f"{base}/manifests/{chosen}", ", ".join(MANIFEST_TYPES))
+            if got is None:
+                return None
+            manifest = json.loads(got[0])
+        config_digest = (manifest.get("config") or {}).get("digest")
+        if not config_digest:
+            return None
+        got = get(f"{base}/blobs/{config_digest}", "application/json, */*")
+        if got is None:
+            return None
+        config = config_from_json(ref, json.loads(got[0]))
+    except (*net.NETWORK_ERRORS, ValueError, net.TooLarge, net.TooSlow):
+        return None
+    finally:
+        session.close()
+    name = ref.split("@", 1)[0]
+    name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    return Subject(ref, REGISTRY, config, f"{name}@{digest}")
+
+
+def _platform(manifests: list) -> str | None:
+    """The digest of the linux/amd64 manifest of an index (else its first image manifest)."""
+    images = [m for m in manifests if isinstance(m, dict) and (m.get("platform") or {}).get("os") != "unknown"]
+    for m in images:
+        p = m.get("platform") or {}
+        if p.get("os") == "linux" and p.get("architecture") == "amd64":
+            return m.get("digest")
+    return images[0].get("digest") if images else None
+
+
+def _bearer(session, challenge: str, creds, scope: str) -> dict[str, str]:
+    """A registry token for `scope`, from the realm of a `Bearer realm=...,service=...` challenge."""
+    import re
+
+    from .. import net
+
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.get("realm")
+    if not realm:
+        return {}
+    resp = session.get(realm, params={"service": params.get("service", ""), "scope": params.get("scope", scope)},
+                       auth=creds, stream=True)
+    try:
+        body = net.read_document(resp, f"token from {realm}", limit=1 << 20)
+    finally:
+        resp.close()
+    if resp.status_code != 200:
+        return {}
+    data = json.loads(body)
+    value = data.get("token") or data.get("access_token")
+    return {"Authorization": f"Bearer {value}"} if value else {}
+
+
+# -- what smoke and bench are given ----------------------------------------------------------------------------
+def find_cell(m, sel, target: str):
+    """(cell, None) for a cell id of the matrix (any profile), (None, target) for an image reference."""
+    from .. import matrix as matrix_mod
+    from .. import resolve
+
+    cells = resolve.select(m, sel)
+    by_id = {c.id: c for c in cells}
+    if target in by_id:
+        return by_id[target], None
+    if not sel.profiles:  # the target may be a cell of another profile
+        try:
+            every = resolve.select(m, matrix_mod.Selection(**{**sel.__dict__, "profiles": ("all",)}))
+            by_id.update({c.id: c for c in every})
+        except UserError:
+            pass
+        if target in by_id:
+            return by_id[target], None
+    if looks_like_image(target):  # an image reference (checked before docker is asked about it)
+        grammar.check(grammar.image_ref, target, "TARGET")
+        return None, target
+    raise UserError(f"{target}: neither a cell of {m.path} nor an image reference; cells: {', '.join(sorted(by_id)) or 'none'}")
+
+
+def looks_like_image(target: str) -> bool:
+    return ":" in target or "/" in target
+
+
+def target(value: str, matrix, sel, launcher: str, matrix_path: str, client=None):
+    """smoke's and bench's TARGET → (cell, image, subject): a cell id of the matrix, or an image — read from the
+    daemon, else from its registry (not pulled) — and the cell its labels name (the matrix's when one is given,
+    else made from the labels and the engine data). The process launcher runs a cell: (cell, None, None)."""
+    if matrix is not None:
+        cell, image = find_cell(matrix, sel, value)
+    elif looks_like_image(value):
+        grammar.check(grammar.image_ref, value, "TARGET")
+        cell, image = None, value
+    else:
+        raise UserError(f"{value}: not an image reference, and a cell id needs a matrix ({matrix_path}: no such "
+                        "matrix file; use --matrix PATH)")
+    if launcher == "process":
+        if image is not None:
+            raise UserError(f"--launcher process runs a cell's engine installed on this host; {value} is an image: "
+                            "name the cell id instead")
+        return cell, None, None
+    image = image or cell.ref
+    found = read_local(image, client) or read_registry(image)
+    if found is None:
+        raise UserError(f"{image}: no such local image, and its registry does not have it (build it with "
+                        "`builder build`, or push it)")
+    if cell is None:
+        cell = found.plan(matrix.knowledge if matrix is not None else None, matrix, sel)
+    return cell, image, found
