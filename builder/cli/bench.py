@@ -110,10 +110,15 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     m = flags.given_matrix(matrix_path)
     names = m.knowledge.strategy_names() if m is not None else strategies.known()
     strategies.bench_names(strategy, names)  # the names now; what the image was built for later
+    cell, image = subject.target(target, m, sel, run.launcher, matrix_path)
+    if cell is not None:
+        _client_python(client_python, run.python, cell)
     model_obj = Model.resolve(run.model, run.drafter)
-    dock = engine.docker_client() if run.launcher == "docker" else None  # exit 3 when the daemon does not answer
     say = (lambda s: click.echo(s, err=True))
-    cell, image, found = subject.target(target, m, sel, run.launcher, matrix_path, dock)
+    dock, found = None, None
+    if run.launcher == "docker":
+        dock = engine.docker_client()  # exit 3 when the daemon does not answer
+        cell, image, found = subject.open_target(cell, image, dock, m, sel)
     client_python = _client_python(client_python, run.python, cell)  # before any engine boots
     env_info: dict = {"subject": target}
     recipe = cell.engine_recipe

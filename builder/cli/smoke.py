@@ -79,15 +79,19 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
     layer_list = parse_layers(layers)
     if strategy is not None:
         strategies.for_smoke(strategy, (), names)  # the names now; the cell's own list later
-    client = engine.docker_client() if run.launcher == "docker" else None  # exit 3 when the daemon does not answer
+    cell, image = subject.target(target, m, sel, run.launcher, matrix_path)
+    model = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
-    cell, image, found = subject.target(target, m, sel, run.launcher, matrix_path, client)
+    client, found = None, None
+    if run.launcher == "docker":
+        client = engine.docker_client()  # exit 3 when the daemon does not answer
+        cell, image, found = subject.open_target(cell, image, client, m, sel)
     chosen = strategies.for_smoke(strategy, cell.strategies, names)
     host = gpus.read() if run.gpus.mode != "none" else None
     have_gpu, why_no_gpu = run.gpus.choose(host)
     opts = SmokeOptions(
         strategies=chosen,
-        model=Model.resolve(run.model, run.drafter),
+        model=model,
         layers=layer_list,
         gpus=have_gpu,
         gpu_ids=run.gpus.ids,

@@ -5,6 +5,7 @@ samples while an engine runs."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 
@@ -84,7 +85,10 @@ def parse_nvidia_smi(csv_text: str, q_text: str = "") -> list[Gpu]:
 
 
 def nvidia_smi(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of nvidia-smi; bytes that are no UTF-8 are replaced, not a traceback."""
+    """(exit code, stdout, stderr) of nvidia-smi; bytes that are no UTF-8 are replaced, not a traceback. A host
+    without it starts no process."""
+    if shutil.which("nvidia-smi") is None:
+        return 127, "", "nvidia-smi: not found"
     try:
         proc = subprocess.run(["nvidia-smi", *args], capture_output=True, timeout=timeout, check=False)
     except FileNotFoundError:

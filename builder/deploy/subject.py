@@ -289,7 +289,7 @@ def _bearer(session, challenge: str, creds, scope: str) -> dict[str, str]:
 
 
 # -- what smoke and bench are given ----------------------------------------------------------------------------
-def find_cell(m, sel, target: str):
+def find_cell(m, sel, target: str, what: str = "smoke TARGET"):
     """(cell, None) for a cell id of the matrix (any profile), (None, target) for an image reference."""
     from .. import matrix as matrix_mod
     from .. import resolve
@@ -307,7 +307,7 @@ def find_cell(m, sel, target: str):
         if target in by_id:
             return by_id[target], None
     if looks_like_image(target):  # an image reference (checked before docker is asked about it)
-        grammar.check(grammar.image_ref, target, "TARGET")
+        grammar.check(grammar.image_ref, target, what)
         return None, target
     raise UserError(f"{target}: neither a cell of {m.path} nor an image reference; cells: {', '.join(sorted(by_id)) or 'none'}")
 
@@ -316,23 +316,27 @@ def looks_like_image(target: str) -> bool:
     return ":" in target or "/" in target
 
 
-def target(value: str, matrix, sel, launcher: str, matrix_path: str, client=None):
-    """smoke's and bench's TARGET → (cell, image, subject): a cell id of the matrix, or an image — read from the
-    daemon, else from its registry (not pulled) — and the cell its labels name (the matrix's when one is given,
-    else made from the labels and the engine data). The process launcher runs a cell: (cell, None, None)."""
+def target(value: str, matrix, sel, launcher: str, matrix_path: str, what: str = "smoke TARGET"):
+    """smoke's and bench's TARGET, before any docker call → (cell, image): a cell id of the matrix (cell, None),
+    or an image reference (None, image). The process launcher runs a cell."""
     if matrix is not None:
-        cell, image = find_cell(matrix, sel, value)
+        cell, image = find_cell(matrix, sel, value, what)
     elif looks_like_image(value):
-        grammar.check(grammar.image_ref, value, "TARGET")
+        grammar.check(grammar.image_ref, value, what)
         cell, image = None, value
     else:
         raise UserError(f"{value}: not an image reference, and a cell id needs a matrix ({matrix_path}: no such "
                         "matrix file; use --matrix PATH)")
-    if launcher == "process":
-        if image is not None:
-            raise UserError(f"--launcher process runs a cell's engine installed on this host; {value} is an image: "
-                            "name the cell id instead")
-        return cell, None, None
+    if launcher == "process" and image is not None:
+        raise UserError(f"--launcher process runs a cell's engine installed on this host; {value} is an image: "
+                        "name the cell id instead")
+    return cell, image
+
+
+def open_target(cell, image: str | None, client, matrix=None, sel=None):
+    """(cell, image, subject) of a target: the image (the cell's own when a cell id was given) read from the
+    daemon, else from its registry (not pulled), and the cell its labels name when only the image was given
+    (the matrix's when one is given, else made from the labels and the engine data)."""
     image = image or cell.ref
     found = read_local(image, client) or read_registry(image)
     if found is None:
