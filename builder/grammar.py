@@ -33,7 +33,7 @@ _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _REFERENCE = re.compile(rf"({_NAME})(?::({_TAG}))?(?:@({_DIGEST}))?", re.ASCII)
-_NAME_RE = re.compile(_NAME, re.ASCII)
+NAME_RE = re.compile(_NAME, re.ASCII)
 _TAG_RE = re.compile(_TAG, re.ASCII)
 _HOSTPORT_RE = re.compile(_DOMAIN, re.ASCII)
 NAME_MAX = 255
@@ -58,7 +58,7 @@ def image_name(value) -> str:
     """A repository name without tag or digest: [host[:port]/]path (lowercase path components)."""
     value = _string(value)
     _no_control(value)
-    if not _NAME_RE.fullmatch(value):
+    if not NAME_RE.fullmatch(value):
         raise ValueError("is not an image name like registry.example.com:5000/team/cuda (lowercase letters, digits, "
                          "'.', '_', '-' and '/' only)")
     if len(value) > NAME_MAX:

@@ -511,7 +511,7 @@ def _base_template(value: str) -> str:
 
 
 def _registry_prefix(value: str) -> str:
-    if not grammar._NAME_RE.fullmatch(value) or len(value) > 200:
+    if not grammar.NAME_RE.fullmatch(value) or len(value) > 200:
         raise ValueError("is not a registry/repository prefix like 127.0.0.1:5000/builder")
     return value
 

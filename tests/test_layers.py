@@ -167,3 +167,74 @@ def test_the_fetch_plan_is_reached_through_deps(graph):
     for i, m in enumerate(order):
         later = set(order[i + 1:]) - ({"fetchplan.script"} if m == "fetchplan.document" else set())
         assert not graph[m] & later, (m, sorted(graph[m] & later))
+
+
+def test_the_deployers_side_stands_apart_from_the_build(graph):
+    """builder/deploy/ (smoke, bench, serve, doctor --host over an image) imports neither the build's runner and
+    steps, the wheel cache nor the verbs: a deployer's image needs none of them."""
+    build_side = {"runner", "steps", "cache", "cli"}
+    reaches = {m: sorted(t for t in graph[m] if unit(t) in build_side)
+               for m in graph if unit(m) == "deploy"}
+    assert {m: t for m, t in reaches.items() if t} == {}
+    assert {"deploy.subject", "deploy.gpus", "deploy.engine", "deploy.strategies", "deploy.launchline",
+            "deploy.smoke", "deploy.bench", "deploy.host", "deploy.serve"} <= set(graph)
+
+
+def private_reaches(package: Path) -> list[str]:
+    """`from X import _name` (and `X._name`) of another module of the package: a private name used outside its
+    module."""
+    modules = {module_name(p, package): p for p in package.rglob("*.py")}
+    top = package.name
+    found = []
+    for name, path in modules.items():
+        here = name.split(".") if name else []
+        if path.name != "__init__.py":
+            here = here[:-1]
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # local name -> module of the package it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - node.level + 1] if node.level > 1 else here
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                elif (node.module or "").startswith(top + ".") or node.module == top:
+                    target = (node.module or "")[len(top) + 1:]
+                else:
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}" if target else a.name
+                    if sub in modules:
+                        aliases[a.asname or a.name] = sub
+                    elif a.name.startswith("_") and not a.name.startswith("__") and target != name:
+                        found.append(f"{name}: from {target or top} import {a.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                if node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != name:
+                    found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_the_private_reach_reader_sees_both_forms(tmp_path):
+    pkg = tmp_path / "builder"
+    (pkg / "smoke").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "smoke" / "__init__.py").write_text("")
+    (pkg / "smoke" / "layers.py").write_text("def _get(): pass\ndef _own(): return _get()\n")
+    (pkg / "run.py").write_text("from .smoke import layers\nfrom .smoke.layers import _get\nlayers._find\n")
+    assert private_reaches(pkg) == ["run: from smoke.layers import _get", "run: smoke.layers._find"]
+
+
+def test_no_module_reaches_for_another_modules_private_name():
+    assert private_reaches(PACKAGE) == []
+
+
+def test_only_the_cli_entry_installs_signal_handlers():
+    """SIGINT and SIGTERM are cli/app.py's (exit 130 / 143): a verb that installed its own would turn a SIGTERM
+    into another exit code."""
+    installs = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "signal" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "signal":
+                installs.append(module_name(path, PACKAGE))
+    assert sorted(set(installs)) == ["cli.app"]

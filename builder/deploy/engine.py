@@ -64,6 +64,8 @@ class Server(Protocol):
 
     def exit_code(self) -> int | None: ...  # None while it runs
 
+    def settle(self) -> None: ...  # after its exit: its whole log is in log_path
+
     def stop(self) -> None: ...
 
 
@@ -88,6 +90,10 @@ class ProcessServer:
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
+
+    def settle(self) -> None:
+        if self._log is not None:
+            self._log.flush()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -195,6 +201,11 @@ class ContainerServer:
         if self.container.status in ("exited", "dead"):
             return self.container.attrs.get("State", {}).get("ExitCode", -1)
         return None
+
+    def settle(self) -> None:
+        """The log stream of an exited container ends: wait (a while) until the pump has written all of it."""
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
     def stop(self) -> None:
         try:
@@ -474,6 +485,7 @@ class RunningEngine:
         while True:
             code = self.server.exit_code()
             if code is not None:
+                self.server.settle()
                 raise BootFailed(f"the engine exited with code {code} during boot", self.log_tail())
             status, _ = http_get(self.base + self.health, timeout=5)
             if status == 200:
