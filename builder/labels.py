@@ -1,10 +1,11 @@
 """Every `io.builder.*` image label, written and read here and nowhere else.
 
-Written: render puts them in the runtime stage (`image_labels`). What the audit found in each compiled package
+Written: render puts them in the runtime stage (`written`). What the audit found in each compiled package
 — the SASS and PTX every binary with device code carries, and the binaries whose coverage differs — is not known
 when the Dockerfile is rendered: those labels read build arguments (`audit_arg`) that the image step fills from
 the audit of the very wheels it installs (`audit_values`), so a label never says more than a binary holds.
-Read: `builder serve`, smoke L0, `builder smoke IMAGE` (`cell`, `engine`, `strategies`, `package`).
+Read: builder/deploy/subject.py (an image's config and labels, for smoke, bench, serve and doctor --host) and
+the build's image step (`cell`, `engine`, `strategies`, `package`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def audit_arg(name: str, what: str) -> str:
 
 
 # (label, value, the value is a build argument's ${NAME}: it must expand)
-def image_labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
+def written(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
     out = [
         ("org.opencontainers.image.title", f"{cell.engine} {cell.version}", False),
         ("org.opencontainers.image.version", cell.version, False),

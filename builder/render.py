@@ -87,7 +87,7 @@ def entrypoint(cell: Cell) -> list[str]:
 
 def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
     """The image's io.builder.* labels as rendered (builder/labels.py writes them; audited ones read build args)."""
-    return [(k, v) for k, v, _ in labels_mod.image_labels(cell, keys)]
+    return [(k, v) for k, v, _ in labels_mod.written(cell, keys)]
 
 
 @functools.cache
@@ -160,7 +160,7 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "stray_files": list(cell.engine_recipe.stray_files),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
-        "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.image_labels(cell, keys)],
+        "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.written(cell, keys)],
         "label_args": labels_mod.audit_args(cell),
         "entrypoint": entrypoint(cell),
     }

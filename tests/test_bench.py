@@ -142,6 +142,29 @@ def test_outputs_table_json_csv_and_png(tmp_path):
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 10_000
 
 
+@pytest.mark.pure
+def test_the_spread_of_the_repeats_is_in_the_table_and_the_csv_and_a_row_of_fewer_is_not_comparable(tmp_path):
+    doc = recorded()
+    row = doc["rows"][0]
+    rates = [r["request_throughput"] for r in row["runs"]]
+    assert len(rates) >= 3 and min(rates) < max(rates)
+    short = {**row, "strategy": "MTP7", "runs": row["runs"][:1], "repeats": 1}
+    doc["rows"] = [row, short]
+    paths = results.write(doc, tmp_path, png=False)
+    text = paths["table"].read_text()
+    assert "req/s min-max" in text and f"{min(rates):.2f}-{max(rates):.2f}" in text
+    assert "MTP7: not comparable: n = 1 measured run(s); a figure to compare needs at least 3" in text
+    assert f"{row['strategy']}: not comparable" not in text
+    head, first, second = paths["csv"].read_text().splitlines()
+    cols = head.split(",")
+    got = dict(zip(cols, first.split(",")))
+    assert float(got["request_throughput_min"]) == min(rates) and float(got["request_throughput_max"]) == max(rates)
+    assert float(got["request_throughput_stdev"]) > 0 and got["comparable"] == "True"
+    assert dict(zip(cols, second.split(",")))["comparable"] == "False"
+    _, problems = results.diff(doc, doc)
+    assert any("MTP7" in p and "needs at least 3" in p for p in problems)
+
+
 def test_the_png_on_a_fresh_host_reads_no_system_fonts_and_leaves_the_users_matplotlib_cache_alone(tmp_path):
     """`builder bench plot` where matplotlib never ran (empty caches, no MPLCONFIGDIR): the PNG is drawn,
     `fc-list` (a recording stand-in first on PATH) is never started, and the font list lands in builder's
@@ -222,7 +245,7 @@ def test_the_load_generator_reports_the_stand_ins_known_latencies_and_the_engine
         assert row["ttft_ms_p50"] <= row["ttft_ms_p90"] <= row["ttft_ms_p99"]
         assert 4 / 0.3 <= row["request_throughput"] <= 4 / 0.2 + 2
         assert row["request_goodput"] == pytest.approx(row["request_throughput"], rel=0.05)  # every TTFT < 300 ms
-        assert set(row["spread"]["ttft_ms_p99"]) == {"min", "max", "relative"}
+        assert set(row["spread"]["ttft_ms_p99"]) == {"min", "max", "stdev", "relative"}
         assert row["boot_s"] >= 1.0 and row["first_request_ttft_s"] >= 0.06
         assert row["argv"][:3] == ["python3", "-m", "stand_in_engine.server"]
     assert rows["MTP2"]["spec_acceptance_rate"] == 0.5 and rows["MTP2"]["spec_acceptance_length"] == 2.0
@@ -305,3 +328,45 @@ def test_diff_refuses_results_that_do_not_compare_a_zero_old_median_and_a_nan_th
     for bad in (float("nan"), float("inf"), -0.1):
         assert results.diff(old, old, bad)[1], bad
     assert results.diff(old, old, 0.0)[1] == []
+
+
+COUNTING_CLIENT = '''#!/bin/sh
+# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): the Nth call writes a result whose
+# request throughput is N, and records its result file's name in $FAKE_CALLS
+dir=""; file=""
+while [ $# -gt 0 ]; do
+  case "$1" in --result-dir) dir="$2"; shift ;; --result-filename) file="$2"; shift ;; esac
+  shift
+done
+echo "$file" >> "$FAKE_CALLS"
+n=$(wc -l < "$FAKE_CALLS")
+printf '{"duration": 1.0, "completed": 4, "request_throughput": %s, "p99_ttft_ms": %s}' "$n" "$((n * 10))" > "$dir/$file"
+'''
+
+
+def test_one_discarded_warm_up_pass_comes_before_the_three_measured_repeats(tiny, tmp_path):
+    """The engine (the stand-in server, a TEST DOUBLE) booted once: the workload's first pass is run and kept
+    out of the figures, then three measured runs (the default) give the median and the spread."""
+    from builder.deploy.engine import ProcessLauncher
+    from builder.deploy.smoke import Model
+
+    from .helpers import stand_in_cell
+
+    fake = tmp_path / "client"
+    fake.write_text(COUNTING_CLIENT)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    opts = run.BenchOptions(strategies=(NONE,), workload=workload.load("quick", None, None, None),
+                            model=Model(tiny.target, tiny.drafter, tiny=True), client_python=str(fake),
+                            client_env={"FAKE_CALLS": str(calls)}, out_dir=tmp_path / "out", lossless=False,
+                            gpus=False, boot_timeout=60)
+    launcher = ProcessLauncher(python=sys.executable, gpus=False, extra_env={"PYTHONPATH": str(STAND_IN)})
+    row = run.bench_strategy(stand_in_cell(), launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
+    assert calls.read_text().split() == [f"client-{NONE}-warmup.json", *(f"client-{NONE}-{i}.json" for i in range(3))]
+    assert row["warmup"]["request_throughput"] == 1
+    assert [r["request_throughput"] for r in row["runs"]] == [2, 3, 4] and row["repeats"] == 3 and row["comparable"]
+    assert row["request_throughput"] == 3 and row["spread"]["request_throughput"]["min"] == 2
+    assert row["spread"]["ttft_ms_p99"] == {"min": 20, "max": 40, "stdev": 10.0, "relative": round(20 / 30, 4)}
+    once = run.bench_strategy(stand_in_cell(), launcher, run.NO_SPECULATION,
+                              run.BenchOptions(**{**opts.__dict__, "warmup": False, "repeats": 1}), tmp_path / "d.jsonl")
+    assert "warmup" not in once and once["repeats"] == 1 and not once["comparable"]

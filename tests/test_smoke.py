@@ -384,9 +384,10 @@ def test_l3_is_skipped_without_a_gpu_unless_asked_to_run_without_one(cell, tiny,
 # -- the verb --------------------------------------------------------------------------------------------
 def test_smoke_verb_writes_json_and_junit_and_exits_0(tmp_path):
     res = builder("smoke", CELL, "--matrix", str(MATRIX), "--launcher", "process", "--python", sys.executable,
-                  "--gpus", "none", "--report-dir", str(tmp_path), "--strategy", "MTP2", "--json",
+                  "--gpus", "none", "--out-dir", str(tmp_path), "--strategy", "MTP2", "--json",
                   env={**stand_in_env(), "BUILDER_CACHE_DIR": str(tmp_path / "cache")})
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "alias" not in res.stderr
     data = json.loads(res.stdout)
     assert data["cell"] == CELL and data["result"] == "ok" and data["launcher"] == "process"
     assert {(r["layer"], r["status"]) for r in data["results"]} == {("L0", "pass"), ("L1", "pass"), ("JIT", "pass"), ("L2", "pass"), ("L3", "pass")}
@@ -398,6 +399,8 @@ def test_smoke_verb_exits_1_and_prints_the_table_with_the_reason(tmp_path):
                   "--gpus", "none", "--report-dir", str(tmp_path), "--strategy", "MTP2", "--boot-timeout", "5",
                   "--env", "STAND_IN_MODE=never-ready", env={**stand_in_env(), "BUILDER_CACHE_DIR": str(tmp_path / "c")})
     assert res.returncode == 1, res.stdout + res.stderr
+    assert "note: --report-dir is an alias of --out-dir" in res.stderr  # smoke's former name, still taken
+    assert (tmp_path / CELL / "smoke.json").is_file()
     assert "L3 MTP2     fail  not ready after 5s" in res.stdout
     assert f"{CELL}  MTP2      pass  pass  pass  pass  FAIL" in res.stdout
 
@@ -407,6 +410,8 @@ def test_smoke_verb_exits_1_and_prints_the_table_with_the_reason(tmp_path):
     (["--layers", "L0,L5"], "--layers: L5 unknown"),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS': write NAME=VALUE"),
     (["--port", "70000"], "--port: 70000 is not a TCP port"),
+    (["--gpus", "first"], "--gpus: 'first': write auto, all, none or device ids like 0,1"),
+    (["--out-dir", "a", "--report-dir", "b"], "--out-dir and --report-dir (its alias) name two directories"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a model directory"),
 ])
 def test_smoke_verb_refuses_bad_input_with_exit_2(args, message, tmp_path):
