@@ -170,12 +170,13 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     said in one line; and a tag moved to an image of other inputs: built."""
     run, _, steps = published
     digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
-    key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
+    first_key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
     host, repo = run.repo.split("/", 1)
     dest = f"{run.repo}:{TAG}"
     from .test_build import commit_image
 
-    # an image built FROM the cell's image plus one layer (it inherits the label), pushed over the cell's tag
+    # an image built FROM the published one plus one layer (it inherits the label of the cell's first build),
+    # pushed over the cell's tag: the pins file was read from the published image, not from this one
     derived = commit_image(run.ref, f"{run.ref}-derived")
     assert derived != digest
     _push_under_tag(f"{run.ref}-derived", dest)
@@ -183,10 +184,26 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     served = digest_in(host, repo, TAG)
     assert served not in (None, digest)
     res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
-    image = steps2[f"image:{CELL}"]["artifacts"]
-    assert image["reused"] is False and image["digest"] not in (digest, served), image  # built
+    assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert (f"registry: {dest} carries the content key of this cell's first build, but {CELL}.txt was not read "
+            f"from it ({served})") in res.stderr
+
+    # publish --no-cache builds and pushes the image of today's key (the pins file is in it now)
+    res, steps3, _ = run.run("publish", "--no-cache")
+    key, digest2 = steps3[f"image:{CELL}"]["artifacts"]["content_key"], steps3[f"publish:{CELL}"]["artifacts"]["digest"]
+    assert key != first_key and digest_in(host, repo, TAG) == digest2
+    record = f"{run.repo}:builder-ledger-{key}"
+
+    # derived from that one: the label is this build's key, only the ledger record tells it apart
+    derived = commit_image(run.ref, f"{run.ref}-derived")
+    _push_under_tag(f"{run.ref}-derived", dest)
+    forget_locally(f"{run.ref}-derived")
+    served = digest_in(host, repo, TAG)
+    res, steps4, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    image = steps4[f"image:{CELL}"]["artifacts"]
+    assert image["reused"] is False and image["digest"] not in (served, derived), image
     assert (f"registry: {dest} carries content key {key} but its digest {served} is not the one builder "
-            f"recorded for it ({digest}) (ledger record {run.repo}:builder-ledger-{key}): building") in res.stderr
+            f"recorded for it ({digest2}) (ledger record {record}): building") in res.stderr
 
     # the CUDA base given a copy of the label, pushed over the cell's tag
     copied_ref = f"{run.ref}-copied"
@@ -194,18 +211,26 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     _push_under_tag(copied_ref, dest)
     forget_locally(copied_ref)
     served = digest_in(host, repo, TAG)
-    res, steps3, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
-    assert steps3[f"image:{CELL}"]["artifacts"]["reused"] is False
-    assert f"registry: {dest} carries content key {key} but its digest {served} is not the one" in res.stderr
+    res, steps5, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps5[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert (f"registry: {dest} carries content key {key} but its digest {served} is not the one builder "
+            f"recorded for it ({digest2})") in res.stderr
 
-    # the tag moved to an image of other inputs (the base, no label at all; then one with another key)
+    # the tag moved to an image of other inputs
     other = "f" * 64
     commit_image(local_bases["cuda_base"], copied_ref, f"LABEL {labels.CONTENT_KEY}={other}", add_file=False)
     _push_under_tag(copied_ref, dest)
     forget_locally(copied_ref)
-    res, steps4, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
-    assert steps4[f"image:{CELL}"]["artifacts"]["reused"] is False
+    res, steps6, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps6[f"image:{CELL}"]["artifacts"]["reused"] is False
     assert f"registry: {dest} was built from other inputs (content key {other[:16]}…" in res.stderr
+    # and back to builder's image: reused again
+    moved = subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                            f"docker://{run.repo}@{digest2}", f"docker://{dest}"], capture_output=True, text=True)
+    assert moved.returncode == 0, moved.stderr
+    res, steps7, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps7[f"image:{CELL}"]["artifacts"]["pulled"] is True
+    assert steps7[f"image:{CELL}"]["artifacts"]["digest"] == digest2
 
 
 def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
