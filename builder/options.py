@@ -101,12 +101,12 @@ def _reuse_from(m, value: str | None, publish):
     from . import reuse
 
     if publish is not None:
-        if value and reuse.make_source(value if value != "registry" else m.defaults["registry"]).registry \
+        if value is not None and reuse.make_source(value if value != "registry" else m.defaults["registry"]).registry \
                 != publish.registry:
             raise UserError(f"--reuse-from {value}: publish reuses only what its --registry {publish.registry} "
                             "already serves (leave --reuse-from out)")
         return reuse.Source(publish.registry, publish.tls_verify, publish.credentials, publish.credentials_from)
-    if not value:
+    if value is None:
         return None
     return reuse.make_source(m.defaults["registry"] if value == "registry" else value)
 
