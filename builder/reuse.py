@@ -127,26 +127,26 @@ class Client:
 
     # -- transport ----------------------------------------------------------------------------------------
     def _send(self, method: str, url: str, repository: str, push: bool = False, **kw) -> requests.Response:
+        """One request; a bearer challenge (a token registry, or a token that lacks the push scope) is answered
+        once with a token for this repository's scope, then the request is sent again."""
         headers = dict(kw.pop("headers", {}))
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        auth = self.source.credentials if not self._token else None
         try:
-            resp = self.session.request(method, url, headers=headers, auth=auth, stream=True, **kw)
-            if resp.status_code == 401 and not self._token:
+            for attempt in (1, 2):
+                sent = {**headers, **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
+                resp = self.session.request(method, url, headers=sent, stream=True,
+                                            auth=None if self._token else self.source.credentials, **kw)
                 challenge = resp.headers.get("WWW-Authenticate", "")
+                if resp.status_code != 401 or attempt == 2 or not challenge.lower().startswith("bearer"):
+                    break
                 resp.close()
-                if challenge.lower().startswith("bearer"):
-                    self._token = self._bearer(challenge, repository, push)
-                    headers["Authorization"] = f"Bearer {self._token}"
-                    resp = self.session.request(method, url, headers=headers, stream=True, **kw)
+                self._token = self._bearer(challenge, repository, push)
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
             raise Unusable(f"the registry {self.source.host} did not answer ({_first_line(exc)})") from None
         if resp.status_code in (401, 403):
             resp.close()
             raise Unusable(f"the registry {self.source.host} refused "
                            + (f"the credentials from {self.source.credentials_from}" if self.source.credentials
-                              else "an anonymous read") + f" (HTTP {resp.status_code})")
+                              else "an anonymous " + ("push" if push else "read")) + f" (HTTP {resp.status_code})")
         return resp
 
     def _bearer(self, challenge: str, repository: str, push: bool) -> str:
@@ -156,7 +156,10 @@ class Client:
             raise Unusable(f"the registry {self.source.host} asks for a token from no usable realm")
         path = repository.split("/", 1)[1]
         params["scope"] = f"repository:{path}:pull" + (",push" if push else "")
-        resp = self.session.get(realm, params=params, auth=self.source.credentials, stream=True)
+        try:
+            resp = self.session.get(realm, params=params, auth=self.source.credentials, stream=True)
+        except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
+            raise Unusable(f"the registry's token service {realm} did not answer ({_first_line(exc)})") from None
         body = self._read(resp, f"a token from {realm}", 1 << 20)
         if resp.status_code != 200:
             raise Unusable(f"the registry's token service {realm} answered HTTP {resp.status_code}")

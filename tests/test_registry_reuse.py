@@ -339,3 +339,62 @@ def test_the_real_vllm_0_33_index_cell_comes_from_the_registry_on_a_fresh_runner
               f"{100 * seconds / 1005:.1f} % of the 1005 s build)")
     finally:
         forget_locally(ref)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live descendant of `pid`, from /proc."""
+    parent: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                lines[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for child, par in parent.items():
+            if par == p:
+                out.append((child, lines.get(child, "")))
+                todo.append(child)
+    return out
+
+
+def test_a_pull_interrupted_half_way_names_nothing(published):
+    """SIGINT while `docker pull` of the reused image runs: the build stops (exit 130) and the cell's tag is not
+    made; whatever the daemon finished is named only by its own digest. The next build pulls and tags it."""
+    import signal
+
+    run, _, steps = published
+    digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+    for attempt in range(10):  # the fixture's pull takes about a second: catch it while it runs
+        where = run.fresh()
+        subprocess.run(["docker", "image", "rm", f"{run.repo}@{digest}"], capture_output=True)
+        proc = subprocess.Popen([sys.executable, "-m", "builder.cli",
+                                 *run.args("build", where, "--no-smoke", "--reuse-from", run.registry)],
+                                cwd=run.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
+        caught = False
+        while proc.poll() is None:
+            if any(" pull --quiet " in line for _, line in _children(proc.pid)):
+                proc.send_signal(signal.SIGINT)
+                caught = True
+                break
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=300)
+        if caught:
+            break
+    assert caught, "the pull was never caught running in 10 attempts"
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "interrupted by SIGINT during image" in err, err[-3000:]
+    assert not local_id(run.ref)  # no tag: neither the cell's nor a run's name
+    names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                            run.ref.rsplit(":", 1)[0]], capture_output=True, text=True).stdout.split()
+    assert not [n for n in names if n.startswith(run.ref)], names
+    assert local_id(f"{run.repo}@{digest}") in ("", digest)
+    res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps2[f"image:{CELL}"]["artifacts"]["pulled"] is True and local_id(run.ref) == digest
+    subprocess.run(["docker", "image", "rm", f"{run.repo}@{digest}"], capture_output=True)

@@ -10,8 +10,13 @@ the label io.builder.content-key of every image this step builds and is recorded
 (content-key.json), in the step's artifacts and in the pins file's header. When the cell's tag already names a
 local image that carries the key, and that image's digest is one builder recorded for the key when it built it
 (the image ledger, builder/ledger.py: a label is inherited by any image built FROM this one, a digest is not),
-that image is the result: no buildx call, no OCI export, no load. Any changed input changes the key, and then the
-cell is built as before; --no-cache, --refresh-pins and publish (which pushes the OCI archive) always build."""
+that image is the result: no buildx call, no OCI export, no load. Without such a local image, the reuse registry
+(--reuse-from; publish: its own registry) is asked the same question without pulling anything (builder/reuse.py):
+the image under REGISTRY/ENGINE:<tag> carries the key, and builder's ledger record in that repository names its
+manifest digest. Then build pulls it by that digest and tags it; publish leaves it there (smoke passed before it
+was published, nothing is pushed) and only its aliases move. Any changed input changes the key, and then the
+cell is built as before; --no-cache and --refresh-pins always build, and publish builds unless its registry
+already serves the cell's image (it pushes the OCI archive of what it builds)."""
 
 from __future__ import annotations
 
