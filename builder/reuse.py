@@ -3,7 +3,7 @@ when it carries this build's content key AND its manifest digest is one builder 
 fresh machine (an empty daemon, an empty wheelhouse: every CI runner) pulls it instead of building it.
 
 The label alone proves nothing: any image built `FROM` the cell's image, or given a copied
-io.builder.content-key label, carries it. The digest cannot be copied. So the ledger entry that binds key and
+content-key label, carries it. The digest cannot be copied. So the ledger entry that binds key and
 digests (builder/ledger.py, the same JSON, read through the same checks) travels with the image, as a small
 OCI artifact in the image's own repository, under a tag named by the key:
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import requests
 
-from . import grammar, ledger, net
+from . import grammar, labels, ledger, net
 from .errors import UserError
 
 RECORD_TAG = "builder-ledger-"  # + the 64-hex content key (79 characters: within a tag's 128)
@@ -247,11 +247,11 @@ class Client:
             cfg = json.loads(self.blob(repository, config["digest"]))
         except (ValueError, RecursionError, UnicodeDecodeError):
             raise Unusable(f"{repository}:{tag}: its image config is not JSON") from None
-        labels = (cfg.get("config") or {}).get("Labels") if isinstance(cfg, dict) else None
-        labels = labels if isinstance(labels, dict) else {}
+        found = (cfg.get("config") or {}).get("Labels") if isinstance(cfg, dict) else None
+        found = found if isinstance(found, dict) else {}
         sizes = [l.get("size") for l in doc.get("layers") or [] if isinstance(l, dict)]
         size = sum(n for n in sizes if isinstance(n, int) and n > 0)
-        return Found(f"{repository}:{tag}", digest, index, {k: v for k, v in labels.items() if isinstance(v, str)},
+        return Found(f"{repository}:{tag}", digest, index, {k: v for k, v in found.items() if isinstance(v, str)},
                      size, len(sizes))
 
     def record(self, repository: str, key: str) -> tuple[ledger.Entry | None, str]:
@@ -304,7 +304,7 @@ class Client:
                     "config": {"mediaType": EMPTY_TYPE, "digest": "sha256:" + hashlib.sha256(EMPTY).hexdigest(),
                                "size": len(EMPTY)},
                     "layers": [{"mediaType": RECORD_TYPE, "digest": layer, "size": len(data)}],
-                    "annotations": {"io.builder.content-key": entry.key}}
+                    "annotations": {labels.CONTENT_KEY: entry.key}}
         body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
         resp = self._send("PUT", self._url(repository, "manifests", record_tag(entry.key)), repository, push=True,
                           data=body, headers={"Content-Type": OCI_MANIFEST})

@@ -278,6 +278,13 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
         raw_record(json.dumps(forged.to_json()).encode(), artifact="application/vnd.other+json")
         entry, problem = client.record(run.repo, key)
         assert entry is None and "is not a builder ledger record" in problem
+    # a registry that does not answer: the reason, no traceback
+    from .helpers import free_port
+
+    nobody = f"127.0.0.1:{free_port()}/x"
+    with pytest.raises(reuse.Unusable, match="did not answer"):
+        with reuse.Client(reuse.Source(nobody, tls_verify=False)) as client:
+            client.image(f"{nobody}/cuda-ext", TAG)
     # and a build says so in one line, and builds
     res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
     assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
