@@ -304,7 +304,8 @@ class ImageStep:
         said = (f"it carries this build's content key and its digest is one builder recorded for that key "
                 f"({record})")
         artifacts = {"image": ref, "digest": found.digest, "archive": "", "attestations": [], "content_key": key,
-                     "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3)}
+                     "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3),
+                     "bytes": found.size}
         if opts.publish is not None:  # already where publish pushes: nothing to pull, nothing to push
             if found.digest not in entry.published.values():
                 ctx.note(f"registry: {ref} ({found.digest}) is recorded as built for content key {have} but not as "
