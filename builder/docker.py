@@ -334,6 +334,12 @@ def run_to_end(argv: list[str], timeout: float = 120) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def pull_by_digest(ref: str, timeout: float, docker: str = "docker") -> None:
+    """`docker pull REPO@sha256:...` (the docker login's credentials, as for a base image). A pull by digest
+    names nothing but that digest: one interrupted half-way leaves no name on a wrong or partial image."""
+    run([docker, "pull", "--quiet", ref], timeout=timeout)
+
+
 def tag_image(source: str, target: str, docker: str = "docker") -> None:
     """Name image SOURCE (a name or an image id) TARGET as well, run to its end even when interrupted."""
     run_to_end([docker, "tag", source, target])

@@ -103,22 +103,9 @@ class Ledger:
         try:
             with open(path, "rb") as fh:
                 raw = fh.read(MAX_BYTES + 1)
-            if len(raw) > MAX_BYTES:
-                return None, f"{path} is larger than {MAX_BYTES} bytes"
-            data = json.loads(raw)
-        except RecursionError:
-            return None, f"{path}: nested too deeply"
-        except (OSError, ValueError) as exc:
-            return None, f"{path}: not JSON ({exc})"
-        try:
-            schema.check(str(path), data, schema.LEDGER_ENTRY)
-        except UserError as exc:
-            return None, str(exc)
-        if data["format"] != FORMAT:
-            return None, f"{path}: format {data['format']}, this builder writes {FORMAT}"
-        if data["content_key"] != key:
-            return None, f"{path}: it records content key {data['content_key']}, not the {key} its name says"
-        return Entry(key, dict(data["images"]), dict(data.get("published", {}))), ""
+        except OSError as exc:
+            return None, f"{path}: {exc.strerror or exc}"
+        return parse(raw, str(path), key)
 
     def vouches(self, key: str, digest: str) -> tuple[bool, str]:
         """Whether builder recorded `digest` for `key`; when not, why, as the end of a sentence."""
@@ -127,31 +114,17 @@ class Ledger:
             return False, f"its ledger entry is ignored ({problem})"
         if entry is None:
             return False, f"builder recorded no image for it ({self.path(key)} does not exist)"
-        if digest not in entry.images:
-            recorded = sorted(entry.images, key=lambda d: entry.images[d]["recorded"])
-            return False, (f"its digest {digest} is not the one builder recorded for it ({recorded[0]})"
-                           if len(recorded) == 1 else
-                           f"its digest {digest} is none of those builder recorded for it ({', '.join(recorded)})"
-                           if recorded else f"its digest {digest} is not recorded for it (the entry lists none)")
-        return True, ""
+        return vouches(entry, digest)
 
     # -- writing --------------------------------------------------------------------------------------------
     def record_image(self, key: str, digest: str, cell: str) -> str:
         """Record that builder produced image `digest` for `key`; returns a note on an entry that was unreadable
         and is replaced ("" otherwise)."""
-        def change(entry: Entry) -> None:
-            entry.images[digest] = {"cell": cell, "recorded": _now()}
-            for old in sorted(entry.images, key=lambda d: entry.images[d]["recorded"])[:-KEEP]:
-                if old != digest:
-                    del entry.images[old]
-        return self._update(key, change)
+        return self._update(key, lambda entry: add_image(entry, digest, cell))
 
     def record_published(self, key: str, ref: str, digest: str, cell: str) -> str:
         """Record that publish pushed `digest` (an image builder built for `key`) as REPO:TAG `ref`."""
-        def change(entry: Entry) -> None:
-            entry.images.setdefault(digest, {"cell": cell, "recorded": _now()})
-            entry.published[ref] = digest
-        return self._update(key, change)
+        return self._update(key, lambda entry: add_published(entry, ref, digest, cell))
 
     def _update(self, key: str, change) -> str:
         check_dir(self.root)
@@ -192,6 +165,53 @@ class Ledger:
             yield
         finally:
             os.close(fd)
+
+
+def parse(raw: bytes, where: str, key: str) -> tuple[Entry | None, str]:
+    """An entry's bytes (a file of the wheelhouse's ledger, or a registry's ledger record: builder/reuse.py)
+    read and checked: (entry, "") or (None, why) when they are not an entry builder writes for `key`."""
+    if len(raw) > MAX_BYTES:
+        return None, f"{where} is larger than {MAX_BYTES} bytes"
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        return None, f"{where}: nested too deeply"
+    except ValueError as exc:
+        return None, f"{where}: not JSON ({exc})"
+    try:
+        schema.check(where, data, schema.LEDGER_ENTRY)
+    except UserError as exc:
+        return None, str(exc)
+    if data["format"] != FORMAT:
+        return None, f"{where}: format {data['format']}, this builder writes {FORMAT}"
+    if data["content_key"] != key:
+        return None, f"{where}: it records content key {data['content_key']}, not the {key} its name says"
+    return Entry(key, dict(data["images"]), dict(data.get("published", {}))), ""
+
+
+def vouches(entry: Entry, digest: str) -> tuple[bool, str]:
+    """Whether `entry` records `digest`; when not, why, as the end of a sentence."""
+    if digest in entry.images:
+        return True, ""
+    recorded = sorted(entry.images, key=lambda d: entry.images[d]["recorded"])
+    return False, (f"its digest {digest} is not the one builder recorded for it ({recorded[0]})"
+                   if len(recorded) == 1 else
+                   f"its digest {digest} is none of those builder recorded for it ({', '.join(recorded)})"
+                   if recorded else f"its digest {digest} is not recorded for it (the entry lists none)")
+
+
+def add_image(entry: Entry, digest: str, cell: str) -> None:
+    """Record that builder produced image `digest` for the entry's key (the newest KEEP digests are kept)."""
+    entry.images[digest] = {"cell": cell, "recorded": _now()}
+    for old in sorted(entry.images, key=lambda d: entry.images[d]["recorded"])[:-KEEP]:
+        if old != digest:
+            del entry.images[old]
+
+
+def add_published(entry: Entry, ref: str, digest: str, cell: str) -> None:
+    """Record that publish pushed `digest` (an image builder built for the entry's key) as REPO:TAG `ref`."""
+    entry.images.setdefault(digest, {"cell": cell, "recorded": _now()})
+    entry.published[ref] = digest
 
 
 def _now() -> str:

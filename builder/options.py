@@ -69,6 +69,7 @@ class BuildFlags:
     smoke_model: str = field(default_factory=lambda: flag_default("smoke_model"))
     progress: str = field(default_factory=lambda: flag_default("progress"))
     as_json: bool = False
+    reuse_from: str | None = None  # --reuse-from: a registry whose image of an unchanged cell is pulled, not built
     cache: CacheFlags = CacheFlags()
     host: HostFlags = HostFlags()
 
@@ -92,6 +93,22 @@ def _layer_cache(m, value: str | None) -> str | None:
         if "/" not in value or (port and not 0 < int(port.group(1)) < 65536):
             raise UserError(f"--layer-cache: {value!r} is not a registry repository HOST[:PORT]/PATH (port 1-65535)")
     return value or None
+
+
+def _reuse_from(m, value: str | None, publish):
+    """Where an unchanged cell's image may come from (builder/reuse.py): publish's own registry, which it pushes
+    to; for build, --reuse-from ('registry': the matrix's registry), else nowhere."""
+    from . import reuse
+
+    if publish is not None:
+        if value is not None and reuse.make_source(value if value != "registry" else m.defaults["registry"]).registry \
+                != publish.registry:
+            raise UserError(f"--reuse-from {value}: publish reuses only what its --registry {publish.registry} "
+                            "already serves (leave --reuse-from out)")
+        return reuse.Source(publish.registry, publish.tls_verify, publish.credentials, publish.credentials_from)
+    if value is None:
+        return None
+    return reuse.make_source(m.defaults["registry"] if value == "registry" else value)
 
 
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):
@@ -136,6 +153,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         layer_cache=None if repro else _layer_cache(m, flags.host.layer_cache),
         attest=("type=provenance,mode=max",) if flags.host.provenance and not repro else (),
         publish=publish,
+        reuse_from=None if repro else _reuse_from(m, flags.reuse_from, publish),
         image_ledger=ledger.ledger_dir(wheelhouse_at(m.path, flags.wheelhouse).root),
     )
 

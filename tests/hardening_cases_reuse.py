@@ -3,6 +3,10 @@
 is not builder's directory. Each is refused (exit 2, one line naming --wheelhouse and the path) before any
 docker call, and nothing is written through it.
 
+The registry a build reuses from (--reuse-from, BUILDER_REUSE_FROM: builder/reuse.py) is checked as publish's
+--registry is, before anything runs: empty, credentials in it, no repository path, a port out of range, not an
+image name, a newline or a shell word in it, and, for publish, a registry other than the one it pushes to.
+
 A bad entry inside the ledger (not JSON, another key, a digest that is not one, a symlink, a huge or deeply
 nested file) is not refused: the build goes on and the image is built, the entry ignored with one line and then
 replaced. That takes an image build, so it is tested on the engine (tests/test_build.py
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .hardening_cases import BUILD, Case, directory, fifo, loop
+from .hardening_cases import BUILD, PUBLISH, Case, directory, fifo, loop
 
 
 def _symlink_to_dir(path: Path) -> None:
@@ -48,3 +52,29 @@ CASES: list[Case] = [
     Case("ledger-place-is-a-symlink-loop", "reuse", BUILD, files={"wh": directory, LEDGER: loop},
          expect=("--wheelhouse", ".images is a symlink", "image ledger")),
 ]
+
+
+SECRET = "s3cr3t-reuse-pw"
+BAD_REUSE = {  # --reuse-from VALUE → what the refusal names
+    "empty": ("", ("--reuse-from", "empty")),
+    "only-a-scheme": ("https://", ("--reuse-from", "empty")),
+    "credentials": (f"ci:{SECRET}@127.0.0.1:5000/team", ("--reuse-from", "no credentials")),
+    "no-path": ("127.0.0.1:5000", ("--reuse-from", "HOST[:PORT]/PATH")),
+    "port-range": ("127.0.0.1:99999/team", ("--reuse-from", "port 99999")),
+    "port-zero": ("127.0.0.1:0/team", ("--reuse-from", "port 0")),
+    "uppercase": ("127.0.0.1:5000/Team", ("--reuse-from",)),
+    "space": ("127.0.0.1:5000/te am", ("--reuse-from",)),
+    "newline": ("127.0.0.1:5000/team\n--evil", ("--reuse-from",)),
+    "shell": ("127.0.0.1:5000/$(id)", ("--reuse-from",)),
+    "nul": ("127.0.0.1:5000/te\x00am", ("--reuse-from",)),
+    "double-slash": ("127.0.0.1:5000//team", ("--reuse-from",)),
+    "trailing-dot": ("127.0.0.1:5000/team.", ("--reuse-from",)),
+}
+for name, (value, words) in BAD_REUSE.items():  # an empty or NUL value cannot be an environment variable's
+    CASES.append(Case(f"reuse-from-{name}", "reuse", [*BUILD, "--reuse-from", value], expect=words))
+    CASES.append(Case(f"reuse-from-env-{name}", "reuse", BUILD, env={"BUILDER_REUSE_FROM": value}, expect=words)
+                 if value and "\x00" not in value else Case(f"reuse-from-dry-{name}", "reuse", [*BUILD, "--dry-run", "--reuse-from", value],
+                                    expect=words))
+CASES.append(Case("reuse-from-publish-elsewhere", "reuse",
+                  [*PUBLISH, "--registry", "127.0.0.1:5999/team", "--reuse-from", "127.0.0.1:5999/other"],
+                  expect=("--reuse-from", "publish reuses only what its --registry", "127.0.0.1:5999/team")))

@@ -342,3 +342,24 @@ engines = {{ vllm = "0.33.0" }}
 strategies = ["MTP2", "MTP7", "DFlash2"]
 source = {{ vllm = "index" }}
 """
+
+
+def commit_image(base: str, ref: str, *changes: str, add_file: bool = True) -> str:
+    """A container of `base` committed as `ref` (with one more layer: a file added), its Dockerfile-style
+    `changes` applied; the new image's id. `docker commit` keeps the base's config, labels included."""
+    cid = subprocess.run(["docker", "create", "--pull", "never", "--entrypoint", "", base, "true"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    try:
+        if add_file:
+            extra = Path(f"/tmp/builder-derived-{os.urandom(16).hex()}")
+            extra.write_text("one more layer\n")
+            try:
+                subprocess.run(["docker", "cp", str(extra), f"{cid}:/derived.txt"], check=True, capture_output=True)
+            finally:
+                extra.unlink()
+        argv = ["docker", "commit"] + [a for c in changes for a in ("--change", c)] + [cid, ref]
+        subprocess.run(argv, check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
+                          check=True).stdout.strip()

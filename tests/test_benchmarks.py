@@ -35,6 +35,9 @@ QUICK = {
                          [pytest.mark.slow, pytest.mark.docker]),
     "jit_modules.py": (["--quick"], rf"jit = prebuilt: \+{NUMBER} MiB image, build {NUMBER} s after the first-request "
                                    rf"cell's {NUMBER} s", [pytest.mark.slow, pytest.mark.docker]),
+    "registry_reuse.py": (["--quick"], rf"registry reuse: median {NUMBER} s wall \(image step {NUMBER} s, pull included\), "
+                                       rf"fresh build {NUMBER} s wall \(image step {NUMBER} s\), over 1 round",
+                          [pytest.mark.slow, pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }

@@ -22,7 +22,7 @@ from builder import labels, pins
 
 from .helpers import REPO, run_cli
 from .helpers import CUDA_EXT_CELL as CELL
-from .helpers import fixture_copy
+from .helpers import commit_image, fixture_copy
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 MATRIX = FIXTURE / "matrix.toml"
@@ -376,26 +376,6 @@ def remove_images(registry: str) -> None:
                            capture_output=True, text=True).stdout.split()
     for name in names:
         subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
-
-
-def commit_image(base: str, ref: str, *changes: str, add_file: bool = True) -> str:
-    """A container of `base` committed as `ref` (with one more layer: a file added), its Dockerfile-style
-    `changes` applied; the new image's id. `docker commit` keeps the base's config, labels included."""
-    cid = subprocess.run(["docker", "create", "--pull", "never", "--entrypoint", "", base, "true"], capture_output=True,
-                         text=True, check=True).stdout.strip()
-    try:
-        if add_file:
-            extra = Path(f"/tmp/builder-derived-{uuid.uuid4().hex}")
-            extra.write_text("one more layer\n")
-            try:
-                subprocess.run(["docker", "cp", str(extra), f"{cid}:/derived.txt"], check=True, capture_output=True)
-            finally:
-                extra.unlink()
-        argv = ["docker", "commit"] + [a for c in changes for a in ("--change", c)] + [cid, ref]
-        subprocess.run(argv, check=True, capture_output=True)
-    finally:
-        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
-    return image_id(ref)
 
 
 def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, local_bases, docker_engine, tmp_path):

@@ -99,6 +99,9 @@ def test_images_workflow_fans_out_per_cell_with_the_matrix_runner_labels():
     assert "--layer-cache \"$BUILDER_REGISTRY/buildcache\"" in compile_run
     smoke_run = " ".join(s.get("run", "") for s in jobs["smoke"]["steps"])
     assert "scripts/builder publish" in smoke_run and "scripts/builder build" in smoke_run
+    # a fresh runner takes an unchanged cell's image from the registry (publish from its own --registry)
+    assert "--reuse-from \"$BUILDER_REGISTRY\"" in compile_run
+    assert "scripts/builder build \"${args[@]}\" --reuse-from \"$BUILDER_REGISTRY\"" in smoke_run
     # publish only on release tags (or when asked by hand)
     assert wf["on"]["push"] == {"tags": ["v*"]}
     assert jobs["smoke"]["env"]["PUBLISH"] == "${{ startsWith(github.ref, 'refs/tags/v') || inputs.publish }}"

@@ -319,6 +319,9 @@ def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(s
     recorded = json.loads((shared.root / "wheelhouse" / ".images" / f"{labels.content_key(config)}.json").read_text())
     assert local in recorded["images"], recorded
     assert recorded["published"][f"{auth_registry.host}/team/cuda-ext:1.0.0-cu130-py311-sm80.90"] == local
+    # and the same record went to the image's repository, through the registry's Basic auth (builder/reuse.py)
+    assert "could not push the ledger record" not in out
+    assert reg.digest(repo, f"builder-ledger-{labels.content_key(config)}") is not None
     assert auth_registry.password not in json.dumps(recorded)
     # the password is nowhere: output, logs, work dir, images.json
     secret = auth_registry.password

@@ -248,6 +248,13 @@ _BUILD = {
                             help="Share BuildKit's layer cache through a registry repository (--cache-from/--cache-to "
                                  "type=registry, mode=max): 'registry' is the matrix's registry + /buildcache. Env: "
                                  "BUILDER_LAYER_CACHE."),
+    "reuse_from": _declare("--reuse-from", default=lambda: os.environ.get("BUILDER_REUSE_FROM") or None,
+                           metavar="REGISTRY",
+                           help="Take an unchanged cell's image from REGISTRY/<engine>:<tag> instead of building it: "
+                                "only when the registry's image carries this build's content key and builder's ledger "
+                                "record for that key (REGISTRY/<engine>:builder-ledger-<key>, pushed by publish) names "
+                                "its digest. 'registry': the matrix's registry. publish always reuses from its "
+                                "--registry. Env: BUILDER_REUSE_FROM."),
     "provenance": _declare("--provenance", is_flag=True,
                            help="Attach BuildKit's SLSA provenance attestation (mode=max) to the runtime image. It holds "
                                 "build times, so an attested image's digest differs per build; the image manifest itself "

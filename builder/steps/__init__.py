@@ -82,6 +82,9 @@ class BuildOptions:
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
     publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
+    # where an unchanged cell's image may be taken from instead of built (builder/reuse.py Source): --reuse-from,
+    # or publish's own registry
+    reuse_from: object | None = None
     compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
     compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
@@ -115,6 +118,9 @@ class CellContext:
     # the image the image step built, under a name of this run only (<tag>-run-<random>) that no other build of
     # the cell retags: what smoke runs and publish checks ("" until the image step ran); dropped at the cell's end
     image_ref: str = ""
+    # {"ref", "digest", "content_key", "index"} when the image step found this cell's image already where publish
+    # pushes (builder/reuse.py): nothing was pulled, smoke is not run again, publish pushes nothing, aliases move
+    in_registry: dict = field(default_factory=dict)
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
 
     def hold(self, package: str, lock: contextlib.AbstractContextManager) -> None:

@@ -10,8 +10,13 @@ the label io.builder.content-key of every image this step builds and is recorded
 (content-key.json), in the step's artifacts and in the pins file's header. When the cell's tag already names a
 local image that carries the key, and that image's digest is one builder recorded for the key when it built it
 (the image ledger, builder/ledger.py: a label is inherited by any image built FROM this one, a digest is not),
-that image is the result: no buildx call, no OCI export, no load. Any changed input changes the key, and then the
-cell is built as before; --no-cache, --refresh-pins and publish (which pushes the OCI archive) always build."""
+that image is the result: no buildx call, no OCI export, no load. Without such a local image, the reuse registry
+(--reuse-from; publish: its own registry) is asked the same question without pulling anything (builder/reuse.py):
+the image under REGISTRY/ENGINE:<tag> carries the key, and builder's ledger record in that repository names its
+manifest digest. Then build pulls it by that digest and tags it; publish leaves it there (smoke passed before it
+was published, nothing is pushed) and only its aliases move. Any changed input changes the key, and then the
+cell is built as before; --no-cache and --refresh-pins always build, and publish builds unless its registry
+already serves the cell's image (it pushes the OCI archive of what it builds)."""
 
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ import re
 import secrets
 import shlex
 import shutil
+import time
 from pathlib import Path
 
-from .. import docker, labels, ledger, oci, pins
+from .. import docker, labels, ledger, net, oci, pins, reuse
 from ..cache import sha256_file
 from ..errors import BuilderError
 from . import CellContext, Status, StepResult, common_build_args
@@ -149,6 +155,9 @@ class ImageStep:
         reused, why = self._reusable(ctx, key, first_key, pins_file)
         if reused:
             return self._reuse(ctx, reused, why, key, pins_file)
+        from_registry = self._from_registry(ctx, key, first_key, pins_file)
+        if from_registry is not None:
+            return from_registry
         ctx.note(f"runtime image {cell.ref}")
         # loaded under a name of this run only: another build of the cell loading or tagging its image at the same
         # moment cannot take this one's place (the name is not part of the image or its digest). Smoke runs and
@@ -237,16 +246,108 @@ class ImageStep:
             return "", ""
         if have == key:
             return digest, "it carries this build's content key and its digest is one builder recorded for that key"
-        # the cell's first build resolved the pins this build installs, and read them from that very image: its
-        # key was this build's without the pins file, and the pins file names it and its digest, lines unchanged
-        source = pins.origin(pins_file.read_text()) if pins_file and pins_file.is_file() else None
-        if source != (digest, have):
+        if not _pins_read_from(pins_file, digest, have):
             ctx.note(f"image {cell.ref} carries the content key of this cell's first build, but "
                      f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({digest}) or its pin "
                      "lines changed since: building")
             return "", ""
         return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says were "
                         "read from this very image, and its digest is one builder recorded for that key")
+
+    def _from_registry(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> StepResult | None:
+        """The image the reuse registry (--reuse-from, or publish's registry) serves under the cell's tag, when
+        it carries this build's content key and builder's ledger record for that key there names its digest
+        (builder/reuse.py): for build pulled by that digest and tagged, for publish left where it is (its
+        aliases move). None, with one line saying why, when the cell is to be built."""
+        opts, cell = ctx.opts, ctx.cell
+        source = opts.reuse_from
+        if source is None or not key or opts.no_cache or opts.refresh_pins:
+            return None
+        repository = source.repository(cell.engine)
+        ref = f"{repository}:{cell.tag}"
+        started = time.monotonic()
+        try:
+            with reuse.Client(source) as client:
+                found = client.image(repository, cell.tag)
+                if found is None:
+                    ctx.note(f"registry: {ref} is not there: building")
+                    return None
+                have = labels.content_key(found.labels)
+                if not have:
+                    ctx.note(f"registry: {ref} ({found.digest}) carries no content key (builder did not build it): "
+                             "building")
+                    return None
+                if have not in (key, first_key):
+                    ctx.note(f"registry: {ref} was built from other inputs (content key {have[:16]}…, this build's "
+                             f"{key[:16]}…): building")
+                    return None
+                if have != key and not _pins_read_from(pins_file, found.digest, have):
+                    ctx.note(f"registry: {ref} carries the content key of this cell's first build, but "
+                             f"{pins_file.name if pins_file else 'the pins file'} was not read from it "
+                             f"({found.digest}) or its pin lines changed since: building")
+                    return None
+                entry, problem = client.record(repository, have)
+        except reuse.Unusable as exc:
+            ctx.note(f"registry: {ref}: {exc}: building")
+            return None
+        record = f"{repository}:{reuse.record_tag(have)}"
+        if problem or entry is None:
+            ctx.note(f"registry: {ref} carries content key {have} but "
+                     + (f"its ledger record is ignored ({problem})" if problem else f"there is no ledger record {record}")
+                     + " (a label alone is inherited by any image built FROM it): building")
+            return None
+        vouched, why = ledger.vouches(entry, found.digest)
+        if not vouched:
+            ctx.note(f"registry: {ref} carries content key {have} but {why} (ledger record {record}): building")
+            return None
+        checked = time.monotonic() - started
+        said = (f"it carries this build's content key and its digest is one builder recorded for that key "
+                f"({record})")
+        artifacts = {"image": ref, "digest": found.digest, "archive": "", "attestations": [], "content_key": key,
+                     "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3),
+                     "bytes": found.size}
+        if opts.publish is not None:  # already where publish pushes: nothing to pull, nothing to push
+            if found.digest not in entry.published.values():
+                ctx.note(f"registry: {ref} ({found.digest}) is recorded as built for content key {have} but not as "
+                         f"published (so its smoke is not known to have passed; ledger record {record}): building")
+                return None
+            ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index}
+            ctx.note(f"reuse {ref} ({found.digest}) from the registry: {said}; no build, no pull "
+                     f"(checked in {checked:.1f}s)")
+            return StepResult(self.name, cell.id, Status.OK, f"in the registry: {ref} (content key unchanged)",
+                              artifacts={**artifacts, "pulled": False})
+        return self._pull(ctx, found, repository, have, key, pins_file, said, artifacts, started)
+
+    def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, have: str, key: str,
+              pins_file: Path | None, said: str, artifacts: dict, started: float) -> StepResult | None:
+        """Pull the vouched image by its digest and name it: the run's own name, the cell's tag. Nothing is named
+        before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built."""
+        cell, opts = ctx.cell, ctx.opts
+        by_digest = f"{repository}@{found.digest}"
+        ctx.note(f"reuse {found.ref} ({found.digest}) from the registry: {said}; pull by digest, no build, "
+                 "no OCI export")
+        try:
+            docker.pull_by_digest(by_digest, net.subprocess_seconds(found.size, found.layers + 2), opts.docker)
+        except BuilderError as exc:
+            lines = [l for l in str(exc).splitlines() if l.strip()]
+            ctx.note(f"registry: pulling {by_digest} failed ({lines[-1][:200] if lines else 'no output'}): building")
+            return None
+        loaded = docker.image_id(by_digest, opts.docker)
+        if loaded != found.digest:
+            return StepResult(self.name, cell.id, Status.FAILED, f"pulled {by_digest}, the daemon holds it as "
+                              f"{loaded or 'nothing'} (the daemon needs the containerd image store: "
+                              "scripts/setup-docker.sh turns it on)")
+        self._ledger_record(ctx, have, found.digest)  # recorded before the tag moves, as for a built image
+        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
+        docker.tag_image(found.digest, run_name, opts.docker)
+        docker.point_tag(cell.ref, found.digest, opts.docker)
+        docker.untag_image(by_digest, opts.docker, missing_ok=True)  # the cell's tag names it now
+        self._record_pins(ctx, pins_file, run_name, found.digest, key)
+        seconds = time.monotonic() - started
+        ctx.note(f"pulled and tagged {cell.ref} ({found.digest}) in {seconds:.1f}s")
+        return StepResult(self.name, cell.id, Status.OK, f"pulled {found.ref} (content key unchanged)",
+                          artifacts={**artifacts, "image": cell.ref, "pulled": True, "reuse_s": round(seconds, 3)})
 
     def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None) -> StepResult:
         cell, opts = ctx.cell, ctx.opts
@@ -263,6 +364,18 @@ class ImageStep:
                                      "content_key": key, "reused": True})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
+        source = ctx.opts.reuse_from
+        first = ([f"# reuse: when {source.repository(ctx.cell.engine)}:{ctx.cell.tag} carries this build's content "
+                  f"key and its ledger record names its digest, "
+                  + ("publish leaves it there and moves its aliases" if ctx.opts.publish is not None else
+                     "it is pulled by that digest instead of built")] if source is not None else [])
         call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")
-        return [shlex.join(call.argv(ctx.opts.docker)),
-                shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]
+        return first + [shlex.join(call.argv(ctx.opts.docker)),
+                        shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]
+
+
+def _pins_read_from(pins_file: Path | None, digest: str, key: str) -> bool:
+    """Whether the runtime pins file was read from image `digest` of content key `key` (the cell's first build,
+    which resolved the pins this build installs: its key was this build's without the pins file), lines
+    unchanged."""
+    return bool(pins_file and pins_file.is_file()) and pins.origin(pins_file.read_text()) == (digest, key)

@@ -21,6 +21,8 @@ class PublishStep:
         cell, target = ctx.cell, ctx.opts.publish
         if target is None:
             return StepResult(self.name, cell.id, Status.SKIPPED, "not asked (`builder publish` pushes)")
+        if ctx.in_registry:
+            return self._already_there(ctx, target)
         archive = archive_path(ctx)
         if not archive.is_file():
             return StepResult(self.name, cell.id, Status.FAILED, f"no image archive at {archive}: the image step made none")
@@ -37,15 +39,48 @@ class PublishStep:
         ctx.note(f"push {repository}:{cell.tag} ({image.digest})"
                  + (f", credentials from {target.credentials_from}" if target.credentials else ""))
         index = image.digest != image.manifest_digest
+        key = labels.content_key((image.config.get("config") or {}).get("Labels") or {})
+        # the registry's ledger record first: a fresh runner that sees the new tag finds the record vouching for it
+        _push_record(ctx, repository, key, lambda e: ledger.add_image(e, image.digest, cell.id))
         try:
             pub.push_archive(archive, repository, cell.tag, image.digest, index, target, ctx.note, ctx.log)
         except pub.PublishError as exc:
             return StepResult(self.name, cell.id, Status.FAILED, str(exc))
         ctx.note(f"pushed {repository}:{cell.tag}; the registry serves {image.digest}")
         _record_published(ctx, image, f"{repository}:{cell.tag}")
+        _push_record(ctx, repository, key, lambda e: ledger.add_published(e, f"{repository}:{cell.tag}", image.digest,
+                                                                          cell.id))
         return StepResult(self.name, cell.id, Status.OK, f"pushed {repository}@{image.digest}",
                           artifacts={"repository": repository, "tag": cell.tag, "digest": image.digest,
                                      "ref": f"{repository}@{image.digest}", "index": index})
+
+    def _already_there(self, ctx: CellContext, target) -> StepResult:
+        """The image step found this cell's image already under its tag in the registry, vouched for by the ledger
+        record: nothing is pushed; the tag must still serve that digest (it may have moved since), then the push is
+        recorded as for a pushed image and publish.finish moves the aliases."""
+        cell = ctx.cell
+        image = ctx.in_registry
+        ref, digest = image["ref"], image["digest"]
+        repository = target.repository(cell.engine)
+        try:
+            served = pub.served_digest(f"{repository}:{cell.tag}", target, ctx.note)
+        except pub.PublishError as exc:
+            return StepResult(self.name, cell.id, Status.FAILED, str(exc))
+        if served != digest:
+            return StepResult(self.name, cell.id, Status.FAILED, f"{ref} moved to {served} after it was checked "
+                              f"({digest}); nothing pushed, no alias moved: run publish again")
+        ctx.note(f"no push: {ref} already serves {digest} (content key unchanged)")
+        key = image.get("content_key", "")
+        if key and ctx.opts.image_ledger is not None:
+            try:
+                ledger.Ledger(ctx.opts.image_ledger).record_published(key, ref, digest, cell.id)
+            except (OSError, BuilderError) as exc:
+                ctx.note(f"WARNING: could not record {digest} in the image ledger {ctx.opts.image_ledger}: "
+                         f"{getattr(exc, 'strerror', None) or exc}")
+        return StepResult(self.name, cell.id, Status.OK, f"already in the registry: {repository}@{digest}",
+                          artifacts={"repository": repository, "tag": cell.tag, "digest": digest,
+                                     "ref": f"{repository}@{digest}", "index": bool(image.get("index")),
+                                     "pushed": False})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
         target = ctx.opts.publish
@@ -54,6 +89,23 @@ class PublishStep:
         dest = f"docker://{target.repository(ctx.cell.engine)}:{ctx.cell.tag}"
         args = docker.skopeo_copy_args(f"oci-archive:{archive_path(ctx)}", dest, dest_tls_verify=target.tls_verify)
         return [shlex.join(["skopeo", *args])]
+
+
+def _push_record(ctx: CellContext, repository: str, key: str, change) -> None:
+    """Merge `change` into the registry's ledger record for `key` (builder/reuse.py). One that cannot be pushed
+    costs the next fresh runner its reuse, not this publish its image: said, not raised."""
+    from .. import reuse
+
+    if not key or ctx.opts.reuse_from is None:
+        return
+    try:
+        note = reuse.merge_and_push(ctx.opts.reuse_from, repository, key, change)
+    except reuse.Unusable as exc:
+        ctx.note(f"WARNING: could not push the ledger record {repository}:{reuse.record_tag(key)} ({exc}); a fresh "
+                 "runner builds this cell again")
+        return
+    if note:
+        ctx.note(f"ledger record: {note}")
 
 
 def _record_published(ctx: CellContext, image: oci.Image, ref: str) -> None:

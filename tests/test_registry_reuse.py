@@ -1,0 +1,407 @@
+"""An unchanged cell from the registry (builder/reuse.py), against a real registry on 127.0.0.1 and the real
+engine: the fixture cell is built and published once; then a fresh runner — the cell's tag and image gone from
+the daemon, the wheelhouse and its image ledger empty, only the committed runtime pins kept — builds nothing: the
+wheel comes from the registry's wheel cache, the image is pulled by the registry's digest because builder's
+ledger record in the image's repository names it. A derived image that inherits the label, an image given a
+copy of the label, a tampered or corrupt record: a build, said in one line. `publish` of the unchanged cell
+pushes nothing and pulls nothing: only the aliases move."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builder import labels, ledger, reuse
+
+from .helpers import CUDA_EXT_CELL as CELL
+from .helpers import commit_image, fixture_copy
+
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+TAG = CELL.removeprefix("cuda-ext-")
+
+
+def builder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}, timeout=1800)
+
+
+def digest_in(registry: str, repo: str, ref: str) -> str | None:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{ref}", headers={"Accept": reuse.ACCEPT})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return "sha256:" + hashlib.sha256(resp.read()).hexdigest()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def local_id(ref: str) -> str:
+    proc = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def forget_locally(*refs: str) -> None:
+    for ref in refs:
+        subprocess.run(["docker", "image", "rm", ref], capture_output=True)
+
+
+class Run:
+    """One fresh runner after another: same matrix and committed pins, nothing else kept between them."""
+
+    def __init__(self, tmp: Path, names: str, registry: str):
+        self.tmp, self.registry = tmp, registry
+        self.matrix = fixture_copy(tmp, names)
+        self.ref = f"{names}/cuda-ext:{TAG}"
+        self.repo = f"{registry}/cuda-ext"
+        self.remote = ["--cache-remote", f"registry:{registry}/wheels"]
+        self.n = 0
+
+    def fresh(self) -> Path:
+        """A new wheelhouse (so a new, empty ledger), work and log dirs; the cell's tag gone from the daemon."""
+        self.n += 1
+        forget_locally(self.ref)
+        assert not local_id(self.ref)
+        return self.tmp / f"runner{self.n}"
+
+    def args(self, verb: str, where: Path, *extra: str) -> list[str]:
+        out = [verb, "--matrix", str(self.matrix), "--wheelhouse", str(where / "wheelhouse"), "--work-dir",
+               str(where / "work"), "--log-dir", str(where / "logs"), "--pins-dir", str(self.tmp / "pins"),
+               "--ca-bundle", str(HOST_CA), "--quiet", "--json", *self.remote, *extra]
+        if verb == "publish":
+            out += ["--registry", self.registry, "--images-json", str(where / "images.json")]
+        return out
+
+    def run(self, verb: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
+        where = self.fresh()
+        started = time.monotonic()
+        res = builder(*self.args(verb, where, *extra), cwd=self.tmp)
+        res.seconds = time.monotonic() - started
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-4000:]
+        (cell,) = json.loads(res.stdout[:res.stdout.rindex("]") + 1] if verb == "publish" else res.stdout)
+        return res, {r["step"] + ":" + r["subject"]: r for r in cell["steps"]}, where
+
+
+@pytest.fixture
+def published(registry, local_bases, docker_engine, tmp_path):
+    """The fixture cell compiled, built, smoked and published to a repository of this test only, its wheel in
+    the registry's wheel cache."""
+    suffix = uuid.uuid4().hex[:8]
+    run = Run(tmp_path, f"127.0.0.1:5000/builder-test-rr{suffix}", f"{registry}/rr{suffix}")
+    try:
+        res, steps, _ = run.run("publish")
+        yield run, res, steps
+    finally:
+        forget_locally(run.ref)
+
+
+def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases(published):
+    run, res, steps = published
+    digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+    assert digest_in(*run.repo.split("/", 1), TAG) == digest
+    key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
+    assert labels.content_key(json.loads(subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", run.ref], capture_output=True,
+        text=True, check=True).stdout)) == key
+    # the ledger record went to the image's repository, and names the pushed digest and tag
+    with reuse.Client(reuse.Source(run.registry, tls_verify=False)) as client:
+        entry, problem = client.record(run.repo, key)
+    assert not problem and entry is not None and digest in entry.images
+    assert entry.published == {f"{run.repo}:{TAG}": digest}
+
+    # a fresh runner: the daemon no longer holds the image by any name this test gave it
+    forget_locally(run.ref)
+    res, steps, where = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    image = steps[f"image:{CELL}"]["artifacts"]
+    assert image["reused"] is True and image["pulled"] is True and image["digest"] == digest, image
+    assert local_id(run.ref) == digest  # the registry's digest, under the cell's tag
+    compile_ = steps[f"compile:cuda-ext"]["artifacts"]
+    assert compile_["reused"] is True  # the wheel from the registry's wheel cache: nothing compiled
+    assert not (where / "work" / CELL / "image.oci.tar").exists()  # no build, no OCI export
+    said = [l for l in res.stderr.splitlines() if "from the registry" in l]
+    assert len(said) == 1 and f"reuse {run.repo}:{TAG} ({digest}) from the registry" in said[0], res.stderr
+    assert "no build" in said[0]
+    # the pulled digest is now in this runner's ledger: the next build here reuses the local tag
+    assert digest in json.loads((where / "wheelhouse" / ".images" / f"{key}.json").read_text())["images"]
+    print(f"\nregistry reuse of the fixture cell (build, pull included): {res.seconds:.1f}s wall, "
+          f"image step {steps[f'image:{CELL}']['seconds']:.1f}s")
+
+    # publish of the unchanged cell on a fresh runner: nothing pushed, nothing pulled, the aliases move
+    forget_locally(run.ref)
+    moved = subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                            f"docker://{run.repo}:{reuse.record_tag(key)}", f"docker://{run.repo}:1.0.0"],
+                           capture_output=True, text=True)  # the alias elsewhere: publish must move it back
+    assert moved.returncode == 0 and digest_in(*run.repo.split("/", 1), "1.0.0") != digest, moved.stderr
+    res, steps, where = run.run("publish")
+    assert steps[f"image:{CELL}"]["artifacts"].get("pulled") is False, res.stderr[-3000:]
+    assert steps[f"publish:{CELL}"]["artifacts"]["pushed"] is False
+    assert steps[f"publish:{CELL}"]["artifacts"]["digest"] == digest
+    assert "no push" in res.stderr and f"already serves {digest}" in res.stderr
+    assert not local_id(run.ref)  # not pulled
+    assert digest_in(*run.repo.split("/", 1), "1.0.0") == digest
+    assert digest_in(*run.repo.split("/", 1), "latest-cu130") == digest
+    images = json.loads((where / "images.json").read_text())
+    assert images["images"][CELL]["digest"] == digest and images["images"][CELL]["aliases"] == ["1.0.0", "latest-cu130"]
+
+
+def _push_under_tag(image: str, dest: str) -> None:
+    """Push a local image over the registry tag `dest`."""
+    subprocess.run(["docker", "tag", image, dest], check=True, capture_output=True)
+    try:
+        push = subprocess.run(["docker", "push", "--quiet", dest], capture_output=True, text=True)
+        assert push.returncode == 0, push.stderr
+    finally:
+        forget_locally(dest)
+
+
+def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, local_bases):
+    """The registry's tag replaced by an image that carries the key but not a digest builder recorded: built,
+    said in one line; and a tag moved to an image of other inputs: built."""
+    run, _, steps = published
+    digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+    first_key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
+    host, repo = run.repo.split("/", 1)
+    dest = f"{run.repo}:{TAG}"
+    # an image built FROM the published one plus one layer (it inherits the label of the cell's first build),
+    # pushed over the cell's tag: the pins file was read from the published image, not from this one
+    derived = commit_image(run.ref, f"{run.ref}-derived")
+    assert derived != digest
+    _push_under_tag(f"{run.ref}-derived", dest)
+    forget_locally(f"{run.ref}-derived")
+    served = digest_in(host, repo, TAG)
+    assert served not in (None, digest)
+    res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert (f"registry: {dest} carries the content key of this cell's first build, but {CELL}.txt was not read "
+            f"from it ({served})") in res.stderr
+
+    # publish --no-cache builds and pushes the image of today's key (the pins file is in it now)
+    res, steps3, _ = run.run("publish", "--no-cache")
+    key, digest2 = steps3[f"image:{CELL}"]["artifacts"]["content_key"], steps3[f"publish:{CELL}"]["artifacts"]["digest"]
+    assert key != first_key and digest_in(host, repo, TAG) == digest2
+    record = f"{run.repo}:builder-ledger-{key}"
+
+    # derived from that one: the label is this build's key, only the ledger record tells it apart
+    derived = commit_image(run.ref, f"{run.ref}-derived")
+    _push_under_tag(f"{run.ref}-derived", dest)
+    forget_locally(f"{run.ref}-derived")
+    served = digest_in(host, repo, TAG)
+    res, steps4, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    image = steps4[f"image:{CELL}"]["artifacts"]
+    assert image["reused"] is False and image["digest"] not in (served, derived), image
+    assert (f"registry: {dest} carries content key {key} but its digest {served} is not the one builder "
+            f"recorded for it ({digest2}) (ledger record {record}): building") in res.stderr
+
+    # the CUDA base given a copy of the label, pushed over the cell's tag
+    copied_ref = f"{run.ref}-copied"
+    commit_image(local_bases["cuda_base"], copied_ref, f"LABEL {labels.CONTENT_KEY}={key}", add_file=False)
+    _push_under_tag(copied_ref, dest)
+    forget_locally(copied_ref)
+    served = digest_in(host, repo, TAG)
+    res, steps5, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps5[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert (f"registry: {dest} carries content key {key} but its digest {served} is not the one builder "
+            f"recorded for it ({digest2})") in res.stderr
+
+    # the tag moved to an image of other inputs
+    other = "f" * 64
+    commit_image(local_bases["cuda_base"], copied_ref, f"LABEL {labels.CONTENT_KEY}={other}", add_file=False)
+    _push_under_tag(copied_ref, dest)
+    forget_locally(copied_ref)
+    res, steps6, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps6[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert f"registry: {dest} was built from other inputs (content key {other[:16]}…" in res.stderr
+    # and back to builder's image: reused again
+    moved = subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                            f"docker://{run.repo}@{digest2}", f"docker://{dest}"], capture_output=True, text=True)
+    assert moved.returncode == 0, moved.stderr
+    res, steps7, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps7[f"image:{CELL}"]["artifacts"]["pulled"] is True
+    assert steps7[f"image:{CELL}"]["artifacts"]["digest"] == digest2
+
+
+def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
+    """Read through the same client a build uses, against the real registry: a record that lists other
+    digests does not vouch; one that is not JSON, names another key, has the wrong shape or is not builder's
+    artifact is ignored with the reason; a record pushed by builder reads back as pushed."""
+    run, _, steps = published
+    digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+    key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
+    source = reuse.Source(run.registry, tls_verify=False)
+    with reuse.Client(source) as client:
+        found = client.image(run.repo, TAG)
+        assert found.digest == digest and labels.content_key(found.labels) == key
+        entry, _ = client.record(run.repo, key)
+        assert ledger.vouches(entry, digest)[0]
+        # tampered: the record lists another digest only
+        forged = ledger.Entry(key, {"sha256:" + "e" * 64: {"cell": CELL, "recorded": "2026-01-01T00:00:00Z"}})
+        client.push_record(run.repo, forged)
+        back, problem = client.record(run.repo, key)
+        ok, why = ledger.vouches(back, digest)
+        assert not problem and not ok and f"its digest {digest} is not the one builder recorded" in why
+
+        def raw_record(body: bytes, artifact: str = reuse.RECORD_TYPE) -> None:
+            layer = client._upload(run.repo, body)
+            client._upload(run.repo, reuse.EMPTY)
+            manifest = {"schemaVersion": 2, "mediaType": reuse.OCI_MANIFEST, "artifactType": artifact,
+                        "config": {"mediaType": reuse.EMPTY_TYPE, "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+                                   "size": 2},
+                        "layers": [{"mediaType": reuse.RECORD_TYPE, "digest": layer, "size": len(body)}]}
+            resp = client._send("PUT", client._url(run.repo, "manifests", reuse.record_tag(key)), run.repo, push=True,
+                                data=json.dumps(manifest).encode(), headers={"Content-Type": reuse.OCI_MANIFEST})
+            assert resp.status_code == 201, resp.status_code
+
+        cases = {
+            b"not json {": "not JSON",
+            json.dumps({"format": 1, "content_key": "a" * 64, "images": {digest: {"cell": CELL, "recorded":
+                        "2026-01-01T00:00:00Z"}}}).encode(): f"not the {key} its name says",
+            json.dumps({"format": 1, "content_key": key, "images": {digest: "yes"}}).encode(): "images",
+            json.dumps({"format": 2, "content_key": key, "images": {}}).encode(): "format 2",
+            b"[" * 100000 + b"]" * 100000: "nested too deeply",
+        }
+        for body, words in cases.items():
+            raw_record(body)
+            entry, problem = client.record(run.repo, key)
+            assert entry is None and words in problem, (body[:60], problem)
+        raw_record(json.dumps(forged.to_json()).encode(), artifact="application/vnd.other+json")
+        entry, problem = client.record(run.repo, key)
+        assert entry is None and "is not a builder ledger record" in problem
+    # a registry that does not answer: the reason, no traceback
+    from .helpers import free_port
+
+    nobody = f"127.0.0.1:{free_port()}/x"
+    with pytest.raises(reuse.Unusable, match="did not answer"):
+        with reuse.Client(reuse.Source(nobody, tls_verify=False)) as client:
+            client.image(f"{nobody}/cuda-ext", TAG)
+    # and a build says so in one line, and builds
+    res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
+    assert f"registry: {run.repo}:{TAG} carries content key {key} but its ledger record is ignored (" in res.stderr
+
+
+REAL_CELL = "vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index"
+REAL_FREE_GB = 45  # the image in the daemon (~15 GB unpacked, its layers again), its OCI archive, the registry's copy
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_the_real_vllm_0_33_index_cell_comes_from_the_registry_on_a_fresh_runner(registry, local_bases, docker_engine,
+                                                                                  tmp_path):
+    """Slow (a ~15 GB image, pushed once, pulled once): the real vLLM 0.33.0 index cell published to a registry
+    on 127.0.0.1, then a fresh runner (the tag and image gone from the daemon, an empty wheelhouse) takes it from
+    there: pulled by the registry's digest, no image build, no OCI export. Prints the seconds of that path (the
+    goal, a figure not asserted: under 10 % of the 1005 s the fresh runner took to build it, pull included)."""
+    from .helpers import real_vllm_index_matrix
+
+    free = shutil.disk_usage(tmp_path).free / 1e9
+    if free < REAL_FREE_GB:
+        pytest.fail(f"this test needs about {REAL_FREE_GB} GB free on {tmp_path} (the image, its OCI archive and the "
+                    f"registry's copy); {free:.0f} GB are", pytrace=False)
+    suffix = uuid.uuid4().hex[:8]
+    names = f"127.0.0.1:5000/builder-test-rrv{suffix}"
+    reg = f"{registry}/rrv{suffix}"
+    (tmp_path / "fx").mkdir()
+    matrix = tmp_path / "fx" / "matrix.toml"
+    matrix.write_text(real_vllm_index_matrix(names))
+    tag = REAL_CELL.removeprefix("vllm-")
+    ref = f"{names}/vllm:{tag}"
+    res = builder("lock", "--matrix", str(matrix), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def run(verb: str, where: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict, float]:
+        forget_locally(ref)
+        argv = [verb, "--matrix", str(matrix), "--wheelhouse", str(tmp_path / where / "wheelhouse"), "--work-dir",
+                str(tmp_path / where / "work"), "--log-dir", str(tmp_path / where / "logs"), "--pins-dir",
+                str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--quiet", "--json", *extra]
+        started = time.monotonic()
+        res = builder(*argv, cwd=tmp_path)
+        seconds = time.monotonic() - started
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-4000:]
+        (cell,) = json.loads(res.stdout[:res.stdout.rindex("]") + 1])
+        return res, {r["step"]: r for r in cell["steps"]}, seconds
+
+    try:
+        _, steps, built = run("publish", "first", "--registry", reg, "--images-json", str(tmp_path / "images.json"),
+                              "--no-aliases")
+        digest = steps["publish"]["artifacts"]["digest"]
+        shutil.rmtree(tmp_path / "first" / "work", ignore_errors=True)  # the OCI archive: ~15 GB
+        res, steps, seconds = run("build", "fresh", "--no-smoke", "--reuse-from", reg)
+        image = steps["image"]["artifacts"]
+        assert image["pulled"] is True and image["digest"] == digest and local_id(ref) == digest, image
+        assert not (tmp_path / "fresh" / "work" / REAL_CELL / "image.oci.tar").exists()
+        print(f"\nreal vLLM 0.33.0 index cell: published in {built:.0f} s; a fresh runner took it from the registry in "
+              f"{seconds:.1f} s wall (image step {steps['image']['seconds']:.1f} s, pull included; "
+              f"{100 * seconds / 1005:.1f} % of the 1005 s build)")
+    finally:
+        forget_locally(ref)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live descendant of `pid`, from /proc."""
+    parent: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                lines[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for child, par in parent.items():
+            if par == p:
+                out.append((child, lines.get(child, "")))
+                todo.append(child)
+    return out
+
+
+def test_a_pull_interrupted_half_way_names_nothing(published):
+    """SIGINT while `docker pull` of the reused image runs: the build stops (exit 130) and the cell's tag is not
+    made; whatever the daemon finished is named only by its own digest. The next build pulls and tags it."""
+    import signal
+
+    run, _, steps = published
+    digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+    for attempt in range(10):  # the fixture's pull takes about a second: catch it while it runs
+        where = run.fresh()
+        subprocess.run(["docker", "image", "rm", f"{run.repo}@{digest}"], capture_output=True)
+        proc = subprocess.Popen([sys.executable, "-m", "builder.cli",
+                                 *run.args("build", where, "--no-smoke", "--reuse-from", run.registry)],
+                                cwd=run.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
+        caught = False
+        while proc.poll() is None:
+            if any(" pull --quiet " in line for _, line in _children(proc.pid)):
+                proc.send_signal(signal.SIGINT)
+                caught = True
+                break
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=300)
+        if caught:
+            break
+    assert caught, "the pull was never caught running in 10 attempts"
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "interrupted by SIGINT during image" in err, err[-3000:]
+    assert not local_id(run.ref)  # no tag: neither the cell's nor a run's name
+    names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                            run.ref.rsplit(":", 1)[0]], capture_output=True, text=True).stdout.split()
+    assert not [n for n in names if n.startswith(run.ref)], names
+    assert local_id(f"{run.repo}@{digest}") in ("", digest)
+    res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+    assert steps2[f"image:{CELL}"]["artifacts"]["pulled"] is True and local_id(run.ref) == digest
+    subprocess.run(["docker", "image", "rm", f"{run.repo}@{digest}"], capture_output=True)
