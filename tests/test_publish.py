@@ -351,7 +351,10 @@ def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(sh
     assert ok.returncode == 0, (ok.stdout + ok.stderr)[-4000:]
     assert f"credentials from docker login ({cfg / 'config.json'})" in ok.stderr
     reg = Client(auth_registry.host, (auth_registry.user, auth_registry.password))
-    assert reg.tags("login/cuda-ext") == ["1.0.0-cu130-py311-sm80.90"]  # --no-aliases: the full tag only
+    tags = reg.tags("login/cuda-ext")
+    # --no-aliases: the full tag only, beside the ledger record that vouches for its digest (builder/reuse.py)
+    assert [t for t in tags if not t.startswith("builder-ledger-")] == ["1.0.0-cu130-py311-sm80.90"], tags
+    assert len([t for t in tags if t.startswith("builder-ledger-")]) == 1, tags
     # a wrong password: refused by the registry before anything is built (exit 3), not retried, nothing written
     (tmp_path / "bad").mkdir()
     bad = run_publish(shared, tmp_path / "bad", f"{auth_registry.host}/wrong", "--retries", "3",
