@@ -285,3 +285,32 @@ def test_a_toml_block_is_a_matrix_the_schema_accepts(where, lang, text, why):
         data = {"profiles": {"doc": {"cuda": "13.0.3", "os": "ubuntu24.04", "python": "3.12",
                                      "engines": {"vllm": "0.33.0"}, **data}}}
     schema.check(where, data, schema.MATRIX)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = path.read_text()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    found = {slug(m[1]) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+    return found | set(re.findall(r'<a id="([^"]+)"', text))
+
+
+@pytest.mark.pure
+def test_every_relative_link_of_the_docs_reaches_a_file_and_its_anchor():
+    bad = []
+    for path in DOC_FILES:
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                bad.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                bad.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert not bad, "\n".join(bad)
