@@ -314,3 +314,15 @@ def test_every_relative_link_of_the_docs_reaches_a_file_and_its_anchor():
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 bad.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.pure
+def test_page_one_gives_one_command_for_the_main_job_and_one_for_the_suite_which_ci_runs():
+    readme = [text.strip() for where, _, text, _ in SH_BLOCKS if where.startswith("README.md:")]
+    assert "scripts/builder build --arch 80,90 --engine sglang" in readme
+    assert "scripts/demo" in readme
+    assert "scripts/test" in readme
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == "scripts/test", ".ci/run must end by running exactly the README's test command"
+    assert len((ROOT / "README.md").read_text().splitlines()) < 200
