@@ -473,7 +473,7 @@ BAD_KEYS = {
 }
 BAD_ARCHS = {"empty": "", "comma": ",", "word": "abc", "zero": "0", "huge": "100000", "negative": "-80", "nan": "nan",
              "newline": "80\n90", "semicolon": "80;90", "inf": "inf"}
-# spellings --arch accepts on purpose (README): a run on them is fine, not a refusal
+# spellings --arch accepts on purpose: a run on them is fine, not a refusal
 FINE_ARCHS = {"double-comma": "80,,90", "float": "8.0", "space": "80 90", "sm-prefix": "sm_80"}
 BAD_INDEXES = {  # lock --index
     "broken-ipv6": ("http://[::1/simple", ("--index",)),

@@ -2,7 +2,7 @@
 
 SGLang >= 0.5.11 and sglang-kernel publish no sdist: builder builds them from the git repository at the release
 commit. What breaks such a build is the layout, so the repository made here reproduces it (the real check needs
-the git host: see the README):
+the git host: see docs/testing.md):
 
 - python/pyproject.toml takes its version from git through setuptools-scm ([tool.setuptools_scm] root "..",
   version_file, fallback_version "0.0.0.dev0"), and the build fetches one commit with depth 1 and no tags: the

@@ -1,7 +1,7 @@
 """On a real GPU: `builder smoke` boots the tiny FP8 model (Qwen3.5 architecture, one MTP layer, dummy weights)
 under MTP2 and MTP7 and sees speculative decoding run — L0 to L3 through the process launcher, the way the H200
 test host runs it (no Docker there: vLLM 0.26.0 and SGLang 0.5.17, the releases that pin the host's torch 2.11.0,
-are installed from wheels for the host's python3; see the README, "Smoke").
+are installed from wheels for the host's python3; see docs/gpu-hosts.md).
 
 BUILDER_SMOKE_PYTHON: the interpreter whose environment has vLLM (default python3).
 BUILDER_SMOKE_ENGINE_ARGS / BUILDER_SMOKE_ENV (NAME=VALUE,...): extra engine flags and environment; the defaults
@@ -45,7 +45,7 @@ def engine_python(variable: str, dist: str, version: str) -> str:
                            capture_output=True, text=True)
     if found.returncode != 0 or found.stdout.strip() != version:
         pytest.fail(f"{python} has no {dist} {version} ({(found.stdout + found.stderr).strip()[-300:]}): install it "
-                    f"as the README's Smoke section says, or point {variable} at an environment that has it")
+                    f"as docs/gpu-hosts.md says, or point {variable} at an environment that has it")
     return python
 
 
