@@ -115,10 +115,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
         _client_python(client_python, run.python, cell)
     model_obj = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
-    dock, found = None, None
-    if run.launcher == "docker":
-        dock = engine.docker_client()  # exit 3 when the daemon does not answer
-        cell, image, found = subject.open_target(cell, image, dock, m, sel)
+    cell, image, found, dock = subject.resolve_target(target, m, sel, run.launcher, matrix_path)
     client_python = _client_python(client_python, run.python, cell)  # before any engine boots
     env_info: dict = {"subject": target}
     recipe = cell.engine_recipe

@@ -79,13 +79,10 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
     layer_list = parse_layers(layers)
     if strategy is not None:
         strategies.for_smoke(strategy, (), names)  # the names now; the cell's own list later
-    cell, image = subject.target(target, m, sel, run.launcher, matrix_path)
+    subject.target(target, m, sel, run.launcher, matrix_path)  # a bad target refused before the model is read
     model = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
-    client, found = None, None
-    if run.launcher == "docker":
-        client = engine.docker_client()  # exit 3 when the daemon does not answer
-        cell, image, found = subject.open_target(cell, image, client, m, sel)
+    cell, image, found, client = subject.resolve_target(target, m, sel, run.launcher, matrix_path)
     chosen = strategies.for_smoke(strategy, cell.strategies, names)
     host = gpus.read() if run.gpus.mode != "none" else None
     have_gpu, why_no_gpu = run.gpus.choose(host)

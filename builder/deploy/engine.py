@@ -500,6 +500,14 @@ class RunningEngine:
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
         return http_get(self.base + path, timeout)
 
+    def get_json(self, path: str, timeout: float = 5.0) -> tuple[int, object]:
+        """(status of GET path, its JSON body; None unless 200 with JSON)."""
+        code, body = self.get(path, timeout)
+        try:
+            return code, json.loads(body) if code == 200 else None
+        except ValueError:
+            return code, None
+
     def models(self) -> str | None:
         """The first model id of GET /v1/models (what requests name), None when it does not say."""
         code, body = self.get("/v1/models")

@@ -333,6 +333,20 @@ def target(value: str, matrix, sel, launcher: str, matrix_path: str, what: str =
     return cell, image
 
 
+def resolve_target(value: str, matrix, sel, launcher: str, matrix_path: str, what: str = "smoke TARGET"):
+    """smoke's and bench's TARGET resolved → (cell, image, subject, docker client): a cell or an image; with
+    the docker launcher the image read (daemon, else registry) through one client; (cell, None, None, None) for
+    the process launcher."""
+    cell, image = target(value, matrix, sel, launcher, matrix_path, what)
+    if launcher != "docker":
+        return cell, image, None, None
+    from . import engine
+
+    client = engine.docker_client()  # exit 3 when the daemon does not answer
+    cell, image, found = open_target(cell, image, client, matrix, sel)
+    return cell, image, found, client
+
+
 def open_target(cell, image: str | None, client, matrix=None, sel=None):
     """(cell, image, subject) of a target: the image (the cell's own when a cell id was given) read from the
     daemon, else from its registry (not pulled), and the cell its labels name when only the image was given

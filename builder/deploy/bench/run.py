@@ -7,11 +7,9 @@ runs) and the greedy outputs of the losslessness prompts. The engine is always s
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,11 +216,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                 _, after = engine.metrics()
                 info = None
                 if smoke.get("server_info"):
-                    code, body = engine.get(smoke["server_info"])
-                    try:
-                        info = json.loads(body) if code == 200 else None
-                    except ValueError:
-                        info = None
+                    _, info = engine.get_json(smoke["server_info"])
                 figs = client.figures(done.result)
                 figs.update(spec_figures(smoke, before, after, info))
                 figs["client_seconds"] = round(done.seconds, 2)

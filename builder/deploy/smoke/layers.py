@@ -28,7 +28,6 @@ strategy the engine version cannot run is refused from the data, with the data's
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -433,11 +432,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
             else:
                 figures["accept_length"] = value
         if smoke.get("server_info"):
-            code, body = engine.get(smoke["server_info"])
-            try:
-                info = json.loads(body) if code == 200 else None
-            except ValueError:
-                info = None
+            code, info = engine.get_json(smoke["server_info"])
             if info is None:
                 problems.append(f"GET {smoke['server_info']} answered {code or 'nothing'}")
             else:
