@@ -42,6 +42,12 @@ from builder.engines import recipe  # noqa: E402
 from builder.resources import Host  # noqa: E402
 
 IMAGE = bnu.DEVEL_IMAGE
+# The devel base's toolkit (PyPI's nvcc wheels) has no cuBLAS/cuSPARSE/... headers, which NVIDIA's devel images
+# ship in the toolkit's include/ and vLLM's sources include (csrc/torch_utils.h: cublas_v2.h): the venv's CUDA 13
+# wheels (torch's own dependencies) carry them; those the toolkit lacks are put on CPATH, the toolkit's own first.
+EXTRA_HEADERS = ("mkdir -p /tmp/extra-include; for f in " + bnu.VENV_IN + "/lib/python3*/site-packages/nvidia/cu13/include/*; "
+                 "do [ -e /usr/local/cuda/include/$(basename $f) ] || ln -s $f /tmp/extra-include/; done; "
+                 "export CPATH=/tmp/extra-include; ")
 CUDA = "13.0"
 
 
@@ -110,7 +116,7 @@ def vllm_units(venv: Path, asked, real: dict[str, Path], work: Path):
         raise SystemExit(f"vLLM's configure did not reach build.ninja:\n{errors or logs[-4000:]}")
     env.pop("DRIVER")
     units = compdb_units(mounts, env, "/rehearsal/build", "vllm", work)
-    return r, mounts, env, units, kinds, f"{bnu.CUDA_ROOT_SCRIPT}; "
+    return r, mounts, env, units, kinds, f"{bnu.CUDA_ROOT_SCRIPT}; {EXTRA_HEADERS}"
 
 
 def flash_attn_units(venv: Path, asked, work: Path):
@@ -132,7 +138,7 @@ def flash_attn_units(venv: Path, asked, work: Path):
         raise SystemExit(f"flash-attn's setup.py did not reach build.ninja:\n{(proc.stdout + proc.stderr)[-4000:]}")
     env.pop("DRIVER")
     units = compdb_units(mounts, env, "/rehearsal/build", "flash-attn", work)
-    return r, mounts, env, units, {}, f"{bnu.CUDA_ROOT_SCRIPT}; "
+    return r, mounts, env, units, {}, f"{bnu.CUDA_ROOT_SCRIPT}; {EXTRA_HEADERS}"
 
 
 def main() -> int:

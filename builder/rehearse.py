@@ -265,6 +265,8 @@ class Measured:
     def audit_line(self) -> str:
         if not self.ok:
             return "not compiled"
+        if not self.object_sass and self.unit.sass:
+            return "FAILED: the object has no device code (does the source define no kernel?)"
         if self.object_sass != self.unit.sass:
             return f"FAILED: object has {' '.join(self.object_sass) or 'no SASS'}, command asks {' '.join(self.unit.sass)}"
         outside = [s for s in self.unit.sass if self.planned_sass and s not in self.planned_sass]
@@ -376,9 +378,11 @@ def projection(name: str, version: str, recipe, all_units: list[Unit], measured:
         chosen = {"max_jobs": None, "nvcc_threads": None, "why": str(exc)}
         busy = 1
     busy = min(busy, max(1, host.cores)) if max_jobs is None and nvcc_threads is None else busy
+    # no faster than its longest translation unit, which one nvcc runs alone (its --threads archs at once)
+    longest = max((u.units * per_unit / u.threads for u in all_units), default=0.0)
     out.update({"thread_seconds_per_unit": round(per_unit, 2), "gb_per_nvcc_thread": round(per_thread_gb, 2),
                 "chosen": chosen, "threads": busy,
-                "projected_seconds": round(total_units * per_unit / busy, 1)})
+                "projected_seconds": round(max(total_units * per_unit / busy, longest), 1)})
     if today is not None:
         today_busy = threads_at(today.max_jobs, today.nvcc_threads, divides)
         out["today"]["threads"] = today_busy

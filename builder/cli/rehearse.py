@@ -3,6 +3,7 @@ as `builder build` would, and measure them (builder/rehearse.py) — minutes bef
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shutil
@@ -146,7 +147,10 @@ def format_package(r: dict) -> str:
 @click.option("--memory", callback=_memory, default=None, metavar="SIZE",
               help="Memory limit of each unit's container (e.g. 4g): rehearse a smaller host.")
 @click.option("--keep", is_flag=True, help="Keep the rehearsal's images (builder-rehearse*).")
-def rehearse(m, sel, flags, units, memory, keep):
+@click.option("--wheelhouse", "wheelhouse_dir", type=click.Path(file_okay=False), default=None,
+              help="The wheelhouse whose earlier compiles give today's estimate (default: wheelhouse/ next to the "
+                   "matrix); read only.")
+def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
     """Compile real translation units of each package the selected cells compile, with the exact commands,
     flags and archs of the build, in its build stage: seconds, peak memory of nvcc's process tree, kernel×arch
     units and the audit of each object; then the projected compile time of the whole package on this host and
@@ -163,6 +167,7 @@ def rehearse(m, sel, flags, units, memory, keep):
     from ..plan import plan_cells
     from ..resources import Host
 
+    flags = dataclasses.replace(flags, wheelhouse=wheelhouse_dir)
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
     opts = build_options(m, flags, stamp.value)
