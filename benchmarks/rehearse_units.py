@@ -39,7 +39,7 @@ import build_ninja_units as bnu  # noqa: E402
 from builder import archs as archs_mod  # noqa: E402
 from builder import rehearse  # noqa: E402
 from builder.engines import recipe  # noqa: E402
-from builder.resources import Host  # noqa: E402
+from builder.resources import Host, choose  # noqa: E402
 
 IMAGE = bnu.DEVEL_IMAGE
 # The devel base's toolkit (PyPI's nvcc wheels) has no cuBLAS/cuSPARSE/... headers, which NVIDIA's devel images
@@ -78,17 +78,16 @@ def compdb_units(mounts: dict, env: dict, build: str, package: str, work: Path) 
 
 
 def measure(mounts: dict, env: dict, unit: rehearse.Unit, index: int, work: Path, prefix: str = "") -> rehearse.Measured:
-    obj = f"/rehearsal/out/unit-{index}.o"
-    command = unit.command.replace(shlex.quote(unit.output), obj) if shlex.quote(unit.output) in unit.command else \
-        unit.command.replace(unit.output, obj)
-    script = (f"{prefix}python3 /rehearsal/measure.py {shlex.quote(command)} {shlex.quote(unit.cwd)} "
-              f"/rehearsal/out/unit-{index}.log > /rehearsal/out/unit-{index}.json")
+    """The unit's own command, its object where build.ninja puts it (the build tree lives in `work`)."""
+    script = (f"{prefix}rm -f {shlex.quote(unit.output)}; python3 /rehearsal/measure.py {shlex.quote(unit.command)} "
+              f"{shlex.quote(unit.cwd)} /rehearsal/out/unit-{index}.log > /rehearsal/out/unit-{index}.json")
     container(mounts, env, script)
     log = work / "out" / f"unit-{index}.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
     r = json.loads((work / "out" / f"unit-{index}.json").read_text())
+    obj = work / Path(unit.output).relative_to("/rehearsal")
     return rehearse.Measured(unit, r["returncode"], r["seconds"], r["peak_bytes"], r["cgroup_peak_bytes"],
-                             r["oom_kills"] > 0, tail, rehearse.audit_object(work / "out" / f"unit-{index}.o"))
+                             r["oom_kills"] > 0, tail, rehearse.audit_object(obj))
 
 
 def _prepare(work: Path) -> dict:
@@ -131,7 +130,9 @@ def flash_attn_units(venv: Path, asked, work: Path):
     mounts = _prepare(work)
     mounts[str(venv)] = {"bind": bnu.VENV_IN, "mode": "ro"}
     mounts[str(src)] = {"bind": "/tmp/src", "mode": "rw"}
-    env = {**dict(r.build_env), **dict(r.knob_values(asked)), "CUDA_HOME": bnu.CUDA_ROOT, "MAX_JOBS": "1",
+    par = choose(r, Host.detect())  # what the build stage gets on this host
+    env = {**dict(r.build_env), **dict(r.knob_values(asked)), "CUDA_HOME": bnu.CUDA_ROOT,
+           "MAX_JOBS": str(par.max_jobs), "NVCC_THREADS": str(par.nvcc_threads),
            "PATH": f"{bnu.VENV_IN}/bin:{bnu.CUDA_ROOT}/bin:/usr/bin:/bin", "DRIVER": bnu.DRIVER}
     proc = container(mounts, env, f"set -e; {bnu.CUDA_ROOT_SCRIPT}; cd /tmp/src && python -c \"$DRIVER\" /rehearsal/build")
     if bnu.WRITTEN not in proc.stdout:
