@@ -96,15 +96,20 @@ page = os.sysconf("SC_PAGE_SIZE")
 me = os.getpid()
 
 def resident():
+    # proportional set size: a page shared by cicc, ptxas and nvcc (libraries, the toolkit's files) counts once
     total = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in (me, 1):
             continue
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            pass
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                pass
     return total
 
 def cgroup(names):
@@ -328,14 +333,16 @@ def failure(m: Measured, name: str, version: str, host: Host, limit_bytes: int |
         where = f"limit {round(limit_bytes / MIB)} MiB" if limit_bytes else f"{host.free_gb} GB free"
         if host.free_gb is not None:
             fits = int(host.free_gb * RAM_HEADROOM // max(per_thread_gb, 1e-9))
-            advice = (f"at that peak this host ({host.free_gb} GB free) fits MAX_JOBS={max(1, fits)} NVCC_THREADS=1"
-                      + (" (and not even one: free memory or build elsewhere)" if fits < 1 else "")
-                      + " (--max-jobs/--nvcc-threads)")
+            advice = (f"at that peak this host ({host.free_gb} GB free, {host.cores} cores) fits MAX_JOBS="
+                      f"{max(1, min(fits, host.cores))} NVCC_THREADS=1 ({fits} nvcc threads by memory)"
+                      + (": not even one, free memory or build elsewhere" if fits < 1 else "")
+                      + "; pass --max-jobs/--nvcc-threads")
         else:
             advice = "lower --max-jobs/--nvcc-threads"
         return UserError(
             f"nvcc was killed for memory compiling {m.unit.source} of {name} {version} ({where}): its process tree "
-            f"reached {round(peak / MIB)} MiB at {m.unit.threads} nvcc thread(s) before the kill, "
+            f"reached {round(peak / MIB)} MiB (peak of its resident memory) at {m.unit.threads} nvcc thread(s) before "
+            f"the kill, "
             f"~{round(peak / MIB / m.unit.threads)} MiB per thread; {advice}")
     header = _MISSING_HEADER.search(m.log_tail)
     if header:
@@ -501,7 +508,9 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
             "-v", f"{sccache_dir}:{SCCACHE_DIR}"]
     if memory:
         argv += ["--memory", str(memory), "--memory-swap", str(memory)]
-    for k, v in env.items():
+    # measured cold: an object already in the cache would time its fetch, not its compile (sccache compiles it
+    # again and stores the result)
+    for k, v in {**env, "SCCACHE_RECACHE": "1"}.items():
         argv += ["-e", f"{k}={v}"]
     proc = _docker([*argv, "--entrypoint", "bash", snapshot, "-c", script], docker, check=False)
     result = work / "out" / f"unit-{index}.json"
@@ -526,11 +535,15 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
                     audit_object(work / "out" / f"unit-{index}.o"), object_cache=cache)
 
 
+# SEED_RUN: a token of this seeding, so BuildKit runs the copy (a RUN's layer cache key has no cache mount id: a
+# seeding of the same objects into another namespace would be "CACHED" and copy nothing); never --no-cache,
+# under which BuildKit gives the RUN an empty cache mount
 SEED_DOCKERFILE = """FROM {image}
 ARG SCCACHE_NAMESPACE=default
+ARG SEED_RUN
 RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${{SCCACHE_NAMESPACE}} \\
     --mount=type=bind,target=/rehearsal-objects \\
-    cp -a /rehearsal-objects/. /root/.cache/sccache/
+    echo "seeding $SEED_RUN" && cp -a /rehearsal-objects/. /root/.cache/sccache/
 """
 
 
@@ -540,5 +553,7 @@ def seed_object_cache(sccache_dir: Path, image: str, work: Path, namespace: str 
     with-sccache compiles into), so the build finds the rehearsed units there."""
     df = work / "seed.Dockerfile"
     df.write_text(SEED_DOCKERFILE.format(image=image))
+    import secrets as _secrets
+
     _docker(["buildx", "build", "--progress=plain", "-f", str(df), "--build-arg", f"SCCACHE_NAMESPACE={namespace}",
-             "--output", "type=cacheonly", str(sccache_dir)], docker)
+             "--build-arg", f"SEED_RUN={_secrets.token_hex(8)}", "--output", "type=cacheonly", str(sccache_dir)], docker)
