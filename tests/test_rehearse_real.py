@@ -50,7 +50,9 @@ def test_vllm_units_compile_with_the_builds_own_commands(docker_engine):
     out = _run("--engine", "vllm", "--source", f"cutlass={Path(where) / 'cutlass'}", "--arch", "80,90", "--only-listed",
                "--unit", "csrc/activation_kernels.cu", "--unit", "attention/merge_attn_states.cu",
                "--unit", "c3x/scaled_mm_sm90_fp8.cu")
-    small, attention, gemm = out["units"]
+    by_name = {Path(u["source"]).name: u for u in out["units"]}
+    small, attention, gemm = (by_name[n] for n in ("activation_kernels.cu", "merge_attn_states.cu",
+                                                    "scaled_mm_sm90_fp8.cu"))
     _check(small, ["sm_80", "sm_90"])
     _check(attention, ["sm_80", "sm_90"])
     _check(gemm, ["sm_90a"])  # CUTLASS 3.x sm90 kernels: 9.0a only, in _C_stable_libtorch
@@ -64,7 +66,8 @@ def test_flash_attn_units_compile_with_the_builds_own_commands(docker_engine):
     _bases()
     out = _run("--engine", "flash-attn", "--arch", "80,90", "--only-listed",
                "--unit", "flash_fwd_split_hdim128_bf16_sm80.cu", "--unit", "flash_bwd_hdim128_bf16_sm80.cu")
-    fwd, bwd = out["units"]
+    by_name = {Path(u["source"]).name: u for u in out["units"]}
+    fwd, bwd = by_name["flash_fwd_split_hdim128_bf16_sm80.cu"], by_name["flash_bwd_hdim128_bf16_sm80.cu"]
     for u in (fwd, bwd):
         _check(u, ["sm_80", "sm_90"])
     assert bwd["peak_mib"] > fwd["peak_mib"] * 0.5

@@ -163,7 +163,7 @@ def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
       builder rehearse --engine sglang --unit '*flash_fwd_hdim128*' --json
       builder rehearse --only 'vllm-0.33.0-*' --memory 8g      # would 8 GB hosts OOM?
     """
-    from .. import docker, epoch
+    from .. import docker, epoch, runner
     from ..plan import plan_cells
     from ..resources import Host
 
@@ -171,13 +171,18 @@ def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
     opts = build_options(m, flags, stamp.value)
+    runner.check_options(opts)  # --max-jobs 0, a CA bundle that is no file, ...: exit 2 before Docker
     cells = resolve.pin_git_sources(cells, echo=_say)
     host = Host.detect()
     plans = plan_cells(cells, None, history=wheelhouse_at(m.path, flags.wheelhouse), host=host,
                        max_jobs=flags.max_jobs, nvcc_threads=flags.nvcc_threads)
-    todo = [(p, w) for p in plans for w in p.wheels if w.package.compiled_here]
+    # what nvcc compiles: a package with no device code (engine data: 0 GB per nvcc thread, e.g. sglang's Rust) is
+    # compiled by the build but has no CUDA unit to rehearse
+    todo = [(p, w) for p in plans for w in p.wheels
+            if w.package.compiled_here and w.package.recipe.mem_gb_per_nvcc_thread > 0]
     if not todo:
-        raise UserError("the selected cells compile nothing (every package comes from an index): nothing to rehearse")
+        raise UserError("the selected cells compile no CUDA code here (every such package comes from an index): "
+                        "nothing to rehearse")
     docker.require_buildx()
     results = [rehearse_package(p, w, opts, host, tuple(units), memory, keep, _say) for p, w in todo]
     if flags.as_json:
