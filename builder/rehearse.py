@@ -15,7 +15,8 @@ before the hours of the whole compile — and measure them.
    every process of the container (nvcc, cudafe++, cicc, ptxas, sccache; sampled every 20 ms), the cgroup's own
    peak where the kernel gives it, and the audit of the object (its fatbin's SASS, read as `builder audit`
    reads it, against the command's gencode and the plan's SASS).
-4. Project. Seconds per kernel×arch unit × the package's units ÷ the nvcc threads the build would run, where
+4. Project. nvcc thread-seconds per kernel×arch unit (per SASS set: a sm_90a-only CUTLASS 3.x unit costs what
+   the measured sm_90a units cost) × the package's units ÷ the nvcc threads the build would run, where
    those threads come from the measured memory per nvcc thread through the same rule as the build's
    (builder/resources.py) — printed beside the engine data's GB per thread and the history estimate.
 
@@ -375,6 +376,16 @@ def projection(name: str, version: str, recipe, all_units: list[Unit], measured:
     if not good:
         return {**out, "projected_seconds": None}
     per_unit = sum(m.seconds * m.unit.threads for m in good) / sum(m.unit.units for m in good)
+    # a unit of the build is costed like the measured units of its SASS set (CUTLASS 3.x and FA3 kernels are
+    # sm_90a-only and far heavier than a sm_80+sm_90 elementwise kernel); a set none was measured for, at the mean
+    by_sass: dict[tuple[str, ...], list[Measured]] = {}
+    for m in good:
+        by_sass.setdefault(m.unit.sass, []).append(m)
+    cost = {k: sum(m.seconds * m.unit.threads for m in v) / sum(m.unit.units for m in v) for k, v in by_sass.items()}
+    thread_seconds = sum(u.units * cost.get(u.sass, per_unit) for u in all_units)
+    out["by_sass"] = {" ".join(k): {"thread_seconds_per_unit": round(v, 2),
+                                    "units": sum(u.units for u in all_units if u.sass == k)} for k, v in cost.items()}
+    out["units_at_the_mean"] = sum(u.units for u in all_units if u.sass not in cost)
     per_thread_gb = max(m.mib_per_thread for m in good) / 1024
     measured_recipe = dataclasses.replace(recipe, mem_gb_per_nvcc_thread=round(max(per_thread_gb, 0.01), 2))
     try:
@@ -386,10 +397,10 @@ def projection(name: str, version: str, recipe, all_units: list[Unit], measured:
         busy = 1
     busy = min(busy, max(1, host.cores)) if max_jobs is None and nvcc_threads is None else busy
     # no faster than its longest translation unit, which one nvcc runs alone (its --threads archs at once)
-    longest = max((u.units * per_unit / u.threads for u in all_units), default=0.0)
+    longest = max((u.units * cost.get(u.sass, per_unit) / u.threads for u in all_units), default=0.0)
     out.update({"thread_seconds_per_unit": round(per_unit, 2), "gb_per_nvcc_thread": round(per_thread_gb, 2),
                 "chosen": chosen, "threads": busy,
-                "projected_seconds": round(max(total_units * per_unit / busy, longest), 1)})
+                "projected_seconds": round(max(thread_seconds / busy, longest), 1)})
     if today is not None:
         today_busy = threads_at(today.max_jobs, today.nvcc_threads, divides)
         out["today"]["threads"] = today_busy
