@@ -12,7 +12,7 @@ before the hours of the whole compile — and measure them.
    the largest source), plus any unit a --unit pattern names.
 3. Compile and measure. Each chosen unit's own command, through the build's `with-sccache` (so its objects land in
    the object cache the build reads), in a container of the build stage: wall seconds, the peak resident memory of
-   every process of the container (nvcc, cudafe++, cicc, ptxas, sccache; sampled every 20 ms), the cgroup's own
+   every process of the container (nvcc, cudafe++, cicc, ptxas, sccache; anonymous pages, sampled every 50 ms), the cgroup's own
    peak where the kernel gives it, and the audit of the object (its fatbin's SASS, read as `builder audit`
    reads it, against the command's gencode and the plan's SASS).
 4. Project. nvcc thread-seconds per kernel×arch unit (per SASS set: a sm_90a-only CUTLASS 3.x unit costs what
@@ -97,20 +97,18 @@ page = os.sysconf("SC_PAGE_SIZE")
 me = os.getpid()
 
 def resident():
-    # proportional set size: a page shared by cicc, ptxas and nvcc (libraries, the toolkit's files) counts once
+    # anonymous resident memory (statm resident - shared): what cicc and ptxas allocate, without the libraries and
+    # toolkit files every process maps (counted once per process by RSS); cheap enough for 20 samples a second
     total = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in (me, 1):
             continue
         try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                total += next(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss:"))
-        except (OSError, ValueError, IndexError, StopIteration):
-            try:
-                with open(f"/proc/{pid}/statm") as f:
-                    total += int(f.read().split()[1]) * page
-            except (OSError, ValueError, IndexError):
-                pass
+            with open(f"/proc/{pid}/statm") as f:
+                fields = f.read().split()
+            total += (int(fields[1]) - int(fields[2])) * page
+        except (OSError, ValueError, IndexError):
+            pass
     return total
 
 def cgroup(names):
@@ -129,7 +127,7 @@ with open(log, "wb") as out:
     peak = 0
     while p.poll() is None:
         peak = max(peak, resident() - base)
-        time.sleep(0.02)
+        time.sleep(0.05)
 seconds = time.monotonic() - start
 events = cgroup(["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"])
 oom = sum(int(l.split()[1]) for l in events.splitlines() if l.startswith("oom_kill "))
