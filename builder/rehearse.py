@@ -11,9 +11,9 @@ before the hours of the whole compile — and measure them.
    units. Per binary (CMake target, or the package for other builds) the heaviest unit (most SASS targets, then
    the largest source), plus any unit a --unit pattern names.
 3. Compile and measure. Each chosen unit's own command, through the build's `with-sccache` (so its objects land in
-   the object cache the build reads), in a container of the build stage: wall seconds, the peak resident memory of
-   every process of the container (nvcc, cudafe++, cicc, ptxas, sccache; anonymous pages, sampled every 50 ms), the cgroup's own
-   peak where the kernel gives it, and the audit of the object (its fatbin's SASS, read as `builder audit`
+   the object cache the build reads), in a container of the build stage: wall seconds, the peak resident memory
+   of every process of the container (nvcc, cudafe++, cicc, ptxas, sccache; anonymous pages, sampled every
+   50 ms), the cgroup's own peak where the kernel gives it, and the audit of the object (its fatbin's SASS, read as `builder audit`
    reads it, against the command's gencode and the plan's SASS).
 4. Project. nvcc thread-seconds per kernel×arch unit (per SASS set: a sm_90a-only CUTLASS 3.x unit costs what
    the measured sm_90a units cost) × the package's units ÷ the nvcc threads the build would run, where
