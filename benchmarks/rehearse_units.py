@@ -182,7 +182,7 @@ def main() -> int:
         for i, u in enumerate(chosen):
             print(f"compiling {u.source} ({u.binary}, {' '.join(u.sass)})", file=sys.stderr, flush=True)
             m = measure(mounts, env, u, i, work, prefix)
-            m.planned_sass = planned
+            m.planned_sass, m.asked = planned, tuple(asked)
             results.append(m)
             print(f"  {m.seconds:.1f} s, peak {m.peak_mib} MiB, audit {m.audit_line()}"
                   + ("" if m.ok else f"\n{m.log_tail}"), file=sys.stderr, flush=True)

@@ -246,8 +246,14 @@ class Measured:
     oom_killed: bool
     log_tail: str
     object_sass: tuple[str, ...] = ()
-    planned_sass: tuple[str, ...] = ()
+    planned_sass: tuple[str, ...] = ()  # the package's SASS as plan prints it (Package.built_sass)
+    asked: tuple[int, ...] = ()  # the cell's archs: every SASS of the unit must serve one (gencode_filter.keep)
     object_cache: dict = field(default_factory=dict)
+
+    def outside(self) -> list[str]:
+        """SASS of the unit that no requested GPU runs — the audit's and the gencode filter's rule (sm_90a serves
+        a 9.0 GPU; sm_89, built beside 9.0 by vLLM's scaled_mm_c2x, serves none of 8.0 and 9.0)."""
+        return [s for s in self.unit.sass if self.asked and not gencode_filter.keep(s, self.asked)]
 
     @property
     def ok(self) -> bool:
@@ -263,8 +269,7 @@ class Measured:
 
     @property
     def audit_ok(self) -> bool:
-        return (self.ok and self.object_sass == self.unit.sass
-                and (not self.planned_sass or set(self.unit.sass) <= set(self.planned_sass)))
+        return self.ok and bool(self.object_sass) and self.object_sass == self.unit.sass and not self.outside()
 
     def audit_line(self) -> str:
         if not self.ok:
@@ -273,9 +278,10 @@ class Measured:
             return "FAILED: the object has no device code (does the source define no kernel?)"
         if self.object_sass != self.unit.sass:
             return f"FAILED: object has {' '.join(self.object_sass) or 'no SASS'}, command asks {' '.join(self.unit.sass)}"
-        outside = [s for s in self.unit.sass if self.planned_sass and s not in self.planned_sass]
+        outside = self.outside()
         if outside:
-            return f"FAILED: {' '.join(outside)} outside the plan's {' '.join(self.planned_sass)}"
+            return (f"FAILED: {' '.join(outside)} serves none of the requested "
+                    f"{', '.join(f'sm_{a}' for a in self.asked)}")
         return f"ok ({' '.join(self.object_sass)})"
 
     def to_json(self) -> dict:
@@ -283,7 +289,8 @@ class Measured:
                 "peak_mib": self.peak_mib, "cgroup_peak_mib": None if self.cgroup_peak_bytes is None
                 else round(self.cgroup_peak_bytes / MIB), "mib_per_nvcc_thread": round(self.mib_per_thread),
                 "oom_killed": self.oom_killed, "object_sass": list(self.object_sass),
-                "planned_sass": list(self.planned_sass), "audit": self.audit_line(), "audit_ok": self.audit_ok,
+                "planned_sass": list(self.planned_sass), "outside_requested": self.outside(),
+                "audit": self.audit_line(), "audit_ok": self.audit_ok,
                 "object_cache": self.object_cache}
 
 

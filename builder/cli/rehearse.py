@@ -83,7 +83,7 @@ def rehearse_package(plan, wheel, opts, host, patterns, memory, keep, say) -> di
         for i, unit in enumerate(chosen):
             say(f"[{cell.id}] {pkg.name}: compiling {unit.source} ({' '.join(unit.sass)})")
             m = rh.compile_unit(snapshot, unit, i, work, env, stage.cuda_home, sccache_dir, memory, opts.docker)
-            m.planned_sass = tuple(pkg.built_sass)
+            m.planned_sass, m.asked = tuple(pkg.built_sass), tuple(pkg.archs)
             measured.append(m)
             problem = rh.failure(m, pkg.name, pkg.version, host, memory)
             if problem:
