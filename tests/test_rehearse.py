@@ -87,7 +87,8 @@ def test_the_build_compiles_the_rehearsed_units_from_the_object_cache(local_base
     steps = unit["object_cache"]["misses"]  # nvcc's steps sccache cached: cudafe++, cicc and ptxas per arch, ...
     built = subprocess.run([sys.executable, "-m", "builder.cli", "build", "--matrix", str(FIXTURE / "matrix.toml"),
                             "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "bwork"),
-                            "--log-dir", str(tmp_path / "blogs"), "--ca-bundle", str(HOST_CA), "--no-smoke",
+                            "--log-dir", str(tmp_path / "blogs"), "--pins-dir", str(tmp_path / "pins"),
+                            "--ca-bundle", str(HOST_CA), "--no-smoke",
                             "--quiet"], capture_output=True, text=True, cwd=tmp_path)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     # every cacheable step of the build's compile was a hit: the rehearsal's objects
