@@ -628,6 +628,12 @@ def _round_two() -> list[Case]:
     add(Case("repro-log-dir-under-a-file", "repro", [*REPRO[:-2], "--log-dir", "{tmp}/afile/l"], files={"afile": "x"},
              expect=("--log-dir", "afile")))
     add(Case("repro-unknown-cell", "repro", ["verify-repro", "nope", *M], expect=("no such cell",)))
+    # rehearse
+    REHEARSE = ["rehearse", *M, "--work-dir", "{tmp}/w", "--log-dir", "{tmp}/l"]
+    add(Case("rehearse-memory-word", "build", [*REHEARSE, "--memory", "lots"], expect=("--memory",)))
+    add(Case("rehearse-memory-below-docker", "build", [*REHEARSE, "--memory", "1k"], expect=("--memory", "6m")))
+    add(Case("rehearse-max-jobs-zero", "build", [*REHEARSE, "--max-jobs", "0"], expect=("--max-jobs",)))
+    add(Case("rehearse-no-cell", "build", [*REHEARSE, "--only", "nope-*"], expect=("nope-*",)))
     add(Case("repro-max-jobs-zero", "repro", [*REPRO, "--max-jobs", "0"], expect=("--max-jobs",)))
     add(Case("repro-ca-bundle-empty", "repro", [*REPRO, "--ca-bundle", ""], expect=("--ca-bundle",)))
     add(Case("repro-builder-bad", "repro", [*REPRO, "--builder", "a b"], expect=("--builder",)))

@@ -41,7 +41,7 @@ QUICK = {
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }
-ELSEWHERE = {"build_ninja_units.py": "test_build_ninja_units.py",
+ELSEWHERE = {"build_ninja_units.py": "test_build_ninja_units.py", "rehearse_units.py": "test_rehearse_real.py",
              # GPU hosts only (FlashInfer's sm_90 module, an engine's boots)
              "flashinfer_first_call.py": "test_jit_prebuilt_gpu.py", "jit_first_boot.py": "test_jit_prebuilt_gpu.py"}
 GOALS_IN_EXIT_STATUS = {"compile_cache.py"}  # exit 1 = a speed goal missed on this host, the figures printed
