@@ -20,10 +20,10 @@ from builder.resources import Host, choose
     (Host(2, 23.0), "vllm", "0.33.0", 2, 1),
     # 16 cores, 128 GB: flash-attn runs MAX_JOBS processes of NVCC_THREADS each; vLLM divides MAX_JOBS itself
     (Host(16, 128.0), "flash-attn", "2.8.3", 8, 2),
-    (Host(16, 128.0), "vllm", "0.33.0", 16, 2),
-    # 64 cores but 32 GB: RAM bounds it (0.9 × 32 / 5 = 5 threads for flash-attn, / 4 = 7 for vLLM)
+    (Host(16, 128.0), "vllm", "0.33.0", 13, 2),  # 0.9 × 128 / 8.5 GB (CUTLASS sm90, measured) = 13 threads
+    # 64 cores but 32 GB: RAM bounds it (0.9 × 32 / 6.5 = 4 threads for flash-attn, / 8.5 = 3 for vLLM)
     (Host(64, 32.0), "flash-attn", "2.8.3", 2, 2),
-    (Host(64, 32.0), "vllm", "0.33.0", 7, 2),
+    (Host(64, 32.0), "vllm", "0.33.0", 3, 1),
     (Host(64, 32.0), "sglang-kernel", "0.4.10", 2, 2),
     # pure Python: no nvcc, all cores
     (Host(64, 32.0), "sglang", "0.5.23", 64, 1),
@@ -47,7 +47,7 @@ def test_peak_memory_of_the_choice_fits_free_ram():
 
 @pytest.mark.pure
 def test_a_host_that_cannot_feed_one_thread_is_refused():
-    with pytest.raises(UserError, match="needs ~5 GB per nvcc thread and this host has 3.0 GB free"):
+    with pytest.raises(UserError, match="needs ~6.5 GB per nvcc thread and this host has 3.0 GB free"):
         choose(recipe("flash-attn", "2.8.3"), Host(8, 3.0))
 
 
@@ -55,7 +55,7 @@ def test_a_host_that_cannot_feed_one_thread_is_refused():
 def test_overrides_win_and_warn_when_they_exceed_ram():
     p = choose(recipe("flash-attn", "2.8.3"), Host(2, 23.0), max_jobs=8, nvcc_threads=2)
     assert (p.max_jobs, p.nvcc_threads) == (8, 2)
-    assert "(given)" in p.why and "WARNING: ~80 GB at peak" in p.why
+    assert "(given)" in p.why and "WARNING: ~104 GB at peak" in p.why
     assert "WARNING" not in choose(recipe("flash-attn", "2.8.3"), Host(2, 23.0), max_jobs=1, nvcc_threads=1).why
 
 
@@ -107,6 +107,6 @@ def test_no_way_to_read_free_memory_needs_explicit_parallelism(tmp_path, monkeyp
         choose(recipe("flash-attn", "2.8.3"), h)
     p = choose(recipe("flash-attn", "2.8.3"), h, max_jobs=2, nvcc_threads=1)
     assert (p.max_jobs, p.nvcc_threads) == (2, 1)
-    assert p.why == "MAX_JOBS=2 NVCC_THREADS=1 (given); ~10 GB at peak, free memory unknown"
+    assert p.why == "MAX_JOBS=2 NVCC_THREADS=1 (given); ~13 GB at peak, free memory unknown"
     # pure Python needs no RAM estimate at all
     assert choose(recipe("sglang", "0.5.23"), h).max_jobs == h.cores
