@@ -91,7 +91,7 @@ class Counted:
 
     @staticmethod
     def codes(entries: list[str]) -> list[str]:
-        return [c for e in entries for c in (gencode_filter._split_entry(e) or ("", []))[1]]
+        return [c for e in entries for c in (gencode_filter.split_entry(e) or ("", []))[1]]
 
     def sass(self, entries: list[str]) -> list[str]:
         return sorted({c for c in self.codes(entries) if c.startswith("sm_")}, key=_arch_key)

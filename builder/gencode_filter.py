@@ -66,7 +66,7 @@ def keep(code: str, archs, scope: dict | None = None) -> bool:
     return any(runs_on(kind, int(m.group(2)), m.group(3), g) for g in gpus)
 
 
-def _split_entry(value: str) -> tuple[str, list[str]] | None:
+def split_entry(value: str) -> tuple[str, list[str]] | None:
     """"arch=compute_90a,code=sm_90a" / "arch=compute_80,code=[sm_80,compute_80]" -> ("compute_90a", codes)."""
     m = re.fullmatch(r"arch=([^,]+),code=(?:\[([^\]]*)\]|(.+))", value)
     if not m:
@@ -87,7 +87,7 @@ def filter_args(args: list[str], archs, scope: dict | None) -> tuple[list[str], 
             value, i = args[i + 1], i + 1
         elif a.startswith(tuple(f + "=" for f in _GENCODE_FLAGS)):
             value = a.split("=", 1)[1]
-        parsed = _split_entry(value) if value is not None else None
+        parsed = split_entry(value) if value is not None else None
         if parsed is not None:
             out.append(parsed)
         elif value is not None:  # a gencode spelling this filter does not read: passed through unchanged

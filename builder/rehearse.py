@@ -175,7 +175,7 @@ def sass_of(words: list[str]) -> tuple[str, ...]:
             entries.append(words[i + 1])
         elif w.startswith(("-gencode=", "--generate-code=")):
             entries.append(w.split("=", 1)[1])
-    codes = {c for e in entries for c in (gencode_filter._split_entry(e) or ("", []))[1] if c.startswith("sm_")}
+    codes = {c for e in entries for c in (gencode_filter.split_entry(e) or ("", []))[1] if c.startswith("sm_")}
     return tuple(sorted(codes, key=_arch_key))
 
 
@@ -453,7 +453,7 @@ def _capture_script(stage: BuildStage) -> str:
     return "; ".join(setup) + f"; {stage.command}; echo rehearsal-build-exit=$?"
 
 
-def _docker(argv: list[str], docker: str = "docker", check: bool = True, timeout: float | None = None):
+def run_docker(argv: list[str], docker: str = "docker", check: bool = True, timeout: float | None = None):
     import subprocess
 
     from .errors import CommandError
@@ -466,7 +466,7 @@ def _docker(argv: list[str], docker: str = "docker", check: bool = True, timeout
 
 def measured_gcc(image: str, docker: str = "docker") -> str:
     """The build stage's gcc, run there."""
-    proc = _docker(["run", "--rm", "--network", "none", "--entrypoint", "gcc", image, "-dumpfullversion"], docker,
+    proc = run_docker(["run", "--rm", "--network", "none", "--entrypoint", "gcc", image, "-dumpfullversion"], docker,
                    check=False)
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
@@ -487,7 +487,7 @@ def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], pack
     argv = ["run", "--name", name, "--network", "none", "-v", f"{work}:{REHEARSAL_DIR}"]
     for k, v in env.items():
         argv += ["-e", f"{k}={v}"]
-    proc = _docker([*argv, "--entrypoint", "bash", image, "-c", _capture_script(stage)], docker, check=False)
+    proc = run_docker([*argv, "--entrypoint", "bash", image, "-c", _capture_script(stage)], docker, check=False)
     try:
         (work / "capture.log").write_text(proc.stdout + proc.stderr)
         units = units_from_capture(work / "out", package)
@@ -497,10 +497,10 @@ def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], pack
             raise err or UserError(f"{package}: its build command compiled no CUDA translation unit the rehearsal "
                                    f"could see (exit {proc.returncode}):\n{tail}")
         snapshot = f"builder-rehearse-capture:{name.rsplit('-', 1)[1]}"
-        _docker(["commit", name, snapshot], docker)
+        run_docker(["commit", name, snapshot], docker)
         return snapshot, units
     finally:
-        _docker(["rm", "-f", name], docker, check=False)
+        run_docker(["rm", "-f", name], docker, check=False)
 
 
 def _build_failure(tail: str, package: str) -> UserError | None:
@@ -528,7 +528,7 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
     # again and stores the result)
     for k, v in {**env, "SCCACHE_RECACHE": "1"}.items():
         argv += ["-e", f"{k}={v}"]
-    proc = _docker([*argv, "--entrypoint", "bash", snapshot, "-c", script], docker, check=False)
+    proc = run_docker([*argv, "--entrypoint", "bash", snapshot, "-c", script], docker, check=False)
     result = work / "out" / f"unit-{index}.json"
     log = work / "out" / f"unit-{index}.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else ""
@@ -571,5 +571,5 @@ def seed_object_cache(sccache_dir: Path, image: str, work: Path, namespace: str 
     df.write_text(SEED_DOCKERFILE.format(image=image))
     import secrets as _secrets
 
-    _docker(["buildx", "build", "--progress=plain", "-f", str(df), "--build-arg", f"SCCACHE_NAMESPACE={namespace}",
+    run_docker(["buildx", "build", "--progress=plain", "-f", str(df), "--build-arg", f"SCCACHE_NAMESPACE={namespace}",
              "--build-arg", f"SEED_RUN={_secrets.token_hex(8)}", "--output", "type=cacheonly", str(sccache_dir)], docker)

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "builder"
 FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "oci",
               "templates", "epoch", "compile_cache"}
 # Modules that talk to a registry, an index or a download without being the wheel cache.
-NETWORK_USERS = {"publish", "deploy.subject", "doctor", "lock", "download", "pypi", "steps.compile"}
+NETWORK_USERS = {"publish", "deploy.subject", "registry_api", "reuse", "doctor", "lock", "download", "pypi", "steps.compile"}
 
 
 def module_name(path: Path, package: Path) -> str:
@@ -153,7 +153,7 @@ def test_the_network_is_nets_and_not_the_wheel_caches(graph):
                      for m in NETWORK_USERS}
     assert {m: t for m, t in through_cache.items() if t} == {}
     # what they use of the network is there
-    assert all("net" in graph[m] for m in ("publish", "deploy.subject", "doctor", "lock", "download", "steps.compile"))
+    assert all("net" in graph[m] for m in ("publish", "registry_api", "doctor", "lock", "download", "steps.compile"))
 
 
 def test_the_fetch_plan_is_reached_through_deps(graph):

@@ -106,7 +106,7 @@ def rehearse_package(plan, wheel, opts, host, patterns, memory, keep, say) -> di
     finally:
         if not keep:
             for image in images:
-                rh._docker(["rmi", "-f", image], opts.docker, check=False)
+                rh.run_docker(["rmi", "-f", image], opts.docker, check=False)
 
 
 def format_package(r: dict) -> str:

@@ -8,8 +8,6 @@ and the build's smoke step passes its own cell.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,10 +17,6 @@ from .. import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
 
 LOCAL, REGISTRY, FILE = "local image", "registry (not pulled)", "file"
-MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.list.v2+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
-INDEX_TYPES = MANIFEST_TYPES[0::2]
 
 
 @dataclass(frozen=True)
@@ -191,101 +185,24 @@ def split_ref(ref: str) -> tuple[str, str, str]:
 
 
 def read_registry(ref: str) -> Subject | None:
-    """The config of REF from its registry (GET the manifest, the platform's manifest of an index, then the
-    config blob): no layer is fetched, nothing is pulled. None when the registry does not answer or has no such
-    image; a docker login that cannot be read is an error of its own."""
-    import requests
-
-    from .. import net
+    """The config of REF from its registry (the manifest, the linux/amd64 manifest of an index, then the config
+    blob; builder/registry_api.py): no layer is fetched, nothing is pulled. None when the registry does not
+    answer or has no such image; a docker login that cannot be read is an error of its own."""
+    from .. import registry_api
 
     host, repo, reference = split_ref(ref)
-    scheme = "http" if net.is_loopback(host) else "https"
-    base = f"{scheme}://{host}/v2/{repo}"
-    creds, _ = net.registry_credentials(host)
-    session = net.with_timeouts(requests.Session())
-    token: dict[str, str] = {}
-
-    def get(url: str, accept: str) -> tuple[bytes, dict] | None:
-        for _ in range(2):
-            headers = {"Accept": accept, **token}
-            resp = session.get(url, headers=headers, stream=True,
-                               auth=creds if creds and not token else None)
-            try:
-                body = net.read_document(resp, f"{ref}: GET {url}")
-            finally:
-                resp.close()
-            if resp.status_code == 200:
-                return body, dict(resp.headers)
-            challenge = resp.headers.get("WWW-Authenticate", "")
-            if resp.status_code != 401 or token or not challenge.lower().startswith("bearer"):
-                return None
-            token.update(_bearer(session, challenge, creds, f"repository:{repo}:pull"))
-            if not token:
-                return None
-        return None
-
+    where = registry_api.endpoint(host)  # a docker config that does not read: its own error, not "no image"
     try:
-        got = get(f"{base}/manifests/{reference}", ", ".join(MANIFEST_TYPES))
-        if got is None:
+        with registry_api.Client(where) as client:
+            found = client.image(f"{host}/{repo}", reference, platform="linux/amd64")
+        if found is None:
             return None
-        body, headers = got
-        digest = headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
-        manifest = json.loads(body)
-        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-            chosen = _platform(manifest.get("manifests") or [])
-            if chosen is None:
-                return None
-            got = get(f"{base}/manifests/{chosen}", ", ".join(MANIFEST_TYPES))
-            if got is None:
-                return None
-            manifest = json.loads(got[0])
-        config_digest = (manifest.get("config") or {}).get("digest")
-        if not config_digest:
-            return None
-        got = get(f"{base}/blobs/{config_digest}", "application/json, */*")
-        if got is None:
-            return None
-        config = config_from_json(ref, json.loads(got[0]))
-    except (*net.NETWORK_ERRORS, ValueError, net.TooLarge, net.TooSlow):
+        config = config_from_json(ref, found.config)
+    except (registry_api.Unusable, ValueError):
         return None
-    finally:
-        session.close()
     name = ref.split("@", 1)[0]
     name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    return Subject(ref, REGISTRY, config, f"{name}@{digest}")
-
-
-def _platform(manifests: list) -> str | None:
-    """The digest of the linux/amd64 manifest of an index (else its first image manifest)."""
-    images = [m for m in manifests if isinstance(m, dict) and (m.get("platform") or {}).get("os") != "unknown"]
-    for m in images:
-        p = m.get("platform") or {}
-        if p.get("os") == "linux" and p.get("architecture") == "amd64":
-            return m.get("digest")
-    return images[0].get("digest") if images else None
-
-
-def _bearer(session, challenge: str, creds, scope: str) -> dict[str, str]:
-    """A registry token for `scope`, from the realm of a `Bearer realm=...,service=...` challenge."""
-    import re
-
-    from .. import net
-
-    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-    realm = params.get("realm")
-    if not realm:
-        return {}
-    resp = session.get(realm, params={"service": params.get("service", ""), "scope": params.get("scope", scope)},
-                       auth=creds, stream=True)
-    try:
-        body = net.read_document(resp, f"token from {realm}", limit=1 << 20)
-    finally:
-        resp.close()
-    if resp.status_code != 200:
-        return {}
-    data = json.loads(body)
-    value = data.get("token") or data.get("access_token")
-    return {"Authorization": f"Bearer {value}"} if value else {}
+    return Subject(ref, REGISTRY, config, f"{name}@{found.digest}")
 
 
 # -- what smoke and bench are given ----------------------------------------------------------------------------

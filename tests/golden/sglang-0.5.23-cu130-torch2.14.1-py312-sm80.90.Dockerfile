@@ -276,7 +276,7 @@ RUN printf '%s\n' \
       '    return any(runs_on(kind, int(m.group(2)), m.group(3), g) for g in gpus)' \
       '' \
       '' \
-      'def _split_entry(value: str) -> tuple[str, list[str]] | None:' \
+      'def split_entry(value: str) -> tuple[str, list[str]] | None:' \
       '    """"arch=compute_90a,code=sm_90a" / "arch=compute_80,code=[sm_80,compute_80]" -> ("compute_90a", codes)."""' \
       '    m = re.fullmatch(r"arch=([^,]+),code=(?:\[([^\]]*)\]|(.+))", value)' \
       '    if not m:' \
@@ -297,7 +297,7 @@ RUN printf '%s\n' \
       '            value, i = args[i + 1], i + 1' \
       '        elif a.startswith(tuple(f + "=" for f in _GENCODE_FLAGS)):' \
       '            value = a.split("=", 1)[1]' \
-      '        parsed = _split_entry(value) if value is not None else None' \
+      '        parsed = split_entry(value) if value is not None else None' \
       '        if parsed is not None:' \
       '            out.append(parsed)' \
       '        elif value is not None:  # a gencode spelling this filter does not read: passed through unchanged' \
@@ -657,7 +657,7 @@ LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sg
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="174f0e2bca25c480ec2048e7cd05acc6ccfad1e26ac95dbbd6df2b3d80ea07f8"
+LABEL io.builder.package.sglang-kernel.cache-key="e975d3fee93d4f7f0a5e73087531749ddefbfac681a50735332aa73648c5b5a7"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"

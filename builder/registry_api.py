@@ -1,0 +1,246 @@
+"""The registry's HTTP API, the few calls builder makes without docker: a manifest (its bytes hashed to the
+digest the registry names), a blob (hashed to its digest), an image's config and labels through its manifest or
+its index, and a blob or manifest pushed. Every call is bounded by builder/net.py's deadlines and caps; a
+registry that asks for it gets Basic credentials or, after a bearer challenge, a token for the repository's
+pull (or pull+push) scope. Used by the build (builder/reuse.py: an unchanged cell from the registry) and the
+deployer's side (builder/deploy/subject.py: an image read without pulling it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+import requests
+
+from . import net
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST))
+INDEXES = (OCI_INDEX, DOCKER_LIST)
+MANIFEST_BYTES = 4 << 20  # a manifest or an image config; the registry spec caps manifests at 4 MiB
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A registry host and how to reach it (reuse.Source is one too: a host with a path)."""
+
+    host: str
+    tls_verify: bool = True
+    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    credentials_from: str = ""
+
+
+def endpoint(host: str) -> Endpoint:
+    """The host with the credentials the environment or docker login has for it; plain HTTP only on loopback."""
+    creds, origin = net.registry_credentials(host)
+    return Endpoint(host, tls_verify=not net.is_loopback(host), credentials=creds, credentials_from=origin)
+
+
+class Unusable(Exception):
+    """What the registry holds cannot be used for a reuse (said in one line; the cell is built)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """The image a registry serves under a tag, read without pulling it."""
+
+    ref: str  # REPOSITORY:TAG
+    digest: str  # sha256 of the manifest (or index) bytes the registry served: what a pull by digest gets
+    index: bool
+    labels: dict
+    size: int = 0  # the bytes of its layers (what a pull may move)
+    layers: int = 0
+    config: dict = field(default_factory=dict, repr=False, compare=False)  # the whole image config
+
+
+class Client:
+    """The registry API calls, each bounded by net's deadlines and caps. Not retried: a registry that does not
+    answer costs what asked (a reuse: the cell is built; a deployer's read: the next place to look)."""
+
+    def __init__(self, source):  # an Endpoint, or anything with its four attributes (reuse.Source)
+        self.source = source
+        self.scheme = "https" if source.tls_verify else "http"
+        self.session = net.with_timeouts(requests.Session())
+        self._token: str | None = None
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- transport ----------------------------------------------------------------------------------------
+    def send(self, method: str, url: str, repository: str, push: bool = False, **kw) -> requests.Response:
+        """One request; a bearer challenge (a token registry, or a token that lacks the push scope) is answered
+        once with a token for this repository's scope, then the request is sent again."""
+        headers = dict(kw.pop("headers", {}))
+        try:
+            for attempt in (1, 2):
+                sent = {**headers, **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
+                resp = self.session.request(method, url, headers=sent, stream=True,
+                                            auth=None if self._token else self.source.credentials, **kw)
+                challenge = resp.headers.get("WWW-Authenticate", "")
+                if resp.status_code != 401 or attempt == 2 or not challenge.lower().startswith("bearer"):
+                    break
+                resp.close()
+                self._token = self._bearer(challenge, repository, push)
+        except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
+            raise Unusable(f"the registry {self.source.host} did not answer ({first_line(exc)})") from None
+        if resp.status_code in (401, 403):
+            resp.close()
+            raise Unusable(f"the registry {self.source.host} refused "
+                           + (f"the credentials from {self.source.credentials_from}" if self.source.credentials
+                              else "an anonymous " + ("push" if push else "read")) + f" (HTTP {resp.status_code})")
+        return resp
+
+    def _bearer(self, challenge: str, repository: str, push: bool) -> str:
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", "")
+        if not realm.startswith(("https://", "http://")):
+            raise Unusable(f"the registry {self.source.host} asks for a token from no usable realm")
+        path = repository.split("/", 1)[1]
+        params["scope"] = f"repository:{path}:pull" + (",push" if push else "")
+        try:
+            resp = self.session.get(realm, params=params, auth=self.source.credentials, stream=True)
+        except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
+            raise Unusable(f"the registry's token service {realm} did not answer ({first_line(exc)})") from None
+        body = self.read(resp, f"a token from {realm}", 1 << 20)
+        if resp.status_code != 200:
+            raise Unusable(f"the registry's token service {realm} answered HTTP {resp.status_code}")
+        try:
+            data = json.loads(body)
+            token = data.get("token") or data.get("access_token")
+        except (ValueError, RecursionError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise Unusable(f"the registry's token service {realm} answered no token")
+        return token
+
+    def read(self, resp: requests.Response, what: str, limit: int) -> bytes:
+        try:
+            return net.read_document(resp, what, limit)
+        except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
+            raise Unusable(f"reading {what}: {first_line(exc)}") from None
+        except net.TooLarge:
+            raise Unusable(f"{what} is larger than {limit} bytes") from None
+        finally:
+            resp.close()
+
+    def url(self, repository: str, kind: str, ref: str) -> str:
+        host, _, path = repository.partition("/")
+        return f"{self.scheme}://{host}/v2/{path}/{kind}/{ref}"
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def manifest(self, repository: str, ref: str, accept: str = ACCEPT) -> tuple[bytes, str, str] | None:
+        """(bytes, media type, digest) of the manifest REPOSITORY serves for REF (a tag or a digest), None when
+        it has none. The digest is the sha256 of those very bytes; a registry that names another is refused."""
+        resp = self.send("GET", self.url(repository, "manifests", ref), repository, headers={"Accept": accept})
+        if resp.status_code == 404:
+            resp.close()
+            return None
+        said = resp.headers.get("Docker-Content-Digest", "")
+        kind = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        body = self.read(resp, f"the manifest of {repository}:{ref}", MANIFEST_BYTES)
+        if resp.status_code != 200:
+            raise Unusable(f"{repository}:{ref}: the registry answered HTTP {resp.status_code}")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if said and said != digest:
+            raise Unusable(f"{repository}:{ref}: the registry names it {said}, its bytes hash to {digest}")
+        if ref.startswith("sha256:") and ref != digest:
+            raise Unusable(f"{repository}@{ref}: the registry served bytes that hash to {digest}")
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError, UnicodeDecodeError):
+            raise Unusable(f"{repository}:{ref}: its manifest is not JSON") from None
+        if not isinstance(doc, dict):
+            raise Unusable(f"{repository}:{ref}: its manifest is not a JSON object")
+        return body, doc.get("mediaType") if isinstance(doc.get("mediaType"), str) else kind, digest
+
+    def blob(self, repository: str, digest: str, limit: int = MANIFEST_BYTES) -> bytes:
+        resp = self.send("GET", self.url(repository, "blobs", digest), repository)
+        body = self.read(resp, f"blob {digest[:19]}… of {repository}", limit)
+        if resp.status_code != 200:
+            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry answered HTTP {resp.status_code}")
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry served bytes of another digest")
+        return body
+
+    def image(self, repository: str, tag: str, platform: str | None = None) -> Found | None:
+        """The image under REPOSITORY:TAG — its digest and its config's labels — or None when the tag is not
+        there. An index (BuildKit's, with attestations) is read through its one platform image; with `platform`
+        (e.g. "linux/amd64") an index of several is read through that one (else its first)."""
+        got = self.manifest(repository, tag)
+        if got is None:
+            return None
+        body, kind, digest = got
+        doc = json.loads(body)
+        index = kind in INDEXES
+        if index:
+            images = [d for d in doc.get("manifests") or [] if isinstance(d, dict) and isinstance(d.get("digest"), str)
+                      and (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+            if len(images) > 1 and platform:
+                images = [pick(images, platform)]
+            if len(images) != 1:
+                raise Unusable(f"{repository}:{tag} is an index of {len(images)} platform images, not one cell image")
+            inner = self.manifest(repository, images[0]["digest"])
+            if inner is None:
+                raise Unusable(f"{repository}:{tag}: its index names {images[0]['digest']}, which is not there")
+            doc = json.loads(inner[0])
+        config = doc.get("config")
+        if not isinstance(config, dict) or not isinstance(config.get("digest"), str) \
+                or not re.fullmatch(r"sha256:[0-9a-f]{64}", config["digest"]):
+            raise Unusable(f"{repository}:{tag} is not an image manifest (no config descriptor)")
+        try:
+            cfg = json.loads(self.blob(repository, config["digest"]))
+        except (ValueError, RecursionError, UnicodeDecodeError):
+            raise Unusable(f"{repository}:{tag}: its image config is not JSON") from None
+        found = (cfg.get("config") or {}).get("Labels") if isinstance(cfg, dict) else None
+        found = found if isinstance(found, dict) else {}
+        sizes = [l.get("size") for l in doc.get("layers") or [] if isinstance(l, dict)]
+        size = sum(n for n in sizes if isinstance(n, int) and n > 0)
+        return Found(f"{repository}:{tag}", digest, index, {k: v for k, v in found.items() if isinstance(v, str)},
+                     size, len(sizes), cfg if isinstance(cfg, dict) else {})
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def upload(self, repository: str, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        head = self.send("HEAD", self.url(repository, "blobs", digest), repository, push=True)
+        head.close()
+        if head.status_code == 200:
+            return digest
+        start = self.send("POST", self.url(repository, "blobs", "uploads/"), repository, push=True)
+        start.close()
+        location = start.headers.get("Location", "")
+        if start.status_code != 202 or not location:
+            raise Unusable(f"{repository}: starting a blob upload answered HTTP {start.status_code}")
+        if location.startswith("/"):
+            location = f"{self.scheme}://{self.source.host}{location}"
+        put = self.send("PUT", location, repository, push=True, params={"digest": digest}, data=data,
+                         headers={"Content-Type": "application/octet-stream"})
+        put.close()
+        if put.status_code != 201:
+            raise Unusable(f"{repository}: uploading blob {digest[:19]}… answered HTTP {put.status_code}")
+        return digest
+
+
+def pick(images: list[dict], platform: str) -> dict:
+    """The descriptor of `platform` ("os/architecture") among an index's images, else the first."""
+    want = platform.split("/")
+    for d in images:
+        p = d.get("platform") or {}
+        if [p.get("os"), p.get("architecture")] == want[:2]:
+            return d
+    return images[0]
+
+
+def first_line(exc: BaseException) -> str:
+    text = net.redact(str(exc)).strip()
+    return (text.splitlines()[0][:200] if text else type(exc).__name__)
