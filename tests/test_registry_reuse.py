@@ -253,13 +253,13 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
         assert not problem and not ok and f"its digest {digest} is not the one builder recorded" in why
 
         def raw_record(body: bytes, artifact: str = reuse.RECORD_TYPE) -> None:
-            layer = client._upload(run.repo, body)
-            client._upload(run.repo, reuse.EMPTY)
+            layer = client.upload(run.repo, body)
+            client.upload(run.repo, reuse.EMPTY)
             manifest = {"schemaVersion": 2, "mediaType": reuse.OCI_MANIFEST, "artifactType": artifact,
                         "config": {"mediaType": reuse.EMPTY_TYPE, "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
                                    "size": 2},
                         "layers": [{"mediaType": reuse.RECORD_TYPE, "digest": layer, "size": len(body)}]}
-            resp = client._send("PUT", client._url(run.repo, "manifests", reuse.record_tag(key)), run.repo, push=True,
+            resp = client.send("PUT", client.url(run.repo, "manifests", reuse.record_tag(key)), run.repo, push=True,
                                 data=json.dumps(manifest).encode(), headers={"Content-Type": reuse.OCI_MANIFEST})
             assert resp.status_code == 201, resp.status_code
 
