@@ -250,7 +250,9 @@ def drip_verbs(tmp: Path, host: str, mode: str) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["drip", "drip-v2", "drip-headers", "drip-uploads"])
+# drip-v2 and drip-headers meet the same one deadline per request as drip at another point of the answer: slow
+@pytest.mark.parametrize("mode", ["drip", pytest.param("drip-v2", marks=pytest.mark.slow),
+                                  pytest.param("drip-headers", marks=pytest.mark.slow), "drip-uploads"])
 def test_a_dripping_remote_is_cut_at_one_deadline_per_request(fx, mode):
     """Issue 28: a remote that sends its headers (or its status line) and then one byte a second kept `plan
     --remote`, `wheels pull` and `wheels push` running past BUILDER_REMOTE_TIMEOUT (the deadline was checked per

@@ -160,6 +160,7 @@ def jit_result(report: Path) -> dict:
     return next(r for r in rep["results"] if r["layer"] == "JIT")
 
 
+@pytest.mark.slow  # a cell build with the JIT modules compiled in it (~2 min); the links derived from the modules and the prebuilt rendering stay in the default tier
 def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_prebuilt_image_compiles_none(
         local_bases, docker_engine, tmp_path):
     """One cell build, three verdicts. The jit = "prebuilt" image is the first-request runtime plus the modules

@@ -145,6 +145,7 @@ def _build(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=tmp, env=env)
 
 
+@pytest.mark.slow  # two real compiles (~45 s); the progress lines and the estimate stay in the default tier in-process
 def test_a_real_compile_reports_progress_records_itself_and_is_estimated_next_time(local_bases, docker_engine, tmp_path):
     first = _build(tmp_path, "--progress", "plain", "--arch", "80,90")
     assert first.returncode == 0, first.stderr

@@ -166,6 +166,7 @@ def _push_under_tag(image: str, dest: str) -> None:
         forget_locally(dest)
 
 
+@pytest.mark.slow  # three builds (~65 s); the default tier keeps the fresh-runner reuse, the forged record (a digest the record does not name) and the local derived-image / moved-tag case (test_build.py)
 def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, local_bases):
     """The registry's tag replaced by an image that carries the key but not a digest builder recorded: built,
     said in one line; and a tag moved to an image of other inputs: built."""

@@ -85,6 +85,7 @@ def build(tmp: Path, matrix: Path, wheelhouse: Path) -> tuple[subprocess.Complet
     return res, next(r for r in rep["results"] if r["layer"] == "JIT")
 
 
+@pytest.mark.slow  # two cell builds (~45 s); that every shipped runtime installs the headers and cc its first request needs stays in the default tier (rendered, above); the JIT layer itself runs in the default tier in test_smoke_docker.py
 def test_the_jit_layer_fails_the_runtime_without_headers_and_passes_it_with_them(local_bases, docker_engine, tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
     unmet, got = build(tmp_path / "unmet", FIXTURE / "matrix-jit-unmet.toml", wheelhouse)

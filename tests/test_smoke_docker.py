@@ -75,8 +75,11 @@ def test_every_layer_passes_in_containers_of_the_stand_in_image(stand_in_image, 
 @pytest.mark.parametrize("mode, expected", [
     ("never-ready", "not ready after 6s: GET /health answered 503"),
     ("crash", "the engine exited with code 3 during boot"),
-    ("empty", "the completion returned no text"),
-    ("flat-counters", "speculative decoding did not run: standin:spec_decode_num_drafts_total did not rise"),
+    # these two L3 verdicts are the launcher's, not the container's: in the default tier through the process
+    # launcher (test_smoke.py); in containers only under slow (~20 s each)
+    pytest.param("empty", "the completion returned no text", marks=pytest.mark.slow),
+    pytest.param("flat-counters", "speculative decoding did not run: standin:spec_decode_num_drafts_total did not rise",
+                 marks=pytest.mark.slow),
 ])
 def test_l3_failures_are_reported_and_the_container_is_removed(stand_in_image, tmp_path, mode, expected):
     res = smoke(stand_in_image, tmp_path, "--json", "--strategy", "MTP2", "--boot-timeout", "6",
