@@ -31,9 +31,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from . import grammar, labels, ledger, net
+from . import grammar, labels, ledger
 from .registry_api import ACCEPT, OCI_MANIFEST, Found, Unusable
 from .registry_api import Client as RegistryClient
+from .registry_api import endpoint
 from .errors import UserError
 
 RECORD_TAG = "builder-ledger-"  # + the 64-hex content key (79 characters: within a tag's 128)
@@ -78,9 +79,8 @@ def make_source(value: str, flag: str = "--reuse-from") -> Source:
         raise UserError(f"{flag}: {registry!r}: port {port.group(1)} is out of range (1-65535)")
     if "/" not in registry:
         raise UserError(f"{flag}: {registry!r}: give HOST[:PORT]/PATH (images are read from PATH/<engine>:<tag>)")
-    host = registry.split("/")[0]
-    creds, origin = net.registry_credentials(host)
-    return Source(registry, tls_verify=not net.is_loopback(host), credentials=creds, credentials_from=origin)
+    at = endpoint(registry.split("/")[0])
+    return Source(registry, tls_verify=at.tls_verify, credentials=at.credentials, credentials_from=at.credentials_from)
 
 
 class Client(RegistryClient):

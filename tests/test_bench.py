@@ -256,14 +256,16 @@ def test_the_load_generator_reports_the_stand_ins_known_latencies_and_the_engine
 
 
 # -- the load generator's result file, read through schema.CLIENT_RESULT -------------------------------------
-FAKE_CLIENT = '''#!/bin/sh
-# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): writes $FAKE_RESULT as its result file
-dir=""; file=""
+# where vLLM's client writes its result: --result-dir and --result-filename, read by both test doubles below
+CLIENT_ARGS = '''dir=""; file=""
 while [ $# -gt 0 ]; do
   case "$1" in --result-dir) dir="$2"; shift ;; --result-filename) file="$2"; shift ;; esac
   shift
 done
-printf '%s' "$FAKE_RESULT" > "$dir/$file"
+'''
+FAKE_CLIENT = '''#!/bin/sh
+# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): writes $FAKE_RESULT as its result file
+''' + CLIENT_ARGS + '''printf '%s' "$FAKE_RESULT" > "$dir/$file"
 '''
 GOOD_CLIENT_RESULT = {"duration": 1.5, "completed": 16, "failed": 0, "request_throughput": 10.7, "output_throughput": 342.0,
                       "request_goodput": None, "p99_ttft_ms": 69.5, "p50_ttft_ms": 64.8, "errors": ["", ""],
@@ -333,12 +335,7 @@ def test_diff_refuses_results_that_do_not_compare_a_zero_old_median_and_a_nan_th
 COUNTING_CLIENT = '''#!/bin/sh
 # TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): the Nth call writes a result whose
 # request throughput is N, and records its result file's name in $FAKE_CALLS
-dir=""; file=""
-while [ $# -gt 0 ]; do
-  case "$1" in --result-dir) dir="$2"; shift ;; --result-filename) file="$2"; shift ;; esac
-  shift
-done
-echo "$file" >> "$FAKE_CALLS"
+''' + CLIENT_ARGS + '''echo "$file" >> "$FAKE_CALLS"
 n=$(wc -l < "$FAKE_CALLS")
 printf '{"duration": 1.0, "completed": 4, "request_throughput": %s, "p99_ttft_ms": %s}' "$n" "$((n * 10))" > "$dir/$file"
 '''

@@ -115,7 +115,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
         _client_python(client_python, run.python, cell)
     model_obj = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
-    cell, image, found, dock = subject.resolve_target(target, m, sel, run.launcher, matrix_path)
+    cell, image, found, dock = subject.open_for(cell, image, run.launcher, m, sel)
     client_python = _client_python(client_python, run.python, cell)  # before any engine boots
     env_info: dict = {"subject": target}
     recipe = cell.engine_recipe

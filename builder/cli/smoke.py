@@ -79,10 +79,10 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
     layer_list = parse_layers(layers)
     if strategy is not None:
         strategies.for_smoke(strategy, (), names)  # the names now; the cell's own list later
-    subject.target(target, m, sel, run.launcher, matrix_path)  # a bad target refused before the model is read
+    cell, image = subject.target(target, m, sel, run.launcher, matrix_path)  # refused before the model is read
     model = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
-    cell, image, found, client = subject.resolve_target(target, m, sel, run.launcher, matrix_path)
+    cell, image, found, client = subject.open_for(cell, image, run.launcher, m, sel)
     chosen = strategies.for_smoke(strategy, cell.strategies, names)
     host = gpus.read() if run.gpus.mode != "none" else None
     have_gpu, why_no_gpu = run.gpus.choose(host)

@@ -250,11 +250,10 @@ def target(value: str, matrix, sel, launcher: str, matrix_path: str, what: str =
     return cell, image
 
 
-def resolve_target(value: str, matrix, sel, launcher: str, matrix_path: str, what: str = "smoke TARGET"):
-    """smoke's and bench's TARGET resolved → (cell, image, subject, docker client): a cell or an image; with
-    the docker launcher the image read (daemon, else registry) through one client; (cell, None, None, None) for
-    the process launcher."""
-    cell, image = target(value, matrix, sel, launcher, matrix_path, what)
+def open_for(cell, image: str | None, launcher: str, matrix=None, sel=None):
+    """smoke's and bench's `target` opened for its launcher → (cell, image, subject, docker client): with the
+    docker launcher the image read (daemon, else registry) through one client; (cell, image, None, None) for the
+    process launcher."""
     if launcher != "docker":
         return cell, image, None, None
     from . import engine

@@ -232,12 +232,9 @@ class ImageStep:
         have, digest = labels.content_key(found), docker.image_id(cell.ref, opts.docker)
         if not digest:
             return "", ""
-        if not have:
-            ctx.note(f"image {cell.ref} ({digest}) carries no content key (builder did not build it): building")
-            return "", ""
-        if have not in (key, first_key):
-            ctx.note(f"image {cell.ref} was built from other inputs (content key {have[:16]}…, this build's "
-                     f"{key[:16]}…): building")
+        other = _other_inputs(f"image {cell.ref}", digest, have, key, first_key)
+        if other:
+            ctx.note(other)
             return "", ""
         # the label says which key the image claims; only the ledger says builder built this digest for it
         vouched, problem = ledger.Ledger(opts.image_ledger).vouches(have, digest)
@@ -246,10 +243,9 @@ class ImageStep:
             return "", ""
         if have == key:
             return digest, "it carries this build's content key and its digest is one builder recorded for that key"
-        if not _pins_read_from(pins_file, digest, have):
-            ctx.note(f"image {cell.ref} carries the content key of this cell's first build, but "
-                     f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({digest}) or its pin "
-                     "lines changed since: building")
+        unfit = _first_key_unfit(f"image {cell.ref}", digest, have, key, pins_file)
+        if unfit:
+            ctx.note(unfit)
             return "", ""
         return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says were "
                         "read from this very image, and its digest is one builder recorded for that key")
@@ -273,18 +269,10 @@ class ImageStep:
                     ctx.note(f"registry: {ref} is not there: building")
                     return None
                 have = labels.content_key(found.labels)
-                if not have:
-                    ctx.note(f"registry: {ref} ({found.digest}) carries no content key (builder did not build it): "
-                             "building")
-                    return None
-                if have not in (key, first_key):
-                    ctx.note(f"registry: {ref} was built from other inputs (content key {have[:16]}…, this build's "
-                             f"{key[:16]}…): building")
-                    return None
-                if have != key and not _pins_read_from(pins_file, found.digest, have):
-                    ctx.note(f"registry: {ref} carries the content key of this cell's first build, but "
-                             f"{pins_file.name if pins_file else 'the pins file'} was not read from it "
-                             f"({found.digest}) or its pin lines changed since: building")
+                other = (_other_inputs(f"registry: {ref}", found.digest, have, key, first_key)
+                         or _first_key_unfit(f"registry: {ref}", found.digest, have, key, pins_file))
+                if other:
+                    ctx.note(other)
                     return None
                 entry, problem = client.record(repository, have)
         except reuse.Unusable as exc:
@@ -372,6 +360,26 @@ class ImageStep:
         call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")
         return first + [shlex.join(call.argv(ctx.opts.docker)),
                         shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]
+
+
+def _other_inputs(what: str, digest: str, have: str, key: str, first_key: str) -> str:
+    """The line saying why an image whose content-key label is `have` is not this build's ('' when it claims
+    this build's key or its first build's): a local image and the registry's say it alike."""
+    if not have:
+        return f"{what} ({digest}) carries no content key (builder did not build it): building"
+    if have not in (key, first_key):
+        return f"{what} was built from other inputs (content key {have[:16]}…, this build's {key[:16]}…): building"
+    return ""
+
+
+def _first_key_unfit(what: str, digest: str, have: str, key: str, pins_file: Path | None) -> str:
+    """The line saying why an image with the first build's key is not this build's: the pins file was not read
+    from it or its pin lines changed ('' when `have` is this build's key, or the pins were read from it)."""
+    if have == key or _pins_read_from(pins_file, digest, have):
+        return ""
+    return (f"{what} carries the content key of this cell's first build, but "
+            f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({digest}) or its pin lines "
+            "changed since: building")
 
 
 def _pins_read_from(pins_file: Path | None, digest: str, key: str) -> bool:
