@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import docker
-from .errors import UserError
+from .errors import BuilderError, UserError
 from .resolve import Cell
 
 DIR_NAME = "runtime-pins"
@@ -42,11 +42,17 @@ FILE_IN_CONTEXT = "runtime-pins.txt"  # a pins file of versions only: constraint
 HASHED_IN_CONTEXT = "runtime-requirements.txt"  # (its name is also in dockerfiles/stages/runtime.j2)
 
 
+def own_names(cell: Cell) -> set[str]:
+    """The distributions the cell installs from its own audited wheels: never pinned from the index."""
+    return {canonicalize_name(p.recipe.pypi) for p in cell.packages} | {canonicalize_name(p.name) for p in cell.packages}
+
+
 def from_freeze(freeze: str, cell: Cell, keep_torch: bool = False) -> list[str]:
-    """`name==version` lines of what pip installed from the index (not the cell's own wheels, nor torch unless
-    asked)."""
-    own = {canonicalize_name(p.recipe.pypi) for p in cell.packages} | {canonicalize_name(p.name) for p in cell.packages}
-    own |= {"pip", "setuptools", "wheel"} | (set() if keep_torch else {"torch"})
+    """`name==version` lines of every distribution `pip freeze --all` lists (pip, setuptools and wheel included:
+    an installed distribution may require them, and pip --require-hashes then refuses the file unless they are
+    pinned: vLLM 0.33.0's model-hosting-container-standards requires setuptools), but the cell's own wheels and,
+    unless asked, torch."""
+    own = own_names(cell) | (set() if keep_torch else {"torch"})
     out = []
     for line in freeze.splitlines():
         m = re.fullmatch(r"([A-Za-z0-9._-]+)==([^\s;]+)", line.strip())
@@ -222,6 +228,23 @@ def origin(text: str) -> tuple[str, str] | None:
     return m.group(1), m.group(2)
 
 
+def complete(lines: list[str], installed: dict, cell: Cell, image: str) -> None:
+    """The pins hold every installed distribution but the cell's own wheels, each at its installed version: what
+    `pip install --require-hashes` of the next build needs, by construction. Checked against the image's own
+    installed set (importlib.metadata), not pip's freeze alone; a pins file that would make the next build fail
+    is never written (BuilderError naming what differs)."""
+    pinned = {canonicalize_name(l.partition("==")[0].partition("[")[0]): l.partition("==")[2] for l in lines}
+    have = {canonicalize_name(d["name"]): d["version"] for d in installed["dists"] if d.get("name")}
+    own = own_names(cell)
+    missing = sorted(f"{n}=={v}" for n, v in have.items() if n not in own and pinned.get(n) != v)
+    extra = sorted(f"{n}=={v}" for n, v in pinned.items() if have.get(n) != v)
+    if missing or extra:
+        raise BuilderError(f"the runtime pins read from {image} would not install it again: "
+                           + "; ".join(filter(None, [missing and f"installed but not pinned: {', '.join(missing)}",
+                                                     extra and f"pinned but not installed: {', '.join(extra)}"]))
+                           + " (no pins file written)")
+
+
 def seeds(cell: Cell) -> dict[str, set[str]]:
     """The extras the runtime's own install line asks for: the engine's install_extras, runtime_jit's pip lines."""
     out: dict[str, set[str]] = {}
@@ -239,7 +262,9 @@ def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
     """Write the pins file; returns it and, when its lines carry no hashes, why. `source`: the (digest, content
     key) of `image`, named in the header (see `origin`)."""
     freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
-    extras = requested_extras(json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT)), seeds(cell))
+    installed = json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT))
+    extras = requested_extras(installed, seeds(cell))
+    complete(from_freeze(freeze, cell, keep_torch=True), installed, cell, image)
     lines, why = with_extras(from_freeze(freeze, cell), extras), "no index to read hashes from"
     if index_url:
         from .pypi import SimpleIndex

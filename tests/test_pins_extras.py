@@ -117,7 +117,7 @@ def _pip(where: Path, version: str) -> list[str]:
     return [sys.executable, f"{whl}/pip"]
 
 
-def test_pip_refuses_freeze_style_pins_and_installs_the_pins_with_extras_from_a_real_index(tmp_path, docker_engine):
+def test_pip_refuses_freeze_style_pins_and_installs_the_pins_with_extras_from_a_real_index(tmp_path, local_bases):
     """A real pypiserver (tests/services.py) serves the closure with the newer releases, and a real pip installs the
     hash-locked file from it. pip 23.2.1 refuses the freeze-style pins (no extras) with its own message and installs
     the pins builder writes (extras kept): exactly the pinned releases. pip 26.1.2 (the [build_tools] pin the

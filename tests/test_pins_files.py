@@ -146,3 +146,28 @@ def test_a_pins_file_builder_wrote_without_pins_is_read_and_an_empty_one_without
             path.write_text("# pins\n")
         with pytest.raises(UserError, match="holds no pin"):
             pins.read(path)
+
+
+@pytest.mark.pure
+def test_pins_are_complete_by_construction_and_checked_against_the_installed_set():
+    """`pip freeze --all` lists pip, setuptools and wheel; the pins keep them (an installed distribution may require
+    setuptools: vLLM 0.33.0's model-hosting-container-standards does, and pip --require-hashes then refused the pins
+    written without it). The lines are checked against the image's own installed set before anything is written."""
+    cell = resolve.select(M.load(MATRIX), M.Selection(engines=("vllm",)))[0]
+    freeze = ("pip==26.1.2\nsetuptools==80.9.0\nwheel==0.45.1\nmodel-hosting-container-standards==0.1.16\n"
+              "torch==2.14.0\nvllm==0.33.0\n")
+    lines = pins.from_freeze(freeze, cell)
+    assert lines == ["model-hosting-container-standards==0.1.16", "pip==26.1.2", "setuptools==80.9.0", "wheel==0.45.1"]
+    everything = pins.from_freeze(freeze, cell, keep_torch=True)
+    dists = [{"name": n, "version": v, "requires": []} for n, _, v in (l.partition("==") for l in freeze.split())]
+    pins.complete(everything, {"env": {}, "dists": dists}, cell, "img")  # the cell's own vllm is not pinned: fine
+    from builder.errors import BuilderError
+
+    with pytest.raises(BuilderError, match=r"installed but not pinned: setuptools==80\.9\.0 \(no pins file written\)"):
+        pins.complete([l for l in everything if not l.startswith("setuptools")], {"env": {}, "dists": dists}, cell, "img")
+    with pytest.raises(BuilderError, match=r"installed but not pinned: wheel==0\.45\.1; pinned but not installed: "
+                                           r"wheel==0\.44\.0"):
+        pins.complete([l.replace("wheel==0.45.1", "wheel==0.44.0") for l in everything],
+                      {"env": {}, "dists": dists}, cell, "img")
+    with pytest.raises(BuilderError, match=r"pinned but not installed: gone==1\.0"):
+        pins.complete(everything + ["gone==1.0"], {"env": {}, "dists": dists}, cell, "img")

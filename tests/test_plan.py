@@ -39,7 +39,7 @@ def test_main_job_selection():
     assert len(cs) == 1
     c = cs[0]
     assert c.ref == "127.0.0.1:5000/builder/sglang:0.5.23-cu130-torch2.14.1-py312-sm80.90"
-    assert [(p.name, p.version) for p in c.packages] == [("sglang", "0.5.23"), ("sglang-kernel", "0.4.10"), ("flash-attn", "2.8.3")]
+    assert [(p.name, p.version) for p in c.packages] == [("sglang", "0.5.23"), ("sglang-kernel", "0.4.10"), ("flash-attn", "2.8.3.post2")]
 
 
 @pytest.mark.pure
@@ -84,7 +84,7 @@ def test_plan_reports_reuse_for_a_complete_wheelhouse_entry(tmp_path):
     fa = plans[0].wheels[1]
     src = tmp_path / "out"
     src.mkdir()
-    (src / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK fake wheel for the cache test")
+    (src / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK fake wheel for the cache test")
     wheels = list(src.glob("*.whl"))
     wh.store("flash-attn", fa.key, wheels, {"package": "flash-attn", "files": file_records(wheels),
                                             "audit": {"ok": True, "archs": [80, 90]}})

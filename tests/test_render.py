@@ -159,7 +159,7 @@ def test_oci_labels_describe_the_cell():
     assert labels["io.builder.cuda"] == "13.0.3"
     assert labels["io.builder.torch"] == "2.14.0"
     assert labels["io.builder.archs"] == "80,90"
-    assert labels["io.builder.package.flash-attn.version"] == "2.8.3"
+    assert labels["io.builder.package.flash-attn.version"] == "2.8.3.post2"
     assert labels["io.builder.package.vllm.source"].startswith("vllm-0.33.0.tar.gz@sha256:f4c33c25")
     assert labels["io.builder.package.vllm.cache-key"] == keys["vllm"]
     assert labels["org.opencontainers.image.version"] == "0.33.0"

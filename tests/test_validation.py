@@ -26,7 +26,7 @@ CASES = [
     ("unknown-top-key", GOOD + "\n[cellz]\nx = 1\n", ["plan"], ["unknown key 'cellz'"]),
     ("unknown-defaults-key", edit("[defaults]\n", "[defaults]\nregistyr = \"x\"\n"), ["plan"],
      ["defaults: unknown key 'registyr'", "did you mean 'registry'"]),
-    ("unknown-profile-key", edit('flash_attn = "2.8.3"', 'flash_atn = "2.8.3"'), ["plan"],
+    ("unknown-profile-key", edit('flash_attn = "2.8.3.post2"', 'flash_atn = "2.8.3.post2"'), ["plan"],
      ["profiles.cu130: unknown key 'flash_atn'", "did you mean 'flash_attn'"]),
     ("unknown-engine", edit('engines = { vllm = "0.33.0", sglang = "0.5.23" }', 'engines = { vllm = "0.33.0", sgalng = "0.5.23" }'),
      ["plan"], ["unknown engine 'sgalng'", "did you mean 'sglang'"]),
@@ -100,8 +100,8 @@ def test_bad_input_is_refused_with_exit_2(case, tmp_path):
 @pytest.mark.pure
 def test_lock_without_entry_says_run_lock(tmp_path):
     path = write_matrix(tmp_path, GOOD)
-    (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3".sdist]\nfilename = "flash_attn-2.8.3.tar.gz"\n'
-                                          'url = "https://files.example/flash_attn-2.8.3.tar.gz"\nsha256 = "' + "0" * 64 + '"\n')
+    (tmp_path / "matrix.lock").write_text('format = 1\n[packages."flash-attn==2.8.3.post2".sdist]\nfilename = "flash_attn-2.8.3.post2.tar.gz"\n'
+                                          'url = "https://files.example/flash_attn-2.8.3.post2.tar.gz"\nsha256 = "' + "0" * 64 + '"\n')
     res = run_cli("plan", "--matrix", str(path))
     assert res.exit_code == 2
     assert "no entry for vllm==0.33.0; run `builder lock`" in res.output

@@ -373,16 +373,16 @@ RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-scc
 # ---- wheels-sglang-kernel: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-sglang-kernel
 COPY --from=build-sglang-kernel /wheels/ /
-# ---- source of flash-attn 2.8.3: sdist pinned by sha256 -----------------------------
+# ---- source of flash-attn 2.8.3.post2: sdist pinned by sha256 -----------------------------
 FROM toolchain AS src-flash-attn
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 RUN --mount=type=secret,id=ca \
-    with-ca curl -fsSL -o /tmp/flash_attn-2.8.3.tar.gz https://files.pythonhosted.org/packages/3b/b2/8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz \
- && echo "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d  /tmp/flash_attn-2.8.3.tar.gz" | sha256sum -c - \
- && tar -xzf /tmp/flash_attn-2.8.3.tar.gz --strip-components=1 -C /src \
- && rm /tmp/flash_attn-2.8.3.tar.gz
-# ---- build-flash-attn: flash-attn 2.8.3 → wheel, SASS for sm_80, sm_90 -------
+    with-ca curl -fsSL -o /tmp/flash_attn-2.8.3.post2.tar.gz https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/flash_attn-2.8.3.post2.tar.gz \
+ && echo "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b  /tmp/flash_attn-2.8.3.post2.tar.gz" | sha256sum -c - \
+ && tar -xzf /tmp/flash_attn-2.8.3.post2.tar.gz --strip-components=1 -C /src \
+ && rm /tmp/flash_attn-2.8.3.post2.tar.gz
+# ---- build-flash-attn: flash-attn 2.8.3.post2 → wheel, SASS for sm_80, sm_90 -------
 FROM torch AS build-flash-attn
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
@@ -434,7 +434,7 @@ RUN --mount=type=bind,target=/opt/build-context --mount=type=secret,id=ca --moun
 RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${SCCACHE_NAMESPACE} --mount=type=secret,id=sccache,mode=0400 --mount=type=secret,id=sccache-dist,mode=0400 \
     with-sccache --cuda-home pip wheel --verbose --no-build-isolation --no-deps --wheel-dir /wheels . \
  && ls -l /wheels \
- && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3"), "built %s %s, the lock pins flash-attn 2.8.3" % (n, v)'
+ && python -c 'import pathlib; from packaging.utils import canonicalize_name, parse_wheel_filename; from packaging.version import Version; w = sorted(pathlib.Path("/wheels").glob("*.whl")); assert len(w) == 1, "expected one wheel, got %s" % [p.name for p in w]; n, v, _, _ = parse_wheel_filename(w[0].name); assert n == canonicalize_name("flash-attn") and Version(v.public) == Version("2.8.3.post2"), "built %s %s, the lock pins flash-attn 2.8.3.post2" % (n, v)'
 # ---- wheels-flash-attn: only the wheel, exported to wheelhouse/ with --output type=local -----------
 FROM scratch AS wheels-flash-attn
 COPY --from=build-flash-attn /wheels/ /
@@ -598,7 +598,7 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
  && if [ -f /wheels/runtime-requirements.txt ]; then \
       with-ca pip install --no-compile --require-hashes --force-reinstall -r /wheels/runtime-requirements.txt; \
     else \
-      printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3' > /tmp/constraints.txt \
+      printf '%s\n' 'torch==2.14.1' 'sglang==0.5.23' 'sglang-kernel==0.4.10' 'flash-attn==2.8.3.post2' > /tmp/constraints.txt \
       && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
       && with-ca pip install --no-compile --constraint /tmp/constraints.txt --uploaded-prior-to 2026-10-30T01:34:56Z torch==2.14.1 /wheels/*.whl 'cuda-toolkit[nvcc,cccl]==13.0.3' 'ninja==1.13.0' \
       && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
@@ -659,11 +659,11 @@ LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
 LABEL io.builder.package.sglang-kernel.cache-key="e975d3fee93d4f7f0a5e73087531749ddefbfac681a50735332aa73648c5b5a7"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
-LABEL io.builder.package.flash-attn.version="2.8.3"
-LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+LABEL io.builder.package.flash-attn.version="2.8.3.post2"
+LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="c1d6f9e0f295db5748ab74b2cc84e56b309f526862b7348e3e97cc4f03076dc3"
+LABEL io.builder.package.flash-attn.cache-key="4d3c370e64ffeb4cfbebcfec193c492a0b42d5395ca3e07c75e8af3914336dbf"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]
