@@ -298,12 +298,14 @@ REAL_FREE_GB = 45  # the image in the daemon (~15 GB unpacked, its layers again)
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_the_real_vllm_0_33_index_cell_comes_from_the_registry_on_a_fresh_runner(registry, local_bases, docker_engine,
-                                                                                  tmp_path):
-    """Slow (a ~15 GB image, pushed once, pulled once): the real vLLM 0.33.0 index cell published to a registry
-    on 127.0.0.1, then a fresh runner (the tag and image gone from the daemon, an empty wheelhouse) takes it from
-    there: pulled by the registry's digest, no image build, no OCI export. Prints the seconds of that path (the
-    goal, a figure not asserted: under 10 % of the 1005 s the fresh runner took to build it, pull included)."""
+def test_the_real_vllm_0_33_index_cell_is_published_taken_from_the_registry_and_built_again_from_its_pins(
+        registry, local_bases, docker_engine, tmp_path):
+    """Slow (a ~15 GB image built twice, pushed once, pulled once): the real vLLM 0.33.0 index cell published to a
+    registry on 127.0.0.1, then a fresh runner (the tag and image gone from the daemon, an empty wheelhouse) takes it
+    from there: pulled by the registry's digest, no image build, no OCI export. Prints the seconds of that path (the
+    goal, a figure not asserted: under 10 % of the 1005 s the fresh runner took to build it, pull included). Then
+    another fresh runner builds it again from the pins the first one wrote, hash-locked (pip --require-hashes):
+    every installed release is the pinned one."""
     from .helpers import real_vllm_index_matrix
 
     free = shutil.disk_usage(tmp_path).free / 1e9
@@ -345,6 +347,27 @@ def test_the_real_vllm_0_33_index_cell_comes_from_the_registry_on_a_fresh_runner
         print(f"\nreal vLLM 0.33.0 index cell: published in {built:.0f} s; a fresh runner took it from the registry in "
               f"{seconds:.1f} s wall (image step {steps['image']['seconds']:.1f} s, pull included; "
               f"{100 * seconds / 1005:.1f} % of the 1005 s build)")
+
+        # A fresh runner that builds the cell again from the same committed pins (no registry to take it from):
+        # pip --require-hashes installs exactly the pinned files. Pins read without setuptools (pip's freeze leaves
+        # out pip, setuptools and wheel) stopped here: model-hosting-container-standards requires setuptools.
+        pins_file = tmp_path / "pins" / f"{REAL_CELL}.txt"
+        pinned = {l.partition(" ")[0].partition("[")[0].split("==")[0]: l.partition(" ")[0].split("==")[1]
+                  for l in pins_file.read_text().splitlines() if l and not l.startswith("#")}
+        assert {"pip", "setuptools"} <= set(pinned), sorted(pinned)
+        shutil.rmtree(tmp_path / "fresh", ignore_errors=True)
+        res, steps, rebuilt = run("build", "rebuilt", "--no-smoke")
+        image = steps["image"]["artifacts"]
+        assert image["reused"] is False and not image.get("pulled"), image
+        log = (tmp_path / "rebuilt" / "logs" / f"{REAL_CELL}.log").read_text()
+        assert f"runtime dependencies hash-locked by {pins_file}" in log and "--require-hashes" in log
+        freeze = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", ref, "-m", "pip",
+                                 "freeze", "--all"], capture_output=True, text=True, check=True).stdout
+        installed = dict(l.split("==", 1) for l in freeze.splitlines() if "==" in l)
+        differ = {n: (v, installed.get(n)) for n, v in pinned.items() if installed.get(n) != v}
+        assert not differ, differ  # every pin installed at its version (vllm itself is the cell's audited wheel)
+        print(f"a fresh runner built it again from the same hash-locked pins ({len(pinned)} releases) in "
+              f"{rebuilt:.0f} s: {image['digest']} (published {digest})")
     finally:
         forget_locally(ref)
 
