@@ -326,3 +326,56 @@ def test_flashinfers_own_modules_build_in_the_real_vllm_0_33_image_and_fail_ther
                                 capture_output=True, text=True).stdout.split()
         for name in [n for n in listed if n.startswith(cell.ref)]:
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+
+
+# -- docker: a prebuilt cache for any user, on any host ------------------------------------------------------
+NVCC_DOUBLE = ("#!/bin/sh\n# test double for nvcc (no CUDA compile is the subject here): it writes the file -o names\n"
+               'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then : > "$2"; shift; fi; shift; done\n')
+
+
+def test_a_prebuilt_jit_cache_serves_a_non_root_user_and_names_one_directory_for_every_host(local_bases, tmp_path):
+    """The rendered prebuild (its ENV and RUN, as the prebuilt cell's runtime stage has them) run in an image on the
+    local CUDA base, then the module's first use as a non-root user (--user 1000:1000).
+
+    Stand-ins, and why: FlashInfer itself needs torch's CUDA build (GBs) and cannot be installed in a fast test image
+    here, so the framework is the fixture's generator (tests/fixtures/cuda-ext/pkg/cuda_ext/jit.py), which names its
+    directory and takes its lock as FlashInfer 0.7.2.post1 does (jit/env.py _get_workspace_dir_name: the sorted arch set
+    joined by "_"; jit/core.py build_and_load: filelock's O_RDWR open of cached_ops/tmp/<module>.lock at every first
+    use); nvcc is a test double that writes its output file (what is tested is the cache's layout and permissions).
+    Verdicts: the non-root first use builds nothing and succeeds; the image's pinned arch list makes the host's GPU mix
+    irrelevant (one directory, 80_90); without the stage's chmod the same first use is FlashInfer's PermissionError."""
+    m = load(JIT_MATRIX)
+    (cell,) = select(m, Selection(profiles=("prebuilt",)))
+    text = rendered(m, cell)
+    env = re.search(r"^ENV CUDA_EXT_JIT_ARCH_LIST=.*$", text, re.M).group(0)
+    run = re.search(r"^RUN CUDA_EXT_JIT_ARCH_LIST=.*?chmod -R a\+rwX /opt/jit-cache$", text, re.M | re.S).group(0)
+    ctx = tmp_path / "ctx"
+    (ctx / "pkg").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(FIXTURE / "pkg" / "cuda_ext"), str(ctx / "pkg")], check=True)
+    (ctx / "nvcc").write_text(NVCC_DOUBLE)
+    head = (f"FROM {local_bases['cuda_base']}\nCOPY pkg /opt/pkg\nCOPY --chmod=755 nvcc /opt/nvcc-double/bin/nvcc\n"
+            "RUN ln -sf /usr/bin/python3 /usr/local/bin/python\nENV PYTHONPATH=/opt/pkg CUDA_HOME=/opt/nvcc-double\n")
+    use = ("import json, os, cuda_ext.jit as j; s = j.gen_nvrtc_module(); before = os.stat(s.jit_library_path).st_mtime_ns;"
+           " s.build(); print(json.dumps({'dirs': sorted(os.listdir(os.environ['CUDA_EXT_JIT_HOME'] + '/cached_ops')),"
+           " 'same': os.stat(s.jit_library_path).st_mtime_ns == before, 'uid': os.getuid()}))")
+    tags = {}
+    for name, body in (("open", run), ("root-only", run.replace(" \\\n && chmod -R a+rwX /opt/jit-cache", ""))):
+        assert name == "open" or body != run
+        (ctx / "Dockerfile").write_text(head + env + "\n" + body + "\n")
+        tags[name] = f"builder-test/jit-cache-users:{name}"
+        done = subprocess.run(["docker", "buildx", "build", "--load", "-t", tags[name], str(ctx)], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        ok = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "1000:1000", tags["open"], "python3",
+                             "-c", use], capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        got = json.loads(ok.stdout.strip().splitlines()[-1])
+        assert got == {"dirs": ["80_90"], "same": True, "uid": 1000}, got
+        # the image as it was (the cache root-owned, lock files 0644): the first use of a non-root user fails
+        denied = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "1000:1000", tags["root-only"],
+                                 "python3", "-c", use], capture_output=True, text=True, timeout=120)
+        assert denied.returncode != 0 and "PermissionError" in denied.stderr and ".lock" in denied.stderr, denied.stderr
+    finally:
+        for tag in tags.values():
+            subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
