@@ -62,6 +62,9 @@ class Strategy:
     expect: tuple[tuple[str, object], ...] = ()  # smoke L2: dotted path in the parsed args -> value
     k: int = 0  # draft tokens per draft (smoke L3: draft tokens = drafts x k), 0 when not a fixed ratio
     drafter: str = ""  # the default drafter checkpoint ({drafter} in the flags)
+    # JIT modules only this strategy selects: (module, archs, selected_by, not_built, engine versions), as a rule's
+    # jit_modules and the releases whose code selects each ("" all the strategy's)
+    jit_modules: tuple[tuple[str, tuple[int, ...], str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,11 @@ class Recipe:
         return None
 
 
+def _jit_module_uses(table: dict) -> tuple[tuple[str, tuple[int, ...], str, str], ...]:
+    return tuple((e["module"], tuple(e["archs"]), e["selected_by"], e.get("not_built", ""))
+                 for e in table.get("jit_modules", ()))
+
+
 def _recorded_path(b: Binary) -> str:
     """A path inside the wheel that a binary's glob (and so its arch scope) matches: what the audit is handed."""
     return b.files.replace("*", ".so")
@@ -394,9 +402,37 @@ class Knowledge:
                             f"(jit_frameworks){did_you_mean(fw, frameworks)}; known: {', '.join(frameworks) or 'none'}")
         frame = frameworks[fw]
         return {"name": name, "framework": fw, "generator": entry["generator"], "kwargs": dict(entry.get("kwargs", {})),
+                "objects": dict(entry.get("objects", {})), "downloads": entry.get("downloads", ""),
                 "defined_in": entry["defined_in"], "links": list(dict.fromkeys([*frame["links"], *entry["links"]])),
-                "arch_env": frame["arch_env"], "cache_env": frame["cache_env"], "cache_dir": frame["cache_dir"],
-                "build": frame["build"]}
+                "arch_env": frame.get("arch_env", ""), "arch_context": frame.get("arch_context", ""),
+                "arch_scope": frame.get("arch_scope", "device"), "answer_gpu": list(frame.get("answer_gpu", ())),
+                "cache_env": frame["cache_env"], "cache_dir": f"{self.jit_cache_root()}/{frame['cache_subdir']}",
+                "build": frame.get("build", "")}
+
+    def jit_cache_root(self) -> str:
+        """The image's one directory for the JIT caches of prebuilt modules (jit_cache_root)."""
+        root = self.data.get("jit_cache_root")
+        if not root:
+            raise UserError("the engine knowledge names JIT modules but no jit_cache_root (the image's JIT cache directory)")
+        return root
+
+    def jit_modules_of(self, recipe: "Recipe", strategies: tuple[str, ...] = ()) -> tuple[dict, ...]:
+        """The JIT modules a release builds at its first requests (its rules' jit_modules) and those the cell's
+        strategies add (a strategy's jit_modules: DFlash2's top-k), each with its framework's settings; `strategy`
+        names the strategy that selects it ("" for the release's own)."""
+        uses = [(use, "") for use in recipe.jit_modules]
+        for s in strategies:
+            if s in recipe.strategies and not recipe.strategy_problem(s):
+                uses += [(use[:4], s) for use in recipe.strategies[s].jit_modules
+                         if Version(recipe.version) in SpecifierSet(use[4])]
+        out: dict[str, dict] = {}
+        for (name, mod_archs, selected_by, not_built), strategy in uses:
+            if name in out:  # several strategies (or the release and a strategy) select it: one build
+                out[name]["strategy"] = ", ".join(x for x in (out[name]["strategy"], strategy) if x)
+                continue
+            out[name] = {**self.jit_module(name), "archs": list(mod_archs), "selected_by": selected_by,
+                         "not_built": not_built, "strategy": strategy}
+        return tuple(out.values())
 
     def build_tools(self) -> tuple[str, ...]:
         tools = self.data["build_tools"]
@@ -439,12 +475,15 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {},
                                "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}}
     origin: dict[str, str] = {}
+    root = ""
     for file, data, shape in files_:
         if shape is not schema.BUILT_IN:  # the built-in file was checked by _builtin_checked
             schema.check(file, data, shape, known)
         for section, table in merged.items():
             table.update(data.get(section, {}))
+        root = data.get("jit_cache_root", root)
         origin.update(dict.fromkeys(data.get("packages", {}), file))
+    merged["jit_cache_root"] = root  # type: ignore[assignment]  # one value, not a section
     return Knowledge(merged, origin)
 
 
@@ -490,7 +529,9 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     strategies = {
         sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]),
                         env=tuple(sorted(s.get("env", {}).items())), forbid_log=tuple(s.get("forbid_log", ())),
-                        expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""))
+                        expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""),
+                        jit_modules=tuple((*use, e.get("versions", "")) for use, e in zip(_jit_module_uses(s),
+                                                                                       s.get("jit_modules", ()))))
         for sname, s in pkg.get("strategies", {}).items()
     }
     return Recipe(
@@ -541,8 +582,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         runtime_jit=merged.get("runtime_jit", False),
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         serve_jit=tuple(merged.get("serve_jit", ())),
-        jit_modules=tuple((e["module"], tuple(e["archs"]), e["selected_by"], e.get("not_built", ""))
-                          for e in merged.get("jit_modules", ())),
+        jit_modules=_jit_module_uses(merged),
         jit_paths=tuple((e["path"], e.get("covered_by", ""), e.get("not_covered", "")) for e in merged.get("jit_paths", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),

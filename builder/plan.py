@@ -199,6 +199,14 @@ def format_plan(plans: list[CellPlan]) -> str:
             lines.append(f"  jit       {'; '.join(built) or 'none for these archs'}"
                          f" ({'prebuilt into the image' if c.jit_prebuilt else 'at the first request'}); links "
                          + " ".join(f"-l{lib}" for lib in c.jit_links))
+            # selected on these archs but built by neither smoke nor a prebuild (a shape-keyed variant, a download)
+            for m in c.jit_modules:
+                archs = [a for a in c.archs if a in m["archs"]]
+                if archs and m["not_built"]:
+                    lines.append(f"  jit       {m['name']} {','.join(archs_mod.sm(a) for a in archs)} at the first "
+                                 f"request (not built by smoke or a prebuild): {m['not_built']}")
+                if archs and m["downloads"]:
+                    lines.append(f"  network   {m['name']}: {m['downloads']}")
         for w in p.wheels:
             pkg = w.package
             if pkg.from_index:

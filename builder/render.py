@@ -116,19 +116,48 @@ def runtime_requirements(cell: Cell) -> list[str]:
     return out + [f"'{req}'" for req in (cell.runtime_jit["pip"] if cell.runtime_jit else [])]
 
 
-def prebuilt_builds(cell: Cell) -> list[dict]:
-    """jit = "prebuilt": one build per JIT module and arch, through the module's own generator, into its framework's
-    cache directory (what smoke's JIT layer builds, and then finds built)."""
+def prebuilt_builds(cell: Cell) -> dict:
+    """jit = "prebuilt": per framework, its cache directory and the environment the image keeps (its cache variable;
+    for a framework that names its cache after the arch set, its arch variable pinned to the cell's archs), then one
+    build per module and arch (cell.jit_runs) through the module's own generator or loader, into that directory (what
+    smoke's JIT layer builds, and then finds built). Afterwards the cache is readable and writable by any user."""
     if not cell.jit_prebuilt:
-        return []
-    out = []
+        return {}
+    env, builds = {}, []
     for m in cell.jit_builds:
+        env[m["cache_env"]] = m["cache_dir"]
+        if m["arch_scope"] == "set" and m["arch_env"]:
+            env[m["arch_env"]] = cell.jit_arch_set
         mod, _, fn = m["generator"].partition(":")
-        for arch in m["archs"]:
-            out.append({"name": m["name"], "module": mod, "function": fn, "kwargs": json.dumps(m["kwargs"]),
-                        "build": m["build"], "arch_env": m["arch_env"], "arch": archs_mod.dotted(arch),
-                        "cache_env": m["cache_env"], "cache_dir": m["cache_dir"]})
-    return out
+        for label, arch in cell.jit_runs(m):
+            spec = {"module": mod, "function": fn, "kwargs": m["kwargs"], "objects": m["objects"], "build": m["build"],
+                    "arch_env": m["arch_env"], "arch_context": m["arch_context"], "arch": arch,
+                    "answer_gpu": m["answer_gpu"], "name": f"{m['name']}@{label}"}
+            builds.append({"name": m["name"], "label": label, "spec": json.dumps(spec, sort_keys=True),
+                           "arch_env_prefix": f'{m["arch_env"]}="{arch}"' if m["arch_env"] else ""})
+    for b in builds:
+        if "'" in b["spec"]:
+            raise UserError(f"{cell.id}: the JIT module {b['name']}'s data holds a single quote, which the prebuild's "
+                            "shell word cannot carry")
+    return {"env": sorted(env.items()), "builds": builds,
+            "roots": sorted({m["cache_dir"].rsplit("/", 1)[0] for m in cell.jit_builds}), "program": PREBUILD_PROGRAM}
+
+
+# The prebuild of one module (its spec, JSON, in argv[1]), as smoke's probe builds it (probe.py cmd_jit_module): the
+# functions named by answer_gpu answer True (no GPU at image-build time), object arguments are imported, the arch
+# context (SGLang's override_jit_cuda_arch) is entered, then the generator or loader is called and, for a generator,
+# its build method. One line, no single quote: it is a shell word of the RUN.
+PREBUILD_PROGRAM = (
+    'import contextlib, importlib, json, sys, time; s = json.loads(sys.argv[1]); t = time.monotonic(); '
+    'get = lambda n, sep: getattr(importlib.import_module(n.rpartition(sep)[0]), n.rpartition(sep)[2]); '
+    '[setattr(importlib.import_module(n.partition(":")[0]), n.partition(":")[2], lambda *a, **k: True) '
+    'for n in s["answer_gpu"]]; '
+    'kw = dict(s["kwargs"], **{k: get(v, ".") for k, v in s["objects"].items()}); '
+    'ctx = get(s["arch_context"], ":")(*map(int, s["arch"].split("."))) if s["arch_context"] else contextlib.nullcontext(); '
+    'ctx.__enter__(); r = get(s["module"] + ":" + s["function"], ":")(**kw); '
+    's["build"] and getattr(r, s["build"])(); '
+    'print("prebuilt %s in %.1fs" % (s["name"], time.monotonic() - t))'
+)
 
 
 def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bool = False) -> dict:

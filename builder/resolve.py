@@ -15,6 +15,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from . import archs as archs_mod
 from . import grammar
 from .engines import Recipe
 from .errors import UserError
@@ -173,6 +174,20 @@ class Cell:
             if archs and not m["not_built"]:
                 out.append({**m, "archs": archs})
         return tuple(out)
+
+    def jit_runs(self, m: dict) -> tuple[tuple[str, str], ...]:
+        """The builds of one module of jit_builds, each (label, arch value for its framework). A prebuilt image's
+        framework that names its cache after the whole arch set it reads (arch_scope "set": FlashInfer) reads the
+        cell's archs (the image pins its arch_env to them): one build for that set, whatever GPUs the host mixes.
+        Otherwise one build per arch, as one GPU's process builds it."""
+        if self.jit_prebuilt and m["arch_scope"] == "set":
+            return (("+".join(archs_mod.sm(a) for a in self.archs), self.jit_arch_set),)
+        return tuple((archs_mod.sm(a), archs_mod.dotted(a)) for a in m["archs"])
+
+    @property
+    def jit_arch_set(self) -> str:
+        """The cell's archs as an arch list ("8.0 9.0"): what a prebuilt image pins a set-scoped framework to."""
+        return " ".join(archs_mod.dotted(a) for a in self.archs)
 
     @property
     def jit_links(self) -> tuple[str, ...]:
@@ -431,13 +446,11 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
             raise UserError(f"{where}: {engine} {version} compiles with nvcc at its first request (serve_jit "
                             f"{path['name']}) and its engine data gives it no runtime_jit toolchain")
 
-    jit_modules = []
-    for name, mod_archs, selected_by, not_built in eng.jit_modules:
-        mod = kn.jit_module(name)
+    jit_modules = list(kn.jit_modules_of(eng, prof.strategies))
+    for mod in jit_modules:
         if jit is None:
-            raise UserError(f"{where}: {engine} {version} builds the JIT module {name} at its first requests and its "
-                            f"engine data gives it no runtime_jit toolchain")
-        jit_modules.append({**mod, "archs": list(mod_archs), "selected_by": selected_by, "not_built": not_built})
+            raise UserError(f"{where}: {engine} {version} builds the JIT module {mod['name']} at its first requests and "
+                            f"its engine data gives it no runtime_jit toolchain")
     served = {p["name"] for p in serve_jit}
     for path, covered_by, _ in eng.jit_paths:
         kind, _, name = covered_by.partition(".")

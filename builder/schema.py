@@ -224,6 +224,13 @@ KNOB = Table(
 # A literal edit of one source file, when building against a torch in `when_torch` (any torch without it).
 PATCH = Table(required={"file": REL_PATH, "replace": QUOTABLE, "with": QUOTABLE}, optional={"when_torch": VERSION_RANGE})
 
+# the JIT modules a release (a rule) or a strategy builds at its first requests (names in the jit_modules table), per
+# GPU family (archs: the compute capabilities on which the engine's own code selects it), with the upstream file and
+# condition that select each; not_built: listed (its links are provided) but not built by smoke or a prebuild, and why
+# (a strategy's entry may hold versions: the engine releases whose code selects it, the strategy's own range otherwise)
+JIT_MODULE_USES = ListOf(Table(required={"module": TOKEN, "archs": ARCHS, "selected_by": STR},
+                               optional={"not_built": STR, "versions": VERSION_RANGE}))
+
 STRATEGY = Table(
     required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)},
     # the environment the engine runs under for this strategy, and log lines that mean it did not take effect
@@ -231,7 +238,9 @@ STRATEGY = Table(
               # smoke: what the engine's parser must resolve the flags to (dotted attribute paths; a key with
               # "@resolved" is the engine's own name resolution), draft tokens per draft, the default drafter
               "expect": TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
-              "k": INT, "drafter": STR},
+              "k": INT, "drafter": STR,
+              # JIT modules only this strategy's code selects (DFlash2's top-k): cells with the strategy build them too
+              "jit_modules": JIT_MODULE_USES},
 )
 
 # What smoke needs to run an engine version (builder/deploy/smoke/): how it serves, how its own parser is reached,
@@ -312,8 +321,7 @@ RULE = Table(
         "serve_jit": ListOf(TOKEN),  # what it compiles at its first request: names in the serve_jit table
         # the JIT modules it builds at its first requests (names in the jit_modules table), per GPU family, with the
         # upstream file that selects each; not_built: listed (its links are provided) but not built by smoke, and why
-        "jit_modules": ListOf(Table(required={"module": TOKEN, "archs": ARCHS, "selected_by": STR},
-                                    optional={"not_built": STR})),
+        "jit_modules": JIT_MODULE_USES,
         # every JIT path the version can take at its first requests: covered by smoke's JIT layer (a serve_jit
         # entry "serve_jit.<name>" or "jit_modules") or not, with the reason
         "jit_paths": ListOf(Table(required={"path": STR}, optional={"covered_by": TOKEN, "not_covered": STR},
@@ -392,12 +400,36 @@ _abs_dir = _matching(r"(/[A-Za-z0-9._-]+)+", "is not an absolute directory path 
 # jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
 # JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator each
 LIBRARIES = ListOf(_grammar(_library, "a library name like nvrtc", "library names like nvrtc or cublasLt"))
-JIT_FRAMEWORK = Table(required={"why": STR, "links": LIBRARIES, "arch_env": ENV_NAME, "cache_env": ENV_NAME,
-                                "cache_dir": _grammar(_abs_dir, "an absolute directory like /opt/flashinfer-jit"),
-                                "build": _grammar(grammar.identifier, "a method name like build")})
+# - the target: arch_env, an environment variable holding the arch list ("8.0 9.0"), or arch_context, a context manager
+#   (module:function) called with (major, minor) that sets the one target of the process (SGLang's JIT reads no
+#   environment: it takes the GPU's capability or override_jit_cuda_arch); arch_scope: "set" when the framework names
+#   its cache directory after the whole arch set it reads (FlashInfer: 80_90a on a host with both GPUs), so a prebuilt
+#   image pins arch_env to the cell's archs and builds each module once for that set; "device" when each process
+#   builds for its own GPU, so a prebuilt image builds each module once per arch
+# - cache_env: the variable naming its JIT cache; cache_subdir: its directory under the image's JIT cache root
+#   (jit_cache_root, one value for every framework)
+# - build: the method of the generator's result that compiles and links; absent when calling the generator (a loader)
+#   compiles, links and loads the module itself
+# - answer_gpu: functions (module:attribute) the module's flags depend on that ask whether a GPU is present: a build
+#   without one (smoke, a prebuild) answers True, so the module is keyed and compiled as the GPU's process keys it
+JIT_FRAMEWORK = Table(required={"why": STR, "links": LIBRARIES, "cache_env": ENV_NAME,
+                                "cache_subdir": _grammar(grammar.identifier, "a directory name like flashinfer")},
+                      optional={"arch_env": ENV_NAME, "arch_context": _grammar(_generator, "module:function, like "
+                                "sglang.kernels.jit.utils.arch:override_jit_cuda_arch"),
+                                "arch_scope": OneOf(("set", "device")),
+                                "build": _grammar(grammar.identifier, "a method name like build"),
+                                "answer_gpu": ListOf(_grammar(_generator, "module:attribute"))},
+                      exactly_one_of=("arch_env", "arch_context"))
+# kwargs: the generator's keyword arguments; objects: keyword arguments whose values are Python objects, named
+# module.attribute (torch.bfloat16); downloads: what the generator fetches over the network when it runs, and from
+# where (plan says it: an image that builds it at run time needs that network, or the files beforehand)
+_DOTTED = _grammar(_matching(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", "is not module.attribute"),
+                   "a dotted name like torch.bfloat16")
 JIT_MODULE = Table(required={"framework": TOKEN, "links": LIBRARIES, "defined_in": STR,
                              "generator": _grammar(_generator, "module:function, like flashinfer.jit.sampling:gen_sampling_module")},
-                   optional={"kwargs": TableOf(AnyOf((STR, BOOL)), key=_grammar(grammar.identifier, "an argument name"))})
+                   optional={"kwargs": TableOf(AnyOf((STR, BOOL, INT)), key=_grammar(grammar.identifier, "an argument name")),
+                             "objects": TableOf(_DOTTED, key=_grammar(grammar.identifier, "an argument name")),
+                             "downloads": STR})
 
 # the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
 BASE_OS = Table(required={"gcc": VERSION})
@@ -421,7 +453,9 @@ BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda"
                            "build_tools": BUILD_TOOLS},
                  optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN),
                            "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
-                           "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN), "jit_modules": TableOf(JIT_MODULE, key=TOKEN)})
+                           "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN), "jit_modules": TableOf(JIT_MODULE, key=TOKEN),
+                           # the image's one directory for the JIT caches of prebuilt modules (jit = "prebuilt")
+                           "jit_cache_root": _grammar(_abs_dir, "an absolute directory like /opt/jit-cache")})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -434,6 +468,7 @@ EXTRA = Table(optional={
     "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
     "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN),
     "jit_modules": TableOf(JIT_MODULE, key=TOKEN),
+    "jit_cache_root": _grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
 })
 
 

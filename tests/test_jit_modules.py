@@ -16,6 +16,7 @@ smoke's JIT layer building them inside the image through their own generators; j
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from builder import plan, render
+from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
@@ -83,14 +85,70 @@ def test_vllm_0_33_builds_flashinfer_fp8_blockscale_at_sm90_and_the_runtime_link
     for lib in ("cudart", "nvrtc", "cublas", "cublasLt"):
         assert f'ln -sfn "${{f##*/}}" "$root/lib/lib{lib}.so"' in text
     assert '-L"$CUDA_HOME/lib64" -lcudart -lnvrtc -lcublas -lcublasLt' in text
-    assert ("  jit       flashinfer-fp8-blockscale-gemm-sm90 sm_90; flashinfer-sampling sm_80,sm_90 (at the first "
-            "request); links -lcudart -lnvrtc -lcublas -lcublasLt") in plan.format_plan(plan.plan_cells([vllm], None))
+    assert ("  jit       flashinfer-fp8-blockscale-gemm-sm90 sm_90; flashinfer-sampling sm_80,sm_90; flashinfer-topk "
+            "sm_80,sm_90 (at the first request); links -lcudart -lnvrtc -lcublas -lcublasLt") in \
+        plan.format_plan(plan.plan_cells([vllm], None))
+    assert builds["flashinfer-topk"]["strategy"] == "DFlash2"  # the strategy's module, not the release's
     sglang = cell_of(cells, "sglang-0.5.23-")
-    assert [b["name"] for b in sglang.jit_builds] == ["flashinfer-sampling"]
+    assert [b["name"] for b in sglang.jit_builds] == [
+        "flashinfer-sampling", "sglang-activation", "sglang-causal-conv1d", "sglang-gptq-marlin",
+        "sglang-gptq-marlin-repack", "sglang-speculative-sampling", "flashinfer-topk"]
     assert sglang.jit_links == ("cudart", "nvrtc")  # fp8_blockscale listed (not built by default): its -lnvrtc
     for old in ("vllm-0.6.3", "sglang-0.3.2"):
         c = cell_of(cells, old)
         assert not c.jit_modules and "libnvrtc" not in rendered(m, c)
+
+
+@pytest.mark.pure
+def test_sglang_0_5_23_builds_its_own_kernels_through_its_loaders_per_family_and_strategy():
+    """SGLang's own JIT (sglang.kernels.jit, read in the 0.5.23 wheel) is a framework of its own: one target per
+    process through override_jit_cuda_arch, its cache SGLANG_JIT_CACHE_DIR under the image's one JIT cache root; Marlin
+    only on 8.x; the verify kernel only with a speculative strategy; DFlash2's FlashInfer top-k only with DFlash2."""
+    m, cells = shipped()
+    sglang = cell_of(cells, "sglang-0.5.23-")
+    mods = {x["name"]: x for x in sglang.jit_modules}
+    act = mods["sglang-activation"]
+    assert act["framework"] == "sglang" and act["arch_context"] == "sglang.kernels.jit.utils.arch:override_jit_cuda_arch"
+    assert act["cache_env"] == "SGLANG_JIT_CACHE_DIR" and act["cache_dir"] == "/opt/jit-cache/sglang"
+    assert act["objects"] == {"dtype": "torch.bfloat16"} and act["arch_scope"] == "device" and not act["arch_env"]
+    assert act["answer_gpu"] == ["sglang.kernels.jit.utils.arch:is_cuda"]
+    assert mods["flashinfer-sampling"]["cache_dir"] == "/opt/jit-cache/flashinfer"  # one root for every framework
+    builds = {b["name"]: b for b in sglang.jit_builds}
+    assert builds["sglang-gptq-marlin"]["archs"] == [80] and builds["sglang-gptq-marlin-repack"]["archs"] == [80]
+    assert builds["sglang-causal-conv1d"]["archs"] == [80, 90] and "gdn_backend.py" in builds["sglang-causal-conv1d"]["selected_by"]
+    assert builds["sglang-speculative-sampling"]["kwargs"] == {"vec_size": 4, "deterministic": True}
+    assert builds["sglang-speculative-sampling"]["strategy"] == "MTP2, MTP7, DFlash2"
+    assert builds["flashinfer-topk"]["strategy"] == "DFlash2" and "dflash.py" in builds["flashinfer-topk"]["selected_by"]
+    # shape-keyed variants: listed with the reason they are not built
+    assert "row" in mods["sglang-kvcache"]["not_built"] and mods["sglang-per-token-group-quant"]["not_built"]
+    # a cell without DFlash2 gets no top-k; one without any strategy no verify kernel either
+    kn = load_knowledge()
+    eng = sglang.engine_recipe
+    assert "flashinfer-topk" not in [x["name"] for x in kn.jit_modules_of(eng, ("MTP2",))]
+    assert "sglang-speculative-sampling" not in [x["name"] for x in kn.jit_modules_of(eng, ())]
+    # per arch at the first request; a prebuilt image builds the device-scoped framework once per arch too
+    assert sglang.jit_runs(builds["sglang-activation"]) == (("sm_80", "8.0"), ("sm_90", "9.0"))
+    pre = dataclasses.replace(sglang, jit_prebuilt=True)
+    assert pre.jit_runs(builds["sglang-activation"]) == (("sm_80", "8.0"), ("sm_90", "9.0"))
+    assert pre.jit_runs(builds["flashinfer-sampling"]) == (("sm_80+sm_90", "8.0 9.0"),)
+    text = render.render(plan.plan_cells([pre], None)[0], m.defaults["index"])
+    assert 'ENV FLASHINFER_CUDA_ARCH_LIST="8.0 9.0" FLASHINFER_WORKSPACE_BASE="/opt/jit-cache/flashinfer" ' \
+           'SGLANG_JIT_CACHE_DIR="/opt/jit-cache/sglang"' in text
+    assert text.count('"generator"') == 0 and text.count('"function": "activation_module"') == 2
+    assert '"arch": "8.0", "arch_context": "sglang.kernels.jit.utils.arch:override_jit_cuda_arch"' in text
+    assert " && chmod -R a+rwX /opt/jit-cache\n" in text
+
+
+@pytest.mark.pure
+def test_plan_for_blackwell_names_the_trtllm_gen_attention_path_and_its_network_need(tmp_path):
+    """vLLM 0.33.0 on 10.x serves Qwen3.5 with FlashInfer attention through TRT-LLM-gen (fmha_gen + cubins and a header
+    from NVIDIA's artifactory); plan --arch 100 says so, with the network it needs."""
+    m = load(MATRIX)
+    (cell,) = select(m, Selection(engines=("vllm",), archs=(100,)))  # what `plan --engine vllm --arch 100` selects
+    out = plan.format_plan(plan.plan_cells([cell], None))
+    assert "flashinfer-trtllm-fmha-gen sm_100 at the first request (not built by smoke or a prebuild)" in out, out
+    assert "network   flashinfer-trtllm-fmha-gen: the generator fetches checksums.txt and include/flashInferMetaInfo.h" \
+           in out and "artifactory" in out
 
 
 def _knowledge_copy(tmp_path: Path, edit) -> Path:
@@ -137,11 +195,17 @@ def test_jit_prebuilt_renders_one_generator_build_per_module_and_arch(tmp_path):
     (cell,) = select(m, Selection(profiles=("prebuilt",)))
     assert cell.jit_prebuilt and cell.id.endswith("-jitprebuilt")
     text = rendered(m, cell)
-    assert "ENV CUDA_EXT_JIT_HOME=/opt/cuda-ext-jit" in text
-    runs = re.findall(r"^(?:RUN| &&) CUDA_EXT_JIT_ARCH_LIST=(\S+) python -c .*gen_nvrtc_module.*$", text, re.M)
-    assert runs == ["8.0", "9.0"]
+    # the framework names its cache after the arch set (as FlashInfer does): the image pins the list to the cell's
+    # archs, one build for that set, into the one JIT cache root, then the cache is opened to every user
+    assert 'ENV CUDA_EXT_JIT_ARCH_LIST="8.0 9.0" CUDA_EXT_JIT_HOME="/opt/jit-cache/cuda_ext"' in text
+    runs = re.findall(r"^(?:RUN| &&) CUDA_EXT_JIT_ARCH_LIST=\"([^\"]+)\" python -c .*gen_nvrtc_module.*$", text, re.M)
+    assert runs == ["8.0 9.0"]
+    assert " && chmod -R a+rwX /opt/jit-cache\n" in text
+    assert [(b["name"], cell.jit_runs(b)) for b in cell.jit_builds] == [("cuda-ext-nvrtc", (("sm_80+sm_90", "8.0 9.0"),))]
     (local,) = select(m, Selection(profiles=("local",)))
     assert not local.jit_prebuilt and "CUDA_EXT_JIT_HOME" not in rendered(m, local)
+    # at the first request (smoke's JIT layer): one build per arch, as a host of one GPU family builds it
+    assert [local.jit_runs(b) for b in local.jit_builds] == [(("sm_80", "8.0"), ("sm_90", "9.0"))]
     bad = tmp_path / "matrix.toml"
     (tmp_path / "pkg").symlink_to(FIXTURE / "pkg")
     (tmp_path / "engines-jit-modules.toml").symlink_to(FIXTURE / "engines-jit-modules.toml")
@@ -180,7 +244,7 @@ def test_the_jit_layer_builds_the_engines_module_fails_without_the_links_and_a_p
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     pre = jit_result(tmp_path / "work" / prebuilt.id / "smoke" / "smoke.json")
     assert pre["status"] == "pass" and "prebuilt, nothing compiled" in pre["reason"], pre
-    assert all(pre["figures"][f"cuda-ext-nvrtc@{a}"]["built"] == 0 for a in ("sm_80", "sm_90")), pre
+    assert pre["figures"]["cuda-ext-nvrtc@sm_80+sm_90"]["built"] == 0, pre
 
     def jit_of(ref: str, name: str):
         opts = SmokeOptions(strategies=(), model=Model(target=tmp_path), layers=("JIT",), log_dir=tmp_path / name)
@@ -262,3 +326,56 @@ def test_flashinfers_own_modules_build_in_the_real_vllm_0_33_image_and_fail_ther
                                 capture_output=True, text=True).stdout.split()
         for name in [n for n in listed if n.startswith(cell.ref)]:
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
+
+
+# -- docker: a prebuilt cache for any user, on any host ------------------------------------------------------
+NVCC_DOUBLE = ("#!/bin/sh\n# test double for nvcc (no CUDA compile is the subject here): it writes the file -o names\n"
+               'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then : > "$2"; shift; fi; shift; done\n')
+
+
+def test_a_prebuilt_jit_cache_serves_a_non_root_user_and_names_one_directory_for_every_host(local_bases, tmp_path):
+    """The rendered prebuild (its ENV and RUN, as the prebuilt cell's runtime stage has them) run in an image on the
+    local CUDA base, then the module's first use as a non-root user (--user 1000:1000).
+
+    Stand-ins, and why: FlashInfer itself needs torch's CUDA build (GBs) and cannot be installed in a fast test image
+    here, so the framework is the fixture's generator (tests/fixtures/cuda-ext/pkg/cuda_ext/jit.py), which names its
+    directory and takes its lock as FlashInfer 0.7.2.post1 does (jit/env.py _get_workspace_dir_name: the sorted arch set
+    joined by "_"; jit/core.py build_and_load: filelock's O_RDWR open of cached_ops/tmp/<module>.lock at every first
+    use); nvcc is a test double that writes its output file (what is tested is the cache's layout and permissions).
+    Verdicts: the non-root first use builds nothing and succeeds; the image's pinned arch list makes the host's GPU mix
+    irrelevant (one directory, 80_90); without the stage's chmod the same first use is FlashInfer's PermissionError."""
+    m = load(JIT_MATRIX)
+    (cell,) = select(m, Selection(profiles=("prebuilt",)))
+    text = rendered(m, cell)
+    env = re.search(r"^ENV CUDA_EXT_JIT_ARCH_LIST=.*$", text, re.M).group(0)
+    run = re.search(r"^RUN CUDA_EXT_JIT_ARCH_LIST=.*?chmod -R a\+rwX /opt/jit-cache$", text, re.M | re.S).group(0)
+    ctx = tmp_path / "ctx"
+    (ctx / "pkg").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(FIXTURE / "pkg" / "cuda_ext"), str(ctx / "pkg")], check=True)
+    (ctx / "nvcc").write_text(NVCC_DOUBLE)
+    head = (f"FROM {local_bases['cuda_base']}\nCOPY pkg /opt/pkg\nCOPY --chmod=755 nvcc /opt/nvcc-double/bin/nvcc\n"
+            "RUN ln -sf /usr/bin/python3 /usr/local/bin/python\nENV PYTHONPATH=/opt/pkg CUDA_HOME=/opt/nvcc-double\n")
+    use = ("import json, os, cuda_ext.jit as j; s = j.gen_nvrtc_module(); before = os.stat(s.jit_library_path).st_mtime_ns;"
+           " s.build(); print(json.dumps({'dirs': sorted(os.listdir(os.environ['CUDA_EXT_JIT_HOME'] + '/cached_ops')),"
+           " 'same': os.stat(s.jit_library_path).st_mtime_ns == before, 'uid': os.getuid()}))")
+    tags = {}
+    for name, body in (("open", run), ("root-only", run.replace(" \\\n && chmod -R a+rwX /opt/jit-cache", ""))):
+        assert name == "open" or body != run
+        (ctx / "Dockerfile").write_text(head + env + "\n" + body + "\n")
+        tags[name] = f"builder-test/jit-cache-users:{name}"
+        done = subprocess.run(["docker", "buildx", "build", "--load", "-t", tags[name], str(ctx)], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        ok = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "1000:1000", tags["open"], "python3",
+                             "-c", use], capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        got = json.loads(ok.stdout.strip().splitlines()[-1])
+        assert got == {"dirs": ["80_90"], "same": True, "uid": 1000}, got
+        # the image as it was (the cache root-owned, lock files 0644): the first use of a non-root user fails
+        denied = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "1000:1000", tags["root-only"],
+                                 "python3", "-c", use], capture_output=True, text=True, timeout=120)
+        assert denied.returncode != 0 and "PermissionError" in denied.stderr and ".lock" in denied.stderr, denied.stderr
+    finally:
+        for tag in tags.values():
+            subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)

@@ -109,8 +109,7 @@ def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
                       archs=archs, base_images={}, sources=sources, jit={engine: "prebuilt"} if prebuilt else {})
     jit = kn.runtime_jit(cuda) if eng.runtime_jit else None
     serve_jit = tuple(kn.serve_jit(name, python) for name in eng.serve_jit)
-    jit_modules = tuple({**kn.jit_module(name), "archs": list(mod_archs), "selected_by": selected_by,
-                         "not_built": not_built} for name, mod_archs, selected_by, not_built in eng.jit_modules)
+    jit_modules = kn.jit_modules_of(eng, profile.strategies)
     image, _, tag = ref.split("@", 1)[0].rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
     return Cell(id=cell_id, engine=engine, version=version, profile=profile, torch=labels.get(labels_mod.TORCH, ""),
                 archs=archs, packages=tuple(packages), strategies=profile.strategies, base_devel="", base_runtime="",

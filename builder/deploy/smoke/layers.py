@@ -229,9 +229,11 @@ def jit_spec(cell: Cell) -> dict:
     """What the probe's jit command builds: the serve-time paths' probes, and each JIT module the engine builds for
     the cell's archs in its families (engine data jit_modules), with its framework's settings. A prebuilt image's
     modules are built against the image's own JIT cache: they must all be there already."""
-    modules = [{"name": m["name"], "generator": m["generator"], "kwargs": m["kwargs"], "build": m["build"],
-                "archs": m["archs"], "arch_env": m["arch_env"], "cache_env": m["cache_env"],
-                "cache_dir": m["cache_dir"] if cell.jit_prebuilt else None} for m in cell.jit_builds]
+    modules = [{"name": m["name"], "generator": m["generator"], "kwargs": m["kwargs"], "objects": m["objects"],
+                "build": m["build"], "archs": m["archs"], "runs": [list(r) for r in cell.jit_runs(m)],
+                "arch_env": m["arch_env"], "arch_context": m["arch_context"], "answer_gpu": m["answer_gpu"],
+                "cache_env": m["cache_env"], "cache_dir": m["cache_dir"] if cell.jit_prebuilt else None}
+               for m in cell.jit_builds]
     return {"paths": list(dict.fromkeys(p["probe"] for p in cell.serve_jit)), "archs": list(cell.archs),
             "modules": modules}
 
@@ -248,7 +250,7 @@ def jit(cell: Cell, launcher: Launcher, opts: SmokeOptions) -> Result:
         return Result("JIT", None, SKIP, f"the engine data names nothing that {cell.engine} {cell.version} compiles "
                                          "at its first request (serve_jit, jit_modules)")
     spec = jit_spec(cell)
-    n_builds = sum(len(m["archs"]) for m in builds)
+    n_builds = sum(len(cell.jit_runs(m)) for m in builds)
     run = launcher.probe("jit", spec, {}, opts.probe_timeout * (1 + n_builds))
     res = run.result()
     if res is None or "error" in res:
@@ -262,8 +264,8 @@ def jit(cell: Cell, launcher: Launcher, opts: SmokeOptions) -> Result:
         else:
             problems.append(f"{p['name']}: {got['error']}\n  needed because: {p['why']}")
     for m in builds:
-        for arch in m["archs"]:
-            key = f"{m['name']}@{archs_mod.sm(arch)}"
+        for label, _arch in cell.jit_runs(m):
+            key = f"{m['name']}@{label}"
             got = (res.get("modules") or {}).get(key, {"ok": False, "error": "the probe did not report this module"})
             figures[key] = {k: got.get(k) for k in ("seconds", "library", "library_bytes", "built", "needed", "error")
                             if got.get(k) is not None}

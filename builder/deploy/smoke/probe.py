@@ -489,34 +489,54 @@ def _snapshot(root):
     return out
 
 
+def _named(name, sep):
+    mod, _, attr = name.rpartition(sep)
+    return getattr(importlib.import_module(mod), attr)
+
+
 def cmd_jit_module(spec):
-    """One JIT module built through the framework's own generator: `generator` (module:function) called with `kwargs`,
-    then the result's `build` method (FlashInfer: JitSpecNvcc.build writes build.ninja and runs ninja). The arch
-    list and the cache directory are already in the environment. Reports the module's library, its size and how
-    many objects / libraries the build (re)made: 0 when the cache already held them (a prebuilt image)."""
-    mod, _, fn = spec["generator"].partition(":")
+    """One JIT module built through the framework's own generator or loader: `generator` (module:function) called with
+    `kwargs` and `objects` (arguments that are Python objects, module.attribute: torch.bfloat16), then, for a generator,
+    the result's `build` method (FlashInfer: JitSpecNvcc.build writes build.ninja and runs ninja); a loader (SGLang's
+    load_jit callers) compiles, links and loads it itself. The arch list and the cache directory are already in the
+    environment; a framework that takes its one target from a context manager (`arch_context`, SGLang's
+    override_jit_cuda_arch) gets it entered with the arch. The functions of `answer_gpu` answer True: the module is keyed
+    as on the GPU. Reports the module's library, its size and how many objects / libraries the build (re)made: 0 when
+    the cache already held them (a prebuilt image)."""
     t0 = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            gen = getattr(importlib.import_module(mod), fn)
+            gen = _named(spec["generator"], ":")
+            for name in spec.get("answer_gpu", []):
+                mod, _, attr = name.partition(":")
+                setattr(importlib.import_module(mod), attr, lambda *a, **k: True)
+            kwargs = {**spec.get("kwargs", {}), **{k: _named(v, ".") for k, v in spec.get("objects", {}).items()}}
+            ctx = contextlib.nullcontext()
+            if spec.get("arch_context"):
+                major, minor = spec["arch"].split(".")
+                ctx = _named(spec["arch_context"], ":")(int(major), int(minor))
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "error": f"the generator {spec['generator']} cannot be imported: {_short(exc)}"}
+        cache = os.environ.get(spec.get("cache_env") or "", "")
+        before = _snapshot(cache)
         try:
-            jit_spec = gen(**spec.get("kwargs", {}))
-        except Exception as exc:  # noqa: BLE001
-            return {"ok": False, "error": f"{spec['generator']}() failed: {_short(exc)}"}
-        build_dir = str(getattr(jit_spec, "build_dir", "") or "")
-        before = _snapshot(build_dir)
-        try:
-            getattr(jit_spec, spec.get("build", "build"))()
+            with ctx:
+                jit_spec = gen(**kwargs)
+                build_dir = str(getattr(jit_spec, "build_dir", "") or "")
+                before = {**before, **_snapshot(build_dir)}
+                if spec.get("build"):
+                    getattr(jit_spec, spec["build"])()
         except Exception as exc:  # noqa: BLE001 - the compiler's or linker's words are in the message (ninja's output)
             text = str(exc)
             return {"ok": False, "seconds": round(time.monotonic() - t0, 2),
                     "error": _build_failure(text) or _short(exc)}
-    after = _snapshot(build_dir)
+    after = {**_snapshot(cache), **_snapshot(build_dir)}
     made = sorted(p for p, m in after.items() if before.get(p) != m)
     lib = str(getattr(jit_spec, "jit_library_path", "") or "")
-    out = {"ok": True, "seconds": round(time.monotonic() - t0, 2), "module": getattr(jit_spec, "name", fn),
+    if not lib:  # a loader returns the loaded module: its library is the newest one under the cache
+        libs = sorted((m, p) for p, m in after.items() if p.endswith(".so"))
+        lib = libs[-1][1] if libs else ""
+    out = {"ok": True, "seconds": round(time.monotonic() - t0, 2), "module": getattr(jit_spec, "name", spec["generator"]),
            "library": lib, "built": len(made)}
     if lib and os.path.isfile(lib):
         out["library_bytes"] = os.path.getsize(lib)
@@ -531,19 +551,23 @@ def _arch_value(arch):
 
 
 def _jit_modules(spec):
-    """Each module of spec["modules"], once per arch, each build in a fresh interpreter of this probe."""
+    """Each module of spec["modules"], once per run (label, arch value: one arch, or a prebuilt image's whole set),
+    each build in a fresh interpreter of this probe (a framework may fix its target once per process)."""
     import subprocess
     import tempfile
 
     out = {}
     for m in spec.get("modules", []):
-        for arch in m["archs"]:
-            key = f"{m['name']}@sm_{arch}"
+        runs = m.get("runs") or [[f"sm_{a}", _arch_value(a)] for a in m["archs"]]
+        for label, arch in runs:
+            key = f"{m['name']}@{label}"
             cache = m.get("cache_dir") or tempfile.mkdtemp(prefix=f"builder-jit-{m['name']}-")
-            env = {**os.environ, m["arch_env"]: _arch_value(arch), m["cache_env"]: cache}
+            env = {**os.environ, m["cache_env"]: cache}
+            if m.get("arch_env"):
+                env[m["arch_env"]] = arch
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "jit-module", json.dumps(m)], env=env,
-                                  capture_output=True, text=True)
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "jit-module", json.dumps({**m, "arch": arch})],
+                                  env=env, capture_output=True, text=True)
             res = None
             for line in proc.stdout.splitlines():
                 if line.startswith(MARK):
@@ -552,7 +576,7 @@ def _jit_modules(spec):
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
                 res = {"ok": False, "error": (res or {}).get("error") or f"the build exited {proc.returncode}: {tail}"}
             res["seconds"] = res.get("seconds", round(time.monotonic() - t0, 2))
-            res["arch"] = _arch_value(arch)
+            res["arch"] = arch
             out[key] = res
     return out
 
