@@ -7,6 +7,7 @@ A tool that is not installed is an environment problem (exit 3), not a failed ce
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from .errors import CommandError, EnvironmentProblem
+from .imageref import ImageRef
 
 log = logging.getLogger("builder.commands")
 
@@ -385,18 +387,6 @@ def image_id(ref: str, docker: str = "docker") -> str:
     return out.strip() if code == 0 else ""
 
 
-def image_repository(ref: str) -> str:
-    """An image reference without its @digest and :tag (REGISTRY/PATH/NAME)."""
-    name = ref.split("@", 1)[0]
-    return name.rsplit(":", 1)[0] if name.rfind(":") > name.rfind("/") else name
-
-
-def image_registry(ref: str) -> str:
-    """The registry host an image reference names ("" for a Docker Hub short name like nvidia/cuda:13.0)."""
-    first, slash, _ = ref.partition("/")
-    return first if slash and ("." in first or ":" in first or first == "localhost") else ""
-
-
 def repo_digest(ref: str, docker: str = "docker") -> str:
     """The manifest digest under which the local daemon knows image REF (its RepoDigests entry for REF's
     name), "" when it has none: what `FROM REF@digest` resolves to on this host."""
@@ -405,11 +395,11 @@ def repo_digest(ref: str, docker: str = "docker") -> str:
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], timeout=60)
     if code != 0:
         return ""
-    short = image_repository(ref).removeprefix("docker.io/").removeprefix("library/")
+    want = ImageRef.parse(ref)
     for entry in json.loads(out or "null") or []:
-        repo, _, digest = entry.partition("@")
-        if repo.removeprefix("docker.io/").removeprefix("library/") == short and digest.startswith("sha256:"):
-            return digest
+        found = ImageRef.parse(entry, "the daemon's RepoDigests entry")
+        if found.same_repository(want) and found.digest.startswith("sha256:"):
+            return found.digest
     return ""
 
 
@@ -418,13 +408,14 @@ def local_tag_for_digest(ref: str, docker: str = "docker") -> str:
     very image now ("" for a reference without a digest, or one the daemon does not hold)."""
     import json
 
-    if "@sha256:" not in ref:
+    want = ImageRef.parse(ref)
+    if not want.digest.startswith("sha256:"):
         return ""
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .RepoTags}}", ref], timeout=60)
     if code != 0:
         return ""
-    name = ref.split("@", 1)[0]
-    tags = [t for t in json.loads(out or "null") or [] if image_repository(t) == image_repository(ref)]
+    name = str(dataclasses.replace(want, digest=""))
+    tags = [t for t in json.loads(out or "null") or [] if ImageRef.parse(t).same_repository(want)]
     return name if name in tags else (tags[0] if tags else "")
 
 

@@ -17,6 +17,7 @@ import tomli_w
 from . import docker, files, grammar, net, schema
 from .engines import Knowledge, load_knowledge
 from .errors import UserError
+from .imageref import ImageRef
 from .pypi import SimpleIndex
 
 LOCK_NAME = "matrix.lock"
@@ -282,9 +283,10 @@ def base_image_digest(ref: str) -> tuple[str, str, str]:
     from .net import is_loopback, redact
     from .errors import CommandError
 
-    if "@" in ref:
-        return ref.split("@", 1)[1], "the reference itself", ""
-    host = docker.image_registry(ref) or "docker.io"
+    parsed = ImageRef.parse(ref, "base image")
+    if parsed.digest:
+        return parsed.digest, "the reference itself", ""
+    host = parsed.host
     args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host))
     try:
         # skopeo's own deadline for its requests (token, manifest), and ours for the program

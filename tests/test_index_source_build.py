@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.docker import image_repository
+from builder.imageref import ImageRef
 
 from . import services
 from .helpers import CUDA_EXT as FIXTURE
@@ -165,7 +165,7 @@ def test_a_real_vllm_0_33_image_from_the_index_passes_smoke_l0_to_l2(local_bases
         for key in wanted:
             assert results[key][0] == "pass", (key, results[key])
     finally:  # the cell's tag and the run's content name (<tag>-<digest prefix>): ~10 GB
-        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", image_repository(ref)],
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", ImageRef.parse(ref).name],
                                capture_output=True, text=True).stdout.split()
         for name in [n for n in names if n.startswith(ref)]:
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
@@ -247,7 +247,7 @@ def test_real_vllm_index_cell_builds_three_times(local_bases, tmp_path, docker_e
         assert "no Python.h in /usr/include/python3.11" in failed.reason, failed.reason
         print(f"JIT layer with the Python headers hidden: {failed.reason}")
     finally:
-        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", image_repository(ref)],
+        names = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", ImageRef.parse(ref).name],
                                capture_output=True, text=True).stdout.split()
         for name in [n for n in names if n.startswith(ref)]:
             subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.pure
 PACKAGE = Path(__file__).resolve().parent.parent / "builder"
 
 # Modules every other one may build on; they import only each other.
-FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "oci",
+FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "oci", "imageref",
               "templates", "epoch", "compile_cache"}
 # Modules that talk to a registry, an index or a download without being the wheel cache.
 NETWORK_USERS = {"publish", "deploy.subject", "registry_api", "reuse", "doctor", "lock", "download", "pypi", "steps.compile"}

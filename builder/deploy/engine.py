@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import EnvironmentProblem, UserError
+from ..imageref import ImageRef
 from .launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
@@ -360,10 +361,9 @@ def local_image(client, ref: str):
 
 def pull(client, ref: str) -> None:
     """Pull REF into the daemon (an image read from its registry is pulled only here: to run it)."""
-    name, _, digest = ref.partition("@")
-    repo, tag = (name.rsplit(":", 1) if ":" in name.rsplit("/", 1)[-1] else (name, "latest"))
+    parsed = ImageRef.parse(ref)
     try:
-        client.images.pull(repo, tag=digest or tag)
+        client.images.pull(parsed.name, tag=parsed.reference)
     except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and requests' errors
         raise EnvironmentProblem(f"{ref}: the pull failed: {getattr(exc, 'explanation', None) or exc}") from None
 

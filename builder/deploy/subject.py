@@ -15,6 +15,7 @@ from .. import files as files_mod
 from .. import grammar, schema
 from .. import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
+from ..imageref import ImageRef
 
 LOCAL, REGISTRY, FILE = "local image", "registry (not pulled)", "file"
 
@@ -110,7 +111,8 @@ def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
     jit = kn.runtime_jit(cuda) if eng.runtime_jit else None
     serve_jit = tuple(kn.serve_jit(name, python) for name in eng.serve_jit)
     jit_modules = kn.jit_modules_of(eng, profile.strategies)
-    image, _, tag = ref.split("@", 1)[0].rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
+    parsed = ImageRef.parse(ref)
+    image, tag = parsed.name, parsed.tag
     return Cell(id=cell_id, engine=engine, version=version, profile=profile, torch=labels.get(labels_mod.TORCH, ""),
                 archs=archs, packages=tuple(packages), strategies=profile.strategies, base_devel="", base_runtime="",
                 image=image, tag=tag, runtime_jit=jit, serve_jit=serve_jit, jit_modules=jit_modules,
@@ -170,38 +172,23 @@ def read_local(ref: str, client=None) -> Subject | None:
     return Subject(ref, LOCAL, dict(attrs.get("Config") or {}), (attrs.get("RepoDigests") or [img.id])[0])
 
 
-def split_ref(ref: str) -> tuple[str, str, str]:
-    """(registry host, repository, tag or digest) of an image reference; Docker Hub for a short name."""
-    from .. import docker
-
-    host = docker.image_registry(ref)
-    rest = ref[len(host) + 1:] if host else ref
-    name, at, digest = rest.partition("@")
-    repo, tag = (name.rsplit(":", 1) if ":" in name.rsplit("/", 1)[-1] else (name, "latest"))
-    if not host:
-        host, repo = "registry-1.docker.io", repo if "/" in repo else f"library/{repo}"
-    return host, repo, digest if at else tag
-
-
 def read_registry(ref: str) -> Subject | None:
     """The config of REF from its registry (the manifest, the linux/amd64 manifest of an index, then the config
     blob; builder/registry_api.py): no layer is fetched, nothing is pulled. None when the registry does not
     answer or has no such image; a docker login that cannot be read is an error of its own."""
     from .. import registry_api
 
-    host, repo, reference = split_ref(ref)
-    where = registry_api.endpoint(host)  # a docker config that does not read: its own error, not "no image"
+    parsed = ImageRef.parse(ref)
+    where = registry_api.endpoint(parsed.api_host)  # a docker config that does not read: its own error, not "no image"
     try:
         with registry_api.Client(where) as client:
-            found = client.image(f"{host}/{repo}", reference, platform="linux/amd64")
+            found = client.image(f"{parsed.api_host}/{parsed.api_repository}", parsed.reference, platform="linux/amd64")
         if found is None:
             return None
         config = config_from_json(ref, found.config)
     except (registry_api.Unusable, ValueError):
         return None
-    name = ref.split("@", 1)[0]
-    name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    return Subject(ref, REGISTRY, config, f"{name}@{found.digest}")
+    return Subject(ref, REGISTRY, config, str(parsed.with_digest(found.digest)))
 
 
 # -- what smoke and bench are given ----------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from pathlib import Path
 from .. import docker, labels, ledger, net, oci, pins, reuse
 from ..cache import sha256_file
 from ..errors import BuilderError
+from ..imageref import ImageRef
 from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
@@ -85,7 +86,7 @@ def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
     text = ctx.dockerfile.read_text()
     bases = {}
     for arg, ref in sorted(base_images(text).items()):
-        digest = ref.rpartition("@")[2] if "@sha256:" in ref else docker.image_id(ref, ctx.opts.docker)
+        digest = ImageRef.parse(ref, "base image").digest or docker.image_id(ref, ctx.opts.docker)
         if not digest:
             return "", {"why": f"the base image {ref} is not in the local image store (no digest to key it by)"}
         bases[arg] = {"ref": ref, "digest": digest}
