@@ -19,6 +19,7 @@ import dataclasses
 import re
 
 from .errors import UserError
+from .grammar import describe
 
 HUB = "docker.io"
 HUB_API = "registry-1.docker.io"
@@ -47,30 +48,34 @@ class ImageRef:
         if not isinstance(text, str) or not text:
             raise UserError(f"{what}: empty")
         if text != text.strip() or any(c.isspace() or ord(c) < 32 for c in text):
-            raise UserError(f"{what}: {text!r} holds white space or control characters")
+            raise UserError(f"{what}: {describe(text)} holds white space or control characters")
+        if bad := sorted(set(re.sub(r"[A-Za-z0-9._:/@\[\]-]", "", text))):
+            # named by the characters only: a query or credentials there must not be echoed part by part
+            raise UserError(f"{what}: {describe(text)} holds {' '.join(map(repr, bad))}, which no image reference "
+                            "has")
         rest, at, digest = text.partition("@")
         if at and digest.startswith("sha256:") and not _SHA256.fullmatch(digest):
-            raise UserError(f"{what}: {text!r}: a sha256 digest is 64 lowercase hex digits")
+            raise UserError(f"{what}: {describe(text)}: a sha256 digest is 64 lowercase hex digits")
         if at and not _DIGEST.fullmatch(digest):
-            raise UserError(f"{what}: {text!r}: {digest!r} after '@' is not a digest like sha256:<64 hex>")
+            raise UserError(f"{what}: {describe(text)}: {describe(digest)} after '@' is not a digest like sha256:<64 hex>")
         name, tag = rest, ""
         if ":" in rest.rsplit("/", 1)[-1]:
             name, _, tag = rest.rpartition(":")
             if not _TAG.fullmatch(tag):
-                raise UserError(f"{what}: {text!r}: {tag!r} is not a tag (letters, digits, '_', '.', '-'; at most 128, "
+                raise UserError(f"{what}: {describe(text)}: {describe(tag)} is not a tag (letters, digits, '_', '.', '-'; at most 128, "
                                 "not starting with '.' or '-')")
         first, slash, path = name.partition("/")
         if slash and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
             if not _HOST.fullmatch(first):
-                raise UserError(f"{what}: {text!r}: {first!r} is not a registry host[:port]")
+                raise UserError(f"{what}: {describe(text)}: {describe(first)} is not a registry host[:port]")
             registry = first
         else:
             registry, path = "", name
         if not path or not _PATH.fullmatch(path):
-            raise UserError(f"{what}: {text!r}: {path!r} is not a repository path (lowercase letters, digits and "
+            raise UserError(f"{what}: {describe(text)}: {describe(path)} is not a repository path (lowercase letters, digits and "
                             "'.', '_', '__', '-' between them, components joined by '/')")
         if len(name) > NAME_MAX:
-            raise UserError(f"{what}: {text!r}: the name is longer than {NAME_MAX} characters")
+            raise UserError(f"{what}: {describe(text)}: the name is longer than {NAME_MAX} characters")
         return cls(registry, path, tag, digest)
 
     # -- where it lives ---------------------------------------------------------------------------------------

@@ -277,25 +277,23 @@ def lock_dep_tags(name: str, version: str, echo=print) -> dict:
 
 
 def base_image_digest(ref: str) -> tuple[str, str, str]:
-    """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest
-    (`skopeo inspect --raw`: the digest of exactly what the tag names, an index for a multi-platform image),
-    else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never moves."""
-    from .net import is_loopback, redact
-    from .errors import CommandError
+    """(digest, where it was read, "") or ("", "", why not) for a base image: the registry's manifest digest (the
+    registry API client, builder/registry_api.py: the sha256 of exactly the bytes the tag names, an index for a
+    multi-platform image), else the local daemon's (a local base, or one pulled earlier). A pinned FROM then never
+    moves."""
+    from . import registry_api
 
     parsed = ImageRef.parse(ref, "base image")
     if parsed.digest:
         return parsed.digest, "the reference itself", ""
-    host = parsed.host
-    args = docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=not is_loopback(host))
     try:
-        # skopeo's own deadline for its requests (token, manifest), and ours for the program
-        seconds = net.timeouts()[1]
-        raw = docker.skopeo([args[0], "--command-timeout", f"{seconds:g}s", *args[1:]],
-                            timeout=net.subprocess_seconds(requests=3), binary=True).stdout
-        return "sha256:" + hashlib.sha256(raw).hexdigest(), f"registry {host}", ""
-    except (CommandError, UserError) as exc:
-        why = (redact(str(exc)).strip().splitlines() or ["?"])[-1][:200]
+        with registry_api.Client(registry_api.endpoint(parsed.api_host)) as client:
+            digest = client.digest(f"{parsed.api_host}/{parsed.api_repository}", parsed.reference)
+        if digest:
+            return digest, f"registry {parsed.host}", ""
+        why = "the registry has no such image"
+    except registry_api.Unusable as exc:
+        why = str(exc)[:200]
     local = docker.repo_digest(ref)
     if local:
         return local, "the local Docker daemon", ""

@@ -98,17 +98,21 @@ def _layer_cache(m, value: str | None) -> str | None:
 def _reuse_from(m, value: str | None, publish):
     """Where an unchanged cell's image may come from (builder/reuse.py): publish's own registry, which it pushes
     to; for build, --reuse-from ('registry': the matrix's registry), else nowhere."""
-    from . import reuse
-
     if publish is not None:
-        if value is not None and reuse.make_source(value if value != "registry" else m.defaults["registry"]).registry \
-                != publish.registry:
+        if value is not None and _reuse_path(m, value).path != publish.registry:
             raise UserError(f"--reuse-from {value}: publish reuses only what its --registry {publish.registry} "
                             "already serves (leave --reuse-from out)")
-        return reuse.Source(publish.registry, publish.tls_verify, publish.credentials, publish.credentials_from)
+        return publish.where
     if value is None:
         return None
-    return reuse.make_source(m.defaults["registry"] if value == "registry" else value)
+    return _reuse_path(m, value)
+
+
+def _reuse_path(m, value: str):
+    from .registry_api import RegistryPath
+
+    return RegistryPath.parse(m.defaults["registry"] if value == "registry" else value, "--reuse-from",
+                              "images are read from PATH/<engine>:<tag>")
 
 
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):

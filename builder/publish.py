@@ -16,7 +16,6 @@ backoff; anything else (401, a digest the registry would change) fails at once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -28,8 +27,10 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from . import docker, grammar
+from . import docker
 from .errors import CommandError, EnvironmentProblem, UserError
+from .imageref import ImageRef
+from .registry_api import Client, RegistryPath, Unusable
 
 META = "builder.publish"  # click context key through which `builder publish` hands its Target to build
 IMAGES_FORMAT = 1
@@ -48,24 +49,38 @@ class PublishError(Exception):
 
 @dataclass(frozen=True)
 class Target:
-    """Where and how `builder publish` pushes. The credentials never appear in repr, logs or files."""
+    """Where and how `builder publish` pushes: the registry path (its endpoint carries the credentials given for its
+    host, which never appear in repr, logs or files) and publish's own settings."""
 
-    registry: str  # HOST[:PORT]/PATH: images go to REGISTRY/ENGINE:TAG
+    where: RegistryPath  # images go to PATH/ENGINE:TAG
     images_json: Path
-    tls_verify: bool = True
-    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-    credentials_from: str = ""  # where they came from, for messages
     attempts: int = 5
     backoff: float = 2.0  # seconds before the first retry; doubled each time, at most MAX_BACKOFF
     aliases: bool = True
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     @property
+    def registry(self) -> str:
+        return self.where.path
+
+    @property
     def host(self) -> str:
-        return self.registry.split("/")[0]
+        return self.where.host
+
+    @property
+    def tls_verify(self) -> bool:
+        return self.where.tls_verify
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        return self.where.credentials
+
+    @property
+    def credentials_from(self) -> str:
+        return self.where.credentials_from
 
     def repository(self, engine: str) -> str:
-        return f"{self.registry}/{engine}"
+        return self.where.repository(engine)
 
     def auth(self) -> dict[str, tuple[str, str]] | None:
         return {self.host: self.credentials} if self.credentials else None
@@ -76,28 +91,12 @@ MAX_BACKOFF = 60.0
 
 def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: float = 2.0,
                 aliases: bool = True) -> Target:
-    """A Target for REGISTRY (HOST[:PORT]/PATH), with the credentials the environment or docker login has for
-    its host. Plain HTTP only for a loopback registry."""
-    from .net import is_loopback, registry_credentials
-
-    registry = re.sub(r"^(docker|https?)://", "", registry).rstrip("/")
-    if not registry:
-        raise UserError("--registry: empty; give HOST[:PORT]/PATH (images go to PATH/<engine>:<tag>)")
-    if "@" in registry.split("/")[0]:
-        raise UserError("--registry: put no credentials in it; use BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD "
-                        "or docker login")
-    grammar.check(grammar.image_name, f"{registry}/x", "--registry")
-    port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", registry.split("/")[0])
-    if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
-        raise UserError(f"--registry: {registry!r}: port {port.group(1)} is out of range (1-65535)")
-    if "/" not in registry:
-        raise UserError(f"--registry: {registry!r}: give HOST[:PORT]/PATH (images go to PATH/<engine>:<tag>)")
+    """A Target for REGISTRY (HOST[:PORT]/PATH, registry_api.RegistryPath), with the credentials the environment
+    or docker login has for its host. Plain HTTP only for a loopback registry."""
+    where = RegistryPath.parse(registry, "--registry")
     if not 1 <= attempts <= 100:
         raise UserError(f"--retries: from 0 to 99, got {attempts - 1}")
-    host = registry.split("/")[0]
-    creds, origin = registry_credentials(host)
-    return Target(registry=registry, images_json=images_json, tls_verify=not is_loopback(host),
-                  credentials=creds, credentials_from=origin, attempts=attempts, backoff=backoff, aliases=aliases)
+    return Target(where=where, images_json=images_json, attempts=attempts, backoff=backoff, aliases=aliases)
 
 
 def transient(output: str) -> bool:
@@ -117,9 +116,10 @@ def retrying(what: str, fn: Callable[[], object], target: Target, say: Callable[
     for attempt in range(1, target.attempts + 1):
         try:
             return fn()
-        except CommandError as exc:
-            why = _first_error(exc.output)
-            if not transient(exc.output):
+        except (CommandError, Unusable) as exc:
+            output = exc.output if isinstance(exc, CommandError) else str(exc)
+            why = _first_error(output)
+            if not transient(output):
                 raise PublishError(f"{what}: {why}") from None
             if attempt == target.attempts:
                 raise PublishError(f"{what}: {why} (gave up after {attempt} attempts)") from None
@@ -142,11 +142,15 @@ def _seconds(args: list[str]) -> float:
 
 
 def served_digest(ref: str, target: Target, say: Callable[[str], None]) -> str:
-    """The digest the registry serves for REF (a tag or @digest): the sha256 of its manifest's exact bytes."""
-    args = _bounded(docker.skopeo_inspect_raw_args(f"docker://{ref}", tls_verify=target.tls_verify), requests=3)
-    proc = retrying(f"inspect {ref}", lambda: docker.skopeo(args, credentials=target.auth(), timeout=_seconds(args),
-                                                             binary=True), target, say)
-    return "sha256:" + hashlib.sha256(proc.stdout).hexdigest()
+    """The digest the registry serves for REF (a tag or @digest): the sha256 of its manifest's exact bytes, read
+    through the registry API client (skopeo only copies bytes); "" when the registry has no such manifest."""
+    parsed = ImageRef.parse(ref)
+
+    def read() -> str:
+        with Client(target.where) as client:
+            return client.digest(parsed.name, parsed.reference) or ""
+
+    return retrying(f"inspect {ref}", read, target, say)
 
 
 def push_archive(archive: Path, repository: str, tag: str, digest: str, all_images: bool, target: Target,

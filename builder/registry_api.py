@@ -27,7 +27,7 @@ MANIFEST_BYTES = 4 << 20  # a manifest or an image config; the registry spec cap
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A registry host and how to reach it (reuse.Source is one too: a host with a path)."""
+    """A registry host and how to reach it: TLS or not, and the credentials given for that host."""
 
     host: str
     tls_verify: bool = True
@@ -39,6 +39,61 @@ def endpoint(host: str) -> Endpoint:
     """The host with the credentials the environment or docker login has for it; plain HTTP only on loopback."""
     creds, origin = net.registry_credentials(host)
     return Endpoint(host, tls_verify=not net.is_loopback(host), credentials=creds, credentials_from=origin)
+
+
+@dataclass(frozen=True)
+class RegistryPath:
+    """HOST[:PORT]/PATH, where builder's images live (PATH/<engine>:<tag>): publish's --registry, build's
+    --reuse-from, the matrix's defaults.registry. Parsed here only; it carries the one Endpoint of its host, so a
+    Client takes it as it takes an Endpoint."""
+
+    path: str  # HOST[:PORT]/PATH, no scheme, no trailing slash
+    endpoint: Endpoint
+
+    @classmethod
+    def parse(cls, value: str, flag: str, role: str = "images go to PATH/<engine>:<tag>") -> RegistryPath:
+        """`value` checked (an optional docker:// or http(s):// prefix dropped), with its host's endpoint; UserError
+        naming `flag` otherwise."""
+        from .errors import UserError
+        from .grammar import describe
+        from .imageref import ImageRef
+
+        path = re.sub(r"^(docker|https?)://", "", value).rstrip("/")
+        if not path:
+            raise UserError(f"{flag}: empty; give HOST[:PORT]/PATH ({role})")
+        if "@" in path.split("/")[0]:
+            raise UserError(f"{flag}: put no credentials in it; use BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD "
+                            "or docker login")
+        if "/" not in path:
+            raise UserError(f"{flag}: {describe(path)}: give HOST[:PORT]/PATH ({role})")
+        ref = ImageRef.parse(f"{path}/x", flag)
+        if not ref.registry:
+            raise UserError(f"{flag}: {describe(path)}: {describe(path.split('/')[0])} is not a registry host (HOST[:PORT]/PATH, e.g. "
+                            f"127.0.0.1:5000/builder; {role})")
+        port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", ref.registry)
+        if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
+            raise UserError(f"{flag}: {describe(path)}: port {port.group(1)} is out of range (1-65535)")
+        return cls(path, endpoint(ref.registry))
+
+    # a Client reads these four as it reads an Endpoint's
+    @property
+    def host(self) -> str:
+        return self.endpoint.host
+
+    @property
+    def tls_verify(self) -> bool:
+        return self.endpoint.tls_verify
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        return self.endpoint.credentials
+
+    @property
+    def credentials_from(self) -> str:
+        return self.endpoint.credentials_from
+
+    def repository(self, engine: str) -> str:
+        return f"{self.path}/{engine}"
 
 
 class Unusable(Exception):
@@ -62,7 +117,7 @@ class Client:
     """The registry API calls, each bounded by net's deadlines and caps. Not retried: a registry that does not
     answer costs what asked (a reuse: the cell is built; a deployer's read: the next place to look)."""
 
-    def __init__(self, source):  # an Endpoint, or anything with its four attributes (reuse.Source)
+    def __init__(self, source: Endpoint | RegistryPath):
         self.source = source
         self.scheme = "https" if source.tls_verify else "http"
         self.session = net.with_timeouts(requests.Session())
@@ -163,6 +218,12 @@ class Client:
         if not isinstance(doc, dict):
             raise Unusable(f"{repository}:{ref}: its manifest is not a JSON object")
         return body, doc.get("mediaType") if isinstance(doc.get("mediaType"), str) else kind, digest
+
+    def digest(self, repository: str, ref: str) -> str | None:
+        """The digest REPOSITORY serves for REF (a tag or a digest): the sha256 of its manifest's exact bytes;
+        None when it has none."""
+        got = self.manifest(repository, ref)
+        return None if got is None else got[2]
 
     def blob(self, repository: str, digest: str, limit: int = MANIFEST_BYTES) -> bytes:
         resp = self.send("GET", self.url(repository, "blobs", digest), repository)

@@ -29,13 +29,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 
-from . import grammar, labels, ledger
+from . import labels, ledger
 from .registry_api import ACCEPT, OCI_MANIFEST, Found, Unusable
 from .registry_api import Client as RegistryClient
-from .registry_api import endpoint
-from .errors import UserError
+from .registry_api import RegistryPath
 
 RECORD_TAG = "builder-ledger-"  # + the 64-hex content key (79 characters: within a tag's 128)
 RECORD_TYPE = "application/vnd.builder.image-ledger.v1+json"
@@ -45,42 +43,6 @@ EMPTY = b"{}"
 
 def record_tag(key: str) -> str:
     return RECORD_TAG + key
-
-
-@dataclass(frozen=True)
-class Source:
-    """A registry path whose ENGINE repositories hold builder's images: REGISTRY/ENGINE:TAG."""
-
-    registry: str  # HOST[:PORT]/PATH
-    tls_verify: bool = True
-    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-    credentials_from: str = ""
-
-    @property
-    def host(self) -> str:
-        return self.registry.split("/")[0]
-
-    def repository(self, engine: str) -> str:
-        return f"{self.registry}/{engine}"
-
-
-def make_source(value: str, flag: str = "--reuse-from") -> Source:
-    """A Source for HOST[:PORT]/PATH (checked as publish's --registry is), with the credentials the environment
-    or docker login has for its host; plain HTTP only for a loopback registry."""
-    registry = re.sub(r"^(docker|https?)://", "", value).rstrip("/")
-    if not registry:
-        raise UserError(f"{flag}: empty; give HOST[:PORT]/PATH (images are read from PATH/<engine>:<tag>)")
-    if "@" in registry.split("/")[0]:
-        raise UserError(f"{flag}: put no credentials in it; use BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD "
-                        "or docker login")
-    grammar.check(grammar.image_name, f"{registry}/x", flag)
-    port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", registry.split("/")[0])
-    if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
-        raise UserError(f"{flag}: {registry!r}: port {port.group(1)} is out of range (1-65535)")
-    if "/" not in registry:
-        raise UserError(f"{flag}: {registry!r}: give HOST[:PORT]/PATH (images are read from PATH/<engine>:<tag>)")
-    at = endpoint(registry.split("/")[0])
-    return Source(registry, tls_verify=at.tls_verify, credentials=at.credentials, credentials_from=at.credentials_from)
 
 
 class Client(RegistryClient):
@@ -129,7 +91,7 @@ class Client(RegistryClient):
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def merge_and_push(source: Source, repository: str, key: str, change) -> str:
+def merge_and_push(source: RegistryPath, repository: str, key: str, change) -> str:
     """Read the record for `key` in REPOSITORY (a bad one is replaced), apply `change(entry)`, push it back.
     Returns a note on a replaced record ("" otherwise); raises Unusable when the registry would not take it."""
     with Client(source) as client:
@@ -140,5 +102,5 @@ def merge_and_push(source: Source, repository: str, key: str, change) -> str:
     return f"replaced an unusable ledger record ({problem})" if problem else ""
 
 
-__all__ = ["ACCEPT", "OCI_MANIFEST", "Client", "Found", "Source", "Unusable", "make_source", "merge_and_push",
+__all__ = ["ACCEPT", "OCI_MANIFEST", "Client", "Found", "RegistryPath", "Unusable", "merge_and_push",
            "record_tag"]

@@ -75,6 +75,8 @@ def test_derived_references():
     ("a___b", "is not a repository path"),
     ("exa_mple.com/x", "is not a registry host"),
     ("a/" + "b" * 300, "longer than 255"),
+    ("127.0.0.1:9/x?token=abc", "holds '=' '?', which no image reference has"),
+    ("x#frag", "holds '#'"),
 ])
 def test_the_forms_the_grammar_refuses_are_one_line_naming_the_part(text, words):
     with pytest.raises(UserError) as info:

@@ -26,6 +26,7 @@ from builder import publish as pub
 from builder.errors import CommandError, UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
+from builder.registry_api import Endpoint, RegistryPath
 
 from .helpers import free_port, registry_config_lines, stop_process
 
@@ -52,8 +53,9 @@ def test_transient_registry_errors_are_told_from_permanent_ones():
 
 def _target(tmp_path, **kw) -> tuple[pub.Target, list[float]]:
     slept: list[float] = []
-    t = pub.Target(registry="127.0.0.1:1/x", images_json=tmp_path / "images.json", tls_verify=False,
-                   sleep=slept.append, **kw)
+    where = RegistryPath("127.0.0.1:1/x", Endpoint("127.0.0.1:1", tls_verify=False,
+                                                  credentials=kw.pop("credentials", None)))
+    t = pub.Target(where=where, images_json=tmp_path / "images.json", sleep=slept.append, **kw)
     return t, slept
 
 

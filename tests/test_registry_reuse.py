@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from builder import labels, ledger, reuse
+from builder.registry_api import Endpoint, RegistryPath
 
 from .helpers import CUDA_EXT_CELL as CELL
 from .helpers import commit_image, fixture_copy
@@ -116,7 +117,7 @@ def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases
         ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", run.ref], capture_output=True,
         text=True, check=True).stdout)) == key
     # the ledger record went to the image's repository, and names the pushed digest and tag
-    with reuse.Client(reuse.Source(run.registry, tls_verify=False)) as client:
+    with reuse.Client(RegistryPath(run.registry, Endpoint(run.registry.split("/")[0], tls_verify=False))) as client:
         entry, problem = client.record(run.repo, key)
     assert not problem and entry is not None and digest in entry.images
     assert entry.published == {f"{run.repo}:{TAG}": digest}
@@ -240,7 +241,7 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
     run, _, steps = published
     digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
     key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
-    source = reuse.Source(run.registry, tls_verify=False)
+    source = RegistryPath(run.registry, Endpoint(run.registry.split("/")[0], tls_verify=False))
     with reuse.Client(source) as client:
         found = client.image(run.repo, TAG)
         assert found.digest == digest and labels.content_key(found.labels) == key
@@ -284,7 +285,7 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
 
     nobody = f"127.0.0.1:{free_port()}/x"
     with pytest.raises(reuse.Unusable, match="did not answer"):
-        with reuse.Client(reuse.Source(nobody, tls_verify=False)) as client:
+        with reuse.Client(RegistryPath(nobody, Endpoint(nobody.split("/")[0], tls_verify=False))) as client:
             client.image(f"{nobody}/cuda-ext", TAG)
     # and a build says so in one line, and builds
     res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)

@@ -23,6 +23,9 @@ _QUIET = Display("quiet")
 
 if TYPE_CHECKING:
     from ..audit import AuditReport
+    from ..compile_cache import CompileCache
+    from ..publish import Target
+    from ..registry_api import RegistryPath
     from ..cache import CacheHit, WheelCache
     from ..plan import CellPlan, WheelStep
     from ..resources import Host
@@ -81,11 +84,11 @@ class BuildOptions:
     builder: str | None = None  # --builder: the buildx builder (or docker context) that builds
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
-    publish: object | None = None  # `builder publish`: where the publish step pushes (steps/publish.py Target)
-    # where an unchanged cell's image may be taken from instead of built (builder/reuse.py Source): --reuse-from,
-    # or publish's own registry
-    reuse_from: object | None = None
-    compile_cache: object | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
+    publish: Target | None = None  # `builder publish`: where the publish step pushes (steps/publish.py)
+    # where an unchanged cell's image may be taken from instead of built (builder/reuse.py): --reuse-from, or
+    # publish's own registry
+    reuse_from: RegistryPath | None = None
+    compile_cache: CompileCache | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
     compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
     # <wheelhouse>/.images: the digests builder built for each content key (builder/ledger.py); None records nothing
