@@ -37,6 +37,8 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "package": pkg.name,
         "version": pkg.version,
         "source": pkg.source.ref,
+        # the directory of the source tree it builds (sglang-kernel's moved in 0.4.6); "." leaves older keys as they were
+        **({"source_subdir": pkg.source.subdir} if pkg.source.subdir not in ("", ".") else {}),
         "torch": cell.torch,
         "cuda": cell.cuda,
         "python": cell.python,

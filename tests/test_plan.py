@@ -127,6 +127,23 @@ def test_plan_text_shows_tag_knobs_and_keys():
 
 
 @pytest.mark.pure
+def test_the_kernel_builds_from_its_own_directory_and_the_key_says_which():
+    """sglang-kernel 0.4.10 (from 0.4.6 on) builds from python/sglang/kernels/aot, 0.4.5 still from sgl-kernel/; the
+    directory is one of the key's inputs, so a wheel built from another directory of the same commit is not reused."""
+    from builder.engines import recipe
+
+    assert recipe("sglang-kernel", "0.4.10").source_subdir == "python/sglang/kernels/aot"
+    assert recipe("sglang-kernel", "0.4.6").source_subdir == "python/sglang/kernels/aot"
+    assert recipe("sglang-kernel", "0.4.5").source_subdir == "sgl-kernel"
+    _, (cell,) = cells(engines=("sglang",))
+    kernel = next(p for p in cell.packages if p.name == "sglang-kernel")
+    assert kernel.source.subdir == "python/sglang/kernels/aot"
+    assert P.key_inputs(cell, kernel)["source_subdir"] == "python/sglang/kernels/aot"
+    moved = replace(kernel, source=replace(kernel.source, subdir="sgl-kernel"))
+    assert P.cache_key(cell, moved) != P.cache_key(cell, kernel)
+
+
+@pytest.mark.pure
 def test_matrix_json_is_github_actions_include_shape():
     res = run_cli("matrix", "--matrix", str(MATRIX), "--profile", "all")
     data = json.loads(res.output)
