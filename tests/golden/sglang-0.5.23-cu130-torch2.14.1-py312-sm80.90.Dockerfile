@@ -166,7 +166,9 @@ RUN --mount=type=secret,id=ca \
 # ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_90, sm_90a -----
 # Archs are hard-coded in its CMakeLists: sm_90 always, sm_80/sm_89 (sm_86 in FA3) only with ENABLE_BELOW_SM90,
 # and more by CUDA version whatever the switch says; where the engine data knows the release's binaries, the gencode
-# filter below selects per binary. Its nvcc runs --threads=32 unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
+# filter below selects per binary; a binary no requested GPU loads whose target has its own CMake option (engine data
+# binary_switches: SGL_KERNEL_ENABLE_FA3) is switched OFF below. Its nvcc runs --threads=32 unless told:
+# SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
 FROM torch AS build-sglang-kernel
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
@@ -657,7 +659,7 @@ LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sg
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="cd86bb5a033ac1c0648c617442675c14abe3c0ff6f434defe129e08e744823c4"
+LABEL io.builder.package.sglang-kernel.cache-key="3ddda0471a889e612435a6521740486d64e1acdad060970d9dbcf4c289d74537"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.tar.gz@sha256:1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
