@@ -94,7 +94,7 @@ def main() -> int:
         total_default += default
         total_built += built
         sk_switch_only += sum(counts[s] for s in switch_only)
-        print(f"  {name:<54} {default:>9} {built:>7}  {' '.join(kept)}")
+        print(f"  {name:<54} {default:>9} {built:>7}  {' '.join(kept) or 'not built (its CMake option OFF)'}")
     sk_default, sk_built = total_default, total_built
     print(f"  {'sglang-kernel':<54} {sk_default:>9} {sk_built:>7}  ({100 * sk_built / sk_default:.1f} %)")
     tus, fa_built, fa_default = flash_attn_units(archs)

@@ -79,9 +79,20 @@ class Binary:
 
 
 @dataclass(frozen=True)
+class BinarySwitch:
+    """A CMake option that builds one arch-scoped binary at all (sglang-kernel's SGL_KERNEL_ENABLE_FA3 → flash_ops):
+    passed OFF when no requested GPU loads that binary (its arch_scoped entry, the same `files` glob)."""
+
+    files: str
+    cmake: str
+    why: str
+
+
+@dataclass(frozen=True)
 class BinaryPlan:
     binary: Binary
     sass: tuple[str, ...]  # what a build for the requested archs keeps
+    switched_off: str = ""  # the CMake option passed OFF so that the binary is not built at all ("" when it is)
 
     @property
     def units(self) -> int:
@@ -154,12 +165,26 @@ class Recipe:
     arch_select: str = ""  # "gencode-filter": builder's nvcc launcher selects the archs per CMake target
     binaries: tuple[Binary, ...] = ()
     binaries_cuda: str = ""
+    binary_switches: tuple[BinarySwitch, ...] = ()  # options that build one arch-scoped binary at all
     smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
     def knob_values(self, archs: tuple[int, ...]) -> tuple[tuple[str, str], ...]:
-        return tuple((k.name, k.value(archs)) for k in self.arch_knobs)
+        """Every switch --arch sets: the arch knobs, then each binary switch passed OFF for these archs."""
+        return tuple((k.name, k.value(archs)) for k in self.arch_knobs) + \
+            tuple((s.cmake, "OFF") for s in self.switched_off(archs))
+
+    def cmake_defines(self, archs: tuple[int, ...]) -> list[tuple[str, str]]:
+        """The CMake defines (-D / -Ccmake.define) --arch gives the build: knobs spelled as CMake defines, and
+        the binary switches passed OFF."""
+        return [(k.cmake, k.value(archs)) for k in self.arch_knobs if k.cmake] + \
+            [(s.cmake, "OFF") for s in self.switched_off(archs)]
+
+    def switched_off(self, archs: tuple[int, ...]) -> tuple[BinarySwitch, ...]:
+        """The binary switches whose binary no requested GPU loads (engine data arch_scoped): passed OFF."""
+        scopes = {s.files: s for s in self.arch_scoped}
+        return tuple(s for s in self.binary_switches if archs and not any(scopes[s.files].covers(a) for a in archs))
 
     def built_archs(self, archs: tuple[int, ...]) -> tuple[int, ...]:
         """The SASS archs the build will really emit for the requested archs."""
@@ -211,12 +236,16 @@ class Recipe:
         if not self.binaries or not cuda or ".".join(cuda.split(".")[:2]) != self.binaries_cuda:
             return ()
         config = self.gencode_filter(archs)
+        off = {s.files: s.cmake for s in self.switched_off(archs)}
         # with the below-sm_90 switch OFF the CMake writes no sm_8x entry at all: the filter's fallback (a target
         # no requested GPU loads keeps its first entry) picks from what is left
         below = [k for k in self.arch_knobs if k.format == "switch-below"]
         switched_off = bool(below) and all(k.value(archs) == "OFF" for k in below)
         out = []
         for b in self.binaries:
+            if b.files in off:  # its CMake option is passed OFF: the target is not built at all
+                out.append(BinaryPlan(b, (), switched_off=off[b.files]))
+                continue
             listed = tuple(c for c in b.sass if not (switched_off and int(re.sub(r"\D", "", c)) < below[0].threshold)) \
                 if switched_off else b.sass
             if not config:
@@ -251,7 +280,7 @@ class Recipe:
         plans = self.binary_plans(archs, cuda)
         if not plans:
             return None
-        recorded = {_recorded_path(bp.binary): list(bp.sass) for bp in plans}
+        recorded = {_recorded_path(bp.binary): list(bp.sass) for bp in plans if not bp.switched_off}
         return audit_recorded(f"{self.name}-{self.version}", recorded, list(archs), self.arch_scoped)
 
     def arch_problems(self, archs: tuple[int, ...], cuda: str = "") -> list[str]:
@@ -499,6 +528,18 @@ def recipe(name: str, version: str) -> Recipe:
     return load_knowledge().recipe(name, version)
 
 
+def _binary_switches(name: str, merged: dict, file: str) -> tuple[BinarySwitch, ...]:
+    """The merged rules' binary_switches, each tied to the arch_scoped entry that says which GPUs load its binary."""
+    scoped = {e["files"] for e in merged.get("arch_scoped", ())}
+    out = []
+    for e in merged.get("binary_switches", ()):
+        if e["files"] not in scoped:
+            raise UserError(f"{file}: packages.{name}: binary_switches entry {e['cmake']} names {e['files']!r}, which "
+                            "no arch_scoped entry of the same version names (that entry says which GPUs load it)")
+        out.append(BinarySwitch(e["files"], e["cmake"], e["why"]))
+    return tuple(out)
+
+
 def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     """The Recipe of one version, from a package that load_knowledge checked against the schema."""
     v = parse_version(version, name)
@@ -592,6 +633,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         arch_select=merged.get("arch_select", ""),
         binaries=tuple(Binary(b["files"], b["target"], tuple(b["sass"]), b["units"]) for b in merged.get("binaries", ())),
         binaries_cuda=merged.get("binaries_cuda", ""),
+        binary_switches=_binary_switches(name, merged, file),
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

@@ -37,6 +37,8 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "package": pkg.name,
         "version": pkg.version,
         "source": pkg.source.ref,
+        # the directory of the source tree it builds (sglang-kernel's moved in 0.4.6); "." leaves older keys as they were
+        **({"source_subdir": pkg.source.subdir} if pkg.source.subdir not in ("", ".") else {}),
         "torch": cell.torch,
         "cuda": cell.cuda,
         "python": cell.python,
@@ -247,8 +249,15 @@ def binary_lines(pkg: Package) -> list[str]:
     plans = pkg.recipe.binary_plans(pkg.archs, pkg.cuda)
     if not plans:
         return []
-    out = [f"{bp.binary.files.rstrip('*'):<28} SASS {','.join(bp.sass):<22} {bp.units:>5} of {bp.default_units:>5} "
-           "kernel×arch units" for bp in plans]
+    out = []
+    for bp in plans:
+        name = bp.binary.files.rstrip('*')
+        if bp.switched_off:  # its CMake option is passed OFF: not built, not expected by the audit
+            scope = pkg.recipe.scope_of(bp.binary)
+            out.append(f"{name:<28} not built: {bp.switched_off}=OFF, no requested GPU loads it (only "
+                       f"{scope.spelled if scope else '?'})   0 of {bp.default_units:>5} kernel×arch units")
+            continue
+        out.append(f"{name:<28} SASS {','.join(bp.sass):<22} {bp.units:>5} of {bp.default_units:>5} kernel×arch units")
     done, upstream = sum(bp.units for bp in plans), sum(bp.default_units for bp in plans)
     out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
     return out

@@ -265,6 +265,14 @@ SMOKE = Table(optional={
 # the metadata of another package ("via:vllm": SGLang 0.3.x runs on the vLLM it pins)
 TORCH_PIN = OneOf(("metadata", "consumer", "none"), ref_prefix="via:")
 
+# One CMake option of a package that builds one of its arch-scoped binaries at all (sglang-kernel's
+# SGL_KERNEL_ENABLE_FA3 and flash_ops).
+BINARY_SWITCH = Table(required={
+    "files": QUOTABLE,  # the binary's glob inside the wheel: the same string as its arch_scoped entry, which says which GPUs load it
+    "cmake": ENV_NAME,  # the CMake option (-D NAME=OFF leaves the binary's target out of the build)
+    "why": STR,  # what the option builds, and where the CMake says so
+})
+
 # Every rule whose `versions` contains the version applies, in file order; later rules override keys.
 RULE = Table(
     required={"versions": VERSION_RANGE},
@@ -343,6 +351,9 @@ RULE = Table(
         "binaries_cuda": VERSION,  # the CUDA release those binaries were read from
         "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
                                     exactly_one_of=("archs", "all_but"))),
+        # CMake options that build one arch-scoped binary at all: when no requested GPU loads that binary the build
+        # passes the option OFF (plan shows it among the knobs) and neither compiles nor expects the binary
+        "binary_switches": ListOf(BINARY_SWITCH),
     },
 )
 

@@ -124,8 +124,12 @@ def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+# where the kernel's project lives in SGLang's tree from sglang-kernel 0.4.6 on (engine data source_subdir)
+KERNEL_DIR = "python/sglang/kernels/aot"
+
+
 def _repo(root: Path, cmake: str) -> str:
-    _tree(root / "sgl-kernel", cmake)
+    _tree(root / KERNEL_DIR, cmake)
     _git("init", "-q", cwd=root)
     _git("add", "-A", cwd=root)
     _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "r", cwd=root)
@@ -144,7 +148,7 @@ def test_an_unreadable_cmake_marks_that_package_unpinned_with_the_reason(tmp_pat
     said: list[str] = []
     try:
         path = lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", {"repository": f"file://{tmp_path / 'repo'}",
-                                           "tag": "v0.5.23", "commit": commit}, "sgl-kernel", said.append, cuda="13.0.3")
+                                           "tag": "v0.5.23", "commit": commit}, KERNEL_DIR, said.append, cuda="13.0.3")
         doc = fetchplan.load_plan_file(path)
         assert doc["git"]["commit"] == commit and doc["cuda"] == "13.0" and doc["sources"] == []
         assert "CMakeLists.txt:19: repo-deepgemm: cannot resolve GIT_REPOSITORY" in doc["unresolved"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,10 +139,17 @@ add_library({target} MODULE kernel.cu)
 target_compile_options({target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:{flags}>)
 set_target_properties({target} PROPERTIES OUTPUT_NAME {name} PREFIX "" SUFFIX ".abi3.so" LIBRARY_OUTPUT_DIRECTORY {dir})
 """
+# a target built only with its option ON (upstream's `if (SGL_KERNEL_ENABLE_FA3)` around flash_ops), ON by default
+SWITCHED_TARGET = """\
+option({option} "builds {target}" ON)
+if ({option})
+{body}endif()
+"""
 
 
-def _rendered_filter(archs: tuple[int, ...], tmp: Path) -> tuple[Path, dict]:
-    """The gencode filter script and its configuration as the rendered SGLang cell's build stage writes them."""
+def _rendered_filter(archs: tuple[int, ...], tmp: Path) -> tuple[Path, dict, dict[str, str]]:
+    """The gencode filter script and its configuration as the rendered SGLang cell's build stage writes them, and
+    the CMake defines (-Ccmake.define.NAME=VALUE) of its compile."""
     from builder import plan, render
     from builder.matrix import Selection, load
     from builder.resolve import select
@@ -157,7 +165,9 @@ def _rendered_filter(archs: tuple[int, ...], tmp: Path) -> tuple[Path, dict]:
     subprocess.run(["bash", "-c", run.replace("/usr/local/bin/builder-gencode-filter", str(script)).rstrip()
                     .rstrip("\\").rstrip()], check=True)
     env_line = next(ln for ln in text.splitlines() if ln.startswith("ENV BUILDER_GENCODE_FILTER="))
-    return script, json.loads(env_line.split("=", 1)[1][1:-1].replace('\\"', '"'))
+    stage = text.split("AS build-sglang-kernel\n", 1)[1].split("\nFROM ", 1)[0]
+    defines = dict(re.findall(r"-Ccmake\.define\.([A-Za-z0-9_]+)=(ON|OFF)\b", stage))
+    return script, json.loads(env_line.split("=", 1)[1][1:-1].replace('\\"', '"')), defines
 
 
 @pytest.mark.parametrize("archs", [(100,), (120,), (80, 90, 100)], ids=lambda a: ",".join(map(str, a)))
@@ -173,16 +183,21 @@ def test_blackwell_sglang_kernel_layout_built_through_the_rendered_filter_passes
     if not cmake or not ninja:
         pytest.fail("cmake and ninja are needed (Debian packages cmake, ninja-build)")
     r = recipe("sglang-kernel", "0.4.10")
-    script, config = _rendered_filter(archs, tmp_path)
+    script, config, defines = _rendered_filter(archs, tmp_path)
     assert config["archs"] == list(archs) and config["targets"]["infllm_ops"]["archs"] == [80, 86, 87, 88, 89, 90, 120]
-    below = dict(r.knob_values(archs))["ENABLE_BELOW_SM90"] == "ON"
+    below = defines["ENABLE_BELOW_SM90"] == "ON"
+    switches = {s.files: s.cmake for s in r.binary_switches}
+    # FA3 (flash_ops) is loaded on sm_8x and 9.0 only: the rendered compile switches it off for Blackwell-only sets
+    assert ("SGL_KERNEL_ENABLE_FA3" in defines) == (archs in ((100,), (120,)))
     targets = []
     for b in r.binaries:
         codes = [c for c in b.sass if below or int(c[3:].rstrip("af")) >= 90]
         flags = " ".join(f"-gencode=arch={c.replace('sm_', 'compute_')},code={c}" for c in codes)
         path = b.files.rstrip("*")
-        targets.append(WHEEL_TARGET.format(target=b.target, flags=flags, name=path.rsplit("/", 1)[1],
-                                           dir=f"wheel/{path.rsplit('/', 1)[0]}"))
+        body = WHEEL_TARGET.format(target=b.target, flags=flags, name=path.rsplit("/", 1)[1],
+                                   dir=f"wheel/{path.rsplit('/', 1)[0]}")
+        targets.append(SWITCHED_TARGET.format(option=switches[b.files], target=b.target, body=body)
+                       if b.files in switches else body)
     src = tmp_path / "src"
     src.mkdir()
     (src / "CMakeLists.txt").write_text(WHEEL_CMAKE.format(targets="".join(targets)))
@@ -191,7 +206,8 @@ def test_blackwell_sglang_kernel_layout_built_through_the_rendered_filter_passes
     env = {**os.environ, gencode_filter.ENV: json.dumps(config)}
     build = tmp_path / "build"
     configure = subprocess.run([cmake, "-S", src, "-B", build, "-G", "Ninja", f"-DCMAKE_CUDA_COMPILER={nvcc}",
-                                "-DCMAKE_CUDA_ARCHITECTURES=OFF", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{script}"],
+                                "-DCMAKE_CUDA_ARCHITECTURES=OFF", f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{script}",
+                                *(f"-D{k}={v}" for k, v in defines.items() if k in switches.values())],
                                capture_output=True, text=True, env=env)
     assert configure.returncode == 0, configure.stdout + configure.stderr
     done = subprocess.run([cmake, "--build", build, "-j", "2"], capture_output=True, text=True, env=env)
@@ -200,9 +216,10 @@ def test_blackwell_sglang_kernel_layout_built_through_the_rendered_filter_passes
     carried = {str(p.relative_to(wheel)): tuple(sorted({e.name for e in read_fatbin_entries(p) if e.kind == "sass"},
                                                        key=lambda n: (int(n[3:].rstrip("af")), n)))
                for p in wheel.rglob("*.so")}
-    planned = {bp.binary.files.rstrip("*") + ".abi3.so": bp.sass for bp in r.binary_plans(archs, "13.0.3")}
-    assert carried == planned
+    plans = r.binary_plans(archs, "13.0.3")
+    planned = {bp.binary.files.rstrip("*") + ".abi3.so": bp.sass for bp in plans if not bp.switched_off}
+    assert carried == planned  # a target switched off is not built at all
     report = audit(wheel, list(archs), r.arch_scoped)
-    assert report.ok and len(report.binaries) == 6, [(b.path, b.status) for b in report.binaries]
+    assert report.ok and len(report.binaries) == len(planned), [(b.path, b.status) for b in report.binaries]
     # and the same layout is refused for a GPU a loaded binary has no code for (GB10, 12.1)
     assert not audit(wheel, [*archs, 121], r.arch_scoped).ok

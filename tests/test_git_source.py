@@ -7,9 +7,10 @@ the git host: see docs/testing.md):
 - python/pyproject.toml takes its version from git through setuptools-scm ([tool.setuptools_scm] root "..",
   version_file, fallback_version "0.0.0.dev0"), and the build fetches one commit with depth 1 and no tags: the
   rendered build stage must pretend the pinned version, and its wheel check must refuse a dev-version wheel;
-- sgl-kernel/ is a scikit-build-core project whose CMakeLists FetchContent-downloads its dependencies by URL with
-  a hash: `builder lock` reads them at the locked commit into a fetch plan, the deps stage fetches them, and the
-  compile is pointed at the checkouts through FETCHCONTENT_SOURCE_DIR_<NAME> as -Ccmake.define.
+- python/sglang/kernels/aot/ (sgl-kernel/ up to sglang-kernel 0.4.5) is a scikit-build-core project whose
+  CMakeLists and cmake/*.cmake FetchContent-download its dependencies by URL with a hash: `builder lock` reads them
+  at the locked commit into a fetch plan, the deps stage fetches them, and the compile is pointed at the checkouts
+  through FETCHCONTENT_SOURCE_DIR_<NAME> as -Ccmake.define.
 
 The Docker test runs the real rendered SGLang 0.5.23 stages (source-git, build-sglang, wheels-sglang) with the
 repository URL and commit of the local repository, no torch (the stand-in has no extension) and no Rust toolchain
@@ -31,6 +32,7 @@ from packaging.version import Version
 
 from builder import deps, fetchplan, lock, plan, render
 from builder.docker import BuildxCall, stream
+from builder.engines import recipe
 from builder.matrix import Selection, load
 from builder.resolve import select
 
@@ -62,9 +64,15 @@ version_file = "sglang/_version.py"
 fallback_version = "0.0.0.dev0"
 """
 
+# The kernel's project as it lies in SGLang's tree since sglang-kernel 0.4.6 (engine data source_subdir; the wheel's
+# own METADATA names .../tree/main/python/sglang/kernels/aot): CMakeLists.txt there includes its cmake/ files
+# through CMAKE_CURRENT_LIST_DIR, and one of the downloads is declared only in such a file (as FlashMLA's are in
+# cmake/flashmla.cmake upstream).
+KERNEL_DIR = "python/sglang/kernels/aot"
 KERNEL_CMAKE = """\
 cmake_minimum_required(VERSION 3.26 FATAL_ERROR)
 project(sgl-kernel LANGUAGES CXX CUDA)
+include(${{CMAKE_CURRENT_LIST_DIR}}/cmake/utils.cmake)
 include(FetchContent)
 FetchContent_Declare(
     repo-cutlass
@@ -72,6 +80,10 @@ FetchContent_Declare(
     URL_HASH SHA256={sha}
 )
 FetchContent_Populate(repo-cutlass)
+include(${{CMAKE_CURRENT_LIST_DIR}}/cmake/flashmla.cmake)
+"""
+KERNEL_CMAKE_UTILS = "function(clear_cuda_arches CUDA_ARCH_FLAGS)\nendfunction()\n"
+KERNEL_CMAKE_FLASHMLA = """\
 FetchContent_Declare(
     repo-fmt
     GIT_REPOSITORY https://github.com/fmtlib/fmt
@@ -99,10 +111,12 @@ def repo(tmp_path_factory) -> tuple[Path, str]:
     (root / "python" / "sglang" / "__init__.py").write_text("from sglang.version import __version__\n")
     (root / "python" / "sglang" / "version.py").write_text(
         "try:\n    from sglang._version import __version__\nexcept ImportError:\n    __version__ = '0.0.0.dev0'\n")
-    (root / "sgl-kernel").mkdir()
-    (root / "sgl-kernel" / "CMakeLists.txt").write_text(
-        KERNEL_CMAKE.format(sha=hashlib.sha256(CUTLASS_TGZ).hexdigest()))
-    (root / "sgl-kernel" / "pyproject.toml").write_text(KERNEL_PYPROJECT)
+    kernel = root / KERNEL_DIR
+    (kernel / "cmake").mkdir(parents=True)
+    (kernel / "CMakeLists.txt").write_text(KERNEL_CMAKE.format(sha=hashlib.sha256(CUTLASS_TGZ).hexdigest()))
+    (kernel / "cmake" / "utils.cmake").write_text(KERNEL_CMAKE_UTILS)
+    (kernel / "cmake" / "flashmla.cmake").write_text(KERNEL_CMAKE_FLASHMLA)
+    (kernel / "pyproject.toml").write_text(KERNEL_PYPROJECT)
     git("init", "-q", "-b", "main", cwd=root)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "release", cwd=root)
@@ -124,11 +138,13 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
     deps.deps_context.cache_clear()
     said: list[str] = []
     git_entry = {"repository": f"file://{root}", "tag": f"v{VERSION}", "commit": commit}
+    subdir = recipe("sglang-kernel", "0.4.10").source_subdir  # what `builder lock` hands it (lock.run_lock)
+    assert subdir == KERNEL_DIR
     try:
-        path = lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, "sgl-kernel", said.append)
+        path = lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, subdir, said.append)
         assert path == tmp_path / "sglang-kernel-0.4.10.json", said
         doc = fetchplan.load_plan_file(path)
-        assert doc["git"] == {"repository": f"file://{root}", "commit": commit, "subdir": "sgl-kernel"}
+        assert doc["git"] == {"repository": f"file://{root}", "commit": commit, "subdir": KERNEL_DIR}
         # scikit-build-core: the overrides reach CMake as pip config settings
         assert doc["cmake_args"] == "scikit-build-core"
         by_name = {s["name"]: s for s in doc["sources"]}
@@ -137,6 +153,9 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
         assert cutlass["kind"] == "url" and cutlass["reproducible"]
         assert cutlass["url_hash"] == f"SHA256={hashlib.sha256(CUTLASS_TGZ).hexdigest()}"
         assert cutlass["override_var"] == "FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS" and cutlass["override_builtin"]
+        # read from the included cmake/ file, named relative to the kernel's directory
+        assert (by_name["repo-fmt"]["cmake_file"], by_name["repo-cutlass"]["cmake_file"]) == \
+            ("cmake/flashmla.cmake", "CMakeLists.txt")
 
         ctx = deps.deps_context("sglang-kernel", "0.4.10")
         assert ctx["missing"] == "" and ctx["env"] == []
@@ -147,7 +166,7 @@ def test_lock_reads_a_git_sources_fetch_plan_at_the_locked_commit(repo, tmp_path
         script = "\n".join(ctx["script_lines"])
         assert "sha256sum -c -" in script and "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28" in script
         # the same commit again: the plan is kept, nothing fetched
-        assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, "sgl-kernel", said.append) == path
+        assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", git_entry, subdir, said.append) == path
     finally:
         deps._plan_doc.cache_clear()
         deps.deps_context.cache_clear()
@@ -158,7 +177,7 @@ def test_a_git_source_without_a_readable_plan_is_unpinned_and_its_deps_stage_sto
     monkeypatch.setattr(deps, "PLAN_DIR", tmp_path)
     said: list[str] = []
     unknown = {"repository": "https://github.com/sgl-project/sglang", "tag": "v0.5.23", "commit": ""}
-    assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", unknown, "sgl-kernel", said.append) is None
+    assert lock.refresh_fetch_plan_git("sglang-kernel", "0.4.10", unknown, KERNEL_DIR, said.append) is None
     assert "commit of v0.5.23 is unknown" in said[-1]
     m = load(MATRIX)
     (cell,) = select(m, Selection(profiles=("cu130",), engines=("sglang",)))
@@ -248,37 +267,49 @@ def test_without_the_pretended_version_the_wheel_check_stops_a_dev_version_build
 # --------------------------------------------------------------------------- the kernel tree's own version
 
 
-def _kernel_cell(m, root: Path, commit: str):
-    """The SGLang 0.5.23 cell, its sglang-kernel 0.4.10's git source pointed at the local repository."""
+def _kernel_cell(m, root: Path, commit: str, subdir: str = ""):
+    """The SGLang 0.5.23 cell, its sglang-kernel 0.4.10's git source pointed at the local repository (and at another
+    directory of it than the engine data's, when `subdir` is given)."""
     (cell,) = select(m, Selection(profiles=("local-sglang",)))
     packages = tuple(dataclasses.replace(p, source=dataclasses.replace(p.source, repository=f"file:///srv/{root.name}",
-                                                                       commit=commit))
+                                                                       commit=commit, subdir=subdir or p.source.subdir))
                      if p.name == "sglang-kernel" else p for p in cell.packages)
     return dataclasses.replace(cell, packages=packages)
 
 
 def test_the_source_stage_holds_the_kernel_trees_version_to_the_pinned_one(repo, local_bases, tmp_path):
     """sglang-kernel is released from SGLang's repository: the tag names an SGLang release, and the kernel version
-    its tree carries is whatever sgl-kernel/pyproject.toml said then. The rendered source stage reads it at the
-    pinned commit: the release's tree passes; a commit whose tree is another kernel version (here the next bump,
-    0.4.11) stops the build in the source stage, before any dependency is fetched or anything compiles, naming both
-    versions and the file."""
+    its tree carries is whatever python/sglang/kernels/aot/pyproject.toml said then. The rendered source stage reads
+    it at the pinned commit: the release's tree passes; a commit whose tree is another kernel version (here the next
+    bump, 0.4.11) stops the build in the source stage, before any dependency is fetched or anything compiles, naming
+    both versions and the file; and a directory the tree does not have (sgl-kernel/, where the engine data pointed
+    before the kernel moved) stops it saying "no such file", naming the path, not that the file names no version."""
     root, commit = repo
     m = load(LOCAL)
     text = render.render(plan.plan_cells([_kernel_cell(m, root, commit)], None)[0], m.defaults["index"])
-    assert "sgl-kernel/pyproject.toml names the version" in text
+    assert f"{KERNEL_DIR}/pyproject.toml names the version" in text and f"WORKDIR /src/{KERNEL_DIR}" in text
     code, output = _build(tmp_path, text, root, local_bases, "src-sglang-kernel", None)
     assert code == 0, output[-3000:]
-    assert "sgl-kernel/pyproject.toml: sglang-kernel 0.4.10, as pinned" in output, output[-3000:]
+    assert f"{KERNEL_DIR}/pyproject.toml: sglang-kernel 0.4.10, as pinned" in output, output[-3000:]
+
+    text = render.render(plan.plan_cells([_kernel_cell(m, root, commit, subdir="sgl-kernel")], None)[0],
+                         m.defaults["index"])
+    code, output = _build(tmp_path, text, root, local_bases, "src-sglang-kernel", None)
+    assert code != 0
+    # what the check printed (BuildKit's "#<step> <seconds> " prefix), not the RUN line it echoes
+    said = [line.split(" ", 2)[2] for line in output.splitlines() if re.match(r"#\d+ \d+\.\d+ ", line)]
+    assert f"no such file: sgl-kernel/pyproject.toml at {commit}: the engine data source_subdir / source_version " \
+           "name a path this tree does not have" in said, output[-3000:]
+    assert not [line for line in said if "names no [project] version" in line]
 
     bumped = tmp_path / "bumped" / root.name
     shutil.copytree(root, bumped, symlinks=True)
-    kernel = bumped / "sgl-kernel" / "pyproject.toml"
+    kernel = bumped / KERNEL_DIR / "pyproject.toml"
     kernel.write_text(kernel.read_text().replace('version = "0.4.10"', 'version = "0.4.11"'))
     git("commit", "-q", "-am", "bump sgl-kernel to 0.4.11", cwd=bumped)
     other = git("rev-parse", "HEAD", cwd=bumped)
     text = render.render(plan.plan_cells([_kernel_cell(m, bumped, other)], None)[0], m.defaults["index"])
     code, output = _build(tmp_path / "bumped", text, bumped, local_bases, "src-sglang-kernel", None)
     assert code != 0
-    assert (f"the source tree at {other} is sglang-kernel 0.4.11 (sgl-kernel/pyproject.toml), the lock pins "
+    assert (f"the source tree at {other} is sglang-kernel 0.4.11 ({KERNEL_DIR}/pyproject.toml), the lock pins "
             "sglang-kernel 0.4.10: this commit did not release it") in output, output[-3000:]

@@ -186,17 +186,18 @@ def test_sglang_kernel_arch_selection_per_binary_halves_its_compile_for_80_90():
 
 # Per arch set: the SASS each binary keeps (the gencode filter's rule on the 0.4.10 binaries) and the kernel×arch
 # units of the build; a binary no requested GPU loads keeps its first entry (the CMake's sm_90 / sm_90a first) so
-# that its target still builds.
+# that its target still builds — except FA3's flash_ops, whose SGL_KERNEL_ENABLE_FA3 is passed OFF when no requested
+# GPU loads it (nothing built: ()).
 BLACKWELL = {
-    (100,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_100f",), "infllm_ops": ("sm_90",),
+    (100,): ({"flash_ops": (), "flashmla_ops": ("sm_100f",), "infllm_ops": ("sm_90",),
               "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_100f",), "spatial_ops": ("sm_100f",)},
-             504),
-    (103,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_100f", "sm_103a"), "infllm_ops": ("sm_90",),
+             132),
+    (103,): ({"flash_ops": (), "flashmla_ops": ("sm_100f", "sm_103a"), "infllm_ops": ("sm_90",),
               "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_100f",), "spatial_ops": ("sm_100f",)},
-             561),
-    (120,): ({"flash_ops": ("sm_90a",), "flashmla_ops": ("sm_90a",), "infllm_ops": ("sm_120a",),
+             189),
+    (120,): ({"flash_ops": (), "flashmla_ops": ("sm_90a",), "infllm_ops": ("sm_120a",),
               "common_ops_sm90_build": ("sm_90",), "common_ops_sm100_build": ("sm_120a",), "spatial_ops": ("sm_120a",)},
-             504),
+             132),
     (80, 90, 100): ({"flash_ops": ("sm_80", "sm_90a"), "flashmla_ops": ("sm_90a", "sm_100f"), "infllm_ops": ("sm_80", "sm_90"),
                      "common_ops_sm90_build": ("sm_90", "sm_90a"), "common_ops_sm100_build": ("sm_80", "sm_100f"),
                      "spatial_ops": ("sm_80", "sm_90", "sm_90a", "sm_100f")},
@@ -217,15 +218,100 @@ def test_sglang_kernel_builds_blackwell_per_binary_and_the_audit_of_that_passes(
     assert sum(bp.units for bp in plans) == units
     assert r.arch_problems(archs, "13.0.3") == []
     predicted = r.predicted_audit(archs, "13.0.3")
-    assert predicted.ok and len(predicted.binaries) == 6
+    # a binary switched off is not in the wheel, and the audit is not handed it
+    built = [bp for bp in plans if not bp.switched_off]
+    assert predicted.ok and len(predicted.binaries) == len(built) == (6 if 90 in archs or 80 in archs else 5)
     # infllm_ops at 10.x: not asked (upstream has no Blackwell code in it either), said so by the report
     infllm = next(b for b in predicted.binaries if "infllm_ops" in b.path)
     assert [res.arch for res in infllm.results] == [a for a in archs if a in (80, 86, 87, 88, 89, 90, 120)]
     # one SASS fewer in a binary a requested GPU loads, and the audit fails it: the plan is not vacuous
-    for bp in plans:
+    for bp in built:
         scope = r.scope_of(bp.binary)
         if any(scope is None or scope.covers(a) for a in archs):
             thin = dataclasses.replace(r, binaries=tuple(
                 dataclasses.replace(b, sass=tuple(x for x in b.sass if x not in bp.sass)) if b == bp.binary else b
                 for b in r.binaries))
             assert thin.arch_problems(archs, "13.0.3"), bp.binary.target
+
+
+# FlashAttention 3 off where no requested GPU loads it: kernel×arch units of sglang-kernel 0.4.10 (CUDA 13.0) with
+# the switch left at its default (flash_ops keeps its first entry, sm_90a: 372 units) and passed OFF
+FA3_OFF_UNITS = {(100,): (504, 132), (103,): (561, 189), (120,): (504, 132), (100, 103, 120): (597, 225)}
+# the SASS the build is then predicted to carry (the audit step reports a predicted one that no binary carries)
+FA3_OFF_SASS = {(100,): ("sm_90", "sm_100f"), (103,): ("sm_90", "sm_100f", "sm_103a"),
+                (120,): ("sm_90", "sm_90a", "sm_120a"), (100, 103, 120): ("sm_90", "sm_100f", "sm_103a", "sm_120a")}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("archs", sorted(FA3_OFF_UNITS), ids=lambda a: ",".join(map(str, a)))
+def test_fa3_is_switched_off_for_arch_sets_no_gpu_of_which_loads_flash_ops(archs):
+    r = recipe("sglang-kernel", "0.4.10")
+    before, after = FA3_OFF_UNITS[archs]
+    default = dataclasses.replace(r, binary_switches=())  # the CMake's default: FA3 on whatever --arch says
+    assert sum(bp.units for bp in default.binary_plans(archs, "13.0")) == before
+    assert next(bp for bp in default.binary_plans(archs, "13.0") if bp.binary.target == "flash_ops").units == 372
+    assert sum(bp.units for bp in r.binary_plans(archs, "13.0")) == after == before - 372
+    assert dict(r.knob_values(archs)) == {"ENABLE_BELOW_SM90": "OFF", "SGL_KERNEL_ENABLE_FA3": "OFF"}
+    assert ("SGL_KERNEL_ENABLE_FA3", "OFF") in r.cmake_defines(archs)
+    # flash_ops' fallback entry (sm_90a, which no requested GPU runs) is no longer predicted; at 12.0 FlashMLA's
+    # own fallback is still sm_90a
+    assert "sm_90a" in default.built_sass(archs, "13.0")
+    assert r.built_sass(archs, "13.0") == FA3_OFF_SASS[archs]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("archs, off", [((100,), True), ((103,), True), ((120,), True), ((100, 120), True),
+                                        ((80, 90), False), ((90, 100), False)], ids=str)
+def test_the_rendered_kernel_compile_passes_fa3_off_exactly_where_plan_says(archs, off):
+    from builder import matrix as M
+    from builder import plan as P
+    from builder import render as R
+    from builder import resolve
+
+    from .helpers import MATRIX
+
+    m = M.load(MATRIX)
+    (cell,) = resolve.select(m, M.Selection(profiles=("cu130",), engines=("sglang",), archs=archs))
+    text = R.render(P.plan_cells([cell], None)[0], m.defaults["index"])
+    stage = text.split("AS build-sglang-kernel\n", 1)[1].split("\nFROM ", 1)[0]
+    compile_run = stage[stage.index("pip wheel"):stage.index("&& ls -l /wheels")]  # the compile's command
+    assert ("-Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in compile_run) == off
+    assert "SGL_KERNEL_ENABLE_FA3=ON" not in text  # where FA3 stays, the CMake's own default holds
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("archs", [(80,), (86,), (89,), (90,), (80, 90), (90, 100), (89, 120)],
+                         ids=lambda a: ",".join(map(str, a)))
+def test_fa3_stays_at_its_default_where_a_requested_gpu_loads_flash_ops(archs):
+    """Any GPU of flash_ops' family (sm_8x, 9.0) keeps FA3: no define is passed, the CMake default (ON) holds."""
+    r = recipe("sglang-kernel", "0.4.10")
+    assert "SGL_KERNEL_ENABLE_FA3" not in dict(r.knob_values(archs))
+    assert "SGL_KERNEL_ENABLE_FA3" not in dict(r.cmake_defines(archs))
+    assert next(bp for bp in r.binary_plans(archs, "13.0") if bp.binary.target == "flash_ops").sass
+
+
+@pytest.mark.pure
+def test_a_binary_switch_without_an_arch_scope_is_refused_in_one_line(tmp_path):
+    """The switch's binary must have an arch_scoped entry: that entry alone says when it may be switched off."""
+    from builder.engines import load_knowledge
+    from builder.errors import UserError
+
+    extra = tmp_path / "engines.toml"
+    extra.write_text("""
+[packages.kern]
+pypi = "kern"
+kind = "kernels"
+template = "pip-wheel"
+torch_pin = "none"
+mem_gb_per_nvcc_thread = 1.0
+[[packages.kern.rules]]
+versions = ">=1"
+source = "sdist"
+arch_scoped = [{ files = "kern/a_ops*", archs = [90], why = "Hopper" }]
+binary_switches = [{ files = "kern/b_ops*", cmake = "KERN_ENABLE_B", why = "b_ops" }]
+""")
+    with pytest.raises(UserError) as err:
+        load_knowledge((str(extra),)).recipe("kern", "1.0")
+    message = str(err.value)
+    assert "\n" not in message and "KERN_ENABLE_B" in message and "'kern/b_ops*'" in message
+    assert "no arch_scoped entry" in message

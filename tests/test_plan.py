@@ -126,6 +126,42 @@ def test_plan_text_shows_tag_knobs_and_keys():
     assert "UNPINNED: source https://github.com/sgl-project/sglang@v0.5.23" in out  # the lock could not resolve the tag here
 
 
+def test_plan_says_fa3_is_switched_off_where_no_requested_gpu_loads_it():
+    """--arch 100 (B200): sglang-kernel's FlashAttention 3 (flash_ops, loaded on sm_8x and 9.0 only) is switched off,
+    said among the knobs and on flash_ops' own line, and its 372 units leave the count; 80,90 keeps it."""
+    res = run_cli("plan", "--matrix", str(MATRIX), "--engine", "sglang", "--arch", "100")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    kernel = next(line for line in out.splitlines() if "sglang-kernel==0.4.10" in line)
+    assert "ENABLE_BELOW_SM90='OFF'" in kernel and "SGL_KERNEL_ENABLE_FA3='OFF'" in kernel
+    flash = next(line for line in out.splitlines() if line.strip().startswith("sgl_kernel/flash_ops "))
+    assert "not built: SGL_KERNEL_ENABLE_FA3=OFF" in flash and "0 of  1116 kernel×arch units" in flash
+    assert "132 of  1725" in out  # 504 with FA3 at its default
+    res = run_cli("plan", "--matrix", str(MATRIX), "--engine", "sglang", "--arch", "100", "--json")
+    (cell,) = json.loads(res.output)["cells"]
+    knobs = next(p for p in cell["packages"] if p["name"] == "sglang-kernel")["knobs"]
+    assert knobs == {"ENABLE_BELOW_SM90": "OFF", "SGL_KERNEL_ENABLE_FA3": "OFF"}
+    res = run_cli("plan", "--matrix", str(MATRIX), "--engine", "sglang", "--arch", "80,90")
+    assert "SGL_KERNEL_ENABLE_FA3" not in res.output and "not built" not in res.output
+
+
+@pytest.mark.pure
+def test_the_kernel_builds_from_its_own_directory_and_the_key_says_which():
+    """sglang-kernel 0.4.10 (from 0.4.6 on) builds from python/sglang/kernels/aot, 0.4.5 still from sgl-kernel/; the
+    directory is one of the key's inputs, so a wheel built from another directory of the same commit is not reused."""
+    from builder.engines import recipe
+
+    assert recipe("sglang-kernel", "0.4.10").source_subdir == "python/sglang/kernels/aot"
+    assert recipe("sglang-kernel", "0.4.6").source_subdir == "python/sglang/kernels/aot"
+    assert recipe("sglang-kernel", "0.4.5").source_subdir == "sgl-kernel"
+    _, (cell,) = cells(engines=("sglang",))
+    kernel = next(p for p in cell.packages if p.name == "sglang-kernel")
+    assert kernel.source.subdir == "python/sglang/kernels/aot"
+    assert P.key_inputs(cell, kernel)["source_subdir"] == "python/sglang/kernels/aot"
+    moved = replace(kernel, source=replace(kernel.source, subdir="sgl-kernel"))
+    assert P.cache_key(cell, moved) != P.cache_key(cell, kernel)
+
+
 @pytest.mark.pure
 def test_matrix_json_is_github_actions_include_shape():
     res = run_cli("matrix", "--matrix", str(MATRIX), "--profile", "all")

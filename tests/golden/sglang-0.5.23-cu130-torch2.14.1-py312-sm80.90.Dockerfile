@@ -147,9 +147,9 @@ RUN --mount=type=secret,id=ca \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
  && git -C /src checkout -q FETCH_HEAD \
  && git -C /src rev-parse HEAD > /src/.builder-commit
-# the tree must be the release the lock pins before anything compiles: sgl-kernel/pyproject.toml names the version
+# the tree must be the release the lock pins before anything compiles: python/sglang/kernels/aot/pyproject.toml names the version
 # it builds (engine data source_version); a tag of another project's repository can carry another release's sources
-RUN python -c 'import pathlib, sys; from packaging.version import Version; toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); p = pathlib.Path("/src/sgl-kernel/pyproject.toml"); project = toml.loads(p.read_text()).get("project", {}) if p.is_file() else {}; v = project.get("version"); v or sys.exit("sgl-kernel/pyproject.toml names no [project] version at v0.5.23 (dynamic: %s): the engine data source_version is out of date" % project.get("dynamic")); Version(v) == Version("0.4.10") or sys.exit("the source tree at v0.5.23 is sglang-kernel %s (sgl-kernel/pyproject.toml), the lock pins sglang-kernel 0.4.10: this commit did not release it; pin the one that did (engine data git_tag)" % v); print("sgl-kernel/pyproject.toml: sglang-kernel %s, as pinned" % v)'
+RUN python -c 'import pathlib, sys; from packaging.version import Version; toml = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); p = pathlib.Path("/src/python/sglang/kernels/aot/pyproject.toml"); p.is_file() or sys.exit("no such file: python/sglang/kernels/aot/pyproject.toml at v0.5.23: the engine data source_subdir / source_version name a path this tree does not have"); project = toml.loads(p.read_text()).get("project", {}); v = project.get("version"); v or sys.exit("python/sglang/kernels/aot/pyproject.toml names no [project] version at v0.5.23 (dynamic: %s): the engine data source_version is out of date" % project.get("dynamic")); Version(v) == Version("0.4.10") or sys.exit("the source tree at v0.5.23 is sglang-kernel %s (python/sglang/kernels/aot/pyproject.toml), the lock pins sglang-kernel 0.4.10: this commit did not release it; pin the one that did (engine data git_tag)" % v); print("python/sglang/kernels/aot/pyproject.toml: sglang-kernel %s, as pinned" % v)'
 # ---- deps-sglang-kernel: what sglang-kernel's own build would download, fetched at the pinned commits ----
 # UNPINNED: sglang-kernel 0.4.10: no fetch plan (source commit unknown); run `builder lock` where the git host answers. This stage stops the build.
 FROM toolchain AS deps-sglang-kernel
@@ -166,7 +166,9 @@ RUN --mount=type=secret,id=ca \
 # ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_90, sm_90a -----
 # Archs are hard-coded in its CMakeLists: sm_90 always, sm_80/sm_89 (sm_86 in FA3) only with ENABLE_BELOW_SM90,
 # and more by CUDA version whatever the switch says; where the engine data knows the release's binaries, the gencode
-# filter below selects per binary. Its nvcc runs --threads=32 unless told: SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
+# filter below selects per binary; a binary no requested GPU loads whose target has its own CMake option (engine data
+# binary_switches: SGL_KERNEL_ENABLE_FA3) is switched OFF below. Its nvcc runs --threads=32 unless told:
+# SGL_KERNEL_COMPILE_THREADS follows NVCC_THREADS.
 FROM torch AS build-sglang-kernel
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # parallelism is chosen per host by `builder build` (cores, free RAM, GB per nvcc thread of this package)
@@ -178,7 +180,7 @@ ARG SOURCE_DATE_EPOCH
 ARG PIP_INDEX_URL
 ENV NVCC_APPEND_FLAGS="-objtemp"
 COPY --from=src-sglang-kernel /src /src
-WORKDIR /src/sgl-kernel
+WORKDIR /src/python/sglang/kernels/aot
 
 # the compile reads the fetched sources instead of downloading them
 COPY --from=deps-sglang-kernel /opt/deps /opt/deps
@@ -650,14 +652,14 @@ LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="6316cc18be0c7aafb0dc7356d7b104c774403eef7b953512991e507356913522"
+LABEL io.builder.package.sglang.cache-key="b97189c3a34f1795455994db15d3ab1ec7945377451b02803a3017472efe4010"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="e975d3fee93d4f7f0a5e73087531749ddefbfac681a50735332aa73648c5b5a7"
+LABEL io.builder.package.sglang-kernel.cache-key="3ddda0471a889e612435a6521740486d64e1acdad060970d9dbcf4c289d74537"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3.post2"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
