@@ -239,11 +239,18 @@ def binary_lines(pkg: Package) -> list[str]:
     plans = pkg.recipe.binary_plans(pkg.archs, pkg.cuda)
     if not plans:
         return []
-    out = [f"{bp.binary.files.rstrip('*'):<28} SASS {','.join(bp.sass):<22} {bp.units:>5} of {bp.default_units:>5} "
-           "kernel×arch units" for bp in plans]
+    out = []
+    for bp in plans:
+        sass = ",".join(bp.sass) + (f" + PTX {','.join(bp.ptx)}" if bp.ptx else "")
+        if bp.binary.units:
+            out.append(f"{bp.binary.files.rstrip('*'):<28} SASS {sass:<22} {bp.units:>5} of {bp.default_units:>5} "
+                       "kernel×arch units")
+        else:  # an engine whose CMake picks each target's archs (cmake_archs): the lists, not the kernels, are known
+            out.append(f"{bp.binary.files.rstrip('*'):<28} SASS {sass}")
     done, upstream = sum(bp.units for bp in plans), sum(bp.default_units for bp in plans)
-    out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
-    return out
+    if upstream and all(bp.binary.units for bp in plans):
+        out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
+    return out + pkg.recipe.binary_notes(pkg.archs, pkg.cuda)
 
 
 def default_wheelhouse(matrix_path: Path) -> Wheelhouse:
