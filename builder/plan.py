@@ -41,6 +41,10 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "cuda": cell.cuda,
         "python": cell.python,
         "base_devel": cell.base_devel,
+        # the archs as the build compiles them: where the engine's CMake filters them itself (engine data cmake_archs;
+        # vLLM 0.33.0 with nvcc 13.0 turns 10.3 into 10.0) the knob gets that list, so --arch 100 and 100,103 are one
+        # key, and one only when the binaries are the same. The cell's id and tag still name the archs asked for:
+        # they say which GPUs the image's audit proved (sm_103 by the sm_100 code), not which SASS it holds
         "knobs": [list(k) for k in pkg.knobs],
         "built_archs": list(pkg.built_archs),
         "build_env": [list(e) for e in r.build_env],
