@@ -133,3 +133,102 @@ class ArchScope:
 
 def scope_for(path: str, scopes: Iterable[ArchScope]) -> ArchScope | None:
     return next((s for s in scopes if s.matches(path)), None)
+
+
+# -- an engine's own CMake arch filter ------------------------------------------------------------------------
+# Some engines filter the requested archs themselves, per CMake target, with lists in CMake's spelling
+# ("9.0a", "10.0f", "8.0+PTX"). LOOSE_INTERSECTION names vLLM's rule (engine data `cmake_archs`); the code below is
+# that function, step by step, so that plan predicts what its configure computes.
+LOOSE_INTERSECTION = "cuda_archs_loose_intersection"
+
+
+def _cmake_version(arch: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.sub(r"[af]$", "", arch).split("."))
+
+
+def _major(arch: str) -> str:
+    return arch.split(".", 1)[0]
+
+
+def loose_intersection(src: Iterable[str], tgt: Iterable[str]) -> list[str]:
+    """vLLM's `cuda_archs_loose_intersection(OUT SRC TGT)` (cmake/utils.cmake of vLLM 0.33.0, lines 400-501): the
+    entries of a kernel's arch list `src` ("9.0a;10.0f;8.0+PTX") the build's target archs `tgt` ("10.0;12.0") select.
+
+    1. an x.y[af] source whose x.y is a target is taken as written (10.0f for target 10.0);
+    2. else x.ya / x.yf in the targets is taken; else an 'f' source takes the first target of its major
+       ("12.0f" with target 12.1 gives "12.1");
+    3. a target x.y[af] whose x.y is a plain source is taken as written;
+    4. every remaining target takes the highest plain source not above it with its major (any major for a source
+       written x.y+PTX), duplicates dropped; +PTX is put back on the sources that had it.
+    """
+    srcs = list(dict.fromkeys(src))
+    ptx: list[str] = []
+    for a in list(srcs):
+        if a.endswith("+PTX"):
+            base = a[: -len("+PTX")]
+            ptx.append(base)
+            srcs.remove(a)
+            srcs.append(base)
+    ptx = list(dict.fromkeys(ptx))
+    srcs = list(dict.fromkeys(srcs))
+    tgts = list(tgt)
+    out: list[str] = []
+
+    def drop(items: list[str], value: str) -> None:  # CMake's list(REMOVE_ITEM): every occurrence
+        items[:] = [i for i in items if i != value]
+
+    for a in list(srcs):
+        if a[-1] in "af" and (base := a[:-1]) in tgts:
+            drop(srcs, a)
+            for t in (base, base + "a", base + "f"):
+                drop(tgts, t)
+            out.append(a)
+    for a in list(srcs):
+        if a[-1] not in "af":
+            continue
+        drop(srcs, a)
+        base = a[:-1]
+        if base + "a" in tgts:
+            drop(tgts, base + "a")
+            out.append(base + "a")
+        elif base + "f" in tgts:
+            drop(tgts, base + "f")
+            out.append(base + "f")
+        elif a.endswith("f"):
+            for t in tgts:
+                if _major(re.sub(r"[af]$", "", t)) == _major(base):
+                    drop(tgts, t)
+                    out.append(t)
+                    break
+    for t in list(tgts):
+        if t[-1] in "af" and (base := t[:-1]) in srcs:
+            drop(tgts, t)
+            out.append(t)
+            if base not in tgts:
+                drop(srcs, base)
+    srcs.sort(key=_cmake_version)
+    for t in tgts:
+        found = None
+        for s in srcs:
+            if _cmake_version(s) <= _cmake_version(t):
+                if s in ptx or _major(s) == _major(t):
+                    found = s
+            else:
+                break
+        if found:
+            out.append(found)
+    out = list(dict.fromkeys(out))
+    return [a + "+PTX" if a in ptx else a for a in out]
+
+
+def cmake_spelled(archs: Iterable[int]) -> list[str]:
+    """(100, 120) → ["10.0", "12.0"]: the target list vLLM's CMake extracts from torch's -gencode flags."""
+    return [dotted(a) for a in archs]
+
+
+def cmake_codes(arch: str) -> tuple[str, ...]:
+    """The codes one CMake arch entry compiles (vLLM's set_gencode_flags_for_srcs, cmake/utils.cmake 328-368):
+    "10.0f" → sm_100f, "8.0+PTX" → sm_80 and compute_80."""
+    base = arch[: -len("+PTX")] if arch.endswith("+PTX") else arch
+    name = base.replace(".", "")
+    return (f"sm_{name}", f"compute_{name}") if arch.endswith("+PTX") else (f"sm_{name}",)

@@ -70,12 +70,19 @@ class Strategy:
 @dataclass(frozen=True)
 class Binary:
     """One compiled file of a release as upstream builds it: the CMake target that makes it, its SASS targets and
-    the kernels per SASS target (fatbin entries per arch)."""
+    the kernels per SASS target (fatbin entries per arch) — or, for an engine whose CMake selects each target's archs
+    itself (vLLM), the CMake arch lists the target passes to the engine's intersection rule (`cmake_archs`)."""
 
     files: str  # glob inside the wheel, the same string as its arch_scoped entry
     target: str
-    sass: tuple[str, ...]
-    units: int
+    sass: tuple[str, ...] = ()
+    units: int = 0  # 0: not counted
+    # the target's CMake arch lists ("9.0a", "10.0f", "8.0+PTX"; "CUDA_ARCHS": the build's whole list), each
+    # intersected with the build's archs by the recipe's cmake_archs rule; the target compiles the union of the results
+    cmake_archs: tuple[tuple[str, ...], ...] = ()
+    # "first": only the first list with a non-empty result is compiled (qutlass.cmake: one family per build)
+    pick: str = "all"
+    source: str = ""  # the upstream file and lines the lists were read from
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,10 @@ class BinaryPlan:
     binary: Binary
     sass: tuple[str, ...]  # what a build for the requested archs keeps
     switched_off: str = ""  # the CMake option passed OFF so that the binary is not built at all ("" when it is)
+    ptx: tuple[str, ...] = ()  # PTX it keeps (an engine's "8.0+PTX" entries)
+    # the lists of a pick = "first" target that would have compiled something: more than one means the build
+    # chose the first and the GPUs of the others get no code from this binary
+    candidates: tuple[tuple[str, ...], ...] = ()
 
     @property
     def units(self) -> int:
@@ -101,6 +112,39 @@ class BinaryPlan:
     @property
     def default_units(self) -> int:
         return len(self.binary.sass) * self.binary.units
+
+    @property
+    def chose_one(self) -> bool:
+        return len(self.candidates) > 1
+
+
+@dataclass(frozen=True)
+class CMakeArchs:
+    """An engine's own filter of the requested archs (vLLM: CUDA_ARCHS = cuda_archs_loose_intersection(
+    CUDA_SUPPORTED_ARCHS, the archs of torch's -gencode flags)); every target's lists are intersected with the result.
+    `supported`: (min_cuda, CMake arch list), complete lists, the one with the highest min_cuda not above the cell's
+    CUDA applies."""
+
+    rule: str
+    supported: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def supported_for(self, cuda: str) -> tuple[str, ...] | None:
+        fits = [(Version(m), archs) for m, archs in self.supported if cuda and Version(cuda) >= Version(m)]
+        return max(fits)[1] if fits else None
+
+    def intersect(self, src: tuple[str, ...], tgt: list[str]) -> list[str]:
+        if self.rule == archs_mod.LOOSE_INTERSECTION:
+            return archs_mod.loose_intersection(src, tgt)
+        raise ValueError(f"unknown CMake arch rule {self.rule!r}; known: {archs_mod.LOOSE_INTERSECTION}")
+
+    def kept(self, archs: tuple[int, ...], cuda: str) -> tuple[int, ...]:
+        """The requested archs as the engine's CMake keeps them (10.3 → 10.0 with nvcc 13.0); unchanged where the
+        data has no supported list for this CUDA."""
+        supported = self.supported_for(cuda)
+        if supported is None:
+            return archs
+        out = self.intersect(supported, archs_mod.cmake_spelled(archs))
+        return tuple(sorted({int(a.replace(".", "")) for a in out}))
 
 
 @dataclass(frozen=True)
@@ -166,19 +210,32 @@ class Recipe:
     binaries: tuple[Binary, ...] = ()
     binaries_cuda: str = ""
     binary_switches: tuple[BinarySwitch, ...] = ()  # options that build one arch-scoped binary at all
+    cmake_archs: CMakeArchs | None = None  # the engine's CMake filters the requested archs itself (vLLM)
     smoke: dict = field(default_factory=dict, compare=False, hash=False)  # see schema.SMOKE
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
-    def knob_values(self, archs: tuple[int, ...]) -> tuple[tuple[str, str], ...]:
-        """Every switch --arch sets: the arch knobs, then each binary switch passed OFF for these archs."""
-        return tuple((k.name, k.value(archs)) for k in self.arch_knobs) + \
+    def effective_archs(self, archs: tuple[int, ...], cuda: str = "") -> tuple[int, ...]:
+        """The archs the engine's own CMake keeps of the requested ones (cmake_archs; vLLM 0.33.0 with nvcc 13.0:
+        10.3 → 10.0, 12.1 → 12.0), the requested ones where it has no such filter. The knobs are given these: the
+        build gets the list its CMake would compute anyway, so that two requests that compile the same binaries
+        (--arch 100 and 100,103) are one build, one cache key (builder/plan.py key_inputs)."""
+        if self.cmake_archs is None or not self.compiled:
+            return archs
+        return self.cmake_archs.kept(archs, cuda)
+
+    def knob_values(self, archs: tuple[int, ...], cuda: str = "") -> tuple[tuple[str, str], ...]:
+        """Every switch --arch sets: the arch knobs (given the archs the engine's CMake keeps), then each binary
+        switch passed OFF for these archs."""
+        kept = self.effective_archs(archs, cuda)
+        return tuple((k.name, k.value(kept)) for k in self.arch_knobs) + \
             tuple((s.cmake, "OFF") for s in self.switched_off(archs))
 
-    def cmake_defines(self, archs: tuple[int, ...]) -> list[tuple[str, str]]:
+    def cmake_defines(self, archs: tuple[int, ...], cuda: str = "") -> list[tuple[str, str]]:
         """The CMake defines (-D / -Ccmake.define) --arch gives the build: knobs spelled as CMake defines, and
         the binary switches passed OFF."""
-        return [(k.cmake, k.value(archs)) for k in self.arch_knobs if k.cmake] + \
+        kept = self.effective_archs(archs, cuda)
+        return [(k.cmake, k.value(kept)) for k in self.arch_knobs if k.cmake] + \
             [(s.cmake, "OFF") for s in self.switched_off(archs)]
 
     def switched_off(self, archs: tuple[int, ...]) -> tuple[BinarySwitch, ...]:
@@ -186,10 +243,11 @@ class Recipe:
         scopes = {s.files: s for s in self.arch_scoped}
         return tuple(s for s in self.binary_switches if archs and not any(scopes[s.files].covers(a) for a in archs))
 
-    def built_archs(self, archs: tuple[int, ...]) -> tuple[int, ...]:
+    def built_archs(self, archs: tuple[int, ...], cuda: str = "") -> tuple[int, ...]:
         """The SASS archs the build will really emit for the requested archs."""
         if not self.compiled:
             return ()
+        archs = self.effective_archs(archs, cuda)
         if not self.builds_always:
             for knob in self.arch_knobs:
                 archs = knob.archs_for(archs)
@@ -235,6 +293,8 @@ class Recipe:
 
         if not self.binaries or not cuda or ".".join(cuda.split(".")[:2]) != self.binaries_cuda:
             return ()
+        if self.cmake_archs is not None:
+            return self._cmake_binary_plans(archs, cuda)
         config = self.gencode_filter(archs)
         off = {s.files: s.cmake for s in self.switched_off(archs)}
         # with the below-sm_90 switch OFF the CMake writes no sm_8x entry at all: the filter's fallback (a target
@@ -256,15 +316,65 @@ class Recipe:
             out.append(BinaryPlan(b, kept))
         return tuple(out)
 
+    def _cmake_binary_plans(self, archs: tuple[int, ...], cuda: str) -> tuple[BinaryPlan, ...]:
+        """Per binary, what the engine's CMake compiles for `archs`: each of the target's lists intersected (the
+        recipe's cmake_archs rule) with the archs the CMake keeps; a target none of whose lists selects anything
+        makes no file (vLLM: "... will not compile", an empty custom target), so it has no plan."""
+        kept = archs_mod.cmake_spelled(self.effective_archs(archs, cuda))
+        out = []
+        for b in self.binaries:
+            results = [tuple(kept) if lst == ("CUDA_ARCHS",) else tuple(self.cmake_archs.intersect(lst, kept))
+                       for lst in b.cmake_archs]
+            selecting = tuple(r for r in results if r)
+            chosen = selecting[:1] if b.pick == "first" else selecting
+            codes = dict.fromkeys(c for r in chosen for entry in r for c in archs_mod.cmake_codes(entry))
+            if not codes:
+                continue
+            sass = tuple(sorted((c for c in codes if c.startswith("sm_")), key=_code_order))
+            ptx = tuple(sorted((c for c in codes if c.startswith("compute_")), key=_code_order))
+            out.append(BinaryPlan(b, sass, ptx=ptx, candidates=selecting if b.pick == "first" else ()))
+        return tuple(out)
+
+    def arch_scopes(self, archs: tuple[int, ...], cuda: str) -> tuple[archs_mod.ArchScope, ...]:
+        """arch_scoped as a build for `archs` makes the binaries: a target that compiles one of its lists only
+        (pick = "first": qutlass.cmake builds sm_100f when 10.x and 12.x are both asked) is asked only for the GPUs
+        the chosen list's code runs on, so the audit expects exactly what the build makes. The build's audit and the
+        cache manifest use these; the static entries elsewhere."""
+        narrowed = {}
+        for bp in self.binary_plans(archs, cuda):
+            scope = self.scope_of(bp.binary)
+            if bp.binary.pick != "first" or scope is None or scope.all_but:
+                continue
+            codes = [_code_parts(c) for c in bp.sass + bp.ptx]
+            runs = tuple(g for g in scope.archs if any(archs_mod.runs_on(k, a, v, g) for k, a, v in codes))
+            if runs != scope.archs:
+                narrowed[scope.files] = archs_mod.ArchScope(
+                    scope.files, runs, f"{scope.why}; this build compiles {', '.join(bp.sass)} only")
+        return tuple(narrowed.get(s.files, s) for s in self.arch_scoped)
+
+    def binary_notes(self, archs: tuple[int, ...], cuda: str) -> list[str]:
+        """What plan says of a target that compiled one of its lists only (and which GPUs get no code from it)."""
+        out = []
+        for bp in self.binary_plans(archs, cuda):
+            if not bp.chose_one:
+                continue
+            scope = self.scope_of(bp.binary)
+            name = scope.why.split(" (")[0] if scope else bp.binary.target
+            families = " and ".join(f"{_major_of(r[0])}.x" for r in bp.candidates)
+            source = bp.binary.source.split(":")[0].rsplit("/", 1)[-1] or "its CMake"
+            out.append(f"{name}: built for {', '.join(bp.sass)} only ({families} both asked; {source} picks one family)")
+        return out
+
     def built_sass(self, archs: tuple[int, ...], cuda: str) -> tuple[str, ...]:
         """Every SASS name the build emits with this CUDA: the selected archs plus what the package builds
         regardless of them (builds_extra_sass), e.g. sm_90a and the Blackwell code of sglang-kernel — or, where
-        the engine data lists the release's binaries, the union of what each keeps."""
+        the engine data lists the release's binaries as upstream built them, the union of what each keeps. Where
+        the engine's CMake selects the archs itself (cmake_archs, vLLM), the archs it keeps for its general kernels
+        (CUDA_ARCHS: 10.3 → sm_100): the data lists only some of its targets, whose code plan shows per binary."""
         per_binary = self.binary_plans(archs, cuda)
-        if per_binary:
-            return tuple(sorted({s for bp in per_binary for s in bp.sass},
-                                key=lambda n: (int(re.sub(r"\D", "", n)), n)))
-        names = {archs_mod.sm(a) for a in self.built_archs(archs)}
+        if per_binary and self.cmake_archs is None:
+            return tuple(sorted({s for bp in per_binary for s in bp.sass}, key=_code_order))
+        names = {archs_mod.sm(a) for a in self.built_archs(archs, cuda)}
         if self.compiled and cuda:
             fits = [(Version(m), s) for m, s in self.builds_extra_sass if Version(cuda) >= Version(m)]
             if fits:
@@ -280,8 +390,8 @@ class Recipe:
         plans = self.binary_plans(archs, cuda)
         if not plans:
             return None
-        recorded = {_recorded_path(bp.binary): list(bp.sass) for bp in plans if not bp.switched_off}
-        return audit_recorded(f"{self.name}-{self.version}", recorded, list(archs), self.arch_scoped)
+        recorded = {_recorded_path(bp.binary): list(bp.sass + bp.ptx) for bp in plans if not bp.switched_off}
+        return audit_recorded(f"{self.name}-{self.version}", recorded, list(archs), self.arch_scopes(archs, cuda))
 
     def arch_problems(self, archs: tuple[int, ...], cuda: str = "") -> list[str]:
         """Why the requested archs cannot be built as asked (empty when they can)."""
@@ -301,16 +411,25 @@ class Recipe:
                         f"{', '.join(map(str, knob.accepted))}, and no SASS of those runs on "
                         f"{archs_mod.dotted(a)}; {a} would be silently dropped"
                     )
+        if self.cmake_archs is not None and (supported := self.cmake_archs.supported_for(cuda)) is not None:
+            for a in archs:
+                if not self.cmake_archs.intersect(supported, [archs_mod.dotted(a)]):
+                    problems.append(
+                        f"{self.name} {self.version}: its CMake keeps no arch for {archs_mod.dotted(a)} with CUDA "
+                        f"{cuda} (supported: {';'.join(supported)}); {a} would be silently dropped")
         predicted = self.predicted_audit(archs, cuda)
-        if predicted is not None:  # per binary, what the gencode filter keeps, asked where each binary loads
+        if predicted is not None:  # per binary, what the gencode filter / the engine's CMake keeps, asked where it loads
             upstream = {_recorded_path(b): b for b in self.binaries}
+            scopes = self.arch_scopes(archs, cuda)
             for failed in predicted.failures:
                 b = upstream[failed.path.rsplit("!", 1)[1]]
-                scope = self.scope_of(b)
+                scope = archs_mod.scope_for(_recorded_path(b), scopes)
+                built = (f"compiles {', '.join(failed.names('sass') + failed.names('ptx'))} for these archs "
+                         f"({b.source})" if b.cmake_archs else f"is built upstream for {', '.join(b.sass)}")
                 problems.append(
                     f"{self.name} {self.version} on CUDA {self.binaries_cuda}: {b.files.rstrip('*')} "
-                    f"(loaded on {scope.spelled if scope else 'every GPU'}) is built upstream for "
-                    f"{', '.join(b.sass)}, none of which runs on {', '.join(map(archs_mod.sm, failed.missing))}"
+                    f"(loaded on {scope.spelled if scope else 'every GPU'}) {built}, none of which runs on "
+                    f"{', '.join(map(archs_mod.sm, failed.missing))}"
                 )
             return problems
         if self.builds_always:
@@ -349,6 +468,20 @@ class Recipe:
 def _jit_module_uses(table: dict) -> tuple[tuple[str, tuple[int, ...], str, str], ...]:
     return tuple((e["module"], tuple(e["archs"]), e["selected_by"], e.get("not_built", ""))
                  for e in table.get("jit_modules", ()))
+
+
+def _code_order(name: str) -> tuple[int, str]:
+    return int(re.sub(r"\D", "", name)), name
+
+
+def _code_parts(name: str) -> tuple[str, int, str]:
+    """"sm_100f" → ("sass", 100, "f"); "compute_80" → ("ptx", 80, "")."""
+    m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", name)
+    return ("sass" if m.group(1) == "sm" else "ptx"), int(m.group(2)), m.group(3)
+
+
+def _major_of(cmake_arch: str) -> str:
+    return cmake_arch.split(".", 1)[0]
 
 
 def _recorded_path(b: Binary) -> str:
@@ -631,9 +764,15 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         holds=tuple(merged.get("holds", ())),
         bound_to=tuple(merged.get("bound_to", ())),
         arch_select=merged.get("arch_select", ""),
-        binaries=tuple(Binary(b["files"], b["target"], tuple(b["sass"]), b["units"]) for b in merged.get("binaries", ())),
+        binaries=tuple(Binary(b["files"], b["target"], tuple(b.get("sass", ())), b.get("units", 0),
+                              tuple(tuple(lst) for lst in b.get("cmake_archs", ())), b.get("pick", "all"),
+                              b.get("source", ""))
+                       for b in merged.get("binaries", ())),
         binaries_cuda=merged.get("binaries_cuda", ""),
         binary_switches=_binary_switches(name, merged, file),
+        cmake_archs=CMakeArchs(merged["cmake_archs"]["rule"],
+                               tuple((e["min_cuda"], tuple(e["archs"])) for e in merged["cmake_archs"]["supported"]))
+        if "cmake_archs" in merged else None,
         smoke=merged.get("smoke", {}),
         strategies=strategies,
     )

@@ -43,6 +43,10 @@ def key_inputs(cell: Cell, pkg: Package) -> dict:
         "cuda": cell.cuda,
         "python": cell.python,
         "base_devel": cell.base_devel,
+        # the archs as the build compiles them: where the engine's CMake filters them itself (engine data cmake_archs;
+        # vLLM 0.33.0 with nvcc 13.0 turns 10.3 into 10.0) the knob gets that list, so --arch 100 and 100,103 are one
+        # key, and one only when the binaries are the same. The cell's id and tag still name the archs asked for:
+        # they say which GPUs the image's audit proved (sm_103 by the sm_100 code), not which SASS it holds
         "knobs": [list(k) for k in pkg.knobs],
         "built_archs": list(pkg.built_archs),
         "build_env": [list(e) for e in r.build_env],
@@ -257,10 +261,15 @@ def binary_lines(pkg: Package) -> list[str]:
             out.append(f"{name:<28} not built: {bp.switched_off}=OFF, no requested GPU loads it (only "
                        f"{scope.spelled if scope else '?'})   0 of {bp.default_units:>5} kernel×arch units")
             continue
-        out.append(f"{name:<28} SASS {','.join(bp.sass):<22} {bp.units:>5} of {bp.default_units:>5} kernel×arch units")
+        sass = ",".join(bp.sass) + (f" + PTX {','.join(bp.ptx)}" if bp.ptx else "")
+        if bp.binary.units:
+            out.append(f"{name:<28} SASS {sass:<22} {bp.units:>5} of {bp.default_units:>5} kernel×arch units")
+        else:  # an engine whose CMake picks each target's archs (cmake_archs): the lists, not the kernels, are known
+            out.append(f"{name:<28} SASS {sass}")
     done, upstream = sum(bp.units for bp in plans), sum(bp.default_units for bp in plans)
-    out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
-    return out
+    if upstream and all(bp.binary.units for bp in plans):
+        out.append(f"{'all binaries':<28} {'':<27} {done:>5} of {upstream:>5} ({100 * done / upstream:.0f} % of upstream's build)")
+    return out + pkg.recipe.binary_notes(pkg.archs, pkg.cuda)
 
 
 def default_wheelhouse(matrix_path: Path) -> Wheelhouse:

@@ -39,8 +39,9 @@ def scm_pretend_variable(dist: str) -> str:
 
 def package_context(pkg: Package, torch: str = "") -> dict:
     r = pkg.recipe
-    env_knobs = [(k.env, k.value(pkg.archs)) for k in r.arch_knobs if k.env]
-    cmake_defines = r.cmake_defines(pkg.archs)  # arch knobs, and binary switches passed OFF
+    archs = r.effective_archs(pkg.archs, pkg.cuda)  # what the engine's own CMake keeps (vLLM: 10.3 → 10.0)
+    env_knobs = [(k.env, k.value(archs)) for k in r.arch_knobs if k.env]
+    cmake_defines = r.cmake_defines(pkg.archs, pkg.cuda)  # arch knobs, and binary switches passed OFF
     scm = [(scm_pretend_variable(r.pypi), r.version)] if r.setuptools_scm else []
     dep = deps.for_package(pkg)
     gencode = r.gencode_filter(pkg.archs) if not pkg.from_index else {}

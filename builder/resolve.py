@@ -105,11 +105,17 @@ class Package:
 
     @property
     def knobs(self) -> tuple[tuple[str, str], ...]:
-        return () if self.from_index else self.recipe.knob_values(self.archs)
+        return () if self.from_index else self.recipe.knob_values(self.archs, self.cuda)
 
     @property
     def built_archs(self) -> tuple[int, ...]:
-        return () if self.from_index else self.recipe.built_archs(self.archs)
+        return () if self.from_index else self.recipe.built_archs(self.archs, self.cuda)
+
+    @property
+    def arch_scoped(self) -> tuple:
+        """The engine data's arch scopes as this build makes the binaries (Recipe.arch_scopes: a target that compiles
+        one family only is asked for that family's GPUs); a wheel from the index has the static ones."""
+        return self.recipe.arch_scoped if self.from_index else self.recipe.arch_scopes(self.archs, self.cuda)
 
     @property
     def built_sass(self) -> tuple[str, ...]:

@@ -112,6 +112,21 @@ def _utc_time(value: str) -> str:
     return value
 
 
+def _cmake_arch(value: str) -> str:
+    if value != "CUDA_ARCHS" and not re.fullmatch(r"\d{1,2}\.\d[af]?(\+PTX)?", value):
+        raise ValueError("write 9.0a, 10.0f, 8.0+PTX or CUDA_ARCHS")
+    return value
+
+
+def _cmake_target(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.+-]*", value):
+        raise ValueError("letters, digits and _ . + - (a leading _ allowed)")
+    return value
+
+
+CMAKE_TARGET = _grammar(_cmake_target, "a CMake target name like _qutlass_C or flash_ops")
+# an arch in CMake's spelling as vLLM's lists write it; "CUDA_ARCHS" (a list of its own): the build's whole list
+CMAKE_ARCH = _grammar(_cmake_arch, 'a CMake arch like "9.0a", "10.0f" or "8.0+PTX"', 'CMake archs like "9.0a"')
 UTC_TIME = _grammar(_utc_time, 'a UTC time like "2024-10-17T18:04:43Z"')
 PIN = _grammar(grammar.requirement, "a requirement like cmake==3.31.6", "requirements like cmake==3.31.6")
 SASS_NAME = _grammar(_sass_name, "a SASS name like sm_90a", "SASS names like sm_90a")
@@ -346,9 +361,25 @@ RULE = Table(
         # what kind of binaries the wheel holds and what they are bound to (plan and labels say it)
         "holds": ListOf(OneOf(("pure Python", "CUDA kernels", "C++ against torch", "Rust", "Rust (vllm-rs)"))),
         "bound_to": ListOf(STR),
-        # what each binary of the release holds upstream (SASS, kernels per SASS target) and which target makes it
-        "binaries": ListOf(Table(required={"files": QUOTABLE, "target": TOKEN, "sass": ListOf(SASS_NAME), "units": INT})),
+        # what each binary of the release holds upstream (SASS, kernels per SASS target) and which target makes it;
+        # or, where the engine's CMake selects each target's archs itself (cmake_archs below), the CMake arch lists
+        # the target passes to that rule (each intersected with the build's archs, the results joined; pick
+        # "first": only the first list that selects anything is compiled) and the upstream file:lines they are from
+        "binaries": ListOf(Table(required={"files": QUOTABLE, "target": CMAKE_TARGET},
+                                 optional={"sass": ListOf(SASS_NAME), "units": INT,
+                                           "cmake_archs": ListOf(ListOf(CMAKE_ARCH)),
+                                           "pick": OneOf(("all", "first")), "source": STR},
+                                 exactly_one_of=("sass", "cmake_archs"))),
         "binaries_cuda": VERSION,  # the CUDA release those binaries were read from
+        # the engine's CMake filters the requested archs itself before any target sees them (vLLM: CUDA_ARCHS =
+        # cuda_archs_loose_intersection(CUDA_SUPPORTED_ARCHS, the archs of torch's -gencode flags)): the rule and its
+        # supported list per CUDA (complete lists, the highest min_cuda <= the cell's CUDA applies). The knobs are
+        # given what it keeps, plan's SASS and the cache key follow it (10.3 → 10.0 with nvcc 13.0)
+        "cmake_archs": Table(required={"rule": OneOf(("cuda_archs_loose_intersection",)),
+                                       "supported": ListOf(Table(required={"min_cuda": VERSION,
+                                                                           "archs": ListOf(CMAKE_ARCH)},
+                                                                 optional={"source": STR}))},
+                             optional={"source": STR}),
         "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
                                     exactly_one_of=("archs", "all_but"))),
         # CMake options that build one arch-scoped binary at all: when no requested GPU loads that binary the build

@@ -77,8 +77,6 @@ def test_the_vllm_cell_at_80_90_is_predicted_to_take_the_index_wheel(tmp_path, m
     # QuTLASS ships sm_100f only; the engine data scopes it to 10.x and 12.x GPUs, so a 12.0 or 12.1 request needs it
     ((80, 90, 120), "fails for sm_80, sm_90, sm_120: _qutlass_C.abi3.so lacks sm_120"),
     ((80, 90, 121), "fails for sm_80, sm_90, sm_121: _qutlass_C.abi3.so lacks sm_121"),
-    # FlashAttention 2 ships sm_80 + compute_80: nothing for a Turing GPU
-    ((75, 80), "fails for sm_75, sm_80: _vllm_fa2_C.abi3.so lacks sm_75"),
 ])
 def test_an_arch_the_wheel_lacks_is_predicted_to_compile(tmp_path, monkeypatch, archs, reason):
     cell, pkg = the_package(matrix(tmp_path, monkeypatch), archs)
@@ -87,6 +85,14 @@ def test_an_arch_the_wheel_lacks_is_predicted_to_compile(tmp_path, monkeypatch, 
     assert not pkg.route.fact  # a prediction: build downloads and audits the file to decide
     (plan,) = plan_cells([cell], None)
     assert plan.wheels[0].key == route_keys(cell, pkg)["build"]
+
+
+def test_a_turing_gpu_is_refused_on_both_routes(tmp_path, monkeypatch):
+    # FlashAttention 2 ships sm_80 + compute_80: nothing for a Turing GPU in the index wheel, and a compile makes the
+    # same (its FA2_ARCHS "8.0+PTX" selects nothing below 8.0): plan refuses before any compile, not its audit after
+    with pytest.raises(resolve.UserError, match=r"_vllm_fa2_C \(loaded on every GPU\) compiles sm_80, compute_80 .* "
+                                                 r"none of which runs on sm_75"):
+        the_package(matrix(tmp_path, monkeypatch), (75, 80))
 
 
 def test_sm_110_is_covered_by_ptx_only(tmp_path, monkeypatch):

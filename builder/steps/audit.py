@@ -19,7 +19,7 @@ class AuditStep:
     def run(self, ctx: CellContext, wheel: WheelStep) -> StepResult:
         pkg = wheel.package
         label = f"{pkg.name}=={pkg.version}"
-        report = audit(ctx.out_dir(pkg.name), list(ctx.cell.archs), pkg.recipe.arch_scoped)
+        report = audit(ctx.out_dir(pkg.name), list(ctx.cell.archs), pkg.arch_scoped)
         ctx.audits[pkg.name] = report
         ctx.note(f"audit {label}:\n{format_report(report)}")
         summary = {"ok": report.ok, "binaries_with_device_code": sum(b.has_device_code for b in report.binaries),

@@ -51,7 +51,7 @@ class CacheStep:
             "compiled": pkg.recipe.compiled,  # `builder wheels verify` re-checks the device-code rule
             "audit": ctx.audits[pkg.name].to_json(),
             # what `builder wheels verify` audits again with: binaries the engine data scopes to some archs
-            "arch_scoped": [scope.to_json() for scope in pkg.recipe.arch_scoped],
+            "arch_scoped": [scope.to_json() for scope in pkg.arch_scoped],
             "built_by": built_by(ctx),
             "compile": ctx.compiles.get(pkg.name),  # what builder plan's estimates are made from
         })

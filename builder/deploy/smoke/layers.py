@@ -209,7 +209,7 @@ def l1(cell: Cell, launcher: Launcher, opts: SmokeOptions, audit_files) -> Resul
             problems.append(f"{tool} is not on PATH: the engine's JIT kernels need it")
     # the audit of what is installed: every binary of the cell's compiled packages, for the cell's archs
     if compiled:
-        report = audit_files(res["so_files"], list(cell.archs), [s for p in cell.packages for s in p.recipe.arch_scoped])
+        report = audit_files(res["so_files"], list(cell.archs), [s for p in cell.packages for s in p.arch_scoped])
         figures["binaries_audited"] = len(report.binaries)
         figures["binaries_with_device_code"] = sum(1 for b in report.binaries if b.has_device_code)
         for b in report.failures:
