@@ -1,5 +1,10 @@
 """Every external command builder runs — docker, docker buildx, skopeo, git — goes through this module, which
-logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it.
+logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it. No other module
+runs the docker CLI (tests/test_layers.py holds that): the build side (steps, audit, pins, lock, rehearse) reaches
+the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, serve, doctor
+--host) talks to it through the docker SDK instead (deploy/engine.py `docker_client`), for what the CLI has no
+flag for (device requests, waiting on and streaming a container), and logs each container it starts to the same
+logger.
 
 Build lines are spelled here too (docker-py has no BuildKit, so builds go through the buildx CLI).
 A tool that is not installed is an environment problem (exit 3), not a failed cell.
