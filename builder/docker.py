@@ -1,10 +1,10 @@
 """Every external command builder runs — docker, docker buildx, skopeo, git — goes through this module, which
 logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it. No other module
 runs the docker CLI (tests/test_layers.py holds that): the build side (steps, audit, pins, lock, rehearse) reaches
-the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, serve, doctor
---host) talks to it through the docker SDK instead (deploy/engine.py `docker_client`), for what the CLI has no
-flag for (device requests, waiting on and streaming a container), and logs each container it starts to the same
-logger.
+the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, doctor --host)
+reads images and runs its containers through the docker SDK instead, one client made in deploy/engine.py
+(`docker_client`) for containers it waits on, reads the logs of and removes by label, and logs each container it
+starts to the same logger; `builder serve`'s one `docker run` is spelled (`run_argv`) and started here.
 
 Build lines are spelled here too (docker-py has no BuildKit, so builds go through the buildx CLI).
 A tool that is not installed is an environment problem (exit 3), not a failed cell.
@@ -467,8 +467,9 @@ def image_labels(ref: str, docker: str = "docker") -> dict[str, str] | None:
 
     The build side's one reader of a local image's labels (the image step's reuse check, `builder audit IMAGE`'s
     packages): through the docker CLI, like every other command of a build, so `--docker` and `--debug` hold for
-    it. The deployer's side reads a local image's config through the docker SDK (deploy/subject.py
-    `read_local`), the client its containers are started with, so a deployer's image needs no docker CLI."""
+    it. The deployer's side reads a local image's whole config (environment, labels, repo digest) through the
+    docker SDK (deploy/subject.py `read_local`), with the client its smoke and bench containers are started
+    with."""
     import json
 
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .Config.Labels}}", ref], timeout=60)
