@@ -92,7 +92,7 @@ def measure(mounts: dict, env: dict, unit: rehearse.Unit, index: int, work: Path
 
 def _prepare(work: Path) -> dict:
     (work / "out").mkdir(parents=True, exist_ok=True)
-    (work / "measure.py").write_text(rehearse.MEASURE)
+    (work / "measure.py").write_text((rehearse.PROGRAMS / "measure.py").read_text())
     return {str(work): {"bind": "/rehearsal", "mode": "rw"}}
 
 

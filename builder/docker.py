@@ -1,5 +1,10 @@
 """Every external command builder runs — docker, docker buildx, skopeo, git — goes through this module, which
-logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it.
+logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it. No other module
+runs the docker CLI (tests/test_layers.py holds that): the build side (steps, audit, pins, lock, rehearse) reaches
+the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, doctor --host)
+reads images and runs its containers through the docker SDK instead, one client made in deploy/engine.py
+(`docker_client`) for containers it waits on, reads the logs of and removes by label, and logs each container it
+starts to the same logger; `builder serve`'s one `docker run` is spelled (`run_argv`) and started here.
 
 Build lines are spelled here too (docker-py has no BuildKit, so builds go through the buildx CLI).
 A tool that is not installed is an environment problem (exit 3), not a failed cell.
@@ -288,7 +293,20 @@ def image_exists(ref: str, docker: str = "docker") -> bool:
 
 def run_in_image(image: str, entrypoint: str, *args: str, docker: str = "docker") -> str:
     """stdout of a throwaway container of `image` with no network."""
-    return run([docker, "run", "--rm", "--network", "none", "--entrypoint", entrypoint, image, *args]).stdout
+    return run(run_argv(image, list(args), network="none", entrypoint=entrypoint, docker=docker)).stdout
+
+
+def run_container(image: str, args: list[str], *, check: bool = True, timeout: float | None = None,
+                  docker: str = "docker", **options) -> subprocess.CompletedProcess[str]:
+    """`docker run` of IMAGE with `run_argv`'s OPTIONS (a name, no network, a memory limit, mounts, environment,
+    an entrypoint), run to its end with its output captured. With check a non-zero exit raises CommandError;
+    without, the exit is the caller's to read (a build command stopped on purpose, a compile killed for memory)."""
+    return run(run_argv(image, args, docker=docker, **options), check=check, timeout=timeout)
+
+
+def commit_container(container: str, ref: str, docker: str = "docker", timeout: float = 1800) -> None:
+    """Name REF an image of the (stopped) container's filesystem, run to its end even when interrupted."""
+    run_to_end([docker, "commit", container, ref], timeout=timeout)
 
 
 def create_container(image: str, docker: str = "docker") -> str:
@@ -301,7 +319,14 @@ def create_container(image: str, docker: str = "docker") -> str:
 
 
 def remove_container(cid: str, docker: str = "docker") -> None:
+    """Remove a container, running or not; best effort (never raises: a cleanup)."""
     probe([docker, "rm", "-f", cid], timeout=60)
+
+
+def remove_image(ref: str, docker: str = "docker") -> None:
+    """Remove the image REF (its name, and the image when no other name holds it); best effort (never raises: a
+    cleanup). `untag_image` is the checked removal of a name."""
+    probe([docker, "image", "rm", "-f", ref], timeout=120)
 
 
 # -- OCI archives and registries: docker load, skopeo ---------------------------------------------------
@@ -438,7 +463,13 @@ def make_local_digest_resolvable(ref: str, tag: str, scratch: Path, builder: str
 
 
 def image_labels(ref: str, docker: str = "docker") -> dict[str, str] | None:
-    """The labels of a local image; None when the daemon has no such image."""
+    """The labels of a local image; None when the daemon has no such image.
+
+    The build side's one reader of a local image's labels (the image step's reuse check, `builder audit IMAGE`'s
+    packages): through the docker CLI, like every other command of a build, so `--docker` and `--debug` hold for
+    it. The deployer's side reads a local image's whole config (environment, labels, repo digest) through the
+    docker SDK (deploy/subject.py `read_local`), with the client its smoke and bench containers are started
+    with."""
     import json
 
     code, out, _ = probe([docker, "image", "inspect", "--format", "{{json .Config.Labels}}", ref], timeout=60)
@@ -447,22 +478,34 @@ def image_labels(ref: str, docker: str = "docker") -> dict[str, str] | None:
 
 def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tuple[str, ...] = (),
              mounts: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = (), name: str | None = None,
-             ipc: str | None = None, docker: str = "docker") -> list[str]:
-    """`docker run --rm` of IMAGE with its ENTRYPOINT and ARGS: GPUs ("all" or "device=0,1"), published ports
-    ("127.0.0.1:8000:8000"), read-only bind mounts (host path, container path), environment."""
-    argv = [docker, "run", "--rm"]
+             ipc: str | None = None, network: str | None = None, memory: int | None = None,
+             writable: tuple[tuple[str, str], ...] = (), entrypoint: str | None = None, remove: bool = True,
+             docker: str = "docker") -> list[str]:
+    """`docker run` (`--rm` unless not `remove`) of IMAGE with its ENTRYPOINT (or `entrypoint`) and ARGS: GPUs
+    ("all" or "device=0,1"), a network ("none"), a memory limit in bytes (swap included: no swapping past it),
+    published ports ("127.0.0.1:8000:8000"), read-only bind mounts and writable ones (host path, container
+    path), environment."""
+    argv = [docker, "run"] + (["--rm"] if remove else [])
     if name:
         argv += ["--name", name]
     if gpus:
         argv += ["--gpus", gpus]
     if ipc:
         argv += ["--ipc", ipc]
+    if network:
+        argv += ["--network", network]
+    if memory:
+        argv += ["--memory", str(memory), "--memory-swap", str(memory)]
     for p in ports:
         argv += ["-p", p]
     for src, dst in mounts:
         argv += ["-v", f"{src}:{dst}:ro"]
+    for src, dst in writable:
+        argv += ["-v", f"{src}:{dst}"]
     for k, v in env:
         argv += ["-e", f"{k}={v}"]
+    if entrypoint is not None:
+        argv += ["--entrypoint", entrypoint]
     return argv + [image, *args]
 
 

@@ -20,6 +20,10 @@ before the hours of the whole compile — and measure them.
    those threads come from the measured memory per nvcc thread through the same rule as the build's
    (builder/resources.py) — printed beside the engine data's GB per thread and the history estimate.
 
+`run` is the verb (builder/cli/rehearse.py parses its options and prints). Every docker command goes through
+builder/docker.py (logged, CommandError on failure); what runs inside the containers is builder/rehearsal/
+(capture_site.py, nvcc.py, measure.py), mounted read-only at PROGRAMS_DIR.
+
 Failures the user can fix exit 2 (UserError), naming what to do: nvcc killed for memory (its peak, the MAX_JOBS
 that fits), a GCC older than the engine's minimum (measured in the stage), a missing header (what provides it).
 """
@@ -30,112 +34,25 @@ import dataclasses
 import fnmatch
 import json
 import math
+import os
 import re
+import secrets
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gencode_filter
+from . import docker, gencode_filter
 from .audit import read_fatbin_entries
 from .errors import UserError
 from .estimate import threads as threads_at
 from .resources import RAM_HEADROOM, Host, choose
 
 MIB = 1024 * 1024
-REHEARSAL_DIR = "/rehearsal"  # the host directory mounted into every rehearsal container
+REHEARSAL_DIR = "/rehearsal"  # the host directory (writable) mounted into every rehearsal container
+PROGRAMS = Path(__file__).with_name("rehearsal")  # the in-container programs, shipped in the package
+PROGRAMS_DIR = "/rehearsal-programs"  # where every rehearsal container sees them (mounted read-only)
 SCCACHE_DIR = "/root/.cache/sccache"  # with-sccache's object cache (the build's cache mount)
-CAPTURED = "rehearsal-captured"  # printed by the capture hook once the build tool's commands are written
-
-# sitecustomize.py for the capture run: the first `ninja` or `cmake --build` a Python build backend starts is
-# stopped; the commands of its build.ninja are written instead (exit 86: nothing was compiled).
-CAPTURE_SITE = r'''
-import json, os, subprocess, sys
-
-_real_init = subprocess.Popen.__init__
-
-def _stop_at_build_tool(self, args, *a, **kw):
-    argv = [str(x) for x in args] if isinstance(args, (list, tuple)) else None
-    cwd = str(kw.get("cwd") or os.getcwd())
-    where = None
-    if argv and os.path.basename(argv[0]) == "ninja" and "-t" not in argv:
-        where = argv[argv.index("-C") + 1] if "-C" in argv else cwd
-    elif argv and os.path.basename(argv[0]) == "cmake" and len(argv) > 2 and argv[1] == "--build":
-        where = argv[2]
-    if where is None:
-        return _real_init(self, args, *a, **kw)
-    where = os.path.join(cwd, where)
-    compdb = subprocess.run(["ninja", "-C", where, "-t", "compdb"], capture_output=True, text=True, check=True)
-    out = os.environ["REHEARSAL_OUT"]
-    n = len([f for f in os.listdir(out) if f.startswith("compdb-")])
-    with open(os.path.join(out, f"compdb-{n}.json"), "w") as f:
-        json.dump({"build_dir": where, "entries": json.loads(compdb.stdout)}, f)
-    print("''' + CAPTURED + r'''", flush=True)
-    os._exit(86)
-
-subprocess.Popen.__init__ = _stop_at_build_tool
-'''
-
-# The recording nvcc: a call with an output (-o) is written down and its output left empty; any other call
-# (`nvcc --version`, what torch and CMake ask) goes to the real nvcc.
-RECORDING_NVCC = r'''#!/usr/bin/env python3
-import json, os, sys
-argv = sys.argv[1:]
-if "-o" not in argv:
-    os.execv(os.environ["REHEARSAL_REAL_NVCC"], ["nvcc", *argv])
-with open(os.path.join(os.environ["REHEARSAL_OUT"], "nvcc.jsonl"), "a") as f:
-    f.write(json.dumps({"cwd": os.getcwd(), "argv": [sys.argv[0], *argv]}) + "\n")
-out = os.path.join(os.getcwd(), argv[argv.index("-o") + 1])
-os.makedirs(os.path.dirname(out), exist_ok=True)
-open(out, "wb").close()
-'''
-
-# Runs one command, sampling the resident memory of every other process of its container (its PID namespace).
-MEASURE = r'''
-import json, os, resource, subprocess, sys, time
-cmd, cwd, log = sys.argv[1], sys.argv[2], sys.argv[3]
-page = os.sysconf("SC_PAGE_SIZE")
-me = os.getpid()
-
-def resident():
-    # anonymous resident memory (statm resident - shared): what cicc and ptxas allocate, without the libraries and
-    # toolkit files every process maps (counted once per process by RSS); cheap enough for 20 samples a second
-    total = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) in (me, 1):
-            continue
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                fields = f.read().split()
-            total += (int(fields[1]) - int(fields[2])) * page
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-def cgroup(names):
-    for name in names:
-        try:
-            with open(name) as f:
-                return f.read()
-        except OSError:
-            pass
-    return ""
-
-base = resident()
-start = time.monotonic()
-with open(log, "wb") as out:
-    p = subprocess.Popen(["sh", "-c", cmd], cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-    peak = 0
-    while p.poll() is None:
-        peak = max(peak, resident() - base)
-        time.sleep(0.05)
-seconds = time.monotonic() - start
-events = cgroup(["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"])
-oom = sum(int(l.split()[1]) for l in events.splitlines() if l.startswith("oom_kill "))
-cg_peak = cgroup(["/sys/fs/cgroup/memory.peak", "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"]).strip()
-print(json.dumps({"returncode": p.returncode, "seconds": round(seconds, 2), "peak_bytes": peak,
-                  "cgroup_peak_bytes": int(cg_peak) if cg_peak.isdigit() else None, "oom_kills": oom,
-                  "children_maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
-'''
 
 
 @dataclass(frozen=True)
@@ -442,53 +359,45 @@ def build_stage(rendered: str, package: str) -> BuildStage:
 
 def _capture_script(stage: BuildStage) -> str:
     """bash for the capture container: the recording nvcc where the build reaches nvcc through CUDA_HOME, the
-    stop at the build tool for Python build backends, then the build's command."""
-    setup = [f"export PYTHONPATH={REHEARSAL_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}} REHEARSAL_OUT={REHEARSAL_DIR}/out"]
+    stop at the build tool for Python build backends (capture_site.py as the sitecustomize.py of every Python
+    the build starts), then the build's command."""
+    setup = ["mkdir -p /tmp/rehearsal-site",
+             f"cp {PROGRAMS_DIR}/capture_site.py /tmp/rehearsal-site/sitecustomize.py",
+             f"export PYTHONPATH=/tmp/rehearsal-site${{PYTHONPATH:+:$PYTHONPATH}} REHEARSAL_OUT={REHEARSAL_DIR}/out"]
     if stage.cuda_home:  # the same CUDA_HOME with-sccache --cuda-home makes, its nvcc the recorder
         setup += ['real=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}"); fake=/tmp/sccache-cuda; mkdir -p "$fake/bin"',
                   'for e in "$real"/*; do [ "${e##*/}" = bin ] || ln -sfn "$e" "$fake/"; done',
                   'for e in "$real"/bin/*; do [ "${e##*/}" = nvcc ] || ln -sfn "$e" "$fake/bin/"; done',
-                  f'cp {REHEARSAL_DIR}/nvcc "$fake/bin/nvcc" && chmod 0755 "$fake/bin/nvcc"',
+                  f'cp {PROGRAMS_DIR}/nvcc.py "$fake/bin/nvcc" && chmod 0755 "$fake/bin/nvcc"',
                   'export REHEARSAL_REAL_NVCC="$real/bin/nvcc" CUDA_HOME="$fake" CUDA_PATH="$fake" PATH="$fake/bin:$PATH"']
     return "; ".join(setup) + f"; {stage.command}; echo rehearsal-build-exit=$?"
 
 
-def run_docker(argv: list[str], docker: str = "docker", check: bool = True, timeout: float | None = None):
-    import subprocess
-
-    from .errors import CommandError
-
-    proc = subprocess.run([docker, *argv], capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise CommandError([docker, *argv], proc.returncode, proc.stdout + proc.stderr)
-    return proc
+def _container(work: Path, env: dict[str, str], name: str, *writable: tuple[str, str], memory: int | None = None) -> dict:
+    """run_argv's options of every rehearsal container: a name, no network, the rehearsal directory writable
+    and the programs read-only, the build's environment."""
+    return {"name": name, "network": "none", "memory": memory, "entrypoint": "bash",
+            "writable": ((str(work), REHEARSAL_DIR), *writable), "mounts": ((str(PROGRAMS), PROGRAMS_DIR),),
+            "env": tuple(env.items())}
 
 
-def measured_gcc(image: str, docker: str = "docker") -> str:
+def measured_gcc(image: str, docker_bin: str = "docker") -> str:
     """The build stage's gcc, run there."""
-    proc = run_docker(["run", "--rm", "--network", "none", "--entrypoint", "gcc", image, "-dumpfullversion"], docker,
-                   check=False)
+    proc = docker.run_container(image, ["-dumpfullversion"], network="none", entrypoint="gcc", check=False,
+                                docker=docker_bin)
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], package: str,
-            docker: str = "docker") -> tuple[str, list[Unit]]:
+            docker_bin: str = "docker") -> tuple[str, list[Unit]]:
     """Run the build's command in a container of the stage, stopped where the compile starts; returns an image
     of that container (the configured build tree: CMake's generated sources, the objects' directories) and
     the CUDA units it would compile."""
-    import secrets as _secrets
-
-    (work / "site").mkdir(parents=True, exist_ok=True)
-    (work / "out").mkdir(exist_ok=True)
-    (work / "site" / "sitecustomize.py").write_text(CAPTURE_SITE)
-    (work / "nvcc").write_text(RECORDING_NVCC)
-    (work / "measure.py").write_text(MEASURE)
-    name = f"builder-rehearse-{_secrets.token_hex(6)}"
-    argv = ["run", "--name", name, "--network", "none", "-v", f"{work}:{REHEARSAL_DIR}"]
-    for k, v in env.items():
-        argv += ["-e", f"{k}={v}"]
-    proc = run_docker([*argv, "--entrypoint", "bash", image, "-c", _capture_script(stage)], docker, check=False)
+    (work / "out").mkdir(parents=True, exist_ok=True)
+    name = f"builder-rehearse-{secrets.token_hex(6)}"
     try:
+        proc = docker.run_container(image, ["-c", _capture_script(stage)], remove=False, check=False,
+                                    docker=docker_bin, **_container(work, env, name))
         (work / "capture.log").write_text(proc.stdout + proc.stderr)
         units = units_from_capture(work / "out", package)
         if not units:
@@ -497,10 +406,10 @@ def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], pack
             raise err or UserError(f"{package}: its build command compiled no CUDA translation unit the rehearsal "
                                    f"could see (exit {proc.returncode}):\n{tail}")
         snapshot = f"builder-rehearse-capture:{name.rsplit('-', 1)[1]}"
-        run_docker(["commit", name, snapshot], docker)
+        docker.commit_container(name, snapshot, docker_bin)
         return snapshot, units
     finally:
-        run_docker(["rm", "-f", name], docker, check=False)
+        docker.remove_container(name, docker_bin)
 
 
 def _build_failure(tail: str, package: str) -> UserError | None:
@@ -509,26 +418,23 @@ def _build_failure(tail: str, package: str) -> UserError | None:
 
 
 def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[str, str], cuda_home: bool,
-                 sccache_dir: Path, memory: int | None = None, docker: str = "docker") -> Measured:
+                 sccache_dir: Path, memory: int | None = None, docker_bin: str = "docker") -> Measured:
     """Compile one unit in a fresh container of the captured stage, through with-sccache, and measure it."""
-    import secrets as _secrets
-
-    name = f"builder-rehearse-{_secrets.token_hex(6)}"
+    name = f"builder-rehearse-{secrets.token_hex(6)}"
     out = f"{REHEARSAL_DIR}/out"
     cmd = f"rm -f {shlex.quote(unit.output)}; {unit.command}"
-    script = (f"with-sccache{' --cuda-home' if cuda_home else ''} python3 {REHEARSAL_DIR}/measure.py "
+    script = (f"with-sccache{' --cuda-home' if cuda_home else ''} python3 {PROGRAMS_DIR}/measure.py "
               f"{shlex.quote(cmd)} {shlex.quote(unit.cwd)} {out}/unit-{index}.log > {out}/unit-{index}.json; "
               f"cp /wheels/.sccache-stats.json {out}/unit-{index}.sccache.json 2>/dev/null; "
               f"cp {shlex.quote(unit.output)} {out}/unit-{index}.o 2>/dev/null; true")
-    argv = ["run", "--rm", "--name", name, "--network", "none", "-v", f"{work}:{REHEARSAL_DIR}",
-            "-v", f"{sccache_dir}:{SCCACHE_DIR}"]
-    if memory:
-        argv += ["--memory", str(memory), "--memory-swap", str(memory)]
     # measured cold: an object already in the cache would time its fetch, not its compile (sccache compiles it
     # again and stores the result)
-    for k, v in {**env, "SCCACHE_RECACHE": "1"}.items():
-        argv += ["-e", f"{k}={v}"]
-    proc = run_docker([*argv, "--entrypoint", "bash", snapshot, "-c", script], docker, check=False)
+    options = _container(work, {**env, "SCCACHE_RECACHE": "1"}, name, (str(sccache_dir), SCCACHE_DIR), memory=memory)
+    try:
+        proc = docker.run_container(snapshot, ["-c", script], check=False, docker=docker_bin, **options)
+    except BaseException:  # an interrupt stops the docker CLI, not the container (--rm removes it once it ends)
+        docker.remove_container(name, docker_bin)
+        raise
     result = work / "out" / f"unit-{index}.json"
     log = work / "out" / f"unit-{index}.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else ""
@@ -554,7 +460,7 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
 # SEED_RUN: a token of this seeding, so BuildKit runs the copy (a RUN's layer cache key has no cache mount id: a
 # seeding of the same objects into another namespace would be "CACHED" and copy nothing); never --no-cache,
 # under which BuildKit gives the RUN an empty cache mount
-SEED_DOCKERFILE = """FROM {image}
+SEED_DOCKERFILE = """FROM {image} AS seed
 ARG SCCACHE_NAMESPACE=default
 ARG SEED_RUN
 RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-sccache-${{SCCACHE_NAMESPACE}} \\
@@ -564,12 +470,112 @@ RUN --network=none --mount=type=cache,target=/root/.cache/sccache,id=builder-scc
 
 
 def seed_object_cache(sccache_dir: Path, image: str, work: Path, namespace: str = "default",
-                      docker: str = "docker") -> None:
+                      builder: str | None = None, docker_bin: str = "docker") -> None:
     """Copy the rehearsal's sccache entries into the build's local object cache (the BuildKit cache mount
-    with-sccache compiles into), so the build finds the rehearsed units there."""
+    with-sccache compiles into, in the buildx builder the build uses), so the build finds the rehearsed units
+    there. The build's output goes to seed.log in `work`."""
     df = work / "seed.Dockerfile"
     df.write_text(SEED_DOCKERFILE.format(image=image))
-    import secrets as _secrets
+    call = docker.BuildxCall(dockerfile=df, context=sccache_dir, target="seed", output="type=cacheonly",
+                             builder=builder, build_args=(("SCCACHE_NAMESPACE", namespace),
+                                                          ("SEED_RUN", secrets.token_hex(8))))
+    with (work / "seed.log").open("w") as log:
+        docker.stream(call.argv(docker_bin), log, None)
 
-    run_docker(["buildx", "build", "--progress=plain", "-f", str(df), "--build-arg", f"SCCACHE_NAMESPACE={namespace}",
-             "--build-arg", f"SEED_RUN={_secrets.token_hex(8)}", "--output", "type=cacheonly", str(sccache_dir)], docker)
+
+# -- the verb ---------------------------------------------------------------------------------------------
+
+def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], memory: int | None, keep: bool,
+                     say) -> dict:
+    """One compiled package of one cell: its build stage, the capture, the chosen units compiled and measured,
+    the projection. Raises UserError (exit 2) for a failure the user fixes; removes its images either way
+    (unless `keep`)."""
+    from .render import render
+    from .steps import CellContext, common_build_args
+
+    cell, pkg = plan.cell, wheel.package
+    work = opts.work_dir / "rehearse" / cell.id / pkg.name
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "context").mkdir(parents=True)
+    stage = build_stage(render(plan, opts.index_url, opts.compile_reaches_out), pkg.name)
+    (work / "Dockerfile").write_text(stage.dockerfile)
+    par = choose(pkg.recipe, host, opts.max_jobs, opts.nvcc_threads)
+    tag = f"builder-rehearse:{secrets.token_hex(6)}"
+    images = [tag]
+    try:
+        with (work / "build.log").open("w") as log:
+            ctx = CellContext(plan=plan, opts=opts, cache=None, host=host, say=say, log=log)
+            common = {**common_build_args(ctx), "dockerfile": work / "Dockerfile", "context": work / "context",
+                      "layer_cache": None}
+            common["build_args"] += (("MAX_JOBS", str(par.max_jobs)), ("NVCC_THREADS", str(par.nvcc_threads)))
+            call = docker.BuildxCall(target=stage.target, tags=(tag,), load=True, **common)
+            say(f"[{cell.id}] {pkg.name}: building its build stage ({stage.target}, up to the compile)")
+            docker.stream(call.argv(opts.docker), log, None)
+        gcc = measured_gcc(tag, opts.docker)
+        too_old = gcc_too_old(pkg.name, pkg.version, gcc, pkg.recipe.min_gcc)
+        if too_old:
+            raise too_old
+        env = {"MAX_JOBS": str(par.max_jobs), "NVCC_THREADS": str(par.nvcc_threads)}
+        if opts.source_date_epoch:
+            env["SOURCE_DATE_EPOCH"] = opts.source_date_epoch
+        say(f"[{cell.id}] {pkg.name}: capturing its compile commands ({stage.command})")
+        snapshot, units = capture(tag, stage, work, env, pkg.name, opts.docker)
+        images.append(snapshot)
+        chosen = pick(units, patterns)
+        sccache_dir = opts.work_dir / "rehearse" / "sccache"
+        sccache_dir.mkdir(parents=True, exist_ok=True)
+        measured = []
+        for i, unit in enumerate(chosen):
+            say(f"[{cell.id}] {pkg.name}: compiling {unit.source} ({' '.join(unit.sass)})")
+            m = compile_unit(snapshot, unit, i, work, env, stage.cuda_home, sccache_dir, memory, opts.docker)
+            m.planned_sass, m.asked = tuple(pkg.built_sass), tuple(pkg.archs)
+            measured.append(m)
+            problem = failure(m, pkg.name, pkg.version, host, memory)
+            if problem:
+                raise problem
+            if not m.ok:
+                raise UserError(f"{pkg.name} {pkg.version}: {unit.source} did not compile (exit {m.returncode}):\n"
+                                f"{m.log_tail}")
+        seeded = ""
+        if any(m.object_cache.get("misses") for m in measured):
+            seed_object_cache(sccache_dir, tag, work, os.environ.get("BUILDER_SCCACHE_NAMESPACE", "default"),
+                              opts.builder, opts.docker)
+            seeded = "the build's local object cache"
+        proj = projection(pkg.name, pkg.version, pkg.recipe, units, measured, host, opts.max_jobs,
+                          opts.nvcc_threads)
+        return {"cell": cell.id, "package": pkg.name, "version": pkg.version, "gcc": gcc,
+                "units": [m.to_json() for m in measured], "projection": proj,
+                "estimate": wheel.estimate.to_json() if wheel.estimate else None, "objects_to": seeded}
+    finally:
+        if not keep:
+            for image in images:
+                docker.remove_image(image, opts.docker)
+
+
+def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None, keep: bool = False,
+        say=lambda text: None) -> list[dict]:
+    """`builder rehearse`: every package the selected cells compile with nvcc, rehearsed (`rehearse_package`);
+    one result (JSON-able) per package. UserError when there is nothing to rehearse or a failure the user fixes;
+    EnvironmentProblem without Docker and buildx. `say` gets the progress lines."""
+    from . import epoch, resolve, runner
+    from .options import build_options, wheelhouse_at
+    from .plan import plan_cells
+
+    cells = resolve.select(m, sel)
+    stamp = epoch.resolve(m)
+    opts = build_options(m, flags, stamp.value)
+    runner.check_options(opts)  # --max-jobs 0, a CA bundle that is no file, ...: exit 2 before Docker
+    cells = resolve.pin_git_sources(cells, echo=say)
+    host = Host.detect()
+    plans = plan_cells(cells, None, history=wheelhouse_at(m.path, flags.wheelhouse), host=host,
+                       max_jobs=flags.max_jobs, nvcc_threads=flags.nvcc_threads)
+    # what nvcc compiles: a package with no device code (engine data: 0 GB per nvcc thread, e.g. sglang's Rust) is
+    # compiled by the build but has no CUDA unit to rehearse
+    todo = [(p, w) for p in plans for w in p.wheels
+            if w.package.compiled_here and w.package.recipe.mem_gb_per_nvcc_thread > 0]
+    if not todo:
+        raise UserError("the selected cells compile no CUDA code here (every such package comes from an index): "
+                        "nothing to rehearse")
+    docker.require_buildx(opts.docker)
+    return [rehearse_package(p, w, opts, host, tuple(patterns), memory, keep, say) for p, w in todo]

@@ -238,3 +238,87 @@ def test_only_the_cli_entry_installs_signal_handlers():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "signal":
                 installs.append(module_name(path, PACKAGE))
     assert sorted(set(installs)) == ["cli.app"]
+
+
+# -- one docker client per side: the docker CLI through builder/docker.py, the SDK in deploy/engine.py ----------
+SPAWNERS = {"run", "Popen", "call", "check_call", "check_output"}
+
+
+def _names_docker(node: ast.AST | None) -> bool:
+    """Whether an argv's first element is the docker CLI: the string "docker", or a name or attribute called
+    `docker` (the `--docker` binary, `opts.docker`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.split(" ")[0] == "docker"
+    if isinstance(node, ast.Name):
+        return node.id == "docker"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "docker"
+    return False
+
+
+def _first_of(node: ast.AST, lists: dict[str, ast.AST]) -> ast.AST | None:
+    """The first element of an argv expression: a list or tuple literal, a concatenation, or a local name bound
+    to one of those (by the nearest enclosing function's assignments)."""
+    if isinstance(node, ast.Name) and node.id in lists:
+        node = lists[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _first_of(node.left, lists)
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts and not isinstance(node.elts[0], ast.Starred):
+        return node.elts[0]
+    return None
+
+
+def docker_spawns(package: Path) -> list[str]:
+    """Calls of subprocess.run / Popen / call / check_call / check_output (as `subprocess.X` or a name imported
+    from subprocess) whose argv starts with the docker CLI: "module:line"."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    and n.module == "subprocess" for a in n.names if a.name in SPAWNERS}
+        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] + [tree]
+        seen: set[int] = set()
+        for scope in scopes:
+            lists = {t.id: n.value for n in ast.walk(scope) if isinstance(n, ast.Assign)
+                     for t in n.targets if isinstance(t, ast.Name)}
+            for node in ast.walk(scope):
+                if not isinstance(node, ast.Call) or not node.args or id(node) in seen:
+                    continue
+                f = node.func
+                spawns = (isinstance(f, ast.Attribute) and f.attr in SPAWNERS and isinstance(f.value, ast.Name)
+                          and f.value.id == "subprocess") or (isinstance(f, ast.Name) and f.id in imported)
+                if spawns:
+                    seen.add(id(node))
+                    if _names_docker(_first_of(node.args[0], lists)):
+                        found.append(f"{module_name(path, package)}:{node.lineno}")
+    return found
+
+
+def test_the_docker_spawn_reader_sees_literals_names_and_imported_spawners(tmp_path):
+    pkg = tmp_path / "builder"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import subprocess\n"
+                              "def f(docker='docker'):\n    subprocess.run([docker, 'run', 'x'])\n"
+                              "def g(opts):\n    argv = [opts.docker, 'commit']\n    subprocess.Popen(argv)\n"
+                              "def h():\n    subprocess.run(['nvidia-smi'])\n    subprocess.run(['docker-credential-x', 'get'])\n")
+    (pkg / "b.py").write_text("from subprocess import run as sh\nsh(['docker'] + ['rm', '-f', 'c'])\n")
+    assert docker_spawns(pkg) == ["a:3", "a:6", "b:2"]
+
+
+def test_only_docker_py_runs_the_docker_cli():
+    """Every docker / buildx command goes through builder/docker.py, which logs its argv (`builder --debug`) and
+    raises CommandError (argv, exit code, output tail) for a failure: no module runs the docker CLI itself."""
+    assert [s for s in docker_spawns(PACKAGE) if not s.startswith("docker:")] == []
+
+
+def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
+    """The deployer's side talks to the daemon through the docker SDK, made in one place (deploy/engine.py
+    `docker_client`); the build side through the docker CLI (builder/docker.py)."""
+    users = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import) and any(a.name == "docker" or a.name.startswith("docker.") for a in node.names):
+                users.append(module_name(path, PACKAGE))
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "docker":
+                users.append(module_name(path, PACKAGE))
+    assert sorted(set(users)) == ["deploy.engine"]

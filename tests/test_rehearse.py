@@ -5,8 +5,11 @@ floor (measured in the stage), a header the stage lacks. The real engines' units
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -95,12 +98,28 @@ def test_the_build_compiles_the_rehearsed_units_from_the_object_cache(local_base
     assert f"sccache {steps}/{steps} hits" in built.stdout, built.stdout
 
 
-def test_the_table_prints_the_unit_and_the_projection(local_bases, docker_engine, tmp_path):
-    res = rehearse_cli(FIXTURE / "matrix.toml", tmp_path)
+def test_the_table_prints_the_unit_and_the_projection(local_bases, docker_engine, tmp_path, monkeypatch, caplog):
+    """... and under `builder --debug` every docker command the rehearsal starts is logged, exactly as it runs."""
+    started = []
+
+    class Spy(subprocess.Popen):
+        def __init__(self, args, *a, **kw):
+            started.append(list(args) if isinstance(args, (list, tuple)) else [args])
+            super().__init__(args, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Spy)
+    caplog.set_level(logging.DEBUG, logger="builder.commands")
+    res = run_cli("--debug", "rehearse", "--matrix", str(FIXTURE / "matrix.toml"), "--work-dir", str(tmp_path / "work"),
+                  "--log-dir", str(tmp_path / "logs"), "--wheelhouse", str(tmp_path / "wh"))
     assert res.exit_code == 0, res.output
     row = next(ln for ln in res.stdout.splitlines() if "saxpy.cu" in ln)
     assert "sm_80 sm_90" in row and "ok (sm_80 sm_90)" in row
     assert "projected compile on this host:" in res.stdout and "today's rule: 1 GB per nvcc thread" in res.stdout
+    logged = {r.getMessage() for r in caplog.records if r.name == "builder.commands"}
+    ran = [argv for argv in started if argv[0] == "docker"]
+    assert [argv for argv in ran if f"$ {shlex.join(argv)}" not in logged] == []
+    verbs = {" ".join(argv[1:3]) if argv[1] in ("buildx", "image") else argv[1] for argv in ran}
+    assert {"buildx build", "run", "commit", "rm", "image rm"} <= verbs, verbs
 
 
 def test_nvcc_killed_for_memory_names_its_peak_and_the_max_jobs_that_fits(local_bases, docker_engine, tmp_path):
@@ -158,3 +177,103 @@ def test_units_are_read_from_compile_commands_and_the_heaviest_per_binary_is_cho
     assert [u.source for u in picked] == ["/src/b.cu", "/src/d.cu"]
     assert [u.source for u in rehearse.pick(units, ("*/a.cu",), size={"/src/a.cu": 1, "/src/b.cu": 9}.get)] == [
         "/src/b.cu", "/src/d.cu", "/src/a.cu"]
+
+
+class _FakeDocker:
+    """subprocess.run and subprocess.Popen for a rehearsal without Docker: every argv recorded; the capture
+    container writes a compile database, the compile container its measurement, `gcc -dumpfullversion` answers."""
+
+    def __init__(self, out: Path):
+        self.out, self.ran = out, []
+
+    def run(self, argv, **kw):
+        argv = list(argv)
+        self.ran.append(argv)
+        stdout = ""
+        if argv[-1] == "-dumpfullversion":
+            stdout = "12.2.0\n"
+        elif argv[:2] == ["docker", "run"] and "--rm" not in argv:  # the capture
+            cmd = ("/usr/local/cuda/bin/nvcc -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
+                   "-c /src/k.cu -o /src/build/k.o")
+            (self.out / "compdb-0.json").write_text(json.dumps({"build_dir": "/src/build", "entries": [
+                {"directory": "/src/build", "file": "/src/k.cu", "output": "k.o", "command": cmd}]}))
+        elif argv[:2] == ["docker", "run"]:  # a unit's compile
+            (self.out / "unit-0.json").write_text(json.dumps({"returncode": 0, "seconds": 1.5, "peak_bytes": 2**27,
+                                                              "cgroup_peak_bytes": None, "oom_kills": 0}))
+        return subprocess.CompletedProcess(argv, 0, stdout, "")
+
+    def popen(self, argv, **kw):
+        fake = self
+
+        class Proc:
+            pid, returncode = 0, 0
+
+            def __init__(self):
+                fake.ran.append(list(argv))
+                self.stdout = io.StringIO("#1 DONE 0.1s\n")
+
+            def wait(self, timeout=None):
+                return 0
+
+            def communicate(self, timeout=None):
+                return "", ""
+
+        return Proc()
+
+
+@pytest.mark.pure
+def test_every_docker_command_of_a_rehearsal_goes_through_docker_py_and_is_logged(tmp_path, monkeypatch, caplog):
+    """The stage's gcc, the capture (run, commit, rm), a unit's compile under a memory limit, the object cache's
+    seeding and the images' removal: each a docker command line of builder/docker.py, logged (`builder --debug`)
+    exactly as it runs."""
+    from builder import docker
+
+    work, sccache = tmp_path / "work", tmp_path / "sccache"
+    (work / "out").mkdir(parents=True)
+    sccache.mkdir()
+    fake = _FakeDocker(work / "out")
+    monkeypatch.setattr(subprocess, "run", fake.run)
+    monkeypatch.setattr(subprocess, "Popen", fake.popen)
+    caplog.set_level(logging.DEBUG, logger="builder.commands")
+    stage = rehearse.BuildStage("", "build-pkg", "pip wheel .", cuda_home=True)
+
+    assert rehearse.measured_gcc("stage:1") == "12.2.0"
+    snapshot, units = rehearse.capture("stage:1", stage, work, {"MAX_JOBS": "2"}, "pkg")
+    m = rehearse.compile_unit(snapshot, units[0], 0, work, {"MAX_JOBS": "2"}, True, sccache, memory=40 * 2**20)
+    assert (m.ok, m.seconds, m.unit.sass) == (True, 1.5, ("sm_80", "sm_90"))
+    rehearse.seed_object_cache(sccache, "stage:1", work, "ns")
+    docker.remove_image(snapshot)
+
+    logged = [r.getMessage() for r in caplog.records if r.name == "builder.commands"]
+    assert logged == [f"$ {shlex.join(argv)}" for argv in fake.ran]
+    assert [argv[:3] for argv in fake.ran] == [
+        ["docker", "run", "--rm"], ["docker", "run", "--name"], ["docker", "commit", fake.ran[1][3]],
+        ["docker", "rm", "-f"], ["docker", "run", "--rm"], ["docker", "buildx", "build"],
+        ["docker", "image", "rm"]]
+    gcc, capture, _, _, compile_, seed, _ = fake.ran
+    assert gcc[-4:] == ["--entrypoint", "gcc", "stage:1", "-dumpfullversion"] and "none" in gcc
+    programs = f"{rehearse.PROGRAMS}:{rehearse.PROGRAMS_DIR}:ro"
+    for argv in (capture, compile_):  # the programs read-only, the rehearsal directory writable, no network
+        assert programs in argv and f"{work}:{rehearse.REHEARSAL_DIR}" in argv
+        assert argv[argv.index("--network") + 1] == "none" and "MAX_JOBS=2" in argv
+    assert f"{rehearse.PROGRAMS_DIR}/capture_site.py" in capture[-1] and f"{rehearse.PROGRAMS_DIR}/nvcc.py" in capture[-1]
+    assert compile_[compile_.index("--memory") + 1] == compile_[compile_.index("--memory-swap") + 1] == str(40 * 2**20)
+    assert f"python3 {rehearse.PROGRAMS_DIR}/measure.py" in compile_[-1] and "SCCACHE_RECACHE=1" in compile_
+    assert "SCCACHE_NAMESPACE=ns" in seed and "type=cacheonly" in seed and seed[-1] == str(sccache)
+
+
+@pytest.mark.pure
+def test_the_in_container_programs_ship_in_the_package():
+    """capture_site.py, nvcc.py and measure.py are modules of a package setuptools finds (pyproject.toml's
+    packages.find), so an installed builder has them to mount, as it has deploy/smoke/probe.py."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(REPO), include=config["packages"]["find"]["include"])
+    assert "builder.rehearsal" in packages and "builder.deploy.smoke" in packages
+    assert rehearse.PROGRAMS == REPO / "builder" / "rehearsal"
+    assert sorted(p.name for p in rehearse.PROGRAMS.iterdir() if p.suffix == ".py") == [
+        "__init__.py", "capture_site.py", "measure.py", "nvcc.py"]
+    assert sorted(p.name for p in rehearse.PROGRAMS.iterdir() if p.is_file() and p.suffix != ".py") == []
