@@ -1,5 +1,10 @@
-"""Every external command builder runs — docker, docker buildx, skopeo, git — goes through this module, which
-logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it.
+"""The docker, docker buildx, skopeo and git command lines of every verb go through this module, which logs the
+exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it. Two exceptions, each
+said where it is: smoke's and bench's launchers (deploy/engine.py) run containers through the Docker SDK and
+engines as processes, and log each on ``builder.commands`` themselves; rehearse's own docker calls (its gcc
+probe, capture and unit containers, commits, image removals and seed build: rehearse.run_docker) are not logged
+(its stage builds are, through here). nvidia-smi, twine, the load generator and credential helpers are no
+container tools and are not logged.
 
 Build lines are spelled here too (docker-py has no BuildKit, so builds go through the buildx CLI).
 A tool that is not installed is an environment problem (exit 3), not a failed cell.
