@@ -31,7 +31,6 @@ from packaging.version import InvalidVersion, Version
 from . import docker, grammar
 from .errors import CommandError, EnvironmentProblem, UserError
 
-META = "builder.publish"  # click context key through which `builder publish` hands its Target to build
 IMAGES_FORMAT = 1
 TRANSIENT = re.compile(
     r"connection refused|connection reset|broken pipe|i/o timeout|handshake timeout|timed out|timeout exceeded|"
