@@ -4,7 +4,8 @@ runs the docker CLI (tests/test_layers.py holds that): the build side (steps, au
 the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, doctor --host)
 reads images and runs its containers through the docker SDK instead, one client made in deploy/engine.py
 (`docker_client`) for containers it waits on, reads the logs of and removes by label, and logs each container it
-starts to the same logger; `builder serve`'s one `docker run` is spelled (`run_argv`) and started here.
+starts to the same logger; `builder serve`'s one `docker run` is spelled (`run_argv`) and started here. nvidia-smi,
+twine, the load generator and credential helpers are no container tools and are not logged.
 
 Build lines are spelled here too (docker-py has no BuildKit, so builds go through the buildx CLI).
 A tool that is not installed is an environment problem (exit 3), not a failed cell.

@@ -1,7 +1,8 @@
 """plan: what each selected cell will build, under which cache key — without calling Docker.
 
-Cache keys are computed here and only here; render writes them into labels, the runner stores wheels under
-them. Whether a wheel is already cached is asked of a WheelCache (by default only the local wheelhouse, so
+Cache keys are computed here and only here (key_of is called by this module alone: cache_key, route_keys and
+wheel_step are how the rest asks, the route step's re-keyed packages included); render writes them into labels,
+the runner stores wheels under them. Whether a wheel is already cached is asked of a WheelCache (by default only the local wheelhouse, so
 plan needs no network).
 """
 
@@ -72,6 +73,14 @@ def key_of(inputs: dict) -> str:
 
 def cache_key(cell: Cell, pkg: Package) -> str:
     return key_of(key_inputs(cell, pkg))
+
+
+def wheel_step(cell: Cell, pkg: Package, cache: WheelCache | None, estimate: Estimate | None = None) -> WheelStep:
+    """The wheel of `pkg` in `cell` under its cache key; with a cache, whether it is already there (no download)."""
+    inputs = key_inputs(cell, pkg)
+    key = key_of(inputs)
+    hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
+    return WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=estimate)
 
 
 def route_keys(cell: Cell, pkg: Package) -> dict[str, str]:
@@ -181,12 +190,9 @@ def plan_cells(cells: list[Cell], cache: WheelCache | None, history: Wheelhouse 
     for cell in cells:
         steps = []
         for pkg in cell.packages:
-            inputs = key_inputs(cell, pkg)
-            key = key_of(inputs)
-            hit = cache.lookup(pkg.name, key, pkg.cache_archs) if cache is not None else None
             guess = (compile_estimate(history, pkg, host, max_jobs, nvcc_threads, cell, dist_cores)
                      if history is not None and host is not None else None)
-            steps.append(WheelStep(pkg, key, inputs, hit, looked_up=cache is not None, estimate=guess))
+            steps.append(wheel_step(cell, pkg, cache, guess))
         out.append(CellPlan(cell, tuple(steps)))
     return out
 

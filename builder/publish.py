@@ -32,7 +32,6 @@ from .errors import CommandError, EnvironmentProblem, UserError
 from .imageref import ImageRef
 from .registry_api import Client, RegistryPath, Unusable
 
-META = "builder.publish"  # click context key through which `builder publish` hands its Target to build
 IMAGES_FORMAT = 1
 TRANSIENT = re.compile(
     r"connection refused|connection reset|broken pipe|i/o timeout|handshake timeout|timed out|timeout exceeded|"

@@ -179,21 +179,49 @@ class TableOf:
 
 
 @dataclass(frozen=True)
+class Key:
+    """One key of a Table: its shape and its meaning — what the key does and why a user would set it, one or two
+    sentences. The reference (scripts/gen-reference) prints the meaning beside the shape, and tests/test_docs.py
+    fails naming every key of the matrix, [defaults], the engine data and matrix.lock that has none."""
+
+    shape: object
+    meaning: str
+
+
+@dataclass(frozen=True)
 class Table:
-    """A table with fixed keys."""
+    """A table with fixed keys. A key's value is its shape, or a Key (its shape and its meaning): the Keys are
+    taken apart once, so `required`, `optional` and `keys` hold shapes only and `meanings` the meanings."""
 
     required: dict[str, object] = field(default_factory=dict)
     optional: dict[str, object] = field(default_factory=dict)
     exactly_one_of: tuple[str, ...] = ()  # optional keys of which exactly one must be given
     required_when: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (other key, its value)
     open: bool = False  # other keys allowed: a file another program writes (a load generator's result)
+    meanings: dict[str, str] = field(default_factory=dict)  # key -> its meaning (from the Keys given)
 
     noun = "a table"
     plural = "tables"
 
+    def __post_init__(self):
+        meanings = dict(self.meanings)
+        for name in ("required", "optional"):
+            shapes = {}
+            for key, value in getattr(self, name).items():
+                if isinstance(value, Key):
+                    meanings[key] = value.meaning
+                    value = value.shape
+                shapes[key] = value
+            object.__setattr__(self, name, shapes)
+        object.__setattr__(self, "meanings", meanings)
+
     @property
     def keys(self) -> dict[str, object]:
         return {**self.required, **self.optional}
+
+    def all_optional(self) -> "Table":
+        """The same keys, each optional, with their meanings (an extra knowledge file's sections)."""
+        return Table(optional=self.keys, meanings=self.meanings, open=self.open)
 
 
 @dataclass(frozen=True)
@@ -230,50 +258,100 @@ class AnyOf:
 ARCHS = ListOf(INT)
 
 KNOB = Table(
-    required={"format": OneOf(KNOB_FORMATS)},
-    optional={"env": ENV_NAME, "cmake": ENV_NAME, "accepted": ARCHS, "threshold": INT},
+    required={"format": Key(OneOf(KNOB_FORMATS), "How the requested archs are spelled for this knob: torch \"8.0 9.0\", "
+                            "cmake-real \"80-real;90-real\" (SASS only), semicolon \"80;90\", or switch-below (ON when any "
+                            "requested arch is below `threshold`).")},
+    optional={"env": Key(ENV_NAME, "The environment variable the build reads its arch list from (TORCH_CUDA_ARCH_LIST): "
+                                   "set in the compile RUN, so only the requested archs are compiled."),
+              "cmake": Key(ENV_NAME, "The CMake define the build reads its arch list from, passed as -D<name>=<value> "
+                                     "(for builds that ignore the environment)."),
+              "accepted": Key(ARCHS, "The archs the knob recognises: a requested arch outside it is served by the highest "
+                                     "accepted one whose SASS runs on it, or refused (flash-attn has no 103: sm_100 runs there)."),
+              "threshold": Key(INT, "For format switch-below: the arch below which the switch is ON (90 for "
+                                    "ENABLE_BELOW_SM90).")},
     exactly_one_of=("env", "cmake"),  # the environment variable or the CMake define the knob sets
     required_when={"threshold": ("format", "switch-below")},
 )
 
 # A literal edit of one source file, when building against a torch in `when_torch` (any torch without it).
-PATCH = Table(required={"file": REL_PATH, "replace": QUOTABLE, "with": QUOTABLE}, optional={"when_torch": VERSION_RANGE})
+PATCH = Table(required={"file": Key(REL_PATH, "The file of the source tree (under source_subdir) to edit."),
+                        "replace": Key(QUOTABLE, "The exact text to replace; the build fails when the file does not "
+                                                 "hold it, so a patch that no longer applies is noticed."),
+                        "with": Key(QUOTABLE, "The text that replaces it.")},
+              optional={"when_torch": Key(VERSION_RANGE, "Apply only when the cell's torch is in this range (absent: "
+                                                         "always); for a fix one torch release needs.")})
 
 # the JIT modules a release (a rule) or a strategy builds at its first requests (names in the jit_modules table), per
 # GPU family (archs: the compute capabilities on which the engine's own code selects it), with the upstream file and
 # condition that select each; not_built: listed (its links are provided) but not built by smoke or a prebuild, and why
 # (a strategy's entry may hold versions: the engine releases whose code selects it, the strategy's own range otherwise)
-JIT_MODULE_USES = ListOf(Table(required={"module": TOKEN, "archs": ARCHS, "selected_by": STR},
-                               optional={"not_built": STR, "versions": VERSION_RANGE}))
+JIT_MODULE_USES = ListOf(Table(
+    required={"module": Key(TOKEN, "A module of the jit_modules table that this release (or strategy) builds at its "
+                                   "first requests."),
+              "archs": Key(ARCHS, "The compute capabilities on which the engine's own code selects the module: smoke's "
+                                  "JIT layer and a prebuild build it for the cell's archs among these."),
+              "selected_by": Key(STR, "The upstream file and condition that select it, so a reader can check the claim "
+                                      "against the engine's source.")},
+    optional={"not_built": Key(STR, "Why smoke and a prebuild leave the module out although it is listed (its links are "
+                                    "still provided in the runtime image)."),
+              "versions": Key(VERSION_RANGE, "In a strategy's list: the engine releases whose code selects it (absent: "
+                                             "every release the strategy runs on).")}))
 
 STRATEGY = Table(
-    required={"versions": VERSION_RANGE, "why_not": STR, "flags": ListOf(STR)},
-    # the environment the engine runs under for this strategy, and log lines that mean it did not take effect
-    optional={"env": TableOf(ENV_VALUE, key=ENV_NAME), "forbid_log": ListOf(STR),
-              # smoke: what the engine's parser must resolve the flags to (dotted attribute paths; a key with
-              # "@resolved" is the engine's own name resolution), draft tokens per draft, the default drafter
-              "expect": TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
-              "k": INT, "drafter": STR,
-              # JIT modules only this strategy's code selects (DFlash2's top-k): cells with the strategy build them too
-              "jit_modules": JIT_MODULE_USES},
+    required={"versions": Key(VERSION_RANGE, "The engine releases that can run the strategy; a cell outside them is "
+                                             "refused with why_not when the profile asks for it."),
+              "why_not": Key(STR, "Why releases outside `versions` cannot run it: the message plan and smoke give."),
+              "flags": Key(ListOf(STR), "The engine's real command-line flags for the strategy ({model}, {drafter} "
+                                        "filled in): what smoke, bench and serve pass.")},
+    optional={"env": Key(TableOf(ENV_VALUE, key=ENV_NAME), "The environment the engine runs under for this strategy "
+                                                           "(VLLM_USE_V2_MODEL_RUNNER=1), set by smoke, bench and serve."),
+              "forbid_log": Key(ListOf(STR), "Log lines that mean the strategy did not take effect (a silent fallback): "
+                                             "smoke fails the boot when the engine's log holds one."),
+              "expect": Key(TableOf(Scalar((str, int, bool), "a string, integer or boolean", "strings, integers or booleans")),
+                            "What smoke L2 requires the engine's own parser to resolve the flags to: dotted attribute "
+                            "paths to values (a key with \"@resolved\" goes through the engine's name resolution)."),
+              "k": Key(INT, "Draft tokens per draft: smoke L3 checks draft tokens = drafts x k on the engine's "
+                            "counters."),
+              "drafter": Key(STR, "The default draft checkpoint ({drafter} in the flags) when --drafter is not given."),
+              "jit_modules": Key(JIT_MODULE_USES, "JIT modules only this strategy's code selects (DFlash2's top-k): "
+                                                  "cells with the strategy build them too.")},
 )
 
 # What smoke needs to run an engine version (builder/deploy/smoke/): how it serves, how its own parser is reached,
 # and which counters prove speculative decoding ran. Rules merge this table key by key.
 SMOKE = Table(optional={
-    "serve_args": ListOf(STR),  # {host} {port}: where it listens
-    "dummy_load": ListOf(STR),  # a checkpoint without weights (random weights)
-    "tiny_args": ListOf(STR),  # for the generated tiny model: small context and memory
-    "completions": STR,  # the OpenAI completions path
-    "server_info": STR,  # a path echoing the resolved server arguments
-    "args_class": STR,  # module:Class with add_cli_args(parser) and from_cli_args(namespace)
-    "parser": ListOf(STR),  # module:Parser factories, the first importable one is used
-    "model_flag": STR,
-    "cpu_env": TableOf(STR),  # the environment its parser needs on a host without a GPU
-    "name_resolver": Table(required={"attr": STR, "call": STR}),  # the engine's own resolution of a value
-    "spec_metrics": Table(optional={"drafts": STR, "draft_tokens": STR, "accepted": STR, "accept_length": STR}),
-    "imports": ListOf(STR),  # more modules that must import (besides serve_modules)
-    "jit_tools": ListOf(STR),  # programs its run-time kernel compilation calls
+    "serve_args": Key(ListOf(STR), "The arguments that make the launch line listen ({host} {port}); smoke, bench and "
+                                   "serve append them."),
+    "dummy_load": Key(ListOf(STR), "The flags that load a checkpoint without its weights (random weights), so smoke "
+                                   "boots the generated tiny model."),
+    "tiny_args": Key(ListOf(STR), "The flags for the generated tiny model: a small context and little memory."),
+    "completions": Key(STR, "The OpenAI completions path smoke L3 and bench send requests to (default "
+                            "/v1/completions)."),
+    "server_info": Key(STR, "A path echoing the resolved server arguments: smoke and bench read the speculative "
+                            "settings the engine really runs with from it."),
+    "args_class": Key(STR, "module:Class with add_cli_args(parser) and from_cli_args(namespace): smoke L2 parses the "
+                           "strategy's flags with the engine's own code, without a GPU."),
+    "parser": Key(ListOf(STR), "module:Parser factories for that parse; the first importable one is used (the class "
+                               "moved between releases)."),
+    "model_flag": Key(STR, "The flag that names the model in smoke L2's parse (--model, --model-path)."),
+    "cpu_env": Key(TableOf(STR), "The environment the engine's parser needs on a host without a GPU "
+                                 "(VLLM_TARGET_DEVICE=cpu)."),
+    "name_resolver": Key(Table(required={
+        "attr": Key(STR, "The parsed argument whose value the engine resolves by name (speculative_algorithm)."),
+        "call": Key(STR, "module:callable the engine resolves it with; smoke reads the result's name as "
+                         "\"<attr>@resolved\".")}),
+        "The engine's own resolution of an argument's value, so `expect` can check what the engine makes of a name."),
+    "spec_metrics": Key(Table(optional={
+        "drafts": Key(STR, "The /metrics counter of drafts made."),
+        "draft_tokens": Key(STR, "The /metrics counter of draft tokens proposed."),
+        "accepted": Key(STR, "The /metrics counter of draft tokens accepted."),
+        "accept_length": Key(STR, "The /metrics gauge of the mean accepted length (SGLang).")}),
+        "The engine's counters that prove speculative decoding ran: smoke L3 and bench read their deltas around "
+        "the requests."),
+    "imports": Key(ListOf(STR), "More modules smoke L1 imports in the image (besides serve_modules): a missing "
+                                "library fails there, not at the first request."),
+    "jit_tools": Key(ListOf(STR), "Programs the engine's run-time kernel compilation calls (nvcc, ninja): smoke checks "
+                                  "each is on PATH in the image."),
 })
 
 # where the torch pin comes from: the package's own metadata, the engine that pins the package, no torch, or
@@ -283,144 +361,229 @@ TORCH_PIN = OneOf(("metadata", "consumer", "none"), ref_prefix="via:")
 # One CMake option of a package that builds one of its arch-scoped binaries at all (sglang-kernel's
 # SGL_KERNEL_ENABLE_FA3 and flash_ops).
 BINARY_SWITCH = Table(required={
-    "files": QUOTABLE,  # the binary's glob inside the wheel: the same string as its arch_scoped entry, which says which GPUs load it
-    "cmake": ENV_NAME,  # the CMake option (-D NAME=OFF leaves the binary's target out of the build)
-    "why": STR,  # what the option builds, and where the CMake says so
+    "files": Key(QUOTABLE, "The binary's glob inside the wheel: the same string as its arch_scoped entry, which says "
+                           "which GPUs load it."),
+    "cmake": Key(ENV_NAME, "The CMake option; NAME=OFF leaves the binary's target out of the build."),
+    "why": Key(STR, "What the option builds, and where the CMake says so."),
 })
 
 # Every rule whose `versions` contains the version applies, in file order; later rules override keys.
 RULE = Table(
-    required={"versions": VERSION_RANGE},
+    required={"versions": Key(VERSION_RANGE, "The package versions this rule applies to; every matching rule applies, "
+                                             "in file order, later ones overriding keys of earlier ones.")},
     optional={
-        "source": OneOf(("sdist", "git", "local")),
-        "source_subdir": SUBDIR,
-        "git_repository": GIT_URL,
-        "git_tag": TOKEN,
-        "min_cuda": VERSION,
-        "min_arch": INT,
-        "min_cmake": VERSION,
-        "min_gcc": VERSION,  # the oldest GCC its build accepts (checked against the devel base: plan, build, doctor)
-        "build_requirements": ListOf(REL_PATH),  # requirements files in the source tree, read in this order
-        "build_requirements_list": ListOf(QUOTABLE),
-        "build_command": LINE,
-        "build_env": TableOf(ENV_VALUE, key=ENV_NAME),
-        "arch_knobs": ListOf(KNOB),
-        "builds_archs": Table(optional={"always": ARCHS, "switch": ARCHS}),
-        "compile_threads_define": ENV_NAME,
-        "torch_pin": TORCH_PIN,
-        "pin_extras": ListOf(STR),
-        "companions": ListOf(PackageName()),
-        "launch": ListOf(STR),
-        "health": STR,
-        "ready_log": STR,
-        "metrics": ListOf(STR),
-        # vLLM's setup.py splits $CMAKE_ARGS on whitespace from 0.12 on; unset, it ignores them
-        "rust_toolchain": TOKEN,
-        "fetch_plan": BOOL,
-        "patches": ListOf(PATCH),
-        "source_remove": ListOf(REL_PATH),  # paths of the source tree the build leaves out (why: in the data)
-        # the file of the source tree (under source_subdir) that names its version: a pyproject.toml ([project]
-        # version) or a Python file (__version__ = "..."); the source stage refuses a tree of another version
-        "source_version": _grammar(_version_file, "a relative path to a pyproject.toml or a .py file"),
-        # the first resolve of the cell's build and runtime requirements takes only files uploaded before this
-        # moment (UTC, ISO 8601): the engine release's own upload time on the index
-        "resolve_as_of": UTC_TIME,
-        # exact pins the first resolve takes although uploaded later (their era's files are gone from the index)
-        "resolve_as_of_exempt": ListOf(PIN),
-        # -- what issue 7 found missing (see builder/data/engines.toml for the evidence per key) --
-        # the source takes its version from git through setuptools-scm: the build sets
-        # SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> to the pinned version
-        "setuptools_scm": BOOL,
-        "git_submodules": ListOf(REL_PATH),  # submodules the build reads (fetched at the commit's gitlinks)
-        # companions the package's metadata does not pin, with the version it needs
-        "companion_versions": TableOf(PIN_VERSION_DATA, key=PACKAGE_KEY),
-        "install_extras": ListOf(TOKEN),  # extras the runtime installs the engine with (sglang[srt])
-        "serve_modules": ListOf(TOKEN),  # modules serving imports: the image check finds each of them
-        # site-packages files that dependencies ship by mistake and nothing imports (why: in the data): the runtime
-        # removes them after the install, and the check that no path is installed twice leaves them out
-        "stray_files": ListOf(REL_PATH),
-        "runtime_jit": BOOL,  # kernels compile at run time: the runtime gets the CUDA table's runtime_jit
-        "runtime_checks": ListOf(QUOTABLE),  # Python statements the image must run without error
-        "serve_jit": ListOf(TOKEN),  # what it compiles at its first request: names in the serve_jit table
-        # the JIT modules it builds at its first requests (names in the jit_modules table), per GPU family, with the
-        # upstream file that selects each; not_built: listed (its links are provided) but not built by smoke, and why
-        "jit_modules": JIT_MODULE_USES,
-        # every JIT path the version can take at its first requests: covered by smoke's JIT layer (a serve_jit
-        # entry "serve_jit.<name>" or "jit_modules") or not, with the reason
-        "jit_paths": ListOf(Table(required={"path": STR}, optional={"covered_by": TOKEN, "not_covered": STR},
-                                  exactly_one_of=("covered_by", "not_covered"))),
-        "smoke": SMOKE,
-        # FetchContent sources whose override is CMake's FETCHCONTENT_SOURCE_DIR_<NAME>, not the engine's variable
-        "fetch_overrides": TableOf(OneOf(("fetchcontent",)), key=TOKEN),
-        # SASS built whatever the knobs say, by CUDA version: complete sets, the highest min_cuda <= CUDA applies
-        "builds_extra_sass": ListOf(Table(required={"min_cuda": VERSION, "sass": ListOf(SASS_NAME)})),
-        # binaries built for some arch families only, by design: the audit asks them for these archs only
-        # (all_but: loaded on every GPU except these, e.g. a copy another file replaces on sm_90)
-        # --arch for a build that hard-codes its gencode lists: builder's nvcc launcher filters them per CMake target
-        "arch_select": OneOf(("gencode-filter",)),
-        # what kind of binaries the wheel holds and what they are bound to (plan and labels say it)
-        "holds": ListOf(OneOf(("pure Python", "CUDA kernels", "C++ against torch", "Rust", "Rust (vllm-rs)"))),
-        "bound_to": ListOf(STR),
-        # what each binary of the release holds upstream (SASS, kernels per SASS target) and which target makes it;
-        # or, where the engine's CMake selects each target's archs itself (cmake_archs below), the CMake arch lists
-        # the target passes to that rule (each intersected with the build's archs, the results joined; pick
-        # "first": only the first list that selects anything is compiled) and the upstream file:lines they are from
-        "binaries": ListOf(Table(required={"files": QUOTABLE, "target": CMAKE_TARGET},
-                                 optional={"sass": ListOf(SASS_NAME), "units": INT,
-                                           "cmake_archs": ListOf(ListOf(CMAKE_ARCH)),
-                                           "pick": OneOf(("all", "first")), "source": STR},
-                                 exactly_one_of=("sass", "cmake_archs"))),
-        "binaries_cuda": VERSION,  # the CUDA release those binaries were read from
-        # the engine's CMake filters the requested archs itself before any target sees them (vLLM: CUDA_ARCHS =
-        # cuda_archs_loose_intersection(CUDA_SUPPORTED_ARCHS, the archs of torch's -gencode flags)): the rule and its
-        # supported list per CUDA (complete lists, the highest min_cuda <= the cell's CUDA applies). The knobs are
-        # given what it keeps, plan's SASS and the cache key follow it (10.3 → 10.0 with nvcc 13.0)
-        "cmake_archs": Table(required={"rule": OneOf(("cuda_archs_loose_intersection",)),
-                                       "supported": ListOf(Table(required={"min_cuda": VERSION,
-                                                                           "archs": ListOf(CMAKE_ARCH)},
-                                                                 optional={"source": STR}))},
-                             optional={"source": STR}),
-        "arch_scoped": ListOf(Table(required={"files": QUOTABLE, "why": STR}, optional={"archs": ARCHS, "all_but": ARCHS},
-                                    exactly_one_of=("archs", "all_but"))),
-        # CMake options that build one arch-scoped binary at all: when no requested GPU loads that binary the build
-        # passes the option OFF (plan shows it among the knobs) and neither compiles nor expects the binary
-        "binary_switches": ListOf(BINARY_SWITCH),
+        "source": Key(OneOf(("sdist", "git", "local")), "Where the build takes the source: the release's sdist from "
+                                                        "the index, a git tag (git_repository, git_tag), or a local tree."),
+        "source_subdir": Key(SUBDIR, "The directory of the source tree the package builds in (a monorepo's "
+                                     "sgl-kernel/); the build's WORKDIR."),
+        "git_repository": Key(GIT_URL, "The repository a git source is fetched from; `builder lock` pins the tag's "
+                                       "commit in matrix.lock."),
+        "git_tag": Key(TOKEN, "The tag of a git source ({version} filled in) that `builder lock` resolves to a commit."),
+        "min_cuda": Key(VERSION, "The oldest CUDA the version builds with: a cell with an older CUDA is refused at plan."),
+        "min_arch": Key(INT, "The oldest SM arch the version supports: a requested arch below it is refused at plan."),
+        "min_cmake": Key(VERSION, "The oldest CMake its build accepts, as a record beside build_tools.cmake (no verb "
+                                  "checks it yet)."),
+        "min_gcc": Key(VERSION, "The oldest GCC its build accepts: plan, build and doctor check it against the devel "
+                                "base's compiler (base_os) and refuse an older one before compiling."),
+        "build_requirements": Key(ListOf(REL_PATH), "Requirements files of the source tree the build installs first, "
+                                                    "in this order; part of the wheel's cache key."),
+        "build_requirements_list": Key(ListOf(QUOTABLE), "Requirement lines the build installs besides those files "
+                                                         "(a build dependency upstream forgets)."),
+        "build_command": Key(LINE, "The command that builds the wheel in the source directory, run under sccache; "
+                                   "part of the cache key."),
+        "build_env": Key(TableOf(ENV_VALUE, key=ENV_NAME), "Environment variables of the compile RUN (besides the arch "
+                                                           "knobs); part of the cache key."),
+        "arch_knobs": Key(ListOf(KNOB), "The switches that select GPU archs for this build, and how each spells the "
+                                        "requested archs: what makes --arch real."),
+        "builds_archs": Key(Table(optional={
+            "always": Key(ARCHS, "Archs the build compiles whatever is requested (a hard-coded list)."),
+            "switch": Key(ARCHS, "Archs added when a switch-below knob is ON.")}),
+            "For a build that ignores the requested archs: what it really compiles, so plan, the audit and the cache "
+            "key say the truth."),
+        "compile_threads_define": Key(ENV_NAME, "The CMake define that takes NVCC_THREADS (for builds that read their "
+                                                "nvcc --threads from CMake, not the environment)."),
+        "torch_pin": Key(TORCH_PIN, "Where this version's torch pin comes from (overrides the package's torch_pin for "
+                                    "these versions)."),
+        "pin_extras": Key(ListOf(STR), "Extras whose requirements `builder lock` reads from the metadata when it looks "
+                                       "for the torch and companion pins (sglang[srt] pins torch only there)."),
+        "companions": Key(ListOf(PackageName()), "Packages of the engine data this version runs with and builds in the "
+                                                 "same image, at the versions its metadata pins (sglang-kernel)."),
+        "launch": Key(ListOf(STR), "The command that serves the engine ({model} filled in): the image's ENTRYPOINT and "
+                                   "what smoke L3, bench and serve start."),
+        "health": Key(STR, "The HTTP path that answers 200 once the engine is ready: smoke and bench wait for it, "
+                           "serve prints it."),
+        "ready_log": Key(STR, "The engine's own log line saying it is ready: smoke L3 fails the boot when health "
+                              "answers but the line never comes."),
+        "metrics": Key(ListOf(STR), "The engine's speculative-decoding counters on /metrics, as a record (smoke and bench "
+                                    "read the names in smoke.spec_metrics)."),
+        "rust_toolchain": Key(TOKEN, "A Rust toolchain the build needs, installed in its build stage (when no fetch "
+                                     "plan supplies one); part of the cache key."),
+        "fetch_plan": Key(BOOL, "The build's CMake downloads sources at configure time: builder reads what it fetches "
+                                "(data/fetchplans/) and fetches it in a stage of its own, so the compile runs without "
+                                "network."),
+        "patches": Key(ListOf(PATCH), "Literal edits of source files before the build, for upstream bugs the pinned "
+                                      "release has; part of the cache key."),
+        "source_remove": Key(ListOf(REL_PATH), "Paths of the source tree the build leaves out (why: in the data); the "
+                                               "build stops when one is gone, as the data is then out of date."),
+        "source_version": Key(_grammar(_version_file, "a relative path to a pyproject.toml or a .py file"),
+                              "The file (under source_subdir) naming the source's version, a pyproject.toml or a .py "
+                              "with __version__: the source stage refuses a tree of another version than the pin."),
+        "resolve_as_of": Key(UTC_TIME, "The release's upload time (UTC): the first resolve of the cell's build and "
+                                       "runtime requirements takes only files uploaded before it, so a later release of "
+                                       "a dependency cannot break an old engine."),
+        "resolve_as_of_exempt": Key(ListOf(PIN), "Exact pins the first resolve takes although uploaded later (their "
+                                                 "era's files are gone from the index)."),
+        "setuptools_scm": Key(BOOL, "The source takes its version from git through setuptools-scm: the build sets "
+                                    "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> to the pinned version."),
+        "git_submodules": Key(ListOf(REL_PATH), "Submodules the build reads, fetched at the commit's gitlinks."),
+        "companion_versions": Key(TableOf(PIN_VERSION_DATA, key=PACKAGE_KEY),
+                                  "Companions the package's metadata does not pin, with the version it needs."),
+        "install_extras": Key(ListOf(TOKEN), "Extras the runtime installs the engine with (sglang[srt])."),
+        "serve_modules": Key(ListOf(TOKEN), "Modules serving imports: smoke L1 imports each in the image."),
+        "stray_files": Key(ListOf(REL_PATH), "Site-packages files that dependencies ship by mistake and nothing imports "
+                                             "(why: in the data): the runtime removes them after the install, and the "
+                                             "check that no path is installed twice leaves them out."),
+        "runtime_jit": Key(BOOL, "The engine compiles kernels at run time: the runtime image gets the CUDA table's "
+                                 "runtime_jit (nvcc, headers, ninja, a C++ compiler)."),
+        "runtime_checks": Key(ListOf(QUOTABLE), "Python statements the image must run without error (smoke L1): that "
+                                                "a fast kernel path is really on, say."),
+        "serve_jit": Key(ListOf(TOKEN), "What the version compiles at its first request (names in the serve_jit table): "
+                                        "the runtime image gets what each needs and smoke's JIT layer probes it."),
+        "jit_modules": Key(JIT_MODULE_USES, "The JIT modules the version builds at its first requests (names in the "
+                                            "jit_modules table), per GPU family: their link libraries go into the "
+                                            "runtime, smoke builds them, and jit = \"prebuilt\" builds them into the image."),
+        "jit_paths": Key(ListOf(Table(
+            required={"path": Key(STR, "The JIT path: what the engine compiles and where in its code.")},
+            optional={"covered_by": Key(TOKEN, "What in smoke's JIT layer covers it: \"serve_jit.<name>\" or "
+                                               "\"jit_modules\"."),
+                      "not_covered": Key(STR, "Why no smoke layer covers it.")},
+            exactly_one_of=("covered_by", "not_covered"))),
+            "Every JIT path the version can take at its first requests, covered by smoke's JIT layer or not with the "
+            "reason: the list a reviewer checks against the engine's code."),
+        "smoke": Key(SMOKE, "What smoke needs to run this version: how it serves, how its parser is reached, which "
+                            "counters prove speculation ran; rules merge it key by key."),
+        "fetch_overrides": Key(TableOf(OneOf(("fetchcontent",)), key=TOKEN),
+                               "FetchContent sources whose override is CMake's FETCHCONTENT_SOURCE_DIR_<NAME> rather "
+                               "than the engine's own variable (where the engine's variable takes another branch)."),
+        "builds_extra_sass": Key(ListOf(Table(
+            required={"min_cuda": Key(VERSION, "The CUDA from which this set applies."),
+                      "sass": Key(ListOf(SASS_NAME), "The SASS built whatever the knobs say (sm_90a).")})),
+            "SASS the build emits whatever the knobs say, by CUDA version (complete sets, the highest min_cuda <= the "
+            "cell's CUDA applies): plan and the audit expect it."),
+        "arch_select": Key(OneOf(("gencode-filter",)), "For a build that hard-codes its gencode lists: builder's nvcc "
+                                                       "launcher filters them per CMake target, so --arch is honoured."),
+        "holds": Key(ListOf(OneOf(("pure Python", "CUDA kernels", "C++ against torch", "Rust", "Rust (vllm-rs)"))),
+                     "What kinds of binaries the wheel holds: plan and the image labels say it."),
+        "bound_to": Key(ListOf(STR), "What those binaries only load with (torch, CUDA, CPython ABI3): plan and the "
+                                     "labels say it, with the cell's versions filled in."),
+        "binaries": Key(ListOf(Table(required={
+            "files": Key(QUOTABLE, "A glob of the binary inside the wheel (the same string as its arch_scoped entry)."),
+            "target": Key(CMAKE_TARGET, "The CMake target that makes it (what the gencode filter selects by).")},
+            optional={
+            "sass": Key(ListOf(SASS_NAME), "The SASS targets upstream builds it for."),
+            "units": Key(INT, "Kernels per SASS target (fatbin entries per arch)."),
+            "cmake_archs": Key(ListOf(ListOf(CMAKE_ARCH)), "Where the engine's CMake picks the target's archs itself "
+                                                           "(cmake_archs below): the target's CMake arch lists, each "
+                                                           "intersected with the build's archs, the results joined."),
+            "pick": Key(OneOf(("all", "first")), "\"first\": only the first list that selects anything is compiled "
+                                                 "(qutlass.cmake: one family per build), and the audit asks the binary "
+                                                 "for that family's GPUs only."),
+            "source": Key(STR, "The upstream file:lines the lists were read from.")},
+            exactly_one_of=("sass", "cmake_archs"))),
+            "What each binary of the release holds upstream and which target makes it: plan predicts the audit of a "
+            "build for the requested archs from it, and rehearse projects compile time."),
+        "binaries_cuda": Key(VERSION, "The CUDA release those binaries were read from: the prediction applies to cells "
+                                      "of that CUDA only."),
+        "arch_scoped": Key(ListOf(Table(
+            required={"files": Key(QUOTABLE, "A glob of the binaries inside the wheel."),
+                      "why": Key(STR, "Why they are built for some archs only (upstream's reason).")},
+            optional={"archs": Key(ARCHS, "The archs they carry code for."),
+                      "all_but": Key(ARCHS, "Loaded on every GPU except these (a copy another file replaces there).")},
+            exactly_one_of=("archs", "all_but"))),
+            "Binaries built for some arch families only, by design: the audit asks them for these archs only instead "
+            "of failing the wheel."),
+        "cmake_archs": Key(Table(
+            required={"rule": Key(OneOf(("cuda_archs_loose_intersection",)), "The engine's own arch filter, ported "
+                                  "step by step (builder/archs.py)."),
+                      "supported": Key(ListOf(Table(
+                          required={"min_cuda": Key(VERSION, "The nvcc release from which this list applies."),
+                                    "archs": Key(ListOf(CMAKE_ARCH), "CUDA_SUPPORTED_ARCHS for that nvcc.")},
+                          optional={"source": Key(STR, "The upstream file:line it was read from.")})),
+                          "The engine's supported arch list per nvcc range (complete lists, the highest min_cuda <= the "
+                          "cell's CUDA applies).")},
+            optional={"source": Key(STR, "The upstream file:lines of the rule.")}),
+            "The engine's CMake filters the requested archs itself before any target sees them (vLLM: CUDA_ARCHS = "
+            "cuda_archs_loose_intersection(CUDA_SUPPORTED_ARCHS, torch's archs)): the knobs are given what it keeps, "
+            "and plan's SASS and the cache key follow it (10.3 → 10.0 with nvcc 13.0)."),
+        "binary_switches": Key(ListOf(BINARY_SWITCH), "CMake options that build one arch-scoped binary at all: when no "
+                                                      "requested GPU loads that binary the build passes the option OFF "
+                                                      "(plan shows it among the knobs) and neither compiles nor expects "
+                                                      "the binary (sglang-kernel's SGL_KERNEL_ENABLE_FA3)."),
     },
 )
 
 PACKAGE = Table(
     required={
-        "pypi": PYPI_NAME,
-        "kind": OneOf(("engine", "kernels")),
-        "template": TEMPLATE,
-        "torch_pin": TORCH_PIN,
-        "mem_gb_per_nvcc_thread": NUMBER,
-        "rules": ListOf(RULE),
+        "pypi": Key(PYPI_NAME, "The project's name on the index: lock reads its metadata and sdist there, and a "
+                               "source = \"index\" cell takes its wheel there."),
+        "kind": Key(OneOf(("engine", "kernels")), "An engine is served (a cell's image is named after it); kernels "
+                                                  "are a library an engine runs with (flash-attn, sglang-kernel)."),
+        "template": Key(TEMPLATE, "The Dockerfile template of dockerfiles/packages/ that builds it."),
+        "torch_pin": Key(TORCH_PIN, "Where the torch pin comes from: its own metadata, the engine that pins the "
+                                    "package (consumer), none, or another package's metadata (via:<package>)."),
+        "mem_gb_per_nvcc_thread": Key(NUMBER, "Memory one nvcc thread of its compile takes (GB): the build chooses "
+                                              "MAX_JOBS and NVCC_THREADS so the host does not run out; 0 for no compile."),
+        "rules": Key(ListOf(RULE), "The facts per version range: every rule whose range holds the version applies."),
     },
     optional={
-        # what MAX_JOBS counts: "total-threads" every nvcc thread, "jobs-x-threads" processes of NVCC_THREADS each
-        "parallelism": OneOf(("total-threads", "jobs-x-threads")),
-        "compiled": BOOL,
-        "strategies": TableOf(STRATEGY),
+        "parallelism": Key(OneOf(("total-threads", "jobs-x-threads")),
+                           "What MAX_JOBS counts in its build: every nvcc thread (total-threads) or processes of "
+                           "NVCC_THREADS threads each (jobs-x-threads); decides how the two are chosen."),
+        "compiled": Key(BOOL, "Whether the package compiles GPU code: a pure-Python package has no archs to select, "
+                              "audit or time."),
+        "strategies": Key(TableOf(STRATEGY), "The speculative-decoding strategies (MTP2, DFlash2) this engine can run, "
+                                             "by name, with their real flags per version."),
     },
 )
 
 # runtime_jit: what an engine that compiles kernels at run time needs in its runtime image for this CUDA
-RUNTIME_JIT = Table(required={"pip": ListOf(QUOTABLE), "apt": ListOf(TOKEN), "root": REL_PATH})
+RUNTIME_JIT = Table(required={
+    "pip": Key(ListOf(QUOTABLE), "Requirements installed in the runtime (the CUDA toolkit's nvcc wheels, ninja)."),
+    "apt": Key(ListOf(TOKEN), "Distribution packages installed in the runtime (g++)."),
+    "root": Key(REL_PATH, "The toolkit directory under site-packages that becomes CUDA_HOME in the image.")})
 def _nvcc_flag(value) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9._,-]+)?", value, re.ASCII):
         raise ValueError("is not an nvcc option like -objtemp")
     return value
 
 
-CUDA = Table(required={"archs": ARCHS}, optional={"min_driver": STR, "runtime_jit": RUNTIME_JIT,
-                                                  "nvcc_append_flags": ListOf(_grammar(_nvcc_flag, "an nvcc option like -objtemp"))})
+CUDA = Table(
+    required={"archs": Key(ARCHS, "The SM archs this CUDA's nvcc can emit (nvcc --list-gpu-arch): --arch outside them "
+                                  "is refused at plan for cells of this CUDA.")},
+    optional={"min_driver": Key(STR, "The oldest NVIDIA driver this CUDA's runtime needs, as a record beside "
+                                     "data/host.toml (which doctor --host reads)."),
+              "runtime_jit": Key(RUNTIME_JIT, "What an engine that compiles kernels at run time (a rule's runtime_jit) "
+                                              "needs in its runtime image for this CUDA."),
+              "nvcc_append_flags": Key(ListOf(_grammar(_nvcc_flag, "an nvcc option like -objtemp")),
+                                       "nvcc options every compile of the build takes (NVCC_APPEND_FLAGS): -objtemp "
+                                       "makes objects reproducible; part of the cache key.")})
 
-BUILD_TOOLS = Table(required={"pip": ListOf(PIN), "cmake": PIN})
+BUILD_TOOLS = Table(required={
+    "pip": Key(ListOf(PIN), "The exact build tools every build stage installs (pip, setuptools, ninja ...); part of the "
+                            "cache key, so a new tool version rebuilds."),
+    "cmake": Key(PIN, "The exact CMake every build stage installs; part of the cache key.")})
 
 # serve_jit: one compile an engine does at its first request, what the runtime image needs for it and why
-SERVE_JIT = Table(required={"why": STR, "probe": OneOf(("triton", "nvcc-libcuda", "python-c"))},
-                  optional={"apt": ListOf(TOKEN), "libcuda_stub": BOOL, "needs_runtime_jit": BOOL})
+SERVE_JIT = Table(
+    required={"why": Key(STR, "What the engine compiles at its first request and why it needs these, with the evidence."),
+              "probe": Key(OneOf(("triton", "nvcc-libcuda", "python-c")),
+                           "The compile smoke's JIT layer runs inside the image without a GPU to prove the path works.")},
+    optional={"apt": Key(ListOf(TOKEN), "Distribution packages the runtime installs for it ({python}: the cell's "
+                                        "Python, python{python}-dev)."),
+              "libcuda_stub": Key(BOOL, "Give the runtime a link stub for libcuda, so the link does not depend on the "
+                                        "container runtime providing libcuda.so."),
+              "needs_runtime_jit": Key(BOOL, "The path needs the CUDA table's runtime_jit (nvcc and headers) in the "
+                                             "runtime.")})
 
 def _matching(pattern: str, why: str):
     """A check of a string value against `pattern` (whole, ASCII), refusing with `why`."""
@@ -442,39 +605,53 @@ _abs_dir = _matching(r"(/[A-Za-z0-9._-]+)+", "is not an absolute directory path 
 # jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
 # JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator each
 LIBRARIES = ListOf(_grammar(_library, "a library name like nvrtc", "library names like nvrtc or cublasLt"))
-# - the target: arch_env, an environment variable holding the arch list ("8.0 9.0"), or arch_context, a context manager
-#   (module:function) called with (major, minor) that sets the one target of the process (SGLang's JIT reads no
-#   environment: it takes the GPU's capability or override_jit_cuda_arch); arch_scope: "set" when the framework names
-#   its cache directory after the whole arch set it reads (FlashInfer: 80_90a on a host with both GPUs), so a prebuilt
-#   image pins arch_env to the cell's archs and builds each module once for that set; "device" when each process
-#   builds for its own GPU, so a prebuilt image builds each module once per arch
-# - cache_env: the variable naming its JIT cache; cache_subdir: its directory under the image's JIT cache root
-#   (jit_cache_root, one value for every framework)
-# - build: the method of the generator's result that compiles and links; absent when calling the generator (a loader)
-#   compiles, links and loads the module itself
-# - answer_gpu: functions (module:attribute) the module's flags depend on that ask whether a GPU is present: a build
-#   without one (smoke, a prebuild) answers True, so the module is keyed and compiled as the GPU's process keys it
-JIT_FRAMEWORK = Table(required={"why": STR, "links": LIBRARIES, "cache_env": ENV_NAME,
-                                "cache_subdir": _grammar(grammar.identifier, "a directory name like flashinfer")},
-                      optional={"arch_env": ENV_NAME, "arch_context": _grammar(_generator, "module:function, like "
-                                "sglang.kernels.jit.utils.arch:override_jit_cuda_arch"),
-                                "arch_scope": OneOf(("set", "device")),
-                                "build": _grammar(grammar.identifier, "a method name like build"),
-                                "answer_gpu": ListOf(_grammar(_generator, "module:attribute"))},
-                      exactly_one_of=("arch_env", "arch_context"))
-# kwargs: the generator's keyword arguments; objects: keyword arguments whose values are Python objects, named
-# module.attribute (torch.bfloat16); downloads: what the generator fetches over the network when it runs, and from
-# where (plan says it: an image that builds it at run time needs that network, or the files beforehand)
+JIT_FRAMEWORK = Table(
+    required={"why": Key(STR, "How the framework JIT-builds its modules (the upstream files), the evidence for the "
+                              "rest of the entry."),
+              "links": Key(LIBRARIES, "Libraries every module of the framework links: the runtime image gets an "
+                                      "unversioned link beside each (libnvrtc.so), or `ld: cannot find -lnvrtc`."),
+              "cache_env": Key(ENV_NAME, "The variable naming the framework's JIT cache: a prebuilt image points it "
+                                         "at <jit_cache_root>/<cache_subdir>."),
+              "cache_subdir": Key(_grammar(grammar.identifier, "a directory name like flashinfer"),
+                                  "The framework's directory under the image's JIT cache root.")},
+    optional={"arch_env": Key(ENV_NAME, "The environment variable holding the arch list the generators build for "
+                                        "(\"8.0 9.0\"): smoke and a prebuild set it to the cell's archs."),
+              "arch_context": Key(_grammar(_generator, "module:function, like "
+                                           "sglang.kernels.jit.utils.arch:override_jit_cuda_arch"),
+                                  "For a framework that reads no environment: a context manager called with (major, "
+                                  "minor) that sets the one target of the process."),
+              "arch_scope": Key(OneOf(("set", "device")),
+                                "set: the framework names its cache directory after the whole arch set (FlashInfer's "
+                                "80_90a), so a prebuilt image pins the list to the cell's archs and builds once; device: "
+                                "each process builds for its own GPU, so a prebuild builds each module per arch."),
+              "build": Key(_grammar(grammar.identifier, "a method name like build"),
+                           "The method of the generator's result that compiles and links; absent when calling the "
+                           "generator (a loader) compiles, links and loads the module itself."),
+              "answer_gpu": Key(ListOf(_grammar(_generator, "module:attribute")),
+                                "Functions the module's flags depend on that ask whether a GPU is present: a build "
+                                "without one (smoke, a prebuild) answers True, so the module is keyed and compiled as "
+                                "the GPU's process keys it.")},
+    exactly_one_of=("arch_env", "arch_context"))
 _DOTTED = _grammar(_matching(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", "is not module.attribute"),
                    "a dotted name like torch.bfloat16")
-JIT_MODULE = Table(required={"framework": TOKEN, "links": LIBRARIES, "defined_in": STR,
-                             "generator": _grammar(_generator, "module:function, like flashinfer.jit.sampling:gen_sampling_module")},
-                   optional={"kwargs": TableOf(AnyOf((STR, BOOL, INT)), key=_grammar(grammar.identifier, "an argument name")),
-                             "objects": TableOf(_DOTTED, key=_grammar(grammar.identifier, "an argument name")),
-                             "downloads": STR})
+JIT_MODULE = Table(
+    required={"framework": Key(TOKEN, "The jit_frameworks entry that drives its generator."),
+              "links": Key(LIBRARIES, "Libraries its own link line adds to the framework's: the runtime gets a link "
+                                      "for each."),
+              "defined_in": Key(STR, "The upstream file that defines the generator, for a reader to check."),
+              "generator": Key(_grammar(_generator, "module:function, like flashinfer.jit.sampling:gen_sampling_module"),
+                               "The module:function smoke and a prebuild call to build the module.")},
+    optional={"kwargs": Key(TableOf(AnyOf((STR, BOOL, INT)), key=_grammar(grammar.identifier, "an argument name")),
+                            "The generator's keyword arguments (the variant the engine really builds)."),
+              "objects": Key(TableOf(_DOTTED, key=_grammar(grammar.identifier, "an argument name")),
+                             "Keyword arguments whose values are Python objects, named module.attribute "
+                             "(torch.bfloat16)."),
+              "downloads": Key(STR, "What the generator fetches over the network when it runs, and from where: plan "
+                                    "says it, since an image that builds it at run time needs that network.")})
 
 # the system compiler of a base OS's devel image (its distribution's default gcc): checked against min_gcc
-BASE_OS = Table(required={"gcc": VERSION})
+BASE_OS = Table(required={"gcc": Key(VERSION, "The default GCC of this OS's devel image: a rule's min_gcc is checked "
+                                              "against it before anything compiles.")})
 
 # index_wheels: the device code of a file an index publishes, per binary, as `builder audit` read it from the
 # real file (keyed by its sha256): what `plan` predicts a `source = "auto"` choice with before any download
@@ -484,34 +661,43 @@ def _device_code_name(value: str) -> str:
     return value
 
 
-INDEX_WHEEL = Table(required={"file": _grammar(grammar.filename, "a plain file name"), "package": STR,
-                              "cuda": STR,  # the CUDA runtime majors its binaries need (libcudart.so.N), "" none
-                              "binaries": TableOf(ListOf(_grammar(_device_code_name, "a SASS or PTX name",
-                                                                  "SASS or PTX names like sm_90a or compute_80")))},
-                    optional={"read": STR})
+INDEX_WHEEL = Table(
+    required={"file": Key(_grammar(grammar.filename, "a plain file name"), "The wheel's file name on the index."),
+              "package": Key(STR, "name==version of the release the file belongs to."),
+              "cuda": Key(STR, "The CUDA runtime majors its binaries need (libcudart.so.N), \"\" for none: auto "
+                               "refuses the file for a cell of another CUDA."),
+              "binaries": Key(TableOf(ListOf(_grammar(_device_code_name, "a SASS or PTX name",
+                                                      "SASS or PTX names like sm_90a or compute_80"))),
+                              "Per binary of the wheel, the SASS and PTX it carries: plan predicts whether the file "
+                              "covers the requested archs without downloading it.")},
+    optional={"read": Key(STR, "How and when these facts were read (builder audit of the PyPI file, a date).")})
 INDEX_WHEEL_KEY = _grammar(grammar.sha256, "a sha256 (64 lowercase hex digits)")
 
-BUILT_IN = Table(required={"packages": TableOf(PACKAGE, key=PACKAGE_KEY), "cuda": TableOf(CUDA, key=CUDA_KEY),
-                           "build_tools": BUILD_TOOLS},
-                 optional={"serve_jit": TableOf(SERVE_JIT, key=TOKEN), "base_os": TableOf(BASE_OS, key=TOKEN),
-                           "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
-                           "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN), "jit_modules": TableOf(JIT_MODULE, key=TOKEN),
-                           # the image's one directory for the JIT caches of prebuilt modules (jit = "prebuilt")
-                           "jit_cache_root": _grammar(_abs_dir, "an absolute directory like /opt/jit-cache")})
+BUILT_IN = Table(
+    required={"packages": Key(TableOf(PACKAGE, key=PACKAGE_KEY), "Every package builder builds, by name: engines and "
+                                                                  "the kernels they run with."),
+              "cuda": Key(TableOf(CUDA, key=CUDA_KEY), "Per CUDA major.minor: the archs its nvcc emits, its driver, what "
+                                                       "run-time compiles need, nvcc's extra flags."),
+              "build_tools": Key(BUILD_TOOLS, "The exact build tools every build stage installs.")},
+    optional={"serve_jit": Key(TableOf(SERVE_JIT, key=TOKEN), "The compiles engines do at their first request, by "
+                                                              "name: what the runtime image needs for each and how smoke "
+                                                              "probes it."),
+              "base_os": Key(TableOf(BASE_OS, key=TOKEN), "Per OS tag (ubuntu24.04): facts of its devel image, checked "
+                                                          "against the rules' min_gcc."),
+              "index_wheels": Key(TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
+                                  "Per published file (by sha256): its device code as builder audit read it, so plan "
+                                  "predicts a source = \"auto\" choice before any download."),
+              "jit_frameworks": Key(TableOf(JIT_FRAMEWORK, key=TOKEN), "How each JIT framework's module generators are "
+                                                                       "driven and what its modules link."),
+              "jit_modules": Key(TableOf(JIT_MODULE, key=TOKEN), "The JIT modules engines build at their first "
+                                                                 "requests, one generator each; rules name them."),
+              "jit_cache_root": Key(_grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
+                                    "The image's one directory for the JIT caches of prebuilt modules (jit = "
+                                    "\"prebuilt\"); each framework's cache is a subdirectory.")})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
-EXTRA = Table(optional={
-    "packages": TableOf(PACKAGE, key=PACKAGE_KEY),
-    "cuda": TableOf(CUDA, key=CUDA_KEY),
-    "build_tools": Table(optional=BUILD_TOOLS.required),
-    "serve_jit": TableOf(SERVE_JIT, key=TOKEN),
-    "base_os": TableOf(BASE_OS, key=TOKEN),
-    "index_wheels": TableOf(INDEX_WHEEL, key=INDEX_WHEEL_KEY),
-    "jit_frameworks": TableOf(JIT_FRAMEWORK, key=TOKEN),
-    "jit_modules": TableOf(JIT_MODULE, key=TOKEN),
-    "jit_cache_root": _grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
-})
+EXTRA = Table(optional={**BUILT_IN.keys, "build_tools": BUILD_TOOLS.all_optional()}, meanings=BUILT_IN.meanings)
 
 
 # -- matrix.lock -------------------------------------------------------------------------------------------
@@ -524,19 +710,36 @@ PIN_VERSION = _grammar(grammar.version, "a version like 2.14.0")
 PYTHON_RANGE = _grammar(lambda v: v and grammar.version_range(v), 'a version range like ">=3.11" (or "")')
 LOCK_KEY = _grammar(lambda k: (grammar.package_name(k.partition("==")[0]), grammar.version(k.partition("==")[2])),
                     'name==version, like "vllm==0.33.0"')
-LOCK_GIT = Table(required={"repository": GIT_URL, "tag": TOKEN, "commit": COMMIT}, optional={"unresolved": STR})
+LOCK_GIT = Table(required={"repository": Key(GIT_URL, "The repository the source is fetched from."),
+                            "tag": Key(TOKEN, "The tag the engine data names for this version."),
+                            "commit": Key(COMMIT, "The commit the tag named when locked: builds fetch this commit, so "
+                                                  "a moved tag changes nothing (\"\" while unresolved).")},
+                  optional={"unresolved": Key(STR, "Why the tag could not be resolved (the git host's answer); "
+                                                   "a build refuses the unpinned source unless --allow-unpinned.")})
+_FILE = {"filename": Key(FILENAME, "The file's name."), "url": Key(URL, "Where the build downloads it."),
+         "sha256": Key(SHA256, "Its sha256: the download is checked against it, so the index cannot change what is built.")}
 LOCK_ENTRY = Table(optional={
-    "requires_python": PYTHON_RANGE,
-    "torch": PIN_VERSION,
-    # the CUDA major that torch is built for, and the requirement of its own metadata that says so
-    "torch_cuda": Table(required={"major": INT, "from": STR}),
-    "pins": TableOf(PIN_VERSION, key=PACKAGE_KEY),
-    "sdist": Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256}),
-    "git": LOCK_GIT,
-    "deps": TableOf(LOCK_GIT, key=TOKEN),
-    "wheels": ListOf(Table(required={"filename": FILENAME, "url": URL, "sha256": SHA256},
-                           optional={"torch": _grammar(lambda v: v and grammar.version(v), 'a version (or "")'),
-                                     "requires_python": PYTHON_RANGE})),
+    "requires_python": Key(PYTHON_RANGE, "The release's Requires-Python, as its metadata says (a record: the "
+                                         "index route checks each wheel's own)."),
+    "torch": Key(PIN_VERSION, "The torch the release pins in its own metadata: the cell's torch, checked against the "
+                              "profile's torch."),
+    "torch_cuda": Key(Table(required={
+        "major": Key(INT, "The CUDA major that torch is built for."),
+        "from": Key(STR, "The requirement of torch's own metadata that says so.")}),
+        "The CUDA major that torch is built for: a cell of another CUDA major is refused."),
+    "pins": Key(TableOf(PIN_VERSION, key=PACKAGE_KEY), "The versions its metadata pins for its companions (sglang-kernel, "
+                                                       "flashinfer): the versions the cell builds."),
+    "sdist": Key(Table(required=_FILE), "The release's sdist on the index (source = \"sdist\"), pinned by sha256."),
+    "git": Key(LOCK_GIT, "A git source's tag and the commit it named (source = \"git\")."),
+    "deps": Key(TableOf(LOCK_GIT, key=TOKEN), "The sources the build's CMake fetches by tag (its fetch plan), each "
+                                              "pinned to a commit."),
+    "wheels": Key(ListOf(Table(required=_FILE,
+                               optional={"torch": Key(_grammar(lambda v: v and grammar.version(v), 'a version (or "")'),
+                                                      "The torch the wheel's metadata pins (\"\": none)."),
+                                         "requires_python": Key(PYTHON_RANGE, "The wheel's Requires-Python: auto refuses it for a cell of "
+                                                                                "another Python.")})),
+                  "The release's Linux wheels on the index, pinned by sha256: what source = \"index\" or \"auto\" "
+                  "takes."),
 })
 def _image_digest(value) -> str:
     if value != "" and not (isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", value, re.ASCII)):
@@ -545,9 +748,18 @@ def _image_digest(value) -> str:
 
 
 IMAGE_DIGEST = _grammar(_image_digest, 'an image digest like "sha256:<64 hex>" (or "" while unresolved)')
-LOCK_BASE = Table(required={"digest": IMAGE_DIGEST}, optional={"from": STR, "unresolved": STR})
-LOCK = Table(required={"format": INT}, optional={"index": URL, "packages": TableOf(LOCK_ENTRY, key=LOCK_KEY),
-                                                 "base_images": TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference"))})
+LOCK_BASE = Table(required={"digest": Key(IMAGE_DIGEST, "The image's digest when locked: every Dockerfile reads FROM "
+                                                        "name:tag@digest, and lock --check fails when the base moved.")},
+                  optional={"from": Key(STR, "Where the digest was read: its registry or the local Docker daemon."),
+                            "unresolved": Key(STR, "Why no digest was found; the base stays unpinned.")})
+LOCK = Table(required={"format": Key(INT, "The lock file's format: a file of another format is refused (run builder "
+                                          "lock again).")},
+             optional={"index": Key(URL, "The index the metadata and files were read from."),
+                       "packages": Key(TableOf(LOCK_ENTRY, key=LOCK_KEY), "Per name==version of the matrix (and its "
+                                                                         "companions): what its metadata pins and the "
+                                                                         "files a build takes."),
+                       "base_images": Key(TableOf(LOCK_BASE, key=_grammar(grammar.image_ref, "an image reference")),
+                                          "Per base image the profiles build FROM: its digest.")})
 
 
 # -- the image ledger (builder/ledger.py): one JSON file per content key under the wheelhouse's .images/ ---------
@@ -619,26 +831,66 @@ def _said(rule, noun: str, plural: str = "", types: tuple[type, ...] = (str,)) -
 # which archs nvcc of a profile's CUDA can target is archs.py's business, once the shape is right
 MATRIX_ARCHS = ListOf(_said(_sm_arch, "an SM arch number like 80 or 90", "SM arch numbers like 80 or 90", types=(int,)))
 BASE_TEMPLATE = _said(_base_template, "an image reference with {cuda} / {os} placeholders")
-BASE_IMAGES = Table(optional={"devel": BASE_TEMPLATE, "runtime": BASE_TEMPLATE})
+BASE_IMAGES = Table(optional={
+    "devel": Key(BASE_TEMPLATE, "The image the build stages start FROM (it needs nvcc): set it to build on your own "
+                                "CUDA base; pinned by digest in matrix.lock."),
+    "runtime": Key(BASE_TEMPLATE, "The image the runtime stage, the published image, starts FROM (no compiler): set it "
+                                  "for a smaller or hardened base; pinned by digest in matrix.lock.")})
 IMAGE_NAME = _said(grammar.image_name, "an image name like builder-local/cuda", "image names like builder-local/cuda")
 RUNNER_LABELS = ListOf(_said(_runner_label, "a runner label", "runner labels"), nonempty=True)
 # [defaults.cache]: remote wheel stores (a string "registry", "registry:HOST/REPO", "index:URL", or a table) and the
 # compile cache's backend and scheduler. builder/cache/config.py and compile_cache.py read the values' meaning.
-REMOTE = AnyOf((STR, Table(required={"kind": OneOf(("registry", "index"))},
-                           optional={"url": STR, "push": BOOL, "upload": STR, "insecure": BOOL})))
-CACHE = Table(optional={"remotes": ListOf(REMOTE), "compile": STR, "dist": STR, "dist_cores": INT})
+REMOTE = AnyOf((STR, Table(
+    required={"kind": Key(OneOf(("registry", "index")), "An OCI registry (wheels as oras artifacts) or a PEP 503 "
+                                                        "index (pypiserver, devpi, Nexus; uploads with twine).")},
+    optional={"url": Key(STR, "A registry's HOST[:PORT]/REPO (default: {defaults.registry}/wheels) or an index's "
+                              "simple URL."),
+              "push": Key(BOOL, "Write built wheels through to it (default true); false for a store this machine may "
+                                "only read."),
+              "upload": Key(STR, "An index's upload URL, when it differs from the simple URL without its trailing "
+                                 "simple/."),
+              "insecure": Key(BOOL, "Talk to the registry over plain HTTP (default: only for 127.0.0.1 and "
+                                    "localhost).")})))
+CACHE = Table(optional={
+    "remotes": Key(ListOf(REMOTE), "Remote wheel stores behind the local wheelhouse, read in order and written "
+                                   "through: machines share compiled wheels by cache key (--cache-remote replaces the "
+                                   "list, --no-remote empties it)."),
+    "compile": Key(STR, "A shared sccache backend for the compile's objects (redis://, memcached://, webdav+https://, "
+                        "s3://): a compile that must run finds objects other machines made; unset, they stay on this "
+                        "host."),
+    "dist": Key(STR, "An sccache-dist scheduler URL: the compile's steps are spread over its build servers."),
+    "dist_cores": Key(INT, "The cores of the sccache-dist build servers together: plan's compile-time estimates count "
+                           "them (needs dist).")})
 DEFAULTS = Table(optional={
-    "profile": STR,
-    "archs": MATRIX_ARCHS,
-    "registry": _said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
-    "index": _said(grammar.index_url, "a PEP 691 index URL"),
-    "model": _said(_model_id, "a model id like Qwen/Qwen3.8-27B-FP8"),
-    "base_images": BASE_IMAGES,
-    "mirrors": TableOf(IMAGE_NAME, key=IMAGE_NAME),
-    "knowledge": ListOf(_said(grammar.line, "a path on one line", "paths on one line")),
-    "cache": CACHE,
-    "source_date_epoch": _said(grammar.source_date_epoch, "a Unix timestamp like 1700000000", types=(str, int)),
-    "runners": Table(optional={"compile": RUNNER_LABELS, "light": RUNNER_LABELS, "gpu": RUNNER_LABELS}),
+    "profile": Key(STR, "The profile a selection without --profile means (--profile all for every one)."),
+    "archs": Key(MATRIX_ARCHS, "The SM archs every image is compiled for, unless its profile or --arch says otherwise: "
+                               "fewer archs, faster compiles and smaller wheels."),
+    "registry": Key(_said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
+                    "Where publish pushes the images (REGISTRY/ENGINE:TAG), and the base of the \"registry\" wheel "
+                    "store, build cache and image reuse."),
+    "index": Key(_said(grammar.index_url, "a PEP 691 index URL"),
+                 "The package index `builder lock` reads metadata and files from and pip installs from inside the "
+                 "builds: set it to a mirror or a private index."),
+    "model": Key(_said(_model_id, "a model id like Qwen/Qwen3.8-27B-FP8"),
+                 "The model the matrix is meant for, as a record: checked, but no verb reads it (smoke and bench "
+                 "take --model, default tiny)."),
+    "base_images": Key(BASE_IMAGES, "The base images every profile builds FROM, templates with {cuda} and {os} from "
+                                    "the profile; a profile's own base_images override them."),
+    "mirrors": Key(TableOf(IMAGE_NAME, key=IMAGE_NAME),
+                   "Image-name prefixes rewritten in the base images (\"nvidia/cuda\" = \"mirror.example.com/nvidia/"
+                   "cuda\"): build behind a mirror or on local bases with the same templates."),
+    "knowledge": Key(ListOf(_said(grammar.line, "a path on one line", "paths on one line")),
+                     "Extra engine-data TOML files, relative to the matrix file, merged over builder/data/engines.toml: "
+                     "add a release or fix a fact without editing builder."),
+    "cache": Key(CACHE, "The remote wheel stores and the compile cache ([defaults.cache])."),
+    "source_date_epoch": Key(_said(grammar.source_date_epoch, "a Unix timestamp like 1700000000", types=(str, int)),
+                             "SOURCE_DATE_EPOCH of every build (file times in the images); unset: the last commit's time "
+                             "of the matrix's repository. The environment's SOURCE_DATE_EPOCH wins."),
+    "runners": Key(Table(optional={
+        "compile": Key(RUNNER_LABELS, "Runner labels for cells that compile CUDA code (many cores, hours)."),
+        "light": Key(RUNNER_LABELS, "Runner labels for cells that compile nothing (index wheels, pure Python)."),
+        "gpu": Key(RUNNER_LABELS, "Runner labels for the GPU smoke of a cell.")}),
+        "The CI runner labels `builder matrix` hands each cell's jobs (.github/workflows/images.yml)."),
 })
 MATRIX_VERSION = _said(grammar.version, "a version like 0.33.0", "versions like 0.33.0")
 # profiles.<name>.source: where a package's wheel comes from. "build" (the default) compiles it from its pinned
@@ -648,18 +900,39 @@ MATRIX_VERSION = _said(grammar.version, "a version like 0.33.0", "versions like 
 SOURCE_CHOICES = ("build", "index", "auto")
 JIT_CHOICES = ("first-request", "prebuilt")
 PROFILE = Table(
-    required={"cuda": _said(grammar.cuda_version, "a CUDA version like 13.0.3"),
-              "os": _said(grammar.os_tag, "an OS tag like ubuntu24.04"),
-              "python": _said(grammar.python_version, "a Python version like 3.12"),
-              "engines": TableOf(MATRIX_VERSION)},
-    optional={"torch": AnyOf((MATRIX_VERSION, TableOf(MATRIX_VERSION))), "flash_attn": MATRIX_VERSION,
-              "strategies": ListOf(STR), "archs": MATRIX_ARCHS, "base_images": BASE_IMAGES,
-              "source": TableOf(OneOf(SOURCE_CHOICES)),
-              # profiles.<name>.jit: per engine, when its JIT modules (engine data jit_modules) are built: at the first
-              # request that needs each (the default) or at image-build time into the image's JIT cache
-              "jit": TableOf(OneOf(JIT_CHOICES))},
+    required={"cuda": Key(_said(grammar.cuda_version, "a CUDA version like 13.0.3"),
+                          "The CUDA toolkit of the profile's images: {cuda} of the base images, and which archs nvcc "
+                          "can emit."),
+              "os": Key(_said(grammar.os_tag, "an OS tag like ubuntu24.04"),
+                        "The OS of the base images ({os}); its devel image's GCC is checked against the engines' min_gcc."),
+              "python": Key(_said(grammar.python_version, "a Python version like 3.12"),
+                            "The Python the images install and the wheels are built for."),
+              "engines": Key(TableOf(MATRIX_VERSION), "The engines and versions to build, one cell each (vllm = "
+                                                      "\"0.33.0\").")},
+    optional={"torch": Key(AnyOf((MATRIX_VERSION, TableOf(MATRIX_VERSION))),
+                           "The torch the cells run, one for all or one per engine: checked against the torch each "
+                           "engine pins in its own metadata (matrix.lock), so a wrong one is refused, not built."),
+              "flash_attn": Key(MATRIX_VERSION, "A flash-attn version built into each cell of the profile (absent: "
+                                                "none)."),
+              "strategies": Key(ListOf(STR), "The speculative-decoding strategies (MTP2, MTP7, DFlash2) the cells must "
+                                             "run: smoke and bench run them, and a cell whose engine cannot is refused "
+                                             "with the engine data's reason."),
+              "archs": Key(MATRIX_ARCHS, "The profile's SM archs, instead of defaults.archs (--arch overrides both)."),
+              "base_images": Key(BASE_IMAGES, "The profile's own base images, key by key over defaults.base_images."),
+              "source": Key(TableOf(OneOf(SOURCE_CHOICES)),
+                            "Per package, where its wheel comes from: \"build\" (the default) compiles the pinned "
+                            "source; \"index\" takes the published wheel (pinned by sha256 in matrix.lock) and lets the "
+                            "audit judge its archs; \"auto\" takes it when its audit and torch / CUDA / Python fit the "
+                            "cell, else compiles."),
+              "jit": Key(TableOf(OneOf(JIT_CHOICES)),
+                         "Per engine, when its JIT modules (engine data jit_modules) are built: \"first-request\" (the "
+                         "default) or \"prebuilt\", at image-build time into the image's JIT cache, so no request waits "
+                         "for a compile.")},
 )
-MATRIX = Table(optional={"defaults": DEFAULTS, "profiles": TableOf(PROFILE)})
+MATRIX = Table(optional={"defaults": Key(DEFAULTS, "What every profile falls back to, key by key over "
+                                                   "builder/data/defaults.toml."),
+                         "profiles": Key(TableOf(PROFILE), "The profiles by name: each is a CUDA / OS / Python stack and "
+                                                           "the engines built on it; --profile picks them.")})
 
 
 # -- bench: workloads (builder/data/bench.toml, a TOML or JSONL file), the load generator's result, bench.json ---

@@ -40,6 +40,80 @@ def test_the_generator_is_deterministic_and_covers_every_verb_and_key(tmp_path):
         assert f"| `{key}` |" in engines, key
 
 
+def schema_tables(shape, path: str = ""):
+    """(path, Table) of every table a shape holds, nested ones included, with the path a reader writes it at."""
+    from builder import schema
+
+    if isinstance(shape, schema.Table):
+        yield path, shape
+        for key, sub in shape.keys.items():
+            yield from schema_tables(sub, f"{path}.{key}" if path else key)
+    elif isinstance(shape, schema.ListOf):
+        yield from schema_tables(shape.item, f"{path}[]")
+    elif isinstance(shape, schema.TableOf):
+        yield from schema_tables(shape.value, f"{path}.<name>")
+    elif isinstance(shape, schema.AnyOf):
+        for kind in shape.kinds:
+            yield from schema_tables(kind, path)
+    elif isinstance(shape, schema.OrNull):
+        yield from schema_tables(shape.kind, path)
+
+
+@pytest.mark.pure
+def test_every_key_of_the_matrix_defaults_engine_data_and_lock_has_a_meaning_the_reference_prints():
+    """A key is explained where it is declared (schema.Key: its shape and its meaning), so a new key without one
+    fails here, naming it; the generated pages print every meaning beside the shape."""
+    gen = generator()
+    from builder import schema
+
+    pages = gen.pages()
+    roots = {"matrix.toml": (schema.MATRIX, "matrix.md"), "[defaults] (and defaults.toml [matrix])": (schema.DEFAULTS, "matrix.md"),
+             "engine data": (schema.BUILT_IN, "engine-data.md"), "extra engine data": (schema.EXTRA, "engine-data.md"),
+             "matrix.lock": (schema.LOCK, "matrix.md")}
+    missing, unprinted = [], []
+    for what, (root, page) in roots.items():
+        for path, table in schema_tables(root):
+            for key in table.keys:
+                meaning = table.meanings.get(key, "").strip()
+                where = f"{what}: {path + '.' if path else ''}{key}"
+                if len(meaning) < 12 or meaning.strip(".").lower() == key.replace("_", " "):
+                    missing.append(where)
+                elif f"| {gen.md(meaning)} |" not in pages[page]:
+                    unprinted.append(f"{where} (docs/reference/{page})")
+    assert not missing, ("keys without a meaning: give each one in builder/schema.py as Key(shape, \"what it does and "
+                         "why a user sets it\"):\n  " + "\n  ".join(missing))
+    assert not unprinted, "meanings the reference does not print:\n  " + "\n  ".join(unprinted)
+    defaults = tomllib.loads((ROOT / "builder" / "data" / "defaults.toml").read_text())["matrix"]
+    assert set(defaults) <= set(schema.DEFAULTS.keys)  # so every defaults.toml [matrix] key is one explained above
+
+
+@pytest.mark.pure
+def test_a_key_without_a_meaning_is_named():
+    from builder import schema
+
+    table = schema.Table(optional={"explained": schema.Key(schema.STR, "What it does and why one sets it."),
+                                   "bare": schema.STR})
+    assert table.keys == {"explained": schema.STR, "bare": schema.STR}  # the checker sees shapes only
+    assert [k for _, t in schema_tables(schema.ListOf(table)) for k in t.keys if not t.meanings.get(k)] == ["bare"]
+
+
+@pytest.mark.pure
+def test_every_option_of_every_verb_has_help_and_every_argument_is_explained_in_its_verb_text():
+    """Options carry `help=`; an argument (click gives arguments no help text before 8.5) is explained in its verb's
+    docstring, which names it by its metavar (TARGET, CELL): the convention the reference relies on."""
+    gen = generator()
+    bad = []
+    verbs = [(("builder",), gen.main), *gen.commands(gen.main, ("builder",))]
+    for path, cmd in verbs:
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                if not param.hidden and not (param.help or "").strip():
+                    bad.append(f"{' '.join(path)} {param.opts[-1]}: no help=")
+            elif not re.search(rf"\b{re.escape(param.human_readable_name)}\b", cmd.help or ""):
+                bad.append(f"{' '.join(path)} {param.human_readable_name}: the verb's docstring does not explain it")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.pure
 def test_a_stale_page_is_named_with_the_command_that_regenerates_it(tmp_path, capsys):
     gen = generator()

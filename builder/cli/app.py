@@ -116,8 +116,8 @@ def main(ctx, debug):
       builder render --profile all --out build/dockerfiles
       builder build --arch 80,90 --engine sglang
 
-    With --debug every docker / skopeo / git command line is printed before it runs, and errors keep
-    their traceback.
+    With --debug every docker / skopeo / git command line is printed before it runs (except those of rehearse's
+    own containers), and errors keep their traceback.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

@@ -27,7 +27,7 @@ from .app import main
               help="Apply the engine data's arch scopes of this package (libraries built for some arch families "
                    "only, e.g. vLLM's FA3); an image built by builder gets its packages' scopes from its labels.")
 def audit_cmd(target, arch, as_json, verbose, allow_no_device_code, packages):
-    """List SASS archs and PTX of every .so in a WHEEL, IMAGE or DIR; exit 1 naming the file and the
+    """List SASS archs and PTX of every .so in TARGET: a wheel file, an image or a directory; exit 1 naming the file and the
     missing arch when a requested arch is covered neither by SASS nor by JIT-able PTX, and exit 1 when no
     binary carries device code at all (nothing proven; --allow-no-device-code for a pure-Python target).
     A corrupt or unreadable input (a bad CRC, a file that cannot be read) is exit 2, naming the file.

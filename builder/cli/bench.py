@@ -191,7 +191,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
               help="Smallest relative change that counts, e.g. 0.05 (default: the data's).")
 @flags.as_json
 def diff_cmd(old, new, min_change, as_json):
-    """Compare two bench results; exit 1 on a regression beyond the noise of their repeats.
+    """Compare two bench results, OLD and NEW (bench.json files bench run wrote); exit 1 on a regression beyond the noise of their repeats.
 
     \b
     Example:
@@ -213,9 +213,9 @@ def diff_cmd(old, new, min_change, as_json):
 
 @bench.command("plot", epilog=EPILOG)
 @click.argument("results_json", nargs=-1, required=True)
-@click.option("-o", "--output", default="bench.png", show_default=True)
+@click.option("-o", "--output", default="bench.png", show_default=True, help="The PNG file to write.")
 def plot_cmd(results_json, output):
-    """Draw the PNG of one or more results (several engines in one chart).
+    """Draw the PNG of one or more results, RESULTS_JSON... (bench.json files; several engines in one chart).
 
     \b
     Example:

@@ -1,5 +1,6 @@
-"""`builder build` and `builder publish`: publish is build with a typed target (publish.Target), which the
-steps' publish step pushes to; one BuildOptions is assembled for both (options.build_options)."""
+"""`builder build` and `builder publish`: publish is build with a typed target (publish.Target), handed to
+run_build as an argument (never through the click context) and on to the steps' publish step in BuildOptions,
+which it pushes to; one BuildOptions is assembled for both (options.build_options)."""
 
 from __future__ import annotations
 

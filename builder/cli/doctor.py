@@ -27,7 +27,8 @@ from .app import main
 @flags.as_json
 def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json):
     """Check this host: docker, buildx, BuildKit, registry, GPUs and driver — and how to fix what is missing.
-    With --host: per GPU and image, runs / runs with the forward-compatibility package / refused, with the rule.
+    With --host: per GPU and each of IMAGES (image references, or image configs saved as JSON), runs / runs
+    with the forward-compatibility package / refused, with the rule.
 
     \b
     Example:

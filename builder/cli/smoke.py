@@ -49,7 +49,8 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
 def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as_json):
-    """Prove that an image (or an engine install) of a cell serves the model under each strategy, in layers:
+    """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
+    model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
     import and the audit passes inside the image; JIT, without a GPU, compiles inside the image what the engine
     compiles at its first requests: Triton's launcher and a kernel per arch, a C extension against the Python

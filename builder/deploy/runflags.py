@@ -1,4 +1,5 @@
-"""What starts an engine, as one typed value (`RunFlags`): the flags smoke and bench share (serve the ones it has),
+"""What starts an engine, as one typed value (`RunFlags`): the flags smoke and bench share (serve parses its --gpus,
+--port and --engine-args with the same functions here, and has no --launcher, --python, --boot-timeout or --env),
 converted once — the model and drafter, the launcher and its Python, the GPUs in one grammar (auto, all, none or
 device ids 0,1), the port, the boot timeout, the engine's extra arguments (split once) and its environment."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import archs as archs_mod
 from ..cache import CacheCorrupt
-from ..plan import CellPlan, WheelStep, cache_key, key_inputs, key_of, route_keys
+from ..plan import CellPlan, cache_key, route_keys, wheel_step
 from ..route import BUILD, settle
 from . import CellContext, Status, StepResult
 
@@ -80,10 +80,8 @@ def settle_routes(ctx: CellContext) -> list[StepResult]:
             steps.append(dataclasses.replace(w, package=next(p for p in packages if p.name == w.package.name)))
         elif pkg.source == w.package.source:  # as predicted: the same key, cache answer and estimate
             steps.append(dataclasses.replace(w, package=pkg))
-        else:
-            inputs = key_inputs(new_cell, pkg)
-            key = key_of(inputs)
-            steps.append(WheelStep(pkg, key, inputs, ctx.cache.lookup(pkg.name, key, pkg.cache_archs)))
+        else:  # the other route: its own key, asked of plan
+            steps.append(wheel_step(new_cell, pkg, ctx.cache))
     ctx.plan = CellPlan(new_cell, tuple(steps))
     return results
 
