@@ -95,17 +95,19 @@ def _layer_cache(m, value: str | None) -> str | None:
     return value or None
 
 
-def _reuse_from(m, value: str | None, publish):
-    """Where an unchanged cell's image may come from (builder/reuse.py): publish's own registry, which it pushes
-    to; for build, --reuse-from ('registry': the matrix's registry), else nowhere."""
+def _reuse_from(m, value: str | None, publish, no_remote: bool = False):
+    """Where an unchanged cell's image may come from (builder/image/reuse.py): publish's own registry, which it pushes
+    to; for build, --reuse-from, else the matrix's registry (where CI publishes: a teammate's build takes the
+    published cell instead of compiling it), bound to its ledger record as any reuse. Nowhere with --no-remote or
+    --reuse-from none."""
     if publish is not None:
         if value is not None and _reuse_path(m, value).path != publish.registry:
             raise UserError(f"--reuse-from {value}: publish reuses only what its --registry {publish.registry} "
                             "already serves (leave --reuse-from out)")
         return publish.where
-    if value is None:
+    if value == "none" or (value is None and no_remote):
         return None
-    return _reuse_path(m, value)
+    return _reuse_path(m, value or "registry")
 
 
 def _reuse_path(m, value: str):
@@ -118,7 +120,8 @@ def _reuse_path(m, value: str):
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):
     """The steps' BuildOptions, assembled here only. `publish`: the Target of `builder publish`; `repro`: the
     two builds of verify-repro (no layer cache, no shared compile cache, no progress display)."""
-    from . import ledger, pins
+    from . import pins
+    from .image import ledger
 
     compile_cache = None if repro else m.defaults["cache"].get("compile")
     if compile_cache is not None:  # its credentials' variables are checked now, not at the compile's start
@@ -157,7 +160,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         layer_cache=None if repro else _layer_cache(m, flags.host.layer_cache),
         attest=("type=provenance,mode=max",) if flags.host.provenance and not repro else (),
         publish=publish,
-        reuse_from=None if repro else _reuse_from(m, flags.reuse_from, publish),
+        reuse_from=None if repro else _reuse_from(m, flags.reuse_from, publish, flags.cache.no_remote),
         image_ledger=ledger.ledger_dir(wheelhouse_at(m.path, flags.wheelhouse).root),
     )
 

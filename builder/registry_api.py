@@ -2,7 +2,7 @@
 digest the registry names), a blob (hashed to its digest), an image's config and labels through its manifest or
 its index, and a blob or manifest pushed. Every call is bounded by builder/net.py's deadlines and caps; a
 registry that asks for it gets Basic credentials or, after a bearer challenge, a token for the repository's
-pull (or pull+push) scope. Used by the build (builder/reuse.py: an unchanged cell from the registry) and the
+pull (or pull+push) scope. Used by the build (builder/image/reuse.py: an unchanged cell from the registry) and the
 deployer's side (builder/deploy/subject.py: an image read without pulling it)."""
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from . import deps, gencode_filter, templates
-from .deploy import launchline
-from . import labels as labels_mod
+from .image import launchline
+from .image import labels as labels_mod
 from . import archs as archs_mod
 from .compile_cache import SCCACHE_VERSION
 from .errors import UserError
@@ -87,7 +87,7 @@ def entrypoint(cell: Cell) -> list[str]:
 
 
 def labels(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str]]:
-    """The image's io.builder.* labels as rendered (builder/labels.py writes them; audited ones read build args)."""
+    """The image's io.builder.* labels as rendered (builder/image/labels.py writes them; audited ones read build args)."""
     return [(k, v) for k, v, _ in labels_mod.written(cell, keys)]
 
 

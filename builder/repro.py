@@ -1,7 +1,7 @@
 """`builder verify-repro CELL`: build the cell twice from nothing — an empty wheelhouse each time and no
 BuildKit layer cache — and compare what came out: every wheel's sha256 and the runtime image's digest. On a
 mismatch it says what differs: the zip members of a wheel (contents, timestamps, order) and, per image layer,
-the files added, removed or changed (builder/oci.py).
+the files added, removed or changed (builder/image/oci.py).
 
 Both builds use the same SOURCE_DATE_EPOCH, sources, base images and runtime pins (the cell's
 runtime-pins/<cell>.txt when there is one; otherwise the first build resolves them and the second installs
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import oci
+from .image import oci
 from .cache.local import Wheelhouse
 from .plan import plan_cells
 from .resolve import Cell

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import docker, files, grammar, ledger, pins, render
+from . import docker, files, grammar, pins, render
+from .image import ledger
 from .cache import WheelCache
 from .errors import BuilderError, UserError, signal_name
 from .plan import CellPlan, WheelStep

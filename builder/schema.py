@@ -5,7 +5,7 @@
   (BUILT_IN, EXTRA), and matrix.lock (LOCK). Each file is checked key by key before anything reads it; what only
   the engine data can judge (an engine's versions, strategy names) the reader checks after.
   The JSON files builder writes for itself are read through shapes too: the image ledger's entries
-  (LEDGER_ENTRY, builder/ledger.py).
+  (LEDGER_ENTRY, builder/image/ledger.py).
 
 A type here is a description, not code that runs: `noun` is how messages spell the expectation
 ("a list of strings", "one of engine, kernels").
@@ -762,7 +762,7 @@ LOCK = Table(required={"format": Key(INT, "The lock file's format: a file of ano
                                           "Per base image the profiles build FROM: its digest.")})
 
 
-# -- the image ledger (builder/ledger.py): one JSON file per content key under the wheelhouse's .images/ ---------
+# -- the image ledger (builder/image/ledger.py): one JSON file per content key under the wheelhouse's .images/ ---------
 def _built_digest(value) -> str:
     if not _image_digest(value):
         raise ValueError("is empty")

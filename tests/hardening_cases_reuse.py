@@ -1,9 +1,9 @@
-"""Bad inputs around the unchanged-cell reuse (builder/ledger.py, steps/image.py), in the table's form
+"""Bad inputs around the unchanged-cell reuse (builder/image/ledger.py, steps/image.py), in the table's form
 (tests/hardening_cases.py's Case): the place of the image ledger under the wheelhouse taken by something that
 is not builder's directory. Each is refused (exit 2, one line naming --wheelhouse and the path) before any
 docker call, and nothing is written through it.
 
-The registry a build reuses from (--reuse-from, BUILDER_REUSE_FROM: builder/reuse.py) is checked as publish's
+The registry a build reuses from (--reuse-from, BUILDER_REUSE_FROM: builder/image/reuse.py) is checked as publish's
 --registry is, before anything runs: empty, credentials in it, no repository path, a port out of range, not an
 image name, a newline or a shell word in it, and, for publish, a registry other than the one it pushes to.
 

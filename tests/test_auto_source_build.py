@@ -2,7 +2,7 @@
 fixture's wheel (its kernel library built here by the real nvcc), `builder lock` pins it, `plan` predicts the
 route and `build` decides it — after downloading the pinned file and auditing it (builder/audit.py), or from the
 file's own metadata — then runs the chosen route under that route's cache key. Each choice and its reason is in the
-build's output, the image's labels (builder/labels.py) and, for a published cell, images.json."""
+build's output, the image's labels (builder/image/labels.py) and, for a published cell, images.json."""
 
 from __future__ import annotations
 

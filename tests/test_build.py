@@ -18,7 +18,8 @@ import pytest
 
 from builder.audit import audit, read_fatbin_entries
 
-from builder import labels, pins
+from builder import pins
+from builder.image import labels
 
 from .helpers import REPO, run_cli
 from .helpers import CUDA_EXT_CELL as CELL
@@ -94,7 +95,7 @@ def test_build_compiles_exports_audits_and_tags(built_80_90, docker_engine):
     labels = json.loads(subprocess.run(["docker", "image", "inspect", ref, "--format", "{{json .Config.Labels}}"],
                                        capture_output=True, text=True, check=True).stdout)
     assert labels["io.builder.archs"] == "80,90"
-    assert labels["io.builder.package.cuda-ext.sass"] == "sm_80,sm_90"  # what the audit found (builder/labels.py)
+    assert labels["io.builder.package.cuda-ext.sass"] == "sm_80,sm_90"  # what the audit found (builder/image/labels.py)
     assert labels["io.builder.package.cuda-ext.ptx"] == "" and labels["io.builder.package.cuda-ext.binaries"] == ""
     # the runtime image has no compiler: it installed only the wheel
     out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", ref, "-c",
@@ -385,7 +386,7 @@ def remove_images(registry: str) -> None:
 
 
 def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, local_bases, docker_engine, tmp_path):
-    """The content-key label alone never makes a reuse (builder/ledger.py): an image built FROM the cell's image
+    """The content-key label alone never makes a reuse (builder/image/ledger.py): an image built FROM the cell's image
     inherits the label, and any image can be given a copy of it. Only a digest the image ledger recorded for the
     key when builder built it is reused: a derived image, a copied label or a tampered ledger entry mean a build,
     said in one line, and an unchanged cell is still reused with the same digest."""

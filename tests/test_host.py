@@ -196,7 +196,7 @@ def test_an_image_is_judged_from_the_local_daemon_and_from_its_registry_without_
 def _audited(package: str, version: str, binaries: dict[str, list[tuple[int, str]]]) -> dict[str, str]:
     """The labels of one package as the image step writes them: labels.audit_values of an audit whose binaries
     carry these SASS entries (path -> [(arch, variant)])."""
-    from builder import labels
+    from builder.image import labels
     from builder.audit import AuditReport, BinaryReport, FatbinEntry
 
     report = AuditReport("wheel", (80, 90), [

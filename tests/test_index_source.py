@@ -127,7 +127,7 @@ def test_plan_render_and_dry_run_fetch_instead_of_compiling(tmp_path, monkeypatc
     dockerfile = render(plan, m.defaults["index"])
     stages = [line.split()[-1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
     assert stages == ["toolchain", "torch", "devel", "runtime"]  # no src-, build- or wheels-vllm stage
-    # what the audit of the fetched wheel finds (builder/labels.py), passed in by the image step
+    # what the audit of the fetched wheel finds (builder/image/labels.py), passed in by the image step
     assert 'LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"' in dockerfile
     assert f'LABEL io.builder.package.vllm.source="index:{X86}@sha256:' in dockerfile
     res = run_cli("build", "--matrix", str(path), "--dry-run", "--wheelhouse", str(tmp_path / "wh"))

@@ -101,7 +101,7 @@ def test_a_published_wheel_is_pinned_downloaded_audited_cached_and_installed(ind
                                  '{{index .Config.Labels "io.builder.package.cuda-ext.source"}} '
                                  '{{index .Config.Labels "io.builder.package.cuda-ext.sass"}}'],
                                 capture_output=True, text=True).stdout.split()
-        # the SASS label is what the audit of the fetched wheel found (builder/labels.py)
+        # the SASS label is what the audit of the fetched wheel found (builder/image/labels.py)
         assert labels == [f"index:{WHEEL}@sha256:{hashlib.sha256(good.read_bytes()).hexdigest()}", "sm_80,sm_90"]
 
         # the audit decides: the same wheel for 90,100 lacks sm_100, so nothing is tagged and the entry stays

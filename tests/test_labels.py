@@ -1,6 +1,6 @@
 """Labels are facts: the audited package labels say what the audit found in the wheels the image installs — the
 SASS and PTX every binary with device code carries, and each binary whose coverage differs (sglang-kernel's six
-binaries do: sm90/ and sm100/ common_ops, flash_ops, flashmla_ops, ...) — and builder/labels.py is the one module
+binaries do: sm90/ and sm100/ common_ops, flash_ops, flashmla_ops, ...) — and builder/image/labels.py is the one module
 that writes and reads every io.builder.* label (render, serve, smoke)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import labels
+from builder.image import labels
 from builder.audit import AuditReport, BinaryReport, FatbinEntry
 
 from .helpers import REPO
@@ -56,9 +56,9 @@ def test_one_uniform_package_has_no_per_binary_label():
 
 @pytest.mark.pure
 def test_no_other_module_spells_an_image_label():
-    """Image labels are written and read through builder/labels.py (container labels of smoke runs, the wheel
+    """Image labels are written and read through builder/image/labels.py (container labels of smoke runs, the wheel
     cache's OCI annotations and the CLI's version listing are not image labels of the runtime image)."""
-    allowed = {"builder/labels.py", "builder/deploy/engine.py", "builder/cache/registry.py"}
+    allowed = {"builder/image/labels.py", "builder/deploy/engine.py", "builder/cache/registry.py"}
     offenders = []
     for path in sorted((REPO / "builder").rglob("*.py")):
         rel = path.relative_to(REPO).as_posix()

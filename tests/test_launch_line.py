@@ -1,5 +1,5 @@
 """One launch line: the image's ENTRYPOINT that render writes, the `docker run` that `builder serve` prints and
-what smoke L3 starts come from one derivation (builder/deploy/launchline.py). For every shipped cell and strategy the
+what smoke L3 starts come from one derivation (builder/image/launchline.py). For every shipped cell and strategy the
 argv L3 would start in a container (the image's own ENTRYPOINT + its arguments) equals the rendered ENTRYPOINT
 plus what `builder serve` prints after the image, and the process launcher runs the same line with host paths.
 (No Docker: the docker launcher here is given a client it never calls; the container run itself is

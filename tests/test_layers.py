@@ -14,10 +14,11 @@ pytestmark = pytest.mark.pure
 PACKAGE = Path(__file__).resolve().parent.parent / "builder"
 
 # Modules every other one may build on; they import only each other.
-FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "oci", "imageref",
+FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "imageref",
               "templates", "epoch", "compile_cache"}
 # Modules that talk to a registry, an index or a download without being the wheel cache.
-NETWORK_USERS = {"publish", "deploy.subject", "registry_api", "reuse", "doctor", "lock", "download", "pypi", "steps.compile"}
+NETWORK_USERS = {"image.publish", "deploy.subject", "registry_api", "image.reuse", "doctor", "lock", "download", "pypi",
+                 "steps.compile"}
 
 
 def module_name(path: Path, package: Path) -> str:
@@ -153,7 +154,7 @@ def test_the_network_is_nets_and_not_the_wheel_caches(graph):
                      for m in NETWORK_USERS}
     assert {m: t for m, t in through_cache.items() if t} == {}
     # what they use of the network is there
-    assert all("net" in graph[m] for m in ("publish", "registry_api", "doctor", "lock", "download", "steps.compile"))
+    assert all("net" in graph[m] for m in ("image.publish", "registry_api", "doctor", "lock", "download", "steps.compile"))
 
 
 def test_the_fetch_plan_is_reached_through_deps(graph):
@@ -176,8 +177,30 @@ def test_the_deployers_side_stands_apart_from_the_build(graph):
     reaches = {m: sorted(t for t in graph[m] if unit(t) in build_side)
                for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in reaches.items() if t} == {}
-    assert {"deploy.subject", "deploy.gpus", "deploy.engine", "deploy.strategies", "deploy.launchline",
-            "deploy.smoke", "deploy.bench", "deploy.host", "deploy.serve"} <= set(graph)
+    assert {"deploy.subject", "deploy.gpus", "deploy.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
+            "deploy.host", "deploy.serve"} <= set(graph)
+
+
+# The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI
+# archive and its publication. The build's steps and the deployer's side both stand on it.
+IMAGE_CONTRACT = {"image.labels", "image.launchline"}
+
+
+def test_the_image_room_stands_below_the_build_and_the_deployer(graph):
+    """builder/image/ imports neither the build's runner and steps, the verbs, nor the deployer's side."""
+    above = {"runner", "steps", "cli", "deploy"}
+    reaches = {m: sorted(t for t in graph[m] if unit(t) in above) for m in graph if unit(m) == "image"}
+    assert {m: t for m, t in reaches.items() if t} == {}
+    assert {"image.labels", "image.launchline", "image.ledger", "image.reuse", "image.oci", "image.publish"} <= set(graph)
+
+
+def test_the_deployer_takes_only_the_images_contract(graph):
+    """deploy/ reads an image through its contract (labels, launch line): never its record, reuse or publication;
+    and the render (the build's side of the contract) imports nothing of deploy/."""
+    taken = {m: sorted(t for t in graph[m] if unit(t) == "image" and t not in IMAGE_CONTRACT | {"image"})
+             for m in graph if unit(m) == "deploy"}
+    assert {m: t for m, t in taken.items() if t} == {}
+    assert not [t for t in graph["render"] if unit(t) == "deploy"]
 
 
 def private_reaches(package: Path) -> list[str]:

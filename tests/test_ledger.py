@@ -1,4 +1,4 @@
-"""The image ledger (builder/ledger.py): which digests builder recorded for a content key. In-process: the files
+"""The image ledger (builder/image/ledger.py): which digests builder recorded for a content key. In-process: the files
 are real, no daemon is needed (the reuse it decides is tested on the engine in tests/test_build.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from builder import ledger
+from builder.image import ledger, reuse
 from builder.errors import UserError
 
 KEY = "a" * 64
@@ -18,15 +18,21 @@ D1, D2, D3 = ("sha256:" + c * 64 for c in "123")
 pytestmark = pytest.mark.pure
 
 
+def vouches(book: ledger.Ledger, key: str, digest: str) -> tuple[bool, str]:
+    """What the image step's reuse decision reads of this host's ledger (image/reuse.py local_voucher)."""
+    v = reuse.local_voucher(book.root)(key)
+    return ledger.vouches(v.entry, digest) if v.entry is not None else (False, v.missing)
+
+
 def test_a_recorded_digest_is_vouched_for_and_no_other(tmp_path):
     book = ledger.Ledger(tmp_path / ".images")
-    ok, why = book.vouches(KEY, D1)
+    ok, why = vouches(book, KEY, D1)
     assert not ok and "builder recorded no image for it" in why and str(book.path(KEY)) in why
     assert book.record_image(KEY, D1, "cell-a") == ""
-    assert book.vouches(KEY, D1) == (True, "")
-    ok, why = book.vouches(KEY, D2)
+    assert vouches(book, KEY, D1) == (True, "")
+    ok, why = vouches(book, KEY, D2)
     assert not ok and why == f"its digest {D2} is not the one builder recorded for it ({D1})"
-    assert book.vouches("b" * 64, D1)[0] is False  # bound to the key, not to the digest alone
+    assert vouches(book, "b" * 64, D1)[0] is False  # bound to the key, not to the digest alone
     entry = json.loads(book.path(KEY).read_text())
     assert entry["format"] == 1 and entry["content_key"] == KEY and entry["images"][D1]["cell"] == "cell-a"
 
@@ -40,7 +46,7 @@ def test_publish_records_where_a_digest_went_under_the_same_key(tmp_path):
     assert set(entry.images) == {D1}
     # a push of a digest this ledger had not seen (a wheelhouse started after the build) binds it too
     book.record_published(KEY, "127.0.0.1:5000/team/cuda-ext:1.0.0-cu130", D2, "cell-a")
-    assert book.vouches(KEY, D2) == (True, "")
+    assert vouches(book, KEY, D2) == (True, "")
 
 
 def test_old_digests_are_dropped_beyond_the_limit(tmp_path, monkeypatch):
@@ -80,11 +86,11 @@ def test_a_bad_entry_is_ignored_with_its_reason_and_replaced_by_the_next_record(
     book.path(KEY).write_text(content)
     entry, problem = book.read(KEY)
     assert entry is None and words in problem and str(book.path(KEY)) in problem, problem
-    ok, why = book.vouches(KEY, D1)
+    ok, why = vouches(book, KEY, D1)
     assert not ok and why.startswith("its ledger entry is ignored (") and words in why
     note = book.record_image(KEY, D1, "cell")
     assert note.startswith("replaced an unreadable ledger entry") and words in note
-    assert book.vouches(KEY, D1) == (True, "")
+    assert vouches(book, KEY, D1) == (True, "")
 
 
 def test_an_entry_that_is_not_a_regular_file_is_ignored_and_its_target_never_written(tmp_path):
@@ -96,7 +102,7 @@ def test_an_entry_that_is_not_a_regular_file_is_ignored_and_its_target_never_wri
     assert "is not a regular file" in book.read(KEY)[1]
     book.record_image(KEY, D1, "cell")
     assert target.read_text() == "keep" and not book.path(KEY).is_symlink()
-    assert book.vouches(KEY, D1) == (True, "")
+    assert vouches(book, KEY, D1) == (True, "")
     os.unlink(book.path(KEY))
     book.path(KEY).mkdir()
     assert "is not a regular file" in book.read(KEY)[1]
@@ -150,7 +156,7 @@ def test_the_refusal_names_every_digest_recorded_when_there_are_several(tmp_path
     book = ledger.Ledger(tmp_path / ".images")
     book.record_image(KEY, D1, "cell")
     book.record_image(KEY, D2, "cell")
-    ok, why = book.vouches(KEY, D3)
+    ok, why = vouches(book, KEY, D3)
     assert not ok and why.startswith(f"its digest {D3} is none of those builder recorded for it (")
     assert D1 in why and D2 in why
-    assert book.vouches(KEY, D1) == book.vouches(KEY, D2) == (True, "")
+    assert vouches(book, KEY, D1) == vouches(book, KEY, D2) == (True, "")

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import pytest
 
-from builder import publish as pub
+from builder.image import publish as pub
 from builder.errors import CommandError, UserError
 from builder.matrix import Selection, load
 from builder.resolve import select
@@ -287,7 +287,7 @@ def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(s
     # the pushed digest is the image smoke ran: the local image's id, the archive's digest
     local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", local_ref(shared)], capture_output=True,
                            text=True, check=True).stdout.strip()
-    from builder import oci
+    from builder.image import oci
 
     archive = tmp_path / "work" / CELL / "image.oci.tar"
     assert oci.digest_of(archive) == local
@@ -314,14 +314,14 @@ def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(s
     assert layers["L0"] == "pass" and layers["L1"] == "pass"
     assert images["aliases"][f"{auth_registry.host}/team/cuda-ext:latest-cu130"]["digest"] == local
     # the image ledger binds the pushed digest to the image's content key, with the tag it went to
-    from builder import labels
+    from builder.image import labels
 
     config = json.loads(subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}",
                                         local_ref(shared)], capture_output=True, text=True, check=True).stdout)
     recorded = json.loads((shared.root / "wheelhouse" / ".images" / f"{labels.content_key(config)}.json").read_text())
     assert local in recorded["images"], recorded
     assert recorded["published"][f"{auth_registry.host}/team/cuda-ext:1.0.0-cu130-py311-sm80.90"] == local
-    # and the same record went to the image's repository, through the registry's Basic auth (builder/reuse.py)
+    # and the same record went to the image's repository, through the registry's Basic auth (builder/image/reuse.py)
     assert "could not push the ledger record" not in out
     assert reg.digest(repo, f"builder-ledger-{labels.content_key(config)}") is not None
     assert auth_registry.password not in json.dumps(recorded)
@@ -354,7 +354,7 @@ def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(sh
     assert f"credentials from docker login ({cfg / 'config.json'})" in ok.stderr
     reg = Client(auth_registry.host, (auth_registry.user, auth_registry.password))
     tags = reg.tags("login/cuda-ext")
-    # --no-aliases: the full tag only, beside the ledger record that vouches for its digest (builder/reuse.py)
+    # --no-aliases: the full tag only, beside the ledger record that vouches for its digest (builder/image/reuse.py)
     assert [t for t in tags if not t.startswith("builder-ledger-")] == ["1.0.0-cu130-py311-sm80.90"], tags
     assert len([t for t in tags if t.startswith("builder-ledger-")]) == 1, tags
     # a wrong password: refused by the registry before anything is built (exit 3), not retried, nothing written

@@ -1,4 +1,4 @@
-"""An unchanged cell from the registry (builder/reuse.py), against a real registry on 127.0.0.1 and the real
+"""An unchanged cell from the registry (builder/image/reuse.py), against a real registry on 127.0.0.1 and the real
 engine: the fixture cell is built and published once; then a fresh runner — the cell's tag and image gone from
 the daemon, the wheelhouse and its image ledger empty, only the committed runtime pins kept — builds nothing: the
 wheel comes from the registry's wheel cache, the image is pulled by the registry's digest because builder's
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import labels, ledger, reuse
+from builder.image import labels, ledger, reuse
 from builder.registry_api import Endpoint, RegistryPath
 
 from .helpers import CUDA_EXT_CELL as CELL

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import oci, repro
+from builder import repro
+from builder.image import oci
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from builder import render
-from builder.deploy import launchline, serve
+from builder.deploy import serve
+from builder.image import launchline
 from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.matrix import Selection, load

@@ -9,7 +9,7 @@ import click
 
 from .. import archs as archs_mod
 from .. import grammar
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from ..errors import Failed, UserError
 from . import flags
 from .app import main

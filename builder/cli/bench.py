@@ -12,7 +12,7 @@ import click
 
 from .. import archs as archs_mod
 from .. import files
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from .. import matrix as matrix_mod
 from ..deploy import strategies
 from ..deploy.bench import client, data, results

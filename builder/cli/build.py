@@ -12,7 +12,7 @@ import click
 
 from .. import matrix as matrix_mod
 from .. import plan as plan_mod
-from .. import publish as pub
+from ..image import publish as pub
 from .. import resolve
 from ..errors import Failed, UserError
 from ..options import BuildFlags, build_options, flag_default, summary, wheel_cache, wheelhouse_at

@@ -253,8 +253,8 @@ _BUILD = {
                            help="Take an unchanged cell's image from REGISTRY/<engine>:<tag> instead of building it: "
                                 "only when the registry's image carries this build's content key and builder's ledger "
                                 "record for that key (REGISTRY/<engine>:builder-ledger-<key>, pushed by publish) names "
-                                "its digest. 'registry': the matrix's registry. publish always reuses from its "
-                                "--registry. Env: BUILDER_REUSE_FROM."),
+                                "its digest. Default: the matrix's registry ('registry'); 'none' (or --no-remote): "
+                                "never. publish always reuses from its --registry. Env: BUILDER_REUSE_FROM."),
     "provenance": _declare("--provenance", is_flag=True,
                            help="Attach BuildKit's SLSA provenance attestation (mode=max) to the runtime image. It holds "
                                 "build times, so an attested image's digest differs per build; the image manifest itself "

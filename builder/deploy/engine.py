@@ -34,7 +34,7 @@ from typing import Protocol
 
 from ..errors import EnvironmentProblem, UserError
 from ..imageref import ImageRef
-from .launchline import MODEL_ROOT, LaunchLine
+from ..image.launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
 

@@ -22,7 +22,7 @@ from .. import files, schema
 from . import subject as subject_mod
 from .gpus import Gpu
 from . import gpus as gpus_mod
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
 
 RUNS, COMPAT, REFUSED, UNKNOWN = "runs", "runs with forward-compat", "refused", "unknown"

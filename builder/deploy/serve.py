@@ -3,7 +3,7 @@ its GPUs, the model mounted read-only, the port, and the strategy's real flags a
 data (builder/data/engines.toml) for the engine version the image's labels name.
 
 The image's ENTRYPOINT is the engine's launch line up to the model; the arguments here are the rest of that
-line, then where it listens, then the strategy's flags: builder/deploy/launchline.py, the derivation render and smoke L3
+line, then where it listens, then the strategy's flags: builder/image/launchline.py, the derivation render and smoke L3
 use too.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import docker
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from ..errors import UserError
-from . import launchline
+from ..image import launchline
 
 MODEL_ROOT = launchline.MODEL_ROOT
 LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES

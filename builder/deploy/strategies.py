@@ -5,7 +5,7 @@ baseline of its comparison (`all`: none + every strategy the image was built for
 
 from __future__ import annotations
 
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from ..errors import UserError
 from ..schema import did_you_mean
 

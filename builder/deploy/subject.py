@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import files as files_mod
 from .. import grammar, schema
-from .. import labels as labels_mod
+from ..image import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
 from ..imageref import ImageRef
 

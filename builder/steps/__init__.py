@@ -24,7 +24,7 @@ _QUIET = Display("quiet")
 if TYPE_CHECKING:
     from ..audit import AuditReport
     from ..compile_cache import CompileCache
-    from ..publish import Target
+    from ..image.publish import Target
     from ..registry_api import RegistryPath
     from ..cache import CacheHit, WheelCache
     from ..plan import CellPlan, WheelStep
@@ -85,13 +85,13 @@ class BuildOptions:
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
     publish: Target | None = None  # `builder publish`: where the publish step pushes (steps/publish.py)
-    # where an unchanged cell's image may be taken from instead of built (builder/reuse.py): --reuse-from, or
+    # where an unchanged cell's image may be taken from instead of built (builder/image/reuse.py): --reuse-from, or
     # publish's own registry
     reuse_from: RegistryPath | None = None
     compile_cache: CompileCache | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
     compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)
-    # <wheelhouse>/.images: the digests builder built for each content key (builder/ledger.py); None records nothing
+    # <wheelhouse>/.images: the digests builder built for each content key (builder/image/ledger.py); None records nothing
     # and reuses nothing
     image_ledger: Path | None = None
 
@@ -122,7 +122,7 @@ class CellContext:
     # the cell retags: what smoke runs and publish checks ("" until the image step ran); dropped at the cell's end
     image_ref: str = ""
     # {"ref", "digest", "content_key", "index"} when the image step found this cell's image already where publish
-    # pushes (builder/reuse.py): nothing was pulled, smoke is not run again, publish pushes nothing, aliases move
+    # pushes (builder/image/reuse.py): nothing was pulled, smoke is not run again, publish pushes nothing, aliases move
     in_registry: dict = field(default_factory=dict)
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
 

@@ -6,7 +6,7 @@ Python are exempt. Wheels fetched from the cache are audited again: what is inst
 from __future__ import annotations
 
 from .. import archs as archs_mod
-from .. import labels
+from ..image import labels
 from ..audit import audit, format_report
 from ..plan import WheelStep
 from . import CellContext, Status, StepResult
@@ -41,7 +41,7 @@ class AuditStep:
             if not pkg.recipe.compiled else \
             f"device code covers {', '.join(map(archs_mod.sm, ctx.cell.archs))}"
         # the engine data's prediction of what the build emits, against what the binaries carry: the image's
-        # labels say what was found (builder/labels.py); a predicted arch nobody carries is reported here
+        # labels say what was found (builder/image/labels.py); a predicted arch nobody carries is reported here
         unfound = sorted(set(pkg.built_sass) - labels.found_sass(report)) if pkg.recipe.compiled and not pkg.from_index else []
         if unfound:
             why += f"; the engine data predicts {', '.join(unfound)}, which no binary carries (the labels say what was found)"

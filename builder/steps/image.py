@@ -9,9 +9,9 @@ arguments, the base images by digest, the build context, the wheels and runtime 
 the label io.builder.content-key of every image this step builds and is recorded in the cell's work dir
 (content-key.json), in the step's artifacts and in the pins file's header. When the cell's tag already names a
 local image that carries the key, and that image's digest is one builder recorded for the key when it built it
-(the image ledger, builder/ledger.py: a label is inherited by any image built FROM this one, a digest is not),
+(the image ledger, builder/image/ledger.py: a label is inherited by any image built FROM this one, a digest is not),
 that image is the result: no buildx call, no OCI export, no load. Without such a local image, the reuse registry
-(--reuse-from; publish: its own registry) is asked the same question without pulling anything (builder/reuse.py):
+(--reuse-from; publish: its own registry) is asked the same question without pulling anything (builder/image/reuse.py):
 the image under REGISTRY/ENGINE:<tag> carries the key, and builder's ledger record in that repository names its
 manifest digest. Then build pulls it by that digest and tags it; publish leaves it there (smoke passed before it
 was published, nothing is pushed) and only its aliases move. Any changed input changes the key, and then the
@@ -31,7 +31,8 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import docker, labels, ledger, net, oci, pins, reuse
+from .. import docker, net, pins
+from ..image import labels, ledger, oci, reuse
 from ..cache import sha256_file
 from ..errors import BuilderError
 from ..imageref import ImageRef
@@ -51,7 +52,7 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     """The runtime build; `name` is what `docker load` calls the archive's image (default: the cell's tag)."""
     common = common_build_args(ctx)
     common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
-    # the audited labels (builder/labels.py): what the audit of these very wheels found, never the data's guess
+    # the audited labels (builder/image/labels.py): what the audit of these very wheels found, never the data's guess
     found = {}
     for p in ctx.cell.packages:
         if p.recipe.compiled:
@@ -222,39 +223,25 @@ class ImageStep:
             ctx.note(f"image ledger: {note}")
 
     def _reusable(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> tuple[str, str]:
-        """(digest, why) of the local image under the cell's tag when it is this build's content and builder
-        built it, else ("", "") (with a line saying why, when the image claims the key)."""
+        """(digest, why) of the local image under the cell's tag when image/reuse.judge says it is this build's
+        result, else ("", "") (with a line saying why, when the image claims a key)."""
         opts, cell = ctx.opts, ctx.cell
         if not key or opts.no_cache or opts.refresh_pins or opts.publish is not None or opts.image_ledger is None:
             return "", ""
         found = docker.image_labels(cell.ref, opts.docker)
-        if found is None:  # no image under the tag: nothing to say
+        digest = docker.image_id(cell.ref, opts.docker) if found is not None else ""
+        claim = reuse.Claim(f"image {cell.ref}", digest, labels.content_key(found)) if digest else None
+        verdict = reuse.judge(claim, key, first_key, pins_file, reuse.local_voucher(opts.image_ledger))
+        if isinstance(verdict, reuse.Build):
+            if verdict.why:
+                ctx.note(verdict.why)
             return "", ""
-        have, digest = labels.content_key(found), docker.image_id(cell.ref, opts.docker)
-        if not digest:
-            return "", ""
-        other = _other_inputs(f"image {cell.ref}", digest, have, key, first_key)
-        if other:
-            ctx.note(other)
-            return "", ""
-        # the label says which key the image claims; only the ledger says builder built this digest for it
-        vouched, problem = ledger.Ledger(opts.image_ledger).vouches(have, digest)
-        if not vouched:
-            ctx.note(f"image {cell.ref} carries content key {have} but {problem}: building")
-            return "", ""
-        if have == key:
-            return digest, "it carries this build's content key and its digest is one builder recorded for that key"
-        unfit = _first_key_unfit(f"image {cell.ref}", digest, have, key, pins_file)
-        if unfit:
-            ctx.note(unfit)
-            return "", ""
-        return digest, (f"its content key is this build's without the runtime pins, which {pins_file.name} says were "
-                        "read from this very image, and its digest is one builder recorded for that key")
+        return verdict.digest, verdict.why
 
     def _from_registry(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> StepResult | None:
-        """The image the reuse registry (--reuse-from, or publish's registry) serves under the cell's tag, when
-        it carries this build's content key and builder's ledger record for that key there names its digest
-        (builder/reuse.py): for build pulled by that digest and tagged, for publish left where it is (its
+        """The image the reuse registry (the matrix's registry by default, --reuse-from, or publish's registry)
+        serves under the cell's tag, when image/reuse.judge says it is this build's result (its record there
+        vouches for its digest): for build pulled by that digest and tagged, for publish left where it is (its
         aliases move). None, with one line saying why, when the cell is to be built."""
         opts, cell = ctx.opts, ctx.cell
         source = opts.reuse_from
@@ -269,43 +256,26 @@ class ImageStep:
                 if found is None:
                     ctx.note(f"registry: {ref} is not there: building")
                     return None
-                have = labels.content_key(found.labels)
-                other = (_other_inputs(f"registry: {ref}", found.digest, have, key, first_key)
-                         or _first_key_unfit(f"registry: {ref}", found.digest, have, key, pins_file))
-                if other:
-                    ctx.note(other)
-                    return None
-                entry, problem = client.record(repository, have)
+                claim = reuse.Claim(f"registry: {ref}", found.digest, labels.content_key(found.labels))
+                verdict = reuse.judge(claim, key, first_key, pins_file,
+                                      reuse.registry_voucher(client, repository, published=opts.publish is not None))
         except reuse.Unusable as exc:
             ctx.note(f"registry: {ref}: {exc}: building")
             return None
-        record = f"{repository}:{reuse.record_tag(have)}"
-        if problem or entry is None:
-            ctx.note(f"registry: {ref} carries content key {have} but "
-                     + (f"its ledger record is ignored ({problem})" if problem else f"there is no ledger record {record}")
-                     + " (a label alone is inherited by any image built FROM it): building")
-            return None
-        vouched, why = ledger.vouches(entry, found.digest)
-        if not vouched:
-            ctx.note(f"registry: {ref} carries content key {have} but {why} (ledger record {record}): building")
+        if isinstance(verdict, reuse.Build):
+            ctx.note(verdict.why)
             return None
         checked = time.monotonic() - started
-        said = (f"it carries this build's content key and its digest is one builder recorded for that key "
-                f"({record})")
         artifacts = {"image": ref, "digest": found.digest, "archive": "", "attestations": [], "content_key": key,
                      "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3),
-                     "bytes": found.size}
+                     "bytes": found.size, "vouched_by": verdict.vouched_by}
         if opts.publish is not None:  # already where publish pushes: nothing to pull, nothing to push
-            if found.digest not in entry.published.values():
-                ctx.note(f"registry: {ref} ({found.digest}) is recorded as built for content key {have} but not as "
-                         f"published (so its smoke is not known to have passed; ledger record {record}): building")
-                return None
             ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index}
-            ctx.note(f"reuse {ref} ({found.digest}) from the registry: {said}; no build, no pull "
+            ctx.note(f"reuse {ref} ({found.digest}) from the registry: {verdict.why}; no build, no pull "
                      f"(checked in {checked:.1f}s)")
             return StepResult(self.name, cell.id, Status.OK, f"in the registry: {ref} (content key unchanged)",
                               artifacts={**artifacts, "pulled": False})
-        return self._pull(ctx, found, repository, have, key, pins_file, said, artifacts, started)
+        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict.why, artifacts, started)
 
     def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, have: str, key: str,
               pins_file: Path | None, said: str, artifacts: dict, started: float) -> StepResult | None:
@@ -361,30 +331,3 @@ class ImageStep:
         call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")
         return first + [shlex.join(call.argv(ctx.opts.docker)),
                         shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]
-
-
-def _other_inputs(what: str, digest: str, have: str, key: str, first_key: str) -> str:
-    """The line saying why an image whose content-key label is `have` is not this build's ('' when it claims
-    this build's key or its first build's): a local image and the registry's say it alike."""
-    if not have:
-        return f"{what} ({digest}) carries no content key (builder did not build it): building"
-    if have not in (key, first_key):
-        return f"{what} was built from other inputs (content key {have[:16]}…, this build's {key[:16]}…): building"
-    return ""
-
-
-def _first_key_unfit(what: str, digest: str, have: str, key: str, pins_file: Path | None) -> str:
-    """The line saying why an image with the first build's key is not this build's: the pins file was not read
-    from it or its pin lines changed ('' when `have` is this build's key, or the pins were read from it)."""
-    if have == key or _pins_read_from(pins_file, digest, have):
-        return ""
-    return (f"{what} carries the content key of this cell's first build, but "
-            f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({digest}) or its pin lines "
-            "changed since: building")
-
-
-def _pins_read_from(pins_file: Path | None, digest: str, key: str) -> bool:
-    """Whether the runtime pins file was read from image `digest` of content key `key` (the cell's first build,
-    which resolved the pins this build installs: its key was this build's without the pins file), lines
-    unchanged."""
-    return bool(pins_file and pins_file.is_file()) and pins.origin(pins_file.read_text()) == (digest, key)

@@ -1,13 +1,14 @@
 """publish: push the cell's runtime image — the OCI archive the image step built, loaded and smoke ran — to
-REGISTRY/ENGINE:<full tag>, keeping its digest (builder/publish.py). The runner runs it only when smoke passed
+REGISTRY/ENGINE:<full tag>, keeping its digest (builder/image/publish.py). The runner runs it only when smoke passed
 (runner.GATES); aliases move after every cell of the run is pushed (publish.finish, called by the verb)."""
 
 from __future__ import annotations
 
 import shlex
 
-from .. import docker, labels, ledger, oci
-from .. import publish as pub
+from .. import docker
+from ..image import labels, ledger, oci
+from ..image import publish as pub
 from ..errors import BuilderError
 from . import CellContext, Status, StepResult
 from .image import archive_path
@@ -92,9 +93,9 @@ class PublishStep:
 
 
 def _push_record(ctx: CellContext, repository: str, key: str, change) -> None:
-    """Merge `change` into the registry's ledger record for `key` (builder/reuse.py). One that cannot be pushed
+    """Merge `change` into the registry's ledger record for `key` (builder/image/reuse.py). One that cannot be pushed
     costs the next fresh runner its reuse, not this publish its image: said, not raised."""
-    from .. import reuse
+    from ..image import reuse
 
     if not key or ctx.opts.reuse_from is None:
         return
@@ -110,7 +111,7 @@ def _push_record(ctx: CellContext, repository: str, key: str, change) -> None:
 
 def _record_published(ctx: CellContext, image: oci.Image, ref: str) -> None:
     """Bind the pushed digest to the image's content key in the image ledger, with where it went: a reuse from
-    the registry takes the registry's digest for a tag only when the ledger vouches for it (builder/ledger.py)."""
+    the registry takes the registry's digest for a tag only when the ledger vouches for it (builder/image/ledger.py)."""
     key = labels.content_key((image.config.get("config") or {}).get("Labels") or {})
     if not key or ctx.opts.image_ledger is None:
         return

@@ -18,7 +18,7 @@ class SmokeStep:
         cell, opts = ctx.cell, ctx.opts
         if not opts.smoke:
             return StepResult(self.name, cell.id, Status.SKIPPED, "skipped: --no-smoke (nothing of this cell may be published)")
-        if ctx.in_registry:  # publish of an unchanged cell that its registry already serves (builder/reuse.py)
+        if ctx.in_registry:  # publish of an unchanged cell that its registry already serves (builder/image/reuse.py)
             ref = f"{ctx.in_registry['ref']}@{ctx.in_registry['digest']}"
             ctx.note(f"smoke {ref}: not run again; it is the image builder published for this content key, and "
                      "publish pushes only an image whose smoke passed")

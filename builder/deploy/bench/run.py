@@ -20,7 +20,7 @@ from ...errors import UserError
 from ...resolve import Cell
 from .. import gpus as gpus_mod
 from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port
-from ..launchline import LaunchLine
+from ...image.launchline import LaunchLine
 from ..smoke import layers
 from ..strategies import NONE
 from . import client, data
@@ -30,7 +30,7 @@ NO_SPECULATION = Strategy(name=NONE, versions=SpecifierSet(), why_not="", flags=
 
 
 def launch_line(cell: Cell, launcher: Launcher, opts: layers.SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
-    """The engine's launch line for one strategy: builder/deploy/launchline.py, the one derivation of the image's
+    """The engine's launch line for one strategy: builder/image/launchline.py, the one derivation of the image's
     ENTRYPOINT, `builder serve` and smoke L3 (bench calls it here only)."""
     return layers.engine_line(cell, launcher, opts, strategy, port)
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ... import archs as archs_mod
-from ... import labels as labels_mod
+from ...image import labels as labels_mod
 from ...engines import Strategy
-from ..launchline import LaunchLine, launch_line
+from ...image.launchline import LaunchLine, launch_line
 from ...resolve import Cell
 from . import tinymodel
 from ..engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
@@ -341,7 +341,7 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
 
 # -- L3 ----------------------------------------------------------------------------------------------------
 def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
-    """What L3 starts: builder/deploy/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
+    """What L3 starts: builder/image/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
     return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
                        dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args))
 

@@ -27,10 +27,10 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from . import docker
-from .errors import CommandError, EnvironmentProblem, UserError
-from .imageref import ImageRef
-from .registry_api import Client, RegistryPath, Unusable
+from .. import docker
+from ..errors import CommandError, EnvironmentProblem, UserError
+from ..imageref import ImageRef
+from ..registry_api import Client, RegistryPath, Unusable
 
 IMAGES_FORMAT = 1
 TRANSIENT = re.compile(
@@ -131,7 +131,7 @@ def retrying(what: str, fn: Callable[[], object], target: Target, say: Callable[
 def _bounded(args: list[str], size: int = 0, requests: int = 1) -> list[str]:
     """skopeo ARGS under builder's bound for a program talking to a remote (net.subprocess_seconds): skopeo's
     own --command-timeout, and the same (plus a little) for the process."""
-    from . import net
+    from .. import net
 
     return [args[0], "--command-timeout", f"{net.subprocess_seconds(size, requests):.0f}s", *args[1:]]
 
@@ -378,7 +378,7 @@ def finish(outcomes, plans, target: Target, claims: dict[str, list[str]], say: C
 
 def check_images_json(path: Path) -> None:
     """Before anything is built: images.json can be read (or is absent) and its directory written."""
-    from . import files
+    from .. import files
 
     if path.is_dir():
         raise UserError(f"--images-json: {path} is a directory")
@@ -392,8 +392,8 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
     retried like every registry operation (--retries, backoff from 2 s): a registry still coming up is waited for."""
     import requests
 
-    from . import net
-    from .net import NETWORK_ERRORS, with_timeouts
+    from .. import net
+    from ..net import NETWORK_ERRORS, with_timeouts
 
     scheme = "https" if target.tls_verify else "http"
     url = f"{scheme}://{target.host}/v2/"

@@ -14,12 +14,12 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from . import __version__
-from . import archs as archs_mod
+from .. import __version__
+from .. import archs as archs_mod
 
 if TYPE_CHECKING:
-    from .audit import AuditReport
-    from .resolve import Cell
+    from ..audit import AuditReport
+    from ..resolve import Cell
 
 CELL = "io.builder.cell"
 ENGINE = "io.builder.engine"
@@ -149,7 +149,7 @@ def package_facts(labels: dict[str, str], name: str) -> dict:
 def check_strategy(recipe, strategy: str, built_for: list[str] | tuple[str, ...], subject: str) -> None:
     """Refuses a strategy the engine version cannot run, or one the image was not built and smoke-tested for
     (its io.builder.strategies label): what `builder serve` and `builder bench` may start."""
-    from .errors import UserError
+    from ..errors import UserError
 
     why = recipe.strategy_problem(strategy)
     if why:

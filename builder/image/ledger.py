@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import schema
-from .errors import UserError
+from .. import schema
+from ..errors import UserError
 
 DIR_NAME = ".images"  # under the wheelhouse
 FORMAT = 1
@@ -107,15 +107,6 @@ class Ledger:
             return None, f"{path}: {exc.strerror or exc}"
         return parse(raw, str(path), key)
 
-    def vouches(self, key: str, digest: str) -> tuple[bool, str]:
-        """Whether builder recorded `digest` for `key`; when not, why, as the end of a sentence."""
-        entry, problem = self.read(key)
-        if problem:
-            return False, f"its ledger entry is ignored ({problem})"
-        if entry is None:
-            return False, f"builder recorded no image for it ({self.path(key)} does not exist)"
-        return vouches(entry, digest)
-
     # -- writing --------------------------------------------------------------------------------------------
     def record_image(self, key: str, digest: str, cell: str) -> str:
         """Record that builder produced image `digest` for `key`; returns a note on an entry that was unreadable
@@ -168,7 +159,7 @@ class Ledger:
 
 
 def parse(raw: bytes, where: str, key: str) -> tuple[Entry | None, str]:
-    """An entry's bytes (a file of the wheelhouse's ledger, or a registry's ledger record: builder/reuse.py)
+    """An entry's bytes (a file of the wheelhouse's ledger, or a registry's ledger record: builder/image/reuse.py)
     read and checked: (entry, "") or (None, why) when they are not an entry builder writes for `key`."""
     if len(raw) > MAX_BYTES:
         return None, f"{where} is larger than {MAX_BYTES} bytes"

@@ -13,7 +13,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 ATTESTATION_TYPE = "attestation-manifest"  # vnd.docker.reference.type of BuildKit's attestation manifests
