@@ -34,6 +34,8 @@ from typing import Protocol
 
 from ..errors import EnvironmentProblem, UserError
 from ..imageref import ImageRef
+from ..owner import OWNER_LABEL, die_with_parent, owner
+from ..owner import alive as owner_alive
 from ..image.launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
@@ -153,7 +155,8 @@ class ProcessLauncher:
         argv = [self.python, str(PROBE), command, json.dumps(spec)]
         log.debug("$ %s %s %s <spec>", self.python, PROBE, command)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env))
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env),
+                                  preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise UserError(f"--python {self.python}: not found") from None
         except subprocess.TimeoutExpired as exc:
@@ -168,7 +171,7 @@ class ProcessLauncher:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self._env(env), start_new_session=True)
+                                env=self._env(env), start_new_session=True, preexec_fn=die_with_parent)
         return ProcessServer(proc, log_path, out)
 
 
@@ -238,6 +241,28 @@ class DockerLauncher:
     def __post_init__(self):
         if self.client is None:
             self.client = docker_client()
+        self.reap_orphans()
+
+    def reap_orphans(self) -> list[str]:
+        """Remove the smoke and bench containers of earlier runs whose builder is gone (killed outright: no handler
+        ran; builder/owner.py), running or stopped; never one a live run owns. Returns their names."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": "io.builder.smoke=1"})
+        except Exception:  # noqa: BLE001 - the daemon's answer is not needed to go on
+            return []
+        gone = []
+        for c in found:
+            spec = (getattr(c, "labels", None) or {}).get(OWNER_LABEL)
+            if spec and not owner_alive(spec):
+                try:
+                    c.remove(force=True)
+                    gone.append(c.name)
+                except Exception:  # noqa: BLE001 - removed meanwhile
+                    pass
+        if gone:
+            log.warning("removed %d container(s) of earlier runs whose builder was killed: %s", len(gone),
+                        ", ".join(gone))
+        return gone
 
     @property
     def run_label(self) -> str:
@@ -288,7 +313,8 @@ class DockerLauncher:
         kw = {"entrypoint": entrypoint} if entrypoint is not None else {}
         try:
             c = self.client.containers.create(self.image, command=args, name=name,
-                                              labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id},
+                                              labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id,
+                                                      OWNER_LABEL: owner()},
                                               **kw, **self._kwargs(env), **extra)
             c.start()
             return c
