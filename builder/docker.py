@@ -489,11 +489,11 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
              mounts: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = (), name: str | None = None,
              ipc: str | None = None, network: str | None = None, memory: int | None = None,
              writable: tuple[tuple[str, str], ...] = (), entrypoint: str | None = None, remove: bool = True,
-             docker: str = "docker") -> list[str]:
+             docker: str = "docker", shm_size: str | None = None, options: tuple[str, ...] = ()) -> list[str]:
     """`docker run` (`--rm` unless not `remove`) of IMAGE with its ENTRYPOINT (or `entrypoint`) and ARGS: GPUs
     ("all" or "device=0,1"), a network ("none"), a memory limit in bytes (swap included: no swapping past it),
     published ports ("127.0.0.1:8000:8000"), read-only bind mounts and writable ones (host path, container
-    path), environment."""
+    path), environment, /dev/shm's size ("16g") and further options (a health check) before the image."""
     argv = [docker, "run"] + (["--rm"] if remove else [])
     if name:
         argv += ["--name", name]
@@ -501,6 +501,8 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
         argv += ["--gpus", gpus]
     if ipc:
         argv += ["--ipc", ipc]
+    if shm_size:
+        argv += ["--shm-size", shm_size]
     if network:
         argv += ["--network", network]
     if memory:
@@ -515,7 +517,7 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
         argv += ["-e", f"{k}={v}"]
     if entrypoint is not None:
         argv += ["--entrypoint", entrypoint]
-    return argv + [image, *args]
+    return argv + list(options) + [image, *args]
 
 
 def _auth_fd(credentials: dict[str, tuple[str, str]]) -> int:

@@ -180,6 +180,7 @@ class Recipe:
     companions: tuple[str, ...] = ()
     launch: tuple[str, ...] = ()
     health: str = ""
+    tp_flag: str = ""  # the engine's tensor-parallel flag (--tensor-parallel-size, --tp-size); "" none
     ready_log: str = ""
     metrics: tuple[str, ...] = ()
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
@@ -738,6 +739,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         companions=tuple(merged.get("companions", ())),
         launch=tuple(merged.get("launch", ())),
         health=merged.get("health", ""),
+        tp_flag=merged.get("tp_flag", ""),
         ready_log=merged.get("ready_log", ""),
         metrics=tuple(merged.get("metrics", ())),
         rust_toolchain=merged.get("rust_toolchain", ""),

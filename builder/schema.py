@@ -64,6 +64,12 @@ def _grammar(rule, noun: str, plural: str = "") -> Parsed:
     return Parsed(rule, noun, plural or noun, explain=True)
 
 
+def _long_flag(value: str) -> str:
+    if not re.fullmatch(r"--[a-z][a-z0-9-]*", value, re.ASCII):
+        raise ValueError("is not a long flag (--name: lower-case letters, digits, '-')")
+    return value
+
+
 def _template(name: str) -> str:
     from .templates import TEMPLATE_DIR
 
@@ -412,6 +418,11 @@ RULE = Table(
                                    "what smoke L3, bench and serve start."),
         "health": Key(STR, "The HTTP path that answers 200 once the engine is ready: smoke and bench wait for it, "
                            "serve prints it."),
+        "tp_flag": Key(_grammar(_long_flag,
+                                "a long flag like --tensor-parallel-size"),
+                       "The engine's own tensor-parallel flag, given the number of GPUs one engine shards the model "
+                       "over: `--tp N` of smoke, bench and serve adds it to the launch line (N > 1) and asks N GPUs; "
+                       "an engine without it is refused --tp."),
         "ready_log": Key(STR, "The engine's own log line saying it is ready: smoke L3 fails the boot when health "
                               "answers but the line never comes."),
         "metrics": Key(ListOf(STR), "The engine's speculative-decoding counters on /metrics, as a record (smoke and bench "

@@ -71,6 +71,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
           --launcher process --strategy MTP2,MTP7 --model tiny
     """
     from ..deploy import engine, gpus, subject
+    from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
 
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
@@ -85,14 +86,17 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
     say = (lambda s: click.echo(s, err=True))
     cell, image, found, client = subject.open_for(cell, image, run.launcher, m, sel)
     chosen = strategies.for_smoke(strategy, cell.strategies, names)
+    launchline.tp_args(cell.engine_recipe, run.tp)  # an engine without a tensor-parallel flag: refused now
     host = gpus.read() if run.gpus.mode != "none" else None
-    have_gpu, why_no_gpu = run.gpus.choose(host)
+    chosen_gpus = run.gpus.for_tp(run.tp, host)
+    have_gpu, why_no_gpu = chosen_gpus.choose(host)
     opts = SmokeOptions(
         strategies=chosen,
         model=model,
         layers=layer_list,
         gpus=have_gpu,
-        gpu_ids=run.gpus.ids,
+        gpu_ids=chosen_gpus.ids,
+        tp=run.tp,
         l3_without_gpu=run.gpus.mode == "none",
         no_gpu_reason=why_no_gpu,
         gpu_arch=host.arch if host is not None else None,

@@ -34,6 +34,10 @@ BUILDER_VERSION = "io.builder.builder-version"
 # (buildx --label), since the key covers the rendered Dockerfile itself
 CONTENT_KEY = "io.builder.content-key"
 AUDITED = ("sass", "ptx", "binaries")  # per compiled package, from the audit
+# the image's measured boot: seconds from start to serving the model list, the longest boot measured of this image
+# (read by `builder serve` to size its probes; no builder step writes it yet: an image without it gets the stated
+# default budget)
+BOOT_SECONDS = "io.builder.boot-seconds"
 
 
 def package(name: str, what: str) -> str:
@@ -107,6 +111,29 @@ def _arch_order(name: str) -> tuple[int, str]:
 # -- reading --------------------------------------------------------------------------------------------------
 def cell(labels: dict[str, str]) -> str | None:
     return labels.get(CELL)
+
+
+def jit_prebuilt(labels: dict[str, str]) -> bool:
+    """The image is warm: its JIT modules were built into it (a profile with jit = "prebuilt", whose cell id ends
+    in -jitprebuilt). An image that does not say so is cold."""
+    return (labels.get(CELL) or "").endswith("-jitprebuilt")
+
+
+def boot_seconds(labels: dict[str, str]) -> float | None:
+    """The boot the image's labels record (BOOT_SECONDS), None without the label; a value that is no positive
+    number is a UserError naming the label."""
+    from ..errors import UserError
+
+    raw = labels.get(BOOT_SECONDS)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400:
+        raise UserError(f"label {BOOT_SECONDS}={raw!r}: not a number of seconds (0 < s < 86400)")
+    return value
 
 
 def content_key(labels: dict[str, str]) -> str:

@@ -52,6 +52,7 @@ class BenchOptions:
     slo_ttft_ms: float | None = None
     lossless: bool = True
     gpus: bool = True
+    tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
 
 
 class GpuMemory:
@@ -167,7 +168,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
     tiny_args = bench_data.get("engines", {}).get(cell.engine, {}).get("tiny_args", []) if opts.model.tiny else []
     smoke_opts = layers.SmokeOptions(strategies=(strategy.name,), model=opts.model, gpus=opts.gpus,
                                      extra_args=tuple(tiny_args) + tuple(opts.extra_args), extra_env=opts.extra_env,
-                                     log_dir=opts.out_dir, boot_timeout=opts.boot_timeout)
+                                     log_dir=opts.out_dir, boot_timeout=opts.boot_timeout, tp=opts.tp)
     port = free_port()
     line = launch_line(cell, launcher, smoke_opts, strategy, port)
     env = {**HUB_OFF, **dict(strategy.env), **opts.extra_env}

@@ -79,6 +79,7 @@ class SmokeOptions:
     layers: tuple[str, ...] = LAYERS
     gpus: bool = False  # start the engine with the GPUs (L3 is skipped without them unless forced)
     gpu_ids: tuple[int, ...] = ()  # only these GPUs (--gpus 0,1); () every one
+    tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
     l3_without_gpu: bool = False  # --gpus none: run L3 anyway (CPU engines, test doubles)
     no_gpu_reason: str = "this host has no NVIDIA GPU"
     gpu_arch: int | None = None
@@ -343,7 +344,8 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
 def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
     """What L3 starts: builder/image/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
     return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
-                       dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args))
+                       dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args),
+                       tp=opts.tp)
 
 
 def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -> Result:
