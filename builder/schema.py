@@ -781,7 +781,10 @@ def _built_digest(value) -> str:
 
 
 BUILT_DIGEST = _grammar(_built_digest, 'an image digest like "sha256:<64 hex>"')
-LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME})
+LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME},
+                     optional={"vouched_by": Key(STR, "Who vouched for a digest this host pulled rather than built: "
+                                                      "the registry's ledger record and the key whose signature on it "
+                                                      "verified (absent: builder built it here).")})
 LEDGER_ENTRY = Table(required={"format": INT, "content_key": SHA256, "images": TableOf(LEDGER_IMAGE, key=BUILT_DIGEST)},
                      optional={"published": TableOf(BUILT_DIGEST, key=_grammar(grammar.image_ref, "an image reference"))})
 
@@ -879,6 +882,11 @@ DEFAULTS = Table(optional={
     "registry": Key(_said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
                     "Where publish pushes the images (REGISTRY/ENGINE:TAG), and the base of the \"registry\" wheel "
                     "store, build cache and image reuse."),
+    "ledger_public_key": Key(_said(grammar.line, "a path on one line"),
+                             "A PEM public key file (ECDSA P-256 or Ed25519), relative to the matrix file: a registry's "
+                             "ledger record is adopted for image reuse only when signed by this key (publish signs with "
+                             "the private key in BUILDER_LEDGER_SIGNING_KEY and refuses to push unsigned records); "
+                             "unset, reuse takes the registry's unsigned word and says so once per run."),
     "index": Key(_said(grammar.index_url, "a PEP 691 index URL"),
                  "The package index `builder lock` reads metadata and files from and pip installs from inside the "
                  "builds: set it to a mirror or a private index."),

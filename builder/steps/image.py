@@ -230,13 +230,14 @@ class ImageStep:
         ctx.note(f"content key {key}" if key else f"no content key: {inputs['why']}; the image is built")
 
     @staticmethod
-    def _ledger_record(ctx: CellContext, key: str, digest: str) -> None:
-        """Bind `digest` to `key` in the image ledger. A ledger that cannot be written (a read-only wheelhouse)
-        costs the next build its reuse, not this build its image: said, not raised."""
+    def _ledger_record(ctx: CellContext, key: str, digest: str, vouched_by: str = "") -> None:
+        """Bind `digest` to `key` in the image ledger (`vouched_by`: pulled on that signed record's word, not built
+        here). A ledger that cannot be written (a read-only wheelhouse) costs the next build its reuse, not this
+        build its image: said, not raised."""
         if ctx.opts.image_ledger is None:
             return
         try:
-            note = ledger.Ledger(ctx.opts.image_ledger).record_image(key, digest, ctx.cell.id)
+            note = ledger.Ledger(ctx.opts.image_ledger).record_image(key, digest, ctx.cell.id, vouched_by)
         except (OSError, BuilderError) as exc:
             ctx.note(f"WARNING: could not record {digest} for content key {key} in the image ledger "
                      f"{ctx.opts.image_ledger}: {getattr(exc, 'strerror', None) or exc}; "
@@ -281,29 +282,38 @@ class ImageStep:
                     return None
                 claim = reuse.Claim(f"registry: {ref}", found.digest, labels.content_key(found.labels))
                 verdict = reuse.judge(claim, key, first_key, pins_file,
-                                      reuse.registry_voucher(client, repository, published=opts.publish is not None))
+                                      reuse.registry_voucher(client, repository, published=opts.publish is not None,
+                                                             trusted=opts.ledger_key))
         except reuse.Unusable as exc:
             ctx.note(f"registry: {ref}: {exc}: building")
             return None
         if isinstance(verdict, reuse.Build):
             ctx.note(verdict.why)
             return None
+        if verdict.kind == reuse.UNSIGNED:
+            trust = reuse.trust_line(source.path)
+            if trust:
+                ctx.note(trust)
         checked = time.monotonic() - started
         artifacts = {"image": ref, "digest": found.digest, "archive": "", "attestations": [], "content_key": key,
                      "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3),
                      "bytes": found.size, "vouched_by": verdict.vouched_by}
         if opts.publish is not None:  # already where publish pushes: nothing to pull, nothing to push
-            ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index}
+            ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index,
+                               "vouched_by": verdict.vouched_by, "signed": verdict.kind == reuse.SIGNED}
             ctx.note(f"reuse {ref} ({found.digest}) from the registry: {verdict.why}; no build, no pull "
                      f"(checked in {checked:.1f}s)")
             return StepResult(self.name, cell.id, Status.OK, f"in the registry: {ref} (content key unchanged)",
                               artifacts={**artifacts, "pulled": False})
-        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict.why, artifacts, started)
+        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict, artifacts, started)
 
     def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, have: str, key: str,
-              pins_file: Path | None, said: str, artifacts: dict, started: float) -> StepResult | None:
+              pins_file: Path | None, verdict: reuse.Reuse, artifacts: dict, started: float) -> StepResult | None:
         """Pull the vouched image by its digest and name it: the run's own name, the cell's tag. Nothing is named
-        before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built."""
+        before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built.
+        This host's image ledger records the digest, with who vouched, only when a signature by the matrix's key
+        vouched for it: what the registry merely says is not written down as builder's."""
+        said = verdict.why
         cell, opts = ctx.cell, ctx.opts
         by_digest = f"{repository}@{found.digest}"
         ctx.note(f"reuse {found.ref} ({found.digest}) from the registry: {said}; pull by digest, no build, "
@@ -319,7 +329,11 @@ class ImageStep:
             return StepResult(self.name, cell.id, Status.FAILED, f"pulled {by_digest}, the daemon holds it as "
                               f"{loaded or 'nothing'} (the daemon needs the containerd image store: "
                               "scripts/setup-docker.sh turns it on)")
-        self._ledger_record(ctx, have, found.digest)  # recorded before the tag moves, as for a built image
+        if verdict.kind == reuse.SIGNED:  # recorded before the tag moves, as for a built image, with who vouched
+            self._ledger_record(ctx, have, found.digest, verdict.vouched_by)
+        else:
+            ctx.note(f"image ledger: {found.digest} not recorded (taken on the word of {verdict.vouched_by}, not "
+                     "built here nor signed)")
         run_name = run_name_of(cell)
         ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
         docker.tag_image(found.digest, run_name, opts.docker)
