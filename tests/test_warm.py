@@ -113,3 +113,30 @@ def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path
     assert "not a warm capture" in res.stderr
     res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP9", "--gpus", "none", cwd=tmp_path)
     assert res.returncode == 2, res.stderr
+
+
+# -- doctor --host and bench: the warm labels read back (no Docker) ---------------------------------------------
+def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
+    from builder.deploy import host
+    from builder.deploy.gpus import Gpu
+    from builder.image import labels
+
+    lab = dict(labels.warm_written({"strategy": "MTP2", "gpu": "NVIDIA H200", "gpu-arch": "sm90", "driver": "580.95.05",
+                                    "cold-boot-s": "500", "warm-boot-s": "52"}, "sha256:" + "a" * 64))
+    h200 = Gpu(index=0, name="NVIDIA H200", driver="580.95.05", compute_cap=90, brand="NVIDIA")
+    assert "this host matches" in host.warm_match(h200, lab) and "52 s" in host.warm_match(h200, lab)
+    a100 = Gpu(index=0, name="NVIDIA A100", driver="580.95.05", compute_cap=80, brand="NVIDIA")
+    line = host.warm_match(a100, lab)
+    assert "GPU arch sm80 (the layer: sm90)" in line and "the first boot will compile (cold boot 500 s" in line
+    assert host.warm_match(h200, {}) is None
+
+
+def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
+    from builder.deploy.bench import results, run
+
+    assert run.kv_cache_tokens("INFO GPU KV cache size: 4,096 tokens\n") == 4096
+    assert run.kv_cache_tokens("nothing") is None
+    old = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "cold"}]}
+    new = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "warm"}]}
+    assert "booted cold against warm" in results.comparable(old, new)[0]
+    assert results.comparable(old, old) == []
