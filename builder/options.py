@@ -107,7 +107,7 @@ def _reuse_from(m, value: str | None, publish, no_remote: bool = False):
         return publish.where
     if value == "none" or (value is None and no_remote):
         return None
-    return _reuse_path(m, value or "registry")
+    return _reuse_path(m, "registry" if value is None else value)
 
 
 def _reuse_path(m, value: str):

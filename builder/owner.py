@@ -7,8 +7,9 @@ process, when builder's process ends, however it ends. A docker CLI that dies en
 daemon cancels the solve.
 
 What lives in the daemon (an image's per-run name `<tag>-run-…`, a smoke container) carries its owner: builder's
-pid on this boot (`OWNER`, `<pid>@<boot id>`). A later run removes what an owner that is no longer alive left; what
-a live run owns (another build of the same cell, right now) is never touched.
+pid on this boot (`<pid>@<boot id>`; a container's label is image/labels.py OWNER). A later run removes what an
+owner that is no longer alive left; what a live run owns (another build of the same cell, right now) is never
+touched.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import re
 import signal
 
 PR_SET_PDEATHSIG = 1
-OWNER_LABEL = "io.builder.owner"
 
 
 try:  # resolved once here: the hook runs between fork and exec, where loading a library is not safe

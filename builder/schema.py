@@ -374,6 +374,12 @@ BINARY_SWITCH = Table(required={
 })
 
 # Every rule whose `versions` contains the version applies, in file order; later rules override keys.
+def _warm_glob(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._*?\[\]/-]+", value, re.ASCII) or value.startswith("/") or ".." in value.split("/"):
+        raise ValueError("is not a relative glob of letters, digits, . _ - / * ? [ ]")
+    return value
+
+
 RULE = Table(
     required={"versions": Key(VERSION_RANGE, "The package versions this rule applies to; every matching rule applies, "
                                              "in file order, later ones overriding keys of earlier ones.")},
@@ -463,6 +469,16 @@ RULE = Table(
         "jit_modules": Key(JIT_MODULE_USES, "The JIT modules the version builds at its first requests (names in the "
                                             "jit_modules table), per GPU family: their link libraries go into the "
                                             "runtime, smoke builds them, and jit = \"prebuilt\" builds them into the image."),
+        "compile_caches": Key(ListOf(TOKEN), "The compile caches the version fills at its first boot and requests (names "
+                                             "in the compile_caches table): the runtime image points each at its "
+                                             "directory under jit_cache_root, and `builder warm` captures that root."),
+        "warm_allowance": Key(ListOf(Table(
+            required={"glob": Key(_grammar(_warm_glob, "a glob like triton/*/kernel_name.* (relative to the cache root)"),
+                                  "Files under the cache root (fnmatch: * crosses /) a boot from a warm layer may "
+                                  "still write."),
+                      "why": Key(STR, "Why a warm boot writes them, with the evidence.")})),
+            "What a boot from a warm layer may still write under the cache root: smoke L3 of a warm image fails, "
+            "naming them, when the boot writes anything else."),
         "jit_paths": Key(ListOf(Table(
             required={"path": Key(STR, "The JIT path: what the engine compiles and where in its code.")},
             optional={"covered_by": Key(TOKEN, "What in smoke's JIT layer covers it: \"serve_jit.<name>\" or "
@@ -610,8 +626,21 @@ def _matching(pattern: str, why: str):
 
 _library = _matching(r"[A-Za-z][A-Za-z0-9_+]*", "is not a library name as -l takes it, like nvrtc or cublasLt")
 _generator = _matching(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", "is not module:function")
+_cache_subdir = _matching(r"[A-Za-z0-9_][A-Za-z0-9._-]*", "is not a plain directory name")
 _abs_dir = _matching(r"(/[A-Za-z0-9._-]+)+", "is not an absolute directory path without spaces or shell characters")
 
+
+# compile_caches: one compile cache an engine fills at its first boot, where the image puts it and what its key holds
+COMPILE_CACHE = Table(
+    required={"env": Key(ENV_NAME, "The variable naming the cache's directory: the runtime image sets it to "
+                                   "<jit_cache_root>/<subdir>."),
+              "subdir": Key(_grammar(_cache_subdir, "a directory name like triton"),
+                            "The cache's directory under the image's cache root."),
+              "holds": Key(STR, "What the engine writes there."),
+              "key": Key(STR, "What the cache's key holds (GPU arch, versions, model config, absolute paths): why a "
+                              "cache captured on one host or at one path is found on another, or not."),
+              "source": Key(STR, "The upstream file that names the variable and computes the key, for a reader to "
+                                 "check.")})
 
 # jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
 # JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator each
@@ -702,9 +731,13 @@ BUILT_IN = Table(
                                                                        "driven and what its modules link."),
               "jit_modules": Key(TableOf(JIT_MODULE, key=TOKEN), "The JIT modules engines build at their first "
                                                                  "requests, one generator each; rules name them."),
+              "compile_caches": Key(TableOf(COMPILE_CACHE, key=TOKEN), "Every compile cache engines fill at their "
+                                                                       "first boot, by name: its variable, its directory "
+                                                                       "under jit_cache_root, what its key holds."),
               "jit_cache_root": Key(_grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
-                                    "The image's one directory for the JIT caches of prebuilt modules (jit = "
-                                    "\"prebuilt\"); each framework's cache is a subdirectory.")})
+                                    "The image's one directory for its JIT and compile caches: prebuilt modules (jit "
+                                    "= \"prebuilt\") and every compile cache of the engine (compile_caches), each a "
+                                    "subdirectory; a warm layer holds exactly what a boot wrote there.")})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from builder import owner
+from builder.image import labels
 
 from .helpers import REPO
 
@@ -115,7 +116,7 @@ def test_the_next_run_drops_what_a_killed_run_left(local_bases, docker_engine, t
         for who, spec in (("orphan", gone), ("live", owner.owner())):
             name = f"builder-smoke-own{uuid.uuid4().hex[:8]}"
             subprocess.run(["docker", "create", "--name", name, "--label", "io.builder.smoke=1", "--label",
-                            f"{owner.OWNER_LABEL}={spec}", local_bases["debian"], "true"], check=True,
+                            f"{labels.OWNER}={spec}", local_bases["debian"], "true"], check=True,
                            capture_output=True)
             containers[who] = name
         DockerLauncher(local_bases["debian"]).close()  # a smoke run's launcher: it reaps as it starts

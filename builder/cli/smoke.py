@@ -46,9 +46,13 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
                    "strategies).")
 @click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,JIT,L2 (default: all; L3 needs a GPU).")
 @flags.run_flags
+@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
+              help="With --launcher process: the directory the engine's compile caches go to, each at its variable "
+                   "(engine data compile_caches); default the image's own root (/opt/jit-cache), so the caches sit at "
+                   "the paths an image has and a warm layer captured here or there fits both.")
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
-def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as_json):
+def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, out_dir, as_json):
     """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
     model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
@@ -106,12 +110,17 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
         extra_env=run.env,
         log_dir=out_dir.resolve() / cell.id,
     )
+    if cache_root is not None and run.launcher != "process":
+        raise UserError("--cache-root: only with --launcher process (an image's caches are at its own root)")
     if run.launcher == "docker":
         if not found.local:
             say(f"{image}: read from its registry; pulling it to run it")
             engine.pull(client, image)
         rep = smoke_image(cell, image, opts, say, client=client, subject=found)
     else:
+        from ..deploy.smoke import process_caches
+
+        process_caches(opts, cell, cache_root)
         rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:

@@ -134,7 +134,8 @@ def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: str,
         volumes.append(core.Volume(name="model", hostPath=core.HostPathVolumeSource(path=source.name, type="Directory")))
         mounts.append(core.VolumeMount(name="model", mountPath=inside, readOnly=True))
     env = [core.EnvVar(name=k, value=v) for k, v in s.env]
-    if not labels_mod.jit_prebuilt(labels):  # cold: what it compiles at its first requests survives a restart
+    # cold: what it compiles at its first requests survives a restart; a warm image (builder warm) carries it
+    if not labels_mod.jit_prebuilt(labels) and not labels_mod.warm(labels):
         root = kn.jit_cache_root()
         volumes.append(core.Volume(name="compile-cache", persistentVolumeClaim=core.PersistentVolumeClaimVolumeSource(
             claimName=opts.compile_cache_claim)) if opts.compile_cache_claim else

@@ -43,13 +43,14 @@ class BootBudget:
 
     boot_s: float | None  # the label's measured boot; None: no label
     seconds: int
+    label: str = labels_mod.BOOT_SECONDS  # the label it was read from (a warm image's warm boot)
 
     @classmethod
     def of(cls, labels: dict[str, str]) -> "BootBudget":
         boot = labels_mod.boot_seconds(labels)
         if boot is None:
             return cls(None, DEFAULT_BOOT_BUDGET_S)
-        return cls(boot, int(math.ceil(boot + max(boot, MIN_MARGIN_S))))
+        return cls(boot, int(math.ceil(boot + max(boot, MIN_MARGIN_S))), labels_mod.boot_label(labels))
 
     @property
     def failures(self) -> int:
@@ -62,7 +63,7 @@ class BootBudget:
             return (f"{self.seconds}s: the image records no boot (label {labels_mod.BOOT_SECONDS}); the stated default "
                     "(measured boots run 26 s to 11 min)")
         margin = self.seconds - self.boot_s
-        return (f"{self.seconds}s: the image's measured boot {self.boot_s:g}s (label {labels_mod.BOOT_SECONDS}) + "
+        return (f"{self.seconds}s: the image's measured boot {self.boot_s:g}s (label {self.label}) + "
                 f"margin {margin:g}s (the boot again, at least {MIN_MARGIN_S}s)")
 
 

@@ -28,6 +28,8 @@ strategy the engine version cannot run is refused from the data, with the data's
 
 from __future__ import annotations
 
+import fnmatch
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +93,13 @@ class SmokeOptions:
     log_dir: Path = Path("logs/smoke")
     probe_timeout: float = 600.0
     max_tokens: int = 64
+    # the image's compile caches (labels io.builder.cache-env, or the engine data's with --cache-root for a process):
+    # L3 boots with them and watches the root; `capture_to` receives what the boot wrote there (builder warm);
+    # `warm_allowance` not None: the image has a warm layer, and a boot that writes anything else fails
+    cache_env: dict[str, str] = field(default_factory=dict)
+    cache_root: str = ""
+    capture_to: Path | None = None
+    warm_allowance: tuple[str, ...] | None = None
 
 
 # -- small helpers -----------------------------------------------------------------------------------------
@@ -360,12 +369,12 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
     line = engine_line(cell, launcher, opts, strategy, port)
-    env = {**HUB_OFF, **dict(getattr(strategy, "env", ())), **opts.extra_env}
+    env = {**HUB_OFF, **opts.cache_env, **dict(getattr(strategy, "env", ())), **opts.extra_env}
     figures: dict = {"port": port}
     t0 = time.monotonic()
     try:
         engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
-                                     smoke.get("completions", "/v1/completions"))
+                                     smoke.get("completions", "/v1/completions"), watch_root=opts.cache_root)
     except StartFailed as exc:
         return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
 
@@ -373,7 +382,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
         text = why + (f"\nlast lines of the engine log:\n{engine.log_tail()}" if tail else "")
         return Result("L3", strategy.name, FAIL, text, time.monotonic() - t0, figures=figures, log=str(log_path))
 
-    try:
+    def body() -> Result:
         try:  # readiness: health 200 before the deadline, or the engine's exit, or the deadline
             figures["boot_s"] = engine.wait_ready(opts.boot_timeout)
         except BootFailed as exc:
@@ -461,8 +470,35 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
             why += f"; {int(drafts)} drafts" + (f", {int(draft_tokens)} draft tokens (= {int(drafts)} x {strategy.k})"
                                                   if draft_tokens is not None and strategy.k else "")
         return Result("L3", strategy.name, PASS, why, time.monotonic() - t0, figures=figures, log=str(log_path))
+
+    written = None
+    try:
+        result = body()
     finally:
-        engine.stop()
+        written = engine.stop(opts.capture_to)
+    return cache_verdict(result, written, opts, fail)
+
+
+def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
+    """What the boot wrote under the image's cache root, as figures; a warm image's boot (opts.warm_allowance not
+    None) that wrote anything beyond the allowance compiled what its warm layer should have held: L3 fails, naming
+    the files."""
+    if written is None:
+        return result
+    result.figures.update({"cache_root": written.root, "cache_files_written": len(written.files),
+                           "cache_bytes_written": written.bytes})
+    if written.outside is not None:
+        result.figures["written_outside_cache_root"] = written.outside[:50]
+    if opts.warm_allowance is None or result.status != PASS:
+        return result
+    extra = sorted(f for f in written.files if not any(fnmatch.fnmatchcase(f, g) for g in opts.warm_allowance))
+    if extra:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        failed = fail(f"the image has a warm layer, yet its boot compiled {len(extra)} file(s) under {written.root} "
+                      f"beyond the allowance ({' '.join(opts.warm_allowance) or 'none'}): {shown}", tail=False)
+        failed.figures.update(result.figures)
+        return failed
+    return result
 
 
 # -- one image ---------------------------------------------------------------------------------------------
