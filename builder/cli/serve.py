@@ -33,9 +33,9 @@ def _bind_address(value: str) -> str:
 @click.argument("image")
 @click.option("--strategy", required=True,
               help="A strategy of the engine data (e.g. MTP2): its real flags come from the engine data.")
-@click.option("--model", "model_path", required=True, type=click.Path(file_okay=False),
+@click.option("--model", "model_path", required=True, type=flags.FsPath(file_okay=False),
               help="The checkpoint directory on this host; mounted read-only at /models/<name>.")
-@click.option("--port", type=int, default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
+@click.option("--port", type=flags.Number(1, 65535, "a TCP port", integer=True), default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
 @click.option("--bind", default=flag_default("serve_bind"), show_default=True,
               help="The host address the port is published on (0.0.0.0: every interface).")
 @click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help=flags.GPUS_HELP)
