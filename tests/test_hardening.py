@@ -542,3 +542,31 @@ def _zip_differences(a: Path, b: Path) -> str:
                 if getattr(x, attr) != getattr(y, attr):
                     out.append(f"{x.filename}: {attr} {getattr(x, attr)} vs {getattr(y, attr)}")
     return "wheels differ: " + ("; ".join(out) or "only in the zip structure")
+
+
+# -- issue 34: every number and path flag of every verb, and the helper scripts' inputs ----------------------------
+from . import hardening_cases_inputs4 as inputs4  # noqa: E402 (its CASES are in hc.CASES already: plugged in)
+
+
+@pytest.mark.pure
+def test_every_number_and_path_flag_of_every_verb_has_its_cases():
+    """The generated cases come from click's command tree: each number flag has inf/-inf/nan/1e400/1e20, each
+    path flag a FIFO, a symlink loop, a socket and a device; a flag added later is covered by its type."""
+    ids = {c.id for c in hc.CASES}
+    params = inputs4.generated_params()
+    assert len(params) >= 70 and {"number", "path"} == {kind for *_, kind in params}
+    for path, flag, kind in params:
+        stem = f"i4-{'num' if kind == 'number' else 'path'}-{'-'.join(path)}-{flag.lstrip('-').lower()}"
+        wanted = ("inf", "neg-inf", "nan", "1e400", "1e20") if kind == "number" else ("fifo", "loop", "socket", "device")
+        assert {f"{stem}-{w}" for w in wanted} <= ids, (path, flag)
+    assert len(inputs4.CASES) + len(inputs4.SCRIPT_CASES) >= 150
+    assert {c.script for c in inputs4.SCRIPT_CASES} == set(inputs4.SCRIPTS)
+
+
+@pytest.mark.parametrize("case", inputs4.SCRIPT_CASES, ids=[c.id for c in inputs4.SCRIPT_CASES])
+def test_a_helper_script_refuses_bad_input_in_one_line_and_leaves_nothing_half_done(case):
+    """scripts/gpu-host-run, gpu-host-bundle and gen-reference, in-process from a private copy: the exit code,
+    one `error: ` line naming the problem, no traceback, no hang, nothing half-done (an earlier bundle, install
+    or page left as it was)."""
+    verdict = inputs4.check_script(case)
+    assert verdict.verdict == "clear", verdict.why
