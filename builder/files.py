@@ -128,3 +128,29 @@ def writable_dir(path: Path, what: str) -> None:
 def package_data(name: str) -> dict:
     """A TOML file of builder/data/, parsed once (callers copy before they change it)."""
     return tomllib.loads(resources.files("builder").joinpath("data", name).read_text())
+
+
+def check_kind(path: Path, what: str, want: str = "any") -> None:
+    """Refuse (UserError, one line naming `what` and the path) a path that exists but is not what a flag can use:
+    a FIFO, socket or device (opening one blocks or reads forever), a symlink loop, a directory where a file goes
+    (`want` "file") or a file where a directory goes ("directory"). Follows symlinks with stat, opens nothing; a
+    path that does not exist (or whose parent is not a directory) is left to the check that creates or reads it."""
+    import errno
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{what}: {path}: cannot read or use it: a symlink loop ({exc.strerror})") from None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return
+        raise UserError(f"{what}: {path}: cannot use it: {exc.strerror or exc}") from None
+    mode = st.st_mode
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else None)
+    if kind:
+        raise UserError(f"{what}: {path} is {kind}, not a {'directory' if want == 'directory' else 'regular file'}")
+    if want == "file" and stat.S_ISDIR(mode):
+        raise UserError(f"{what}: {path} is a directory, not a file")
+    if want == "directory" and not stat.S_ISDIR(mode):
+        raise UserError(f"{what}: {path} is a file, not a directory")

@@ -542,3 +542,50 @@ def _zip_differences(a: Path, b: Path) -> str:
                 if getattr(x, attr) != getattr(y, attr):
                     out.append(f"{x.filename}: {attr} {getattr(x, attr)} vs {getattr(y, attr)}")
     return "wheels differ: " + ("; ".join(out) or "only in the zip structure")
+
+
+# -- issue 34: every number and path flag of every verb, and the helper scripts' inputs ----------------------------
+from . import hardening_cases_inputs4 as inputs4  # noqa: E402 (its CASES are in hc.CASES already: plugged in)
+
+
+@pytest.mark.pure
+def test_every_number_and_path_flag_of_every_verb_has_its_cases():
+    """The generated cases come from click's command tree: each number flag has inf/-inf/nan/1e400/1e20, each
+    path flag a FIFO, a symlink loop, a socket and a device; a flag added later is covered by its type."""
+    ids = {c.id for c in hc.CASES}
+    params = inputs4.generated_params()
+    assert len(params) >= 70 and {"number", "path"} == {kind for *_, kind in params}
+    for path, flag, kind in params:
+        stem = f"i4-{'num' if kind == 'number' else 'path'}-{'-'.join(path)}-{flag.lstrip('-').lower()}"
+        wanted = ("inf", "neg-inf", "nan", "1e400", "1e20") if kind == "number" else ("fifo", "loop", "socket", "device")
+        assert {f"{stem}-{w}" for w in wanted} <= ids, (path, flag)
+    assert len(inputs4.CASES) + len(inputs4.SCRIPT_CASES) >= 150
+    assert {c.script for c in inputs4.SCRIPT_CASES} == set(inputs4.SCRIPTS)
+
+
+def test_no_flag_is_an_unbounded_number_or_an_unchecked_path():
+    """Every number flag is flags.Number (bounded, finite) and every path flag flags.FsPath (no FIFO, socket, device
+    or symlink loop): a flag declared with click's plain int, float or Path would escape the generated cases above."""
+    import click
+
+    from builder.cli import flags
+    from builder.cli.app import main
+
+    def walk(cmd, path=()):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, path + (name,))
+
+    plain = [f"{' '.join(path)} {p.opts[0] if p.opts else p.name}" for path, cmd in walk(main) for p in cmd.params
+             if isinstance(p.type, (click.types.IntParamType, click.types.FloatParamType, click.File))
+             or (isinstance(p.type, click.Path) and not isinstance(p.type, flags.FsPath))]
+    assert plain == []
+
+
+@pytest.mark.parametrize("case", inputs4.SCRIPT_CASES, ids=[c.id for c in inputs4.SCRIPT_CASES])
+def test_a_helper_script_refuses_bad_input_in_one_line_and_leaves_nothing_half_done(case):
+    """scripts/gpu-host-run, gpu-host-bundle and gen-reference, in-process from a private copy: the exit code,
+    one `error: ` line naming the problem, no traceback, no hang, nothing half-done (an earlier bundle, install
+    or page left as it was)."""
+    verdict = inputs4.check_script(case)
+    assert verdict.verdict == "clear", verdict.why

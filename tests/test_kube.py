@@ -220,7 +220,7 @@ def test_serve_kubernetes_writes_the_manifests_and_refuses_at_once(tmp_path):
     assert res.returncode == 0, res.stderr
     docs = validate((tmp_path / "out.yaml").read_text())
     assert container(docs)["image"] == "registry.example.com/ml/vllm" + DIGEST and len(docs) == 3
-    for args, message in ((["--tp", "0"], "--tp: 0"),
+    for args, message in ((["--tp", "0"], "--tp: '0' is not a tensor-parallel size at least 1 and at most 64"),
                           (["--tp", "2", "--gpus", "0"], "--gpus 0 names 1 GPU"),
                           (["--replicas", "2"], "a Kubernetes option"),
                           (["--kubernetes", "--gpu-family", "volta"], "--gpu-family volta"),

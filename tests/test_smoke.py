@@ -409,7 +409,7 @@ def test_smoke_verb_exits_1_and_prints_the_table_with_the_reason(tmp_path):
     (["--strategy", "MPT2"], "--strategy: 'MPT2' is not a strategy (did you mean 'MTP2'?)"),
     (["--layers", "L0,L5"], "--layers: L5 unknown"),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS': write NAME=VALUE"),
-    (["--port", "70000"], "--port: 70000 is not a TCP port"),
+    (["--port", "70000"], "--port: '70000' is not a TCP port"),
     (["--gpus", "first"], "--gpus: 'first': write auto, all, none or device ids like 0,1"),
     (["--out-dir", "a", "--report-dir", "b"], "--out-dir and --report-dir (its alias) name two directories"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a model directory"),

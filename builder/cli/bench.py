@@ -65,17 +65,17 @@ def bench():
               help="none,MTP2,MTP7,DFlash2 (comma-separated) or all: none + every strategy the image was built for.")
 @click.option("--workload", default="article", show_default=True,
               help="A workload of builder/data/bench.toml (article, quick), a TOML file of one, or a JSONL of prompts.")
-@click.option("--requests", type=int, default=None, callback=flags.number(1, 1_000_000, "a number of requests", False),
+@click.option("--requests", type=flags.Number(1, 1_000_000, "a number of requests", integer=True), default=None,
               help="Requests per run (default: the workload's).")
-@click.option("--concurrency", type=int, default=None, callback=flags.number(1, 100_000, "a number of clients", False),
+@click.option("--concurrency", type=flags.Number(1, 100_000, "a number of clients", integer=True), default=None,
               help="Concurrent clients (default: the workload's).")
-@click.option("--seed", type=int, default=None, callback=flags.number(0, 2**32 - 1, "a seed", False),
+@click.option("--seed", type=flags.Number(0, 2**32 - 1, "a seed", integer=True), default=None,
               help="The workload's seed (default: the workload's).")
-@click.option("--repeats", type=int, default=3, show_default=True, callback=flags.number(1, 1000, "a number of runs", False),
+@click.option("--repeats", type=flags.Number(1, 1000, "a number of runs", integer=True), default=3, show_default=True,
               help="Measured runs per strategy on one boot, after one discarded warm-up pass of the workload; a row "
                    "of fewer than 3 is marked not comparable, and `bench diff` refuses it.")
 @click.option("--no-warmup", is_flag=True, help="Skip the discarded warm-up pass of the workload before the repeats.")
-@click.option("--slo-ttft-ms", type=float, default=None, callback=flags.number(0, 3_600_000, "a number of milliseconds"),
+@click.option("--slo-ttft-ms", type=flags.Number(0, 3_600_000, "a number of milliseconds", lo_open=True), default=None,
               help="Goodput objective (default: the data's, 300 ms).")
 @click.option("--no-lossless", is_flag=True, help="Skip the greedy-output comparison with no speculation.")
 @flags.matrix
@@ -190,7 +190,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
 @bench.command("diff", epilog=EPILOG)
 @click.argument("old")
 @click.argument("new")
-@click.option("--min-change", type=float, default=None, callback=flags.number(0, 10, "a relative change", False),
+@click.option("--min-change", type=flags.Number(0, 10, "a relative change"), default=None,
               help="Smallest relative change that counts, e.g. 0.05 (default: the data's).")
 @flags.as_json
 def diff_cmd(old, new, min_change, as_json):

@@ -107,9 +107,9 @@ def build(m, sel, flags):
 @click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
               help="Where to push: images go to REGISTRY/<engine>:<tag> (default: the matrix's defaults.registry). "
                    "Credentials: BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD, else your docker login.")
-@click.option("--images-json", type=click.Path(dir_okay=False), default=None,
+@click.option("--images-json", type=flags.FsPath(dir_okay=False), default=None,
               help="The record of published images, updated in place (default: images.json next to the matrix).")
-@click.option("--retries", type=int, default=flag_default("retries"), show_default=True,
+@click.option("--retries", type=flags.Number(0, 99, "a number of retries", integer=True), default=flag_default("retries"), show_default=True,
               help="Retries per registry operation on transient errors (refused/reset connections, timeouts, "
                    "429, 5xx), with exponential backoff from 2 s (at most 60 s).")
 @click.option("--no-aliases", is_flag=True,

@@ -34,19 +34,74 @@ def _plain(x: float) -> str:
     return str(int(x)) if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
-def number(lo: float, hi: float, unit: str, lo_open: bool = True):
-    """A click callback: the flag's number, finite, above lo (from lo when not lo_open) and at most hi, else a
-    UserError naming the flag. One definition for every verb that takes the flag (smoke, bench, serve)."""
+class Number(click.ParamType):
+    """Every number flag's type: finite, above lo (from lo when not lo_open) and at most hi, a whole number when
+    `integer`; else a UserError naming the flag and the range (inf, nan, 1e400, 10**20 alike). `scale` reads a
+    unit suffix (k, m, g, t: KiB ... TiB) and returns bytes: sizes like --memory 4g."""
 
-    def check(ctx, param, value):
-        if value is None:
+    is_number = True
+    SIZES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def __init__(self, lo: float, hi: float, unit: str, integer: bool = False, lo_open: bool = False,
+                 scale: bool = False):
+        self.lo, self.hi, self.unit, self.integer, self.lo_open, self.scale = lo, hi, unit, integer, lo_open, scale
+        self.name = "size" if scale else "integer" if integer else "float"
+
+    def range(self) -> str:
+        show = (lambda n: self._size(n)) if self.scale else _plain
+        return f"{'above' if self.lo_open else 'at least'} {show(self.lo)} and at most {show(self.hi)}"
+
+    @staticmethod
+    def _size(n: float) -> str:
+        for suffix in ("t", "g", "m", "k"):
+            if n >= Number.SIZES[suffix] and n % Number.SIZES[suffix] == 0:
+                return f"{int(n // Number.SIZES[suffix])}{suffix}"
+        return _plain(n)
+
+    def convert(self, value, param, ctx):
+        flag = (max(param.opts, key=len) if param and param.opts else "value") if param else "value"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            n, text = value, _plain(value)
+        else:
+            text = str(value).strip()
+            n = self._parse(text)
+        if n is None or not (math.isfinite(n) and (self.lo < n if self.lo_open else self.lo <= n) and n <= self.hi):
+            raise UserError(f"{flag}: {text[:40]!r} is not {self.unit} {self.range()}")
+        return int(n) if self.integer or self.scale else float(n)
+
+    def _parse(self, text: str) -> float | None:
+        unit = 1
+        if self.scale:
+            low = text.lower().removesuffix("b").removesuffix("i")
+            if low and low[-1] in self.SIZES:
+                low, unit = low[:-1], self.SIZES[low[-1]]
+            text = low
+        if self.integer:
+            return int(text) if text.lstrip("+-").isdigit() and text.isascii() and len(text) < 40 else None
+        try:
+            n = float(text) * unit
+        except (ValueError, OverflowError):
             return None
-        if not (math.isfinite(value) and (lo < value if lo_open else lo <= value) and value <= hi):
-            raise UserError(f"{param.opts[0]}: {_plain(value)} is not {unit} {'above' if lo_open else 'from'} "
-                            f"{_plain(lo)} {'and at most' if lo_open else 'to'} {_plain(hi)}")
-        return value
+        return n if math.isfinite(n) else None
 
-    return check
+
+def number(lo: float, hi: float, unit: str, lo_open: bool = True, integer: bool = False) -> Number:
+    """The type of a number flag (kept under its former name): see Number."""
+    return Number(lo, hi, unit, integer=integer, lo_open=lo_open)
+
+
+class FsPath(click.Path):
+    """Every path flag's type: click.Path, and a path that exists is refused while click reads the flag when it is
+    a FIFO, socket or device (reading or writing one would block or leak), a symlink loop, a directory where a file
+    goes or a file where a directory goes (builder/files.py: check_kind). Nothing is opened."""
+
+    def convert(self, value, param, ctx):
+        flag = max(param.opts, key=len) if param is not None and param.opts and param.opts[0].startswith("-") else \
+            (param.human_readable_name if param is not None else "path")
+        want = "file" if not self.dir_okay else "directory" if not self.file_okay else "any"
+        if value is not None and str(value) != "":
+            files.check_kind(Path(os.fsdecode(value)), flag, want)
+        return super().convert(value, param, ctx)
 
 
 def _declare(*args, **kwargs):
@@ -55,9 +110,9 @@ def _declare(*args, **kwargs):
 
 # -- one flag each --------------------------------------------------------------------------------------------
 matrix = _declare("--matrix", "matrix_path", default=flag_default("matrix"), show_default=True,
-                  type=click.Path(dir_okay=False), help="The matrix file.")
+                  type=FsPath(dir_okay=False), help="The matrix file.")
 as_json = _declare("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
-wheelhouse = _declare("--wheelhouse", "wheelhouse_dir", type=click.Path(file_okay=False), default=None,
+wheelhouse = _declare("--wheelhouse", "wheelhouse_dir", type=FsPath(file_okay=False), default=None,
                       help="Local wheel cache (default: wheelhouse/ next to the matrix file).")
 arch = _declare("--arch", "arch", default=None, help="SM archs, e.g. 80,90.")
 profile = _declare("--profile", multiple=True,
@@ -78,17 +133,18 @@ python = _declare("--python", "python", default=flag_default("python"), show_def
 GPUS_HELP = ("auto: the GPUs when nvidia-smi finds some; all: every GPU (refused without one); none: no GPUs (CPU "
              "engines, test doubles); or device ids like 0,1.")
 gpus = _declare("--gpus", default=flag_default("gpus"), show_default=True, help=GPUS_HELP)
-boot_timeout = _declare("--boot-timeout", type=float, default=flag_default("boot_timeout"), show_default=True,
-                        callback=number(0, MAX_BOOT_TIMEOUT, "a number of seconds"),
+boot_timeout = _declare("--boot-timeout", type=Number(0, MAX_BOOT_TIMEOUT, "a number of seconds", lo_open=True),
+                        default=flag_default("boot_timeout"), show_default=True,
                         help=f"Seconds the engine may take to become ready (at most {MAX_BOOT_TIMEOUT:.0f}).")
-port = _declare("--port", "port", type=int, default=None, help="Port on 127.0.0.1 for the engine (default: a free one).")
+port = _declare("--port", "port", type=Number(1, 65535, "a TCP port", integer=True), default=None, help="Port on 127.0.0.1 for the engine (default: a free one).")
 engine_args = _declare("--engine-args", default="",
                        help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
 env = _declare("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
 TP_HELP = ("Tensor parallel: the GPUs one engine shards the model over. Adds the engine's own flag from the engine "
            "data (vLLM --tensor-parallel-size, SGLang --tp-size) and asks N GPUs; more than the host has, or an "
            "engine without the flag, is refused.")
-tp = _declare("--tp", "tp", type=int, default=1, show_default=True, help=TP_HELP)
+tp = _declare("--tp", "tp", type=Number(1, 64, "a tensor-parallel size", integer=True), default=1, show_default=True,
+              help=TP_HELP)
 
 
 def run_flags(f):
@@ -122,9 +178,9 @@ def out_dir(default_key: str, what: str):
         return value
 
     def decorate(f):
-        @click.option("--out-dir", "out_dir", type=click.Path(file_okay=False), default=None,
+        @click.option("--out-dir", "out_dir", type=FsPath(file_okay=False), default=None,
                       help=f"{what} (default: {flag_default(default_key)}).")
-        @click.option("--report-dir", "report_dir", type=click.Path(file_okay=False), default=None, hidden=True,
+        @click.option("--report-dir", "report_dir", type=FsPath(file_okay=False), default=None, hidden=True,
                       callback=note, expose_value=True)
         @wraps(f)
         def wrapper(*args, out_dir, report_dir, **kwargs):
@@ -208,20 +264,20 @@ def cache(plan_flag: bool = False):
 # The flags build, publish and verify-repro share. verify-repro takes the REPRO subset: its two builds start
 # from nothing, so wheel cache, layer cache, smoke and progress flags do not apply.
 _BUILD = {
-    "ca_bundle": _declare("--ca-bundle", type=click.Path(dir_okay=False), default=lambda: os.environ.get("BUILDER_CA_BUNDLE"),
+    "ca_bundle": _declare("--ca-bundle", type=FsPath(dir_okay=False), default=lambda: os.environ.get("BUILDER_CA_BUNDLE"),
                           help="CA bundle for HTTPS inside the build, passed as a BuildKit secret (never a layer). "
                                "Env: BUILDER_CA_BUNDLE."),
     "allow_unpinned": _declare("--allow-unpinned", is_flag=True,
                                help="Build git sources known only by tag (the lock could not resolve a commit)."),
-    "max_jobs": _declare("--max-jobs", type=int, default=None, help="Override MAX_JOBS (default: from cores and free RAM)."),
-    "nvcc_threads": _declare("--nvcc-threads", type=int, default=None, help="Override NVCC_THREADS."),
-    "log_dir": _declare("--log-dir", type=click.Path(file_okay=False), default=flag_default("log_dir"), show_default=True,
+    "max_jobs": _declare("--max-jobs", type=Number(1, 4096, "a number of jobs", integer=True), default=None, help="Override MAX_JOBS (default: from cores and free RAM)."),
+    "nvcc_threads": _declare("--nvcc-threads", type=Number(1, 4096, "a number of threads", integer=True), default=None, help="Override NVCC_THREADS."),
+    "log_dir": _declare("--log-dir", type=FsPath(file_okay=False), default=flag_default("log_dir"), show_default=True,
                         help="One log file per cell (verify-repro: LOG_DIR/verify-repro/{first,second}/<cell>.log)."),
-    "work_dir": _declare("--work-dir", type=click.Path(file_okay=False), default=flag_default("work_dir"),
+    "work_dir": _declare("--work-dir", type=FsPath(file_okay=False), default=flag_default("work_dir"),
                          show_default=True,
                          help="Rendered Dockerfiles, exported wheels before they enter the wheelhouse, BuildKit metadata "
                               "(verify-repro: WORK_DIR/verify-repro/<cell>/{first,second})."),
-    "pins_dir": _declare("--pins-dir", type=click.Path(file_okay=False), default=None,
+    "pins_dir": _declare("--pins-dir", type=FsPath(file_okay=False), default=None,
                          help="Where runtime-pins/<cell>.txt files live (default: runtime-pins/ next to the matrix)."),
     "builder": _declare("--builder", "buildx_builder", default=None, metavar="NAME",
                         help="The buildx builder to build on (`docker buildx ls`; a docker context name is one): another "

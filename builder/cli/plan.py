@@ -47,7 +47,7 @@ def plan(m, sel, wheelhouse_dir, cache_flags, as_json):
 
 @main.command()
 @flags.selection
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--out", "out_dir", type=flags.FsPath(file_okay=False), default=None,
               help="Write <cell-id>.Dockerfile files here instead of stdout.")
 def render(m, sel, out_dir):
     """Render the Dockerfile of each selected cell.

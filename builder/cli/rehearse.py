@@ -10,7 +10,7 @@ import json
 import click
 
 from .. import rehearse as rh
-from ..errors import Failed, UserError
+from ..errors import Failed
 from ..progress import duration
 from . import flags
 from .app import main
@@ -18,21 +18,6 @@ from .app import main
 
 def _say(text: str) -> None:
     click.echo(text, err=True)
-
-
-def _memory(ctx, param, value):
-    if value is None:
-        return None
-    units = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-    text = value.strip().lower().removesuffix("b")
-    num, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
-    try:
-        size = int(float(num) * units[unit])
-    except ValueError:
-        raise UserError(f"--memory {value!r}: expected a size like 512m or 4g") from None
-    if size < 6 * 1024**2:  # Docker's own floor
-        raise UserError(f"--memory {value!r}: Docker needs at least 6m")
-    return size
 
 
 def format_package(r: dict) -> str:
@@ -70,10 +55,11 @@ def format_package(r: dict) -> str:
 @click.option("--unit", "units", multiple=True, metavar="PATTERN",
               help="Also compile the translation units whose source matches (fnmatch or substring; repeatable). "
                    "Default: the heaviest unit (most SASS targets) of each binary.")
-@click.option("--memory", callback=_memory, default=None, metavar="SIZE",
+@click.option("--memory", type=flags.Number(6 << 20, 4 << 40, "a memory size", scale=True),
+              default=None, metavar="SIZE",
               help="Memory limit of each unit's container (e.g. 4g): rehearse a smaller host.")
 @click.option("--keep", is_flag=True, help="Keep the rehearsal's images (builder-rehearse*).")
-@click.option("--wheelhouse", "wheelhouse_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--wheelhouse", "wheelhouse_dir", type=flags.FsPath(file_okay=False), default=None,
               help="The wheelhouse whose earlier compiles give today's estimate (default: wheelhouse/ next to the "
                    "matrix); read only.")
 def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):

@@ -47,11 +47,12 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
               help="The checkpoint: a directory on this host (docker: mounted read-only at /models/<name>), "
                    "volume:NAME (a docker named volume), pvc:CLAIM[/PATH] or hostpath:/DIR (Kubernetes; an absolute "
                    "path is a node's directory there).")
-@click.option("--port", type=int, default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
+@click.option("--port", type=flags.Number(1, 65535, "a TCP port", integer=True), default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
 @click.option("--bind", default=flag_default("serve_bind"), show_default=True,
               help="The host address the port is published on (0.0.0.0: every interface).")
 @click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help=flags.GPUS_HELP)
-@click.option("--tp", "tp", type=int, default=1, show_default=True, help=flags.TP_HELP)
+@click.option("--tp", "tp", type=flags.Number(1, 64, "a tensor-parallel size", integer=True), default=1,
+              show_default=True, help=flags.TP_HELP)
 @click.option("--shm-size", "shm", default=serve_mod_default("DEFAULT_SHM"), show_default=True,
               help="/dev/shm for NCCL between the tensor-parallel ranks: docker's --shm-size, a memory emptyDir's "
                    "sizeLimit on Kubernetes.")
@@ -60,10 +61,10 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
 @click.option("--name", default=None, help="The container's name (Kubernetes: the Deployment's and Service's).")
 @click.option("--kubernetes", "kubernetes", is_flag=True,
               help="Write Kubernetes manifests instead (a Deployment and a Service; the image by digest).")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", "output", type=flags.FsPath(dir_okay=False), default=None,
               help="Write the manifests to FILE (default: stdout). Kubernetes only, as the options below.")
 @click.option("--namespace", default=None, help="The manifests' namespace (default: none, kubectl's).")
-@click.option("--replicas", type=int, default=None, help="The Deployment's replicas (default 1).")
+@click.option("--replicas", type=flags.Number(1, 1000, "a number of replicas", integer=True), default=None, help="The Deployment's replicas (default 1).")
 @click.option("--anti-affinity", "anti_affinity", is_flag=True, default=None,
               help="Replicas on different hosts (a required pod anti-affinity on kubernetes.io/hostname).")
 @click.option("--pod-monitor", "pod_monitor", is_flag=True, default=None,

@@ -53,14 +53,14 @@ def _epoch(image: str) -> str:
 @click.option("--cache-root", "cache_root", default=None, metavar="DIR",
               help="With --launcher process: where the engine's compile caches go (default the image's own root, so "
                    "the captured paths are the image's paths); it must be empty.")
-@click.option("--from-dir", "from_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--from-dir", "from_dir", default=None, type=flags.FsPath(file_okay=False),
               help="Pack a capture made elsewhere (DIR/tree/ and DIR/warm.json, as this verb writes them): no boot.")
-@click.option("--out", "out_dir", default="warm", show_default=True, type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", default="warm", show_default=True, type=flags.FsPath(file_okay=False),
               help="Captures go to DIR/<warm tag>/ (tree/, warm.json, the engine logs).")
 @click.option("--push", "registry", default=None, metavar="REGISTRY",
               help="Push the warm image by digest to REGISTRY (the publish code path) and list it in images.json "
                    "beside its cold image.")
-@click.option("--images-json", default="images.json", show_default=True, type=click.Path(dir_okay=False),
+@click.option("--images-json", default="images.json", show_default=True, type=flags.FsPath(dir_okay=False),
               help="With --push: the images.json to list it in.")
 @flags.as_json
 def warm(image, strategy, matrix_path, run, cache_root, from_dir, out_dir, registry, images_json, as_json):

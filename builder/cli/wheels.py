@@ -92,7 +92,7 @@ def wheels_verify(matrix_path, wheelhouse_dir, move_aside):
 @flags.selection
 @flags.wheelhouse
 @click.option("--unused", is_flag=True, help="Remove entries whose key no selected cell uses (select with --profile all).")
-@click.option("--older-than", type=float, default=None, help="Remove entries built more than this many days ago.")
+@click.option("--older-than", type=flags.Number(0, 100_000, "a number of days"), default=None, help="Remove entries built more than this many days ago.")
 @click.option("--leftovers", is_flag=True, help="Remove quarantined entries and temporary directories of dead builds.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 def wheels_prune(m, sel, wheelhouse_dir, unused, older_than, leftovers, dry_run):
