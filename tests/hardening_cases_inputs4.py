@@ -226,16 +226,19 @@ def sums_file(make: Callable[[Path], None] | str | bytes):
     return setup
 
 
+def _write(p: Path, text: str | bytes | Callable[[Path], None]) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if callable(text):
+        text(p)
+    elif isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+
+
 def spec_file(text: str | bytes | Callable[[Path], None], at: str = f"scripts/gpu-host/{NAME}.toml"):
     def setup(tmp: Path, root: Path, store: Path) -> None:
-        p = root / at
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if callable(text):
-            text(p)
-        elif isinstance(text, bytes):
-            p.write_bytes(text)
-        else:
-            p.write_text(text)
+        _write(root / at, text)
 
     return setup
 
@@ -335,14 +338,7 @@ def _spec_cases() -> list[ScriptCase]:
 
 def _store_spec(text):
     def setup(tmp: Path, root: Path, store: Path) -> None:
-        p = store / NAME / "spec.toml"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if callable(text):
-            text(p)
-        elif isinstance(text, bytes):
-            p.write_bytes(text)
-        else:
-            p.write_text(text)
+        _write(store / NAME / "spec.toml", text)
 
     return setup
 
