@@ -188,3 +188,75 @@ def serve(mode: str) -> Iterator[tuple[str, list[int]]]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+# -- a logging impostor registry: what every request carried -----------------------------------------------
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """A registry impostor (a test double): records every request (method, path, Authorization header) and
+    answers 401 with `challenge` to everything but a token request (path starting /token), which gets a token."""
+
+    protocol_version = "HTTP/1.0"
+    challenge = 'Basic realm="impostor"'
+    seen: list[tuple[str, str, str]]
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.seen.append((self.command, self.path, self.headers.get("Authorization", "")))
+        if self.path.startswith("/token"):
+            body = b'{"token": "impostor-token"}'
+            self.send_response(200)
+        else:
+            body = b'{"errors": [{"code": "UNAUTHORIZED"}]}'
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", self.challenge.replace("{self}", self.headers.get("Host", "")))
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
+    do_POST = do_GET
+    do_PUT = do_GET
+    do_PATCH = do_GET
+
+
+@contextlib.contextmanager
+def impostor(challenge: str = 'Basic realm="impostor"') -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
+    """(host:port, the requests it saw: (method, path, Authorization)) of a logging impostor registry on 127.0.0.1.
+    `challenge` is its WWW-Authenticate; "{self}" in it becomes the Host the request named."""
+    seen: list[tuple[str, str, str]] = []
+    handler = type("Impostor", (_Impostor,), {"challenge": challenge, "seen": seen})
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def carried(seen: list[tuple[str, str, str]], password: str) -> list[tuple[str, str]]:
+    """The requests of an impostor's log that carried `password` (in a Basic header, decoded, or anywhere else)."""
+    import base64
+    import binascii
+
+    out = []
+    for method, path, auth in seen:
+        text = auth + " " + path
+        if auth.lower().startswith("basic "):
+            try:
+                text += " " + base64.b64decode(auth.split(" ", 1)[1]).decode(errors="replace")
+            except (binascii.Error, ValueError):
+                pass
+        if password in text:
+            out.append((method, path))
+    return out
