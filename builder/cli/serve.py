@@ -72,7 +72,8 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
     strategy = strategies.one(strategy, strategies.known(kn))  # the engine data's names, extra files included
     found = subject.read(image, files=False)  # the daemon's, else the registry's: nothing pulled
-    line = serve_mod.serve_line(image, found.labels, kn, strategy, Path(model_path),
+    # the digest read, never the tag: what runs is what was read (local: its repo digest, else its ID)
+    line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, Path(model_path),
                                 port=port, bind=bind, gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
                                 drafter=drafter, name=name, extra_args=extra)
     for note in line.notes:

@@ -103,10 +103,8 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
         log_dir=out_dir.resolve() / cell.id,
     )
     if run.launcher == "docker":
-        if not found.local:
-            say(f"{image}: read from its registry; pulling it to run it")
-            engine.pull(client, image)
-        rep = smoke_image(cell, image, opts, say, client=client, subject=found)
+        rep = smoke_image(cell, image, opts, say, client=client, subject=found,
+                          run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
         rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
