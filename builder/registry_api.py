@@ -113,6 +113,8 @@ class Unusable(Exception):
 CAUSES = {  # Unusable.cause → what it means, for a deployer's one line
     "credentials": "access refused (credentials)",
     "timeout": "the registry did not answer in time",
+    "unreachable": "the registry cannot be reached",
+    "redirects": "the registry redirects in a loop",
     "http": "the registry answered an HTTP error",
     "server": "the registry failed (HTTP 5xx)",
     "digest": "the registry's bytes do not match their digest",
@@ -120,6 +122,14 @@ CAUSES = {  # Unusable.cause → what it means, for a deployer's one line
     "not-json": "the registry's answer is not JSON",
     "shape": "the registry's answer has the wrong shape",
 }
+
+
+def _network_cause(exc: BaseException) -> str:
+    if isinstance(exc, requests.TooManyRedirects):
+        return "redirects"
+    if isinstance(exc, (net.TooSlow, requests.Timeout)):
+        return "timeout"
+    return "unreachable" if isinstance(exc, requests.ConnectionError) else "timeout"
 
 
 def _status_cause(code: int) -> str:
@@ -205,7 +215,8 @@ class Client:
                 else:
                     break
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"the registry {self.source.host} did not answer ({first_line(exc)})", "timeout") from None
+            raise Unusable(f"the registry {self.source.host} did not answer ({first_line(exc)})", _network_cause(exc)) \
+                from None
         if resp.status_code in (401, 403):
             resp.close()
             sent_creds = self.source.credentials and (self._basic or self._token_with_credentials)
@@ -230,7 +241,8 @@ class Client:
         try:
             resp = self.session.get(realm, params=params, auth=creds, stream=True, allow_redirects=False)
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"the registry's token service {realm} did not answer ({first_line(exc)})", "timeout") from None
+            raise Unusable(f"the registry's token service {realm} did not answer ({first_line(exc)})",
+                           _network_cause(exc)) from None
         body = self.read(resp, f"a token from {realm}", 1 << 20)
         if resp.status_code in (401, 403):
             raise Unusable(f"the registry's token service {realm} refused "
@@ -251,7 +263,7 @@ class Client:
         try:
             return net.read_document(resp, what, limit)
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"reading {what}: {first_line(exc)}", "timeout") from None
+            raise Unusable(f"reading {what}: {first_line(exc)}", _network_cause(exc)) from None
         except net.TooLarge:
             raise Unusable(f"{what} is larger than {limit} bytes", "too-large") from None
         finally:

@@ -260,3 +260,57 @@ def carried(seen: list[tuple[str, str, str]], password: str) -> list[tuple[str, 
         if password in text:
             out.append((method, path))
     return out
+
+
+# -- a registry serving the documents it is given: shapes no real registry would hold -------------------------
+class _Shaped(http.server.BaseHTTPRequestHandler):
+    """A registry stand-in (a test double: a real registry checks what it is given) serving `documents`: a tag or
+    a digest → (body, media type, Docker-Content-Digest or None for the body's own). GET /v2/ answers like a
+    registry; a blob is served by its digest; anything else is 404."""
+
+    protocol_version = "HTTP/1.0"
+    documents: dict
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        import hashlib
+
+        path = self.path.split("?")[0]
+        kind, _, ref = path.rstrip("/").rpartition("/")
+        found = self.documents.get(ref) if kind.endswith(("/manifests", "/blobs")) else None
+        if path.rstrip("/") == "/v2":
+            body, media, said = b"{}", "application/json", None
+        elif found is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        else:
+            body, media, said = found
+        self.send_response(200)
+        self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Type", media)
+        self.send_header("Docker-Content-Digest", said or "sha256:" + hashlib.sha256(body).hexdigest())
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+
+@contextlib.contextmanager
+def shaped(documents: dict) -> Iterator[str]:
+    """host:port of a registry stand-in serving `documents` (see _Shaped) on 127.0.0.1."""
+    handler = type("Shaped", (_Shaped,), {"documents": documents})
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
