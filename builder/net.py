@@ -723,11 +723,12 @@ def bound_registry_host() -> str | None:
     value = os.environ.get("BUILDER_REGISTRY_HOST")
     if value is None or value == "":
         return None
-    if not _REGISTRY_HOST.fullmatch(value):
+    port = value.rpartition(":")[2] if _REGISTRY_HOST.fullmatch(value) and not value.endswith("]") else ""
+    if not _REGISTRY_HOST.fullmatch(value) or (port.isdigit() and ":" in value and not 0 < int(port) < 65536):
         from .grammar import describe
 
-        raise UserError(f"BUILDER_REGISTRY_HOST: {describe(value)} is not a registry host (HOST[:PORT], e.g. "
-                        "ghcr.io or 127.0.0.1:5000)")
+        raise UserError(f"BUILDER_REGISTRY_HOST: {describe(value)} is not a registry host (HOST[:PORT], port 1-65535, "
+                        "e.g. ghcr.io or 127.0.0.1:5000)")
     return value
 
 
