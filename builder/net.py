@@ -712,7 +712,7 @@ _DOCKER_HUB = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 _REGISTRY_HOST = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?)(?::[0-9]{1,5})?")
 
 
-def _same_host(a: str, b: str) -> bool:
+def same_host(a: str, b: str) -> bool:
     a, b = a.lower(), b.lower()
     return a == b or (a in _DOCKER_HUB and b in _DOCKER_HUB)
 
@@ -725,9 +725,7 @@ def bound_registry_host() -> str | None:
         return None
     port = value.rpartition(":")[2] if _REGISTRY_HOST.fullmatch(value) and not value.endswith("]") else ""
     if not _REGISTRY_HOST.fullmatch(value) or (port.isdigit() and ":" in value and not 0 < int(port) < 65536):
-        from .grammar import describe
-
-        raise UserError(f"BUILDER_REGISTRY_HOST: {describe(value)} is not a registry host (HOST[:PORT], port 1-65535, "
+        raise UserError(f"BUILDER_REGISTRY_HOST: {redact(value)[:80]!r} is not a registry host (HOST[:PORT], port 1-65535, "
                         "e.g. ghcr.io or 127.0.0.1:5000)")
     return value
 
@@ -739,7 +737,7 @@ def env_credentials_apply(host: str, given: bool) -> bool:
     --reuse-from on the matrix's registry host). An image named to serve, smoke, bench or doctor --host, a base
     image, or a --reuse-from on another host gets them only when BUILDER_REGISTRY_HOST names its host."""
     bound = bound_registry_host()
-    return _same_host(host, bound) if bound is not None else given
+    return same_host(host, bound) if bound is not None else given
 
 
 def registry_credentials(host: str, given: bool = False) -> tuple[tuple[str, str] | None, str]:

@@ -77,7 +77,7 @@ class RegistryPath:
         port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", ref.registry)
         if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
             raise UserError(f"{flag}: {describe(path)}: port {port.group(1)} is out of range (1-65535)")
-        own = net._same_host(ref.registry, given) if isinstance(given, str) else given
+        own = net.same_host(ref.registry, given) if isinstance(given, str) else given
         return cls(path, endpoint(ref.registry, own))
 
     # a Client reads these four as it reads an Endpoint's
@@ -414,7 +414,7 @@ def realm_trusted(challenge: str, host: str) -> str:
     """"" when a bearer challenge's token realm may see `host`'s credentials (a realm on that very host, or any
     over https); else the realm (another host over plain http: never handed them)."""
     realm = dict(re.findall(r'(\w+)="([^"]*)"', challenge)).get("realm", "")
-    if realm.startswith("https://") or net._same_host(urlsplit(realm).netloc.rpartition("@")[2], host):
+    if realm.startswith("https://") or net.same_host(urlsplit(realm).netloc.rpartition("@")[2], host):
         return ""
     return net.redact(realm)[:200] or "no realm"
 
