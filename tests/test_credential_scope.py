@@ -190,7 +190,7 @@ def test_the_credentials_still_work_against_their_own_host(auth_registry, monkey
     with registry_api.Client(where) as client:
         digest = _push_image(client, repository, tag, {"io.builder.engine": "vllm"})
     ref = f"{repository}:{tag}"
-    with pytest.raises(EnvironmentProblem, match="access refused \(credentials\)") as caught:
+    with pytest.raises(EnvironmentProblem, match=r"access refused \(credentials\)") as caught:
         subject.read_registry(ref)
     assert "\n" not in str(caught.value)
     monkeypatch.setenv("BUILDER_REGISTRY_HOST", auth_registry.host)

@@ -76,6 +76,8 @@ def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_a
     line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, Path(model_path),
                                 port=port, bind=bind, gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
                                 drafter=drafter, name=name, extra_args=extra)
+    if found.digest and found.digest != image:
+        click.echo(f"# {image} read as {found.digest}: the command runs that image, wherever the tag moves", err=True)
     for note in line.notes:
         click.echo(f"# {note}", err=True)
     if line.health:
