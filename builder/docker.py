@@ -27,6 +27,7 @@ from typing import Callable, TextIO
 
 from .errors import CommandError, EnvironmentProblem
 from .imageref import ImageRef
+from .owner import die_with_parent
 
 log = logging.getLogger("builder.commands")
 
@@ -47,7 +48,7 @@ def run(argv: list[str], *, timeout: float | None = None, check: bool = True,
     """Run a command to completion, capturing its output. With check, a non-zero exit raises CommandError."""
     try:
         proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                              env={**os.environ, **env} if env else None)
+                              env={**os.environ, **env} if env else None, preexec_fn=die_with_parent)
     except FileNotFoundError:
         raise _missing(argv) from None
     except subprocess.TimeoutExpired as exc:
@@ -61,7 +62,8 @@ def probe(argv: list[str], timeout: float = 20.0) -> tuple[int, str, str]:
     """(returncode, stdout, stderr) and never an exception, for checks: 127 when the tool is missing,
     124 on timeout, 126 when it cannot be started."""
     try:
-        proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                              preexec_fn=die_with_parent)
     except FileNotFoundError:
         return 127, "", f"{argv[0]}: not found"
     except subprocess.TimeoutExpired:
@@ -74,7 +76,7 @@ def probe(argv: list[str], timeout: float = 20.0) -> tuple[int, str, str]:
 def popen(argv: list[str], **kwargs) -> subprocess.Popen:
     """Start a command whose output the caller streams (e.g. `docker export`)."""
     try:
-        return subprocess.Popen(_logged(argv), **kwargs)
+        return subprocess.Popen(_logged(argv), preexec_fn=die_with_parent, **kwargs)
     except FileNotFoundError:
         raise _missing(argv) from None
 
@@ -395,6 +397,12 @@ def point_tag(target: str, digest: str, docker: str = "docker") -> None:
         time.sleep(0.05 * 2 ** attempt)
 
 
+def local_tags(repository: str, docker: str = "docker") -> list[str]:
+    """The tags the local daemon holds for REPOSITORY (REGISTRY/PATH, no tag); [] when it holds none."""
+    code, out, _ = probe([docker, "image", "ls", "--format", "{{.Tag}}", repository], timeout=60)
+    return [t for t in out.split() if t and t != "<none>"] if code == 0 else []
+
+
 def untag_image(ref: str, docker: str = "docker", missing_ok: bool = False) -> bool:
     """Remove the name REF (the image stays while another name holds it); with missing_ok a name that does not
     exist is no error. Whether a name was removed."""
@@ -481,11 +489,11 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
              mounts: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = (), name: str | None = None,
              ipc: str | None = None, network: str | None = None, memory: int | None = None,
              writable: tuple[tuple[str, str], ...] = (), entrypoint: str | None = None, remove: bool = True,
-             docker: str = "docker") -> list[str]:
+             docker: str = "docker", shm_size: str | None = None, options: tuple[str, ...] = ()) -> list[str]:
     """`docker run` (`--rm` unless not `remove`) of IMAGE with its ENTRYPOINT (or `entrypoint`) and ARGS: GPUs
     ("all" or "device=0,1"), a network ("none"), a memory limit in bytes (swap included: no swapping past it),
     published ports ("127.0.0.1:8000:8000"), read-only bind mounts and writable ones (host path, container
-    path), environment."""
+    path), environment, /dev/shm's size ("16g") and further options (a health check) before the image."""
     argv = [docker, "run"] + (["--rm"] if remove else [])
     if name:
         argv += ["--name", name]
@@ -493,6 +501,8 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
         argv += ["--gpus", gpus]
     if ipc:
         argv += ["--ipc", ipc]
+    if shm_size:
+        argv += ["--shm-size", shm_size]
     if network:
         argv += ["--network", network]
     if memory:
@@ -507,7 +517,7 @@ def run_argv(image: str, args: list[str], *, gpus: str | None = None, ports: tup
         argv += ["-e", f"{k}={v}"]
     if entrypoint is not None:
         argv += ["--entrypoint", entrypoint]
-    return argv + [image, *args]
+    return argv + list(options) + [image, *args]
 
 
 def _auth_fd(credentials: dict[str, tuple[str, str]]) -> int:
@@ -539,7 +549,7 @@ def skopeo(args: list[str], *, credentials: dict[str, tuple[str, str]] | None = 
     argv = ["skopeo", args[0], *(["--authfile", f"/proc/self/fd/{fd}"] if fd is not None else []), *args[1:]]
     try:
         proc = subprocess.run(_logged(argv), capture_output=True, text=not binary, timeout=timeout, check=False,
-                              pass_fds=(fd,) if fd is not None else ())
+                              pass_fds=(fd,) if fd is not None else (), preexec_fn=die_with_parent)
     except FileNotFoundError:
         raise EnvironmentProblem("skopeo: command not found (publishing copies OCI archives with it)\n"
                                  "fix: apt-get install skopeo (scripts/setup-docker.sh installs it)") from None
@@ -600,7 +610,8 @@ def git_ls_remote(repository: str, *refs: str, timeout: float = 30) -> tuple[int
     argv = ["git", "ls-remote", repository, *refs]
     try:
         proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout,
-                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                              preexec_fn=die_with_parent)
     except FileNotFoundError:
         return 127, "", "git: command not found"
     except subprocess.TimeoutExpired:
@@ -624,7 +635,8 @@ def git_fetch_commit(repository: str, commit: str, dest: Path, timeout: float = 
     out = ""
     for argv in steps:
         try:
-            proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, env=env)
+            proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout, env=env,
+                                  preexec_fn=die_with_parent)
         except FileNotFoundError:
             return 127, "git: command not found"
         except subprocess.TimeoutExpired:

@@ -180,6 +180,7 @@ class Recipe:
     companions: tuple[str, ...] = ()
     launch: tuple[str, ...] = ()
     health: str = ""
+    tp_flag: str = ""  # the engine's tensor-parallel flag (--tensor-parallel-size, --tp-size); "" none
     ready_log: str = ""
     metrics: tuple[str, ...] = ()
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
@@ -201,6 +202,8 @@ class Recipe:
     # the JIT modules it builds at its first requests: (module, archs, selected_by, not_built) per entry
     jit_modules: tuple[tuple[str, tuple[int, ...], str, str], ...] = ()
     jit_paths: tuple[tuple[str, str, str], ...] = ()  # (path, covered_by, not_covered): every JIT path, covered or why not
+    compile_caches: tuple[str, ...] = ()  # the compile caches it fills at its first boot (the knowledge's compile_caches)
+    warm_allowance: tuple[tuple[str, str], ...] = ()  # (glob, why): what a boot from a warm layer may still write
     fetch_overrides: tuple[tuple[str, str], ...] = ()
     builds_extra_sass: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (min_cuda, SASS names), complete sets
     arch_scoped: tuple[archs_mod.ArchScope, ...] = ()  # binaries for some arch families only, by design
@@ -571,6 +574,25 @@ class Knowledge:
                 "cache_env": frame["cache_env"], "cache_dir": f"{self.jit_cache_root()}/{frame['cache_subdir']}",
                 "build": frame.get("build", "")}
 
+    def compile_caches_of(self, recipe: "Recipe") -> tuple[tuple[str, str], ...]:
+        """(variable, directory) of every compile cache the release fills (its rules' compile_caches), each under the
+        image's one root (jit_cache_root/<subdir>). A cache whose variable is also a JIT framework's cache variable
+        must name the same directory (a prebuilt module is then found where the engine looks)."""
+        table, frameworks = self.data.get("compile_caches", {}), self.data.get("jit_frameworks", {})
+        out: dict[str, str] = {}
+        for name in recipe.compile_caches:
+            if name not in table:
+                raise UserError(f"compile_caches {name!r} is named by {recipe.name} {recipe.version}'s rules and defined "
+                                f"nowhere in the engine knowledge{did_you_mean(name, table)}; known: "
+                                f"{', '.join(table) or 'none'}")
+            entry = table[name]
+            for fw, frame in frameworks.items():
+                if frame["cache_env"] == entry["env"] and frame["cache_subdir"] != entry["subdir"]:
+                    raise UserError(f"compile_caches.{name}: {entry['env']} is jit_frameworks.{fw}'s cache variable too, "
+                                    f"under {frame['cache_subdir']!r}, not {entry['subdir']!r}: one directory per variable")
+            out[entry["env"]] = f"{self.jit_cache_root()}/{entry['subdir']}"
+        return tuple(out.items())
+
     def jit_cache_root(self) -> str:
         """The image's one directory for the JIT caches of prebuilt modules (jit_cache_root)."""
         root = self.data.get("jit_cache_root")
@@ -635,7 +657,7 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
     known = tuple(dict.fromkeys(names))
     files_[0] = ("engines.toml", copy.deepcopy(_builtin_checked(known)), schema.BUILT_IN)
     merged: dict[str, dict] = {"packages": {}, "cuda": {}, "build_tools": {}, "serve_jit": {}, "base_os": {},
-                               "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}}
+                               "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}, "compile_caches": {}}
     origin: dict[str, str] = {}
     root = ""
     for file, data, shape in files_:
@@ -738,6 +760,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         companions=tuple(merged.get("companions", ())),
         launch=tuple(merged.get("launch", ())),
         health=merged.get("health", ""),
+        tp_flag=merged.get("tp_flag", ""),
         ready_log=merged.get("ready_log", ""),
         metrics=tuple(merged.get("metrics", ())),
         rust_toolchain=merged.get("rust_toolchain", ""),
@@ -758,6 +781,8 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         serve_jit=tuple(merged.get("serve_jit", ())),
         jit_modules=_jit_module_uses(merged),
         jit_paths=tuple((e["path"], e.get("covered_by", ""), e.get("not_covered", "")) for e in merged.get("jit_paths", ())),
+        compile_caches=tuple(merged.get("compile_caches", ())),
+        warm_allowance=tuple((e["glob"], e["why"]) for e in merged.get("warm_allowance", ())),
         fetch_overrides=tuple(sorted(merged.get("fetch_overrides", {}).items())),
         builds_extra_sass=tuple((e["min_cuda"], tuple(e["sass"])) for e in merged.get("builds_extra_sass", ())),
         arch_scoped=tuple(archs_mod.ArchScope.from_json(e) for e in merged.get("arch_scoped", ())),

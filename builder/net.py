@@ -61,7 +61,8 @@ _QUERY = re.compile(r"([^\s?#'\"]*[/:.][^\s?#'\"]*\?)([^\s#'\"]+)")
 # the environment variables whose values are secrets: never shown, wherever they would appear
 SECRET_VARIABLES = ("BUILDER_REGISTRY_PASSWORD", "BUILDER_INDEX_PASSWORD", "BUILDER_COMPILE_CACHE_PASSWORD",
                     "BUILDER_SCCACHE_DIST_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN",
-                    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "TWINE_PASSWORD", "NPM_TOKEN")
+                    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "TWINE_PASSWORD", "NPM_TOKEN",
+                    "BUILDER_LEDGER_SIGNING_KEY")
 _KNOWN_SECRETS: set[str] = set()  # passwords read from a docker login (registry_credentials)
 _SHORTEST_SECRET = 6  # shorter values would mask ordinary words; a password that short is no secret anyway
 

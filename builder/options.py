@@ -107,7 +107,7 @@ def _reuse_from(m, value: str | None, publish, no_remote: bool = False):
         return publish.where
     if value == "none" or (value is None and no_remote):
         return None
-    return _reuse_path(m, value or "registry")
+    return _reuse_path(m, "registry" if value is None else value)
 
 
 def _reuse_path(m, value: str):
@@ -169,7 +169,29 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         publish=publish,
         reuse_from=None if repro else _reuse_from(m, flags.reuse_from, publish, flags.cache.no_remote),
         image_ledger=ledger.ledger_dir(wheelhouse_at(m.path, flags.wheelhouse).root),
+        **_ledger_keys(m, publish),
     )
+
+
+def _ledger_keys(m, publish) -> dict:
+    """The matrix's ledger public key (a registry's record is adopted only when it signed it) and, for publish, the
+    signer of BUILDER_LEDGER_SIGNING_KEY (builder/image/signing.py). Refused now, in one line: a key file that is not
+    a public key, a signing key that is not one or is not the matrix key's pair, and a publish that would push an
+    unsigned record where the matrix names a key."""
+    from .image import signing
+
+    named = m.defaults.get(signing.MATRIX_KEY)
+    trusted = signing.public_key(Path(m.path).resolve().parent / named, f"defaults.{signing.MATRIX_KEY}") \
+        if named else None
+    signer = signing.signer_from_env() if publish is not None else None
+    if signer is not None and trusted is not None and signer.public_key.keyid != trusted.keyid:
+        raise UserError(f"{signing.ENV}: its key ({signing.short(signer.public_key.keyid)}) is not the pair of the "
+                        f"matrix's {signing.MATRIX_KEY} {named} (key {signing.short(trusted.keyid)}): records it signs "
+                        "would never be adopted")
+    if publish is not None and trusted is not None and signer is None:
+        raise UserError(f"publish: the matrix names {signing.MATRIX_KEY} {named}, so the ledger records publish pushes "
+                        f"must be signed: set {signing.ENV} to that key's PEM private key (CI: a secret)")
+    return {"ledger_key": trusted, "ledger_signer": signer}
 
 
 # -- the wheel cache a verb uses ------------------------------------------------------------------------------

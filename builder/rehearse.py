@@ -389,10 +389,11 @@ def measured_gcc(image: str, docker_bin: str = "docker") -> str:
 
 
 def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], package: str,
-            docker_bin: str = "docker") -> tuple[str, list[Unit]]:
+            docker_bin: str = "docker", made: list[str] | None = None) -> tuple[str, list[Unit]]:
     """Run the build's command in a container of the stage, stopped where the compile starts; returns an image
     of that container (the configured build tree: CMake's generated sources, the objects' directories) and
-    the CUDA units it would compile."""
+    the CUDA units it would compile. The image's name goes into `made` before the commit that makes it, so a
+    caller that removes what it made removes it even when an interrupt lands during the commit."""
     (work / "out").mkdir(parents=True, exist_ok=True)
     name = f"builder-rehearse-{secrets.token_hex(6)}"
     try:
@@ -406,6 +407,8 @@ def capture(image: str, stage: BuildStage, work: Path, env: dict[str, str], pack
             raise err or UserError(f"{package}: its build command compiled no CUDA translation unit the rehearsal "
                                    f"could see (exit {proc.returncode}):\n{tail}")
         snapshot = f"builder-rehearse-capture:{name.rsplit('-', 1)[1]}"
+        if made is not None:
+            made.append(snapshot)
         docker.commit_container(name, snapshot, docker_bin)
         return snapshot, units
     finally:
@@ -520,8 +523,7 @@ def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], m
         if opts.source_date_epoch:
             env["SOURCE_DATE_EPOCH"] = opts.source_date_epoch
         say(f"[{cell.id}] {pkg.name}: capturing its compile commands ({stage.command})")
-        snapshot, units = capture(tag, stage, work, env, pkg.name, opts.docker)
-        images.append(snapshot)
+        snapshot, units = capture(tag, stage, work, env, pkg.name, opts.docker, made=images)
         chosen = pick(units, patterns)
         sccache_dir = opts.work_dir / "rehearse" / "sccache"
         sccache_dir.mkdir(parents=True, exist_ok=True)

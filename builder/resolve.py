@@ -169,6 +169,11 @@ class Cell:
     # the GPU families that select it, the libraries it links, and why it is not built by smoke where it is not
     jit_modules: tuple[dict, ...] = dataclasses.field(default=(), compare=False, hash=False)
     jit_prebuilt: bool = False  # profiles.<name>.jit = "prebuilt": those modules are built into the image
+    # every compile cache of the engine, (variable, directory under the image's one cache root): engine data
+    # compile_caches; the runtime image sets them, `builder warm` captures that root, L3 boots with them
+    compile_caches: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False, hash=False)
+    cache_root: str = dataclasses.field(default="", compare=False, hash=False)
+    warm_allowance: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False, hash=False)
 
     @property
     def jit_builds(self) -> tuple[dict, ...]:
@@ -510,6 +515,9 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         serve_jit=serve_jit,
         jit_modules=tuple(jit_modules),
         jit_prebuilt=prebuilt,
+        compile_caches=kn.compile_caches_of(eng),
+        cache_root=kn.jit_cache_root() if eng.compile_caches else "",
+        warm_allowance=eng.warm_allowance,
     )
 
 

@@ -64,6 +64,12 @@ def _grammar(rule, noun: str, plural: str = "") -> Parsed:
     return Parsed(rule, noun, plural or noun, explain=True)
 
 
+def _long_flag(value: str) -> str:
+    if not re.fullmatch(r"--[a-z][a-z0-9-]*", value, re.ASCII):
+        raise ValueError("is not a long flag (--name: lower-case letters, digits, '-')")
+    return value
+
+
 def _template(name: str) -> str:
     from .templates import TEMPLATE_DIR
 
@@ -368,6 +374,12 @@ BINARY_SWITCH = Table(required={
 })
 
 # Every rule whose `versions` contains the version applies, in file order; later rules override keys.
+def _warm_glob(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._*?\[\]/-]+", value, re.ASCII) or value.startswith("/") or ".." in value.split("/"):
+        raise ValueError("is not a relative glob of letters, digits, . _ - / * ? [ ]")
+    return value
+
+
 RULE = Table(
     required={"versions": Key(VERSION_RANGE, "The package versions this rule applies to; every matching rule applies, "
                                              "in file order, later ones overriding keys of earlier ones.")},
@@ -412,6 +424,11 @@ RULE = Table(
                                    "what smoke L3, bench and serve start."),
         "health": Key(STR, "The HTTP path that answers 200 once the engine is ready: smoke and bench wait for it, "
                            "serve prints it."),
+        "tp_flag": Key(_grammar(_long_flag,
+                                "a long flag like --tensor-parallel-size"),
+                       "The engine's own tensor-parallel flag, given the number of GPUs one engine shards the model "
+                       "over: `--tp N` of smoke, bench and serve adds it to the launch line (N > 1) and asks N GPUs; "
+                       "an engine without it is refused --tp."),
         "ready_log": Key(STR, "The engine's own log line saying it is ready: smoke L3 fails the boot when health "
                               "answers but the line never comes."),
         "metrics": Key(ListOf(STR), "The engine's speculative-decoding counters on /metrics, as a record (smoke and bench "
@@ -452,6 +469,16 @@ RULE = Table(
         "jit_modules": Key(JIT_MODULE_USES, "The JIT modules the version builds at its first requests (names in the "
                                             "jit_modules table), per GPU family: their link libraries go into the "
                                             "runtime, smoke builds them, and jit = \"prebuilt\" builds them into the image."),
+        "compile_caches": Key(ListOf(TOKEN), "The compile caches the version fills at its first boot and requests (names "
+                                             "in the compile_caches table): the runtime image points each at its "
+                                             "directory under jit_cache_root, and `builder warm` captures that root."),
+        "warm_allowance": Key(ListOf(Table(
+            required={"glob": Key(_grammar(_warm_glob, "a glob like triton/*/kernel_name.* (relative to the cache root)"),
+                                  "Files under the cache root (fnmatch: * crosses /) a boot from a warm layer may "
+                                  "still write."),
+                      "why": Key(STR, "Why a warm boot writes them, with the evidence.")})),
+            "What a boot from a warm layer may still write under the cache root: smoke L3 of a warm image fails, "
+            "naming them, when the boot writes anything else."),
         "jit_paths": Key(ListOf(Table(
             required={"path": Key(STR, "The JIT path: what the engine compiles and where in its code.")},
             optional={"covered_by": Key(TOKEN, "What in smoke's JIT layer covers it: \"serve_jit.<name>\" or "
@@ -599,8 +626,21 @@ def _matching(pattern: str, why: str):
 
 _library = _matching(r"[A-Za-z][A-Za-z0-9_+]*", "is not a library name as -l takes it, like nvrtc or cublasLt")
 _generator = _matching(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", "is not module:function")
+_cache_subdir = _matching(r"[A-Za-z0-9_][A-Za-z0-9._-]*", "is not a plain directory name")
 _abs_dir = _matching(r"(/[A-Za-z0-9._-]+)+", "is not an absolute directory path without spaces or shell characters")
 
+
+# compile_caches: one compile cache an engine fills at its first boot, where the image puts it and what its key holds
+COMPILE_CACHE = Table(
+    required={"env": Key(ENV_NAME, "The variable naming the cache's directory: the runtime image sets it to "
+                                   "<jit_cache_root>/<subdir>."),
+              "subdir": Key(_grammar(_cache_subdir, "a directory name like triton"),
+                            "The cache's directory under the image's cache root."),
+              "holds": Key(STR, "What the engine writes there."),
+              "key": Key(STR, "What the cache's key holds (GPU arch, versions, model config, absolute paths): why a "
+                              "cache captured on one host or at one path is found on another, or not."),
+              "source": Key(STR, "The upstream file that names the variable and computes the key, for a reader to "
+                                 "check.")})
 
 # jit_frameworks: how a JIT framework's module generators are driven (the environment variables of its arch list and
 # JIT cache, the method that compiles and links) and what every module of it links; jit_modules: one generator each
@@ -691,9 +731,13 @@ BUILT_IN = Table(
                                                                        "driven and what its modules link."),
               "jit_modules": Key(TableOf(JIT_MODULE, key=TOKEN), "The JIT modules engines build at their first "
                                                                  "requests, one generator each; rules name them."),
+              "compile_caches": Key(TableOf(COMPILE_CACHE, key=TOKEN), "Every compile cache engines fill at their "
+                                                                       "first boot, by name: its variable, its directory "
+                                                                       "under jit_cache_root, what its key holds."),
               "jit_cache_root": Key(_grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
-                                    "The image's one directory for the JIT caches of prebuilt modules (jit = "
-                                    "\"prebuilt\"); each framework's cache is a subdirectory.")})
+                                    "The image's one directory for its JIT and compile caches: prebuilt modules (jit "
+                                    "= \"prebuilt\") and every compile cache of the engine (compile_caches), each a "
+                                    "subdirectory; a warm layer holds exactly what a boot wrote there.")})
 
 # An extra file adds to the built-in one: its packages and CUDA versions replace whole entries, its build_tools
 # keys replace single keys, and any section may be left out.
@@ -770,7 +814,10 @@ def _built_digest(value) -> str:
 
 
 BUILT_DIGEST = _grammar(_built_digest, 'an image digest like "sha256:<64 hex>"')
-LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME})
+LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME},
+                     optional={"vouched_by": Key(STR, "Who vouched for a digest this host pulled rather than built: "
+                                                      "the registry's ledger record and the key whose signature on it "
+                                                      "verified (absent: builder built it here).")})
 LEDGER_ENTRY = Table(required={"format": INT, "content_key": SHA256, "images": TableOf(LEDGER_IMAGE, key=BUILT_DIGEST)},
                      optional={"published": TableOf(BUILT_DIGEST, key=_grammar(grammar.image_ref, "an image reference"))})
 
@@ -868,6 +915,11 @@ DEFAULTS = Table(optional={
     "registry": Key(_said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
                     "Where publish pushes the images (REGISTRY/ENGINE:TAG), and the base of the \"registry\" wheel "
                     "store, build cache and image reuse."),
+    "ledger_public_key": Key(_said(grammar.line, "a path on one line"),
+                             "A PEM public key file (ECDSA P-256 or Ed25519), relative to the matrix file: a registry's "
+                             "ledger record is adopted for image reuse only when signed by this key (publish signs with "
+                             "the private key in BUILDER_LEDGER_SIGNING_KEY and refuses to push unsigned records); "
+                             "unset, reuse takes the registry's unsigned word and says so once per run."),
     "index": Key(_said(grammar.index_url, "a PEP 691 index URL"),
                  "The package index `builder lock` reads metadata and files from and pip installs from inside the "
                  "builds: set it to a mirror or a private index."),

@@ -400,3 +400,37 @@ def test_page_one_gives_one_command_for_the_main_job_and_one_for_the_suite_which
           if line.strip() and not line.lstrip().startswith("#")]
     assert ci[-1] == "scripts/test", ".ci/run must end by running exactly the README's test command"
     assert len((ROOT / "README.md").read_text().splitlines()) < 200
+
+
+# A ```yaml block whose line before is `<!-- output-of-the-block-above -->` shows what the ```sh block before it
+# prints: that block's one command runs here (in-process) and its stdout must be the YAML shown, byte for byte.
+OUTPUT_OF = "<!-- output-of-the-block-above -->"
+
+
+def shown_outputs():
+    blocks = list(command_blocks())
+    for path in DOC_FILES:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == OUTPUT_OF:
+                assert lines[i + 1] == "```yaml", f"{path.relative_to(ROOT)}:{i + 1}: {OUTPUT_OF} not before a yaml block"
+                where = f"{path.relative_to(ROOT)}:{i + 2}"
+                at = next(k for k, b in enumerate(blocks) if b[0] == where)
+                command = blocks[at - 1]
+                assert command[1] == "sh" and command[3] is None, f"{where}: the block above is no sh block run here"
+                yield where, command[2], blocks[at][2]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("where, command, shown", [pytest.param(*b, id=b[0]) for b in shown_outputs()])
+def test_a_yaml_block_shown_as_output_is_what_the_command_prints(where, command, shown, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (words,) = commands(command)
+    result = CliRunner().invoke(main, builder_args(words), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == shown, f"{where}: the YAML shown is not what `{command}` prints now"
+
+
+@pytest.mark.pure
+def test_the_deployers_page_shows_generated_yaml():
+    assert any(w.startswith("docs/deployers.md") for w, _, _ in shown_outputs())

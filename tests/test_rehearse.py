@@ -277,3 +277,27 @@ def test_the_in_container_programs_ship_in_the_package():
     assert sorted(p.name for p in rehearse.PROGRAMS.iterdir() if p.suffix == ".py") == [
         "__init__.py", "capture_site.py", "measure.py", "nvcc.py"]
     assert sorted(p.name for p in rehearse.PROGRAMS.iterdir() if p.is_file() and p.suffix != ".py") == []
+
+
+def test_an_interrupt_during_the_capture_commit_leaves_nothing_unnamed(tmp_path, monkeypatch):
+    """An interrupt that lands while the capture's container is committed: the snapshot's name is already in the
+    list rehearse removes in its `finally`, so an interrupted rehearsal leaves no image (it left a 523 MB one)."""
+    from builder import docker
+
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    fake = _FakeDocker(work / "out")
+    monkeypatch.setattr(subprocess, "run", fake.run)
+    monkeypatch.setattr(subprocess, "Popen", fake.popen)
+    committed = []
+
+    def interrupted(name: str, snapshot: str, docker_bin: str = "docker") -> None:
+        committed.append(snapshot)  # the daemon made the image; the interrupt arrives as the commit returns
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(docker, "commit_container", interrupted)
+    made: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        rehearse.capture("stage:1", rehearse.BuildStage("", "build-pkg", "pip wheel .", cuda_home=True), work,
+                         {"MAX_JOBS": "2"}, "pkg", made=made)
+    assert committed and made == committed

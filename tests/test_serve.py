@@ -42,8 +42,11 @@ def test_vllm_mtp2_is_the_exact_docker_run_with_the_datas_flags(model):
     line = serve.serve_line("reg.example/ml/vllm@sha256:" + "a" * 64, labels("vllm", "0.33.0"), kn, "MTP2", model)
     flags = list(kn.recipe("vllm", "0.33.0").strategy("MTP2").flags)
     assert flags == ["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
-    assert line.argv == ["docker", "run", "--rm", "--gpus", "all", "--ipc", "host", "-p", "127.0.0.1:8000:8000",
-                         "-v", f"{model}:/models/Qwen3.8-27B-FP8:ro", "reg.example/ml/vllm@sha256:" + "a" * 64,
+    health = ["--health-cmd", "python3 -c \"import urllib.request; urllib.request.urlopen("
+              "'http://127.0.0.1:8000/v1/models', timeout=5)\"", "--health-interval", "10s", "--health-timeout", "5s",
+              "--health-retries", "3", "--health-start-period", "900s"]  # no boot label: the stated 900 s
+    assert line.argv == ["docker", "run", "--rm", "--gpus", "all", "--shm-size", "16g", "-p", "127.0.0.1:8000:8000",
+                         "-v", f"{model}:/models/Qwen3.8-27B-FP8:ro", *health, "reg.example/ml/vllm@sha256:" + "a" * 64,
                          "/models/Qwen3.8-27B-FP8", "--host", "0.0.0.0", "--port", "8000", *flags]
     assert line.health == "http://127.0.0.1:8000/health"
     assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'" in line.command
@@ -122,8 +125,9 @@ def test_serve_prints_and_runs_the_command_for_a_local_image(fake_engine_image, 
     inspect = json.loads(subprocess.run(["docker", "image", "inspect", fake_engine_image], capture_output=True, text=True,
                                         check=True).stdout)[0]
     image_id = (inspect.get("RepoDigests") or [inspect["Id"]])[0]
-    assert printed.startswith(f"docker run --rm --ipc host -p 127.0.0.1:8123:8123 -v {model}:/models/Qwen3.8-27B-FP8:ro "
-                              f"-e VLLM_USE_V2_MODEL_RUNNER=1 {image_id} /models/Qwen3.8-27B-FP8")
+    assert printed.startswith(f"docker run --rm --shm-size 16g -p 127.0.0.1:8123:8123 -v {model}:/models/Qwen3.8-27B-FP8:ro "
+                              f"-e VLLM_USE_V2_MODEL_RUNNER=1 --health-cmd ")
+    assert f"--health-start-period 900s {image_id} /models/Qwen3.8-27B-FP8 " in printed
     assert f"# {fake_engine_image} read as {image_id}" in res.stderr
     assert "# ready when http://127.0.0.1:8123/health answers 200" in res.stderr
     # what the container's entrypoint received: the model, where to listen, the strategy's flags and env

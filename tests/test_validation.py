@@ -163,7 +163,7 @@ BAD_KNOWLEDGE = [
     ("unknown-rule-key", PACKAGE_X + "arch_knob = []\n",
      ["more.toml: packages.x.rules[0]: unknown key 'arch_knob' (did you mean 'arch_knobs'?)"]),
     ("unknown-top-key", "[packagez.x]\n",
-     ["more.toml: unknown key 'packagez' (did you mean 'packages'?); allowed: base_os, build_tools, cuda, index_wheels, jit_cache_root, jit_frameworks, jit_modules, packages, serve_jit"]),
+     ["more.toml: unknown key 'packagez' (did you mean 'packages'?); allowed: base_os, build_tools, compile_caches, cuda, index_wheels, jit_cache_root, jit_frameworks, jit_modules, packages, serve_jit"]),
     ("missing-file", None, ["more.toml: no such engine knowledge file"]),
     ("launch-a-string", package_x('launch = ["x"]', 'launch = "vllm serve {model}"'),
      ["more.toml: packages.x.rules[0].launch: expected a list of strings, got a string 'vllm serve {model}'"]),

@@ -101,6 +101,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     """
     from ..deploy import engine, gpus, subject
     from ..deploy.bench import run as run_mod
+    from ..image import launchline
     from ..deploy.bench import workload as workload_mod
     from ..deploy.smoke import Model
 
@@ -126,8 +127,10 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
         env_info["digest"] = f"process:{run.python}"
         built_for, subject_name = tuple(cell.strategies), f"cell {cell.id}"
     chosen = strategies.for_bench(strategy, built_for, recipe, subject_name, names)
+    launchline.tp_args(recipe, run.tp)  # an engine without a tensor-parallel flag: refused now
     host = gpus.read() if run.gpus.mode != "none" else None
-    have_gpu, why_no_gpu = run.gpus.choose(host)
+    chosen_gpus = run.gpus.for_tp(run.tp, host)
+    have_gpu, why_no_gpu = chosen_gpus.choose(host)
     if run.gpus.mode == "auto" and not have_gpu:
         raise UserError(f"bench needs a GPU: {why_no_gpu} (--gpus none only for CPU engines and test doubles)")
     base_dir = out_dir.resolve() / cell.id
@@ -136,11 +139,11 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     if run.launcher == "docker":
         run_ref = subject.pinned(found, dock, say)  # the image read, by digest: never a tag moved since
         env_info["image_id"] = run_ref
-        lch = engine.DockerLauncher(run_ref, gpus=have_gpu, client=dock, gpu_ids=run.gpus.ids)
+        lch = engine.DockerLauncher(run_ref, gpus=have_gpu, client=dock, gpu_ids=chosen_gpus.ids)
         engine_name, engine_version = found.engine()
         env_info.update(engine=engine_name, engine_version=engine_version, cuda=found.labels.get(labels_mod.CUDA))
     else:
-        lch = engine.ProcessLauncher(python=run.python, gpus=have_gpu, extra_env=dict(run.env), gpu_ids=run.gpus.ids)
+        lch = engine.ProcessLauncher(python=run.python, gpus=have_gpu, extra_env=dict(run.env), gpu_ids=chosen_gpus.ids)
         probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
         env_info.update(engine=cell.engine, engine_version=(probe.get("dists") or {}).get(recipe.pypi),
                         cuda=probe.get("torch_cuda") or cell.cuda, torch=probe.get("torch"), python=probe.get("python"))
@@ -150,7 +153,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
                                 boot_timeout=run.boot_timeout,
                                 client_python=client_python,
                                 extra_args=run.engine_args, extra_env=run.env, out_dir=base_dir, slo_ttft_ms=slo,
-                                lossless=not no_lossless, gpus=have_gpu)
+                                lossless=not no_lossless, gpus=have_gpu, tp=run.tp)
     rows, failures = [], []
     t_all = time.monotonic()
 

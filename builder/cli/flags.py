@@ -85,6 +85,10 @@ port = _declare("--port", "port", type=int, default=None, help="Port on 127.0.0.
 engine_args = _declare("--engine-args", default="",
                        help="More engine flags, one shell-quoted string (e.g. '--enforce-eager').")
 env = _declare("--env", "env", multiple=True, help="NAME=VALUE for the engine's environment (repeat).")
+TP_HELP = ("Tensor parallel: the GPUs one engine shards the model over. Adds the engine's own flag from the engine "
+           "data (vLLM --tensor-parallel-size, SGLang --tp-size) and asks N GPUs; more than the host has, or an "
+           "engine without the flag, is refused.")
+tp = _declare("--tp", "tp", type=int, default=1, show_default=True, help=TP_HELP)
 
 
 def run_flags(f):
@@ -99,10 +103,11 @@ def run_flags(f):
     @port
     @engine_args
     @env
+    @tp
     @wraps(f)
-    def wrapper(*args, model, drafter, launcher, python, gpus, boot_timeout, port, engine_args, env, **kwargs):
+    def wrapper(*args, model, drafter, launcher, python, gpus, boot_timeout, port, engine_args, env, tp, **kwargs):
         run = RunFlags.convert(model=model, drafter=drafter, launcher=launcher, python=python, gpus=gpus,
-                               port_=port, boot_timeout_=boot_timeout, engine_args_=engine_args, env=env)
+                               port_=port, boot_timeout_=boot_timeout, engine_args_=engine_args, env=env, tp_=tp)
         return f(*args, run=run, **kwargs)
 
     return wrapper

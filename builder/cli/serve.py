@@ -15,6 +15,12 @@ from . import flags
 from .app import main
 
 
+def serve_mod_default(name: str):
+    from ..deploy import serve as serve_mod
+
+    return getattr(serve_mod, name)
+
+
 def _bind_address(value: str) -> str:
     """--bind: one IP address of this host to publish the port on ('' would mean every interface); an IPv6
     address comes back in brackets, as docker's -p wants it."""
@@ -29,53 +35,128 @@ def _bind_address(value: str) -> str:
     return f"[{addr}]" if addr.version == 6 else str(addr)
 
 
+KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", "cpu", "memory",
+             "compile_cache_claim", "gpu_family")
+
+
 @main.command("serve")
 @click.argument("image")
 @click.option("--strategy", required=True,
               help="A strategy of the engine data (e.g. MTP2): its real flags come from the engine data.")
-@click.option("--model", "model_path", required=True, type=click.Path(file_okay=False),
-              help="The checkpoint directory on this host; mounted read-only at /models/<name>.")
+@click.option("--model", "model_path", required=True,
+              help="The checkpoint: a directory on this host (docker: mounted read-only at /models/<name>), "
+                   "volume:NAME (a docker named volume), pvc:CLAIM[/PATH] or hostpath:/DIR (Kubernetes; an absolute "
+                   "path is a node's directory there).")
 @click.option("--port", type=int, default=flag_default("serve_port"), show_default=True, help="The port the engine listens on, published as the same.")
 @click.option("--bind", default=flag_default("serve_bind"), show_default=True,
               help="The host address the port is published on (0.0.0.0: every interface).")
 @click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help=flags.GPUS_HELP)
+@click.option("--tp", "tp", type=int, default=1, show_default=True, help=flags.TP_HELP)
+@click.option("--shm-size", "shm", default=serve_mod_default("DEFAULT_SHM"), show_default=True,
+              help="/dev/shm for NCCL between the tensor-parallel ranks: docker's --shm-size, a memory emptyDir's "
+                   "sizeLimit on Kubernetes.")
 @click.option("--drafter", default=None, help="The strategy's draft model: a directory (mounted) or a hub id "
                                               "(default: the engine data's, for DFlash2).")
-@click.option("--name", default=None, help="The container's name.")
+@click.option("--name", default=None, help="The container's name (Kubernetes: the Deployment's and Service's).")
+@click.option("--kubernetes", "kubernetes", is_flag=True,
+              help="Write Kubernetes manifests instead (a Deployment and a Service; the image by digest).")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="Write the manifests to FILE (default: stdout). Kubernetes only, as the options below.")
+@click.option("--namespace", default=None, help="The manifests' namespace (default: none, kubectl's).")
+@click.option("--replicas", type=int, default=None, help="The Deployment's replicas (default 1).")
+@click.option("--anti-affinity", "anti_affinity", is_flag=True, default=None,
+              help="Replicas on different hosts (a required pod anti-affinity on kubernetes.io/hostname).")
+@click.option("--pod-monitor", "pod_monitor", is_flag=True, default=None,
+              help="Add a prometheus-operator PodMonitor scraping the engine's /metrics.")
+@click.option("--cpu", default=None, help="CPU the pod requests (a quantity, e.g. 16).")
+@click.option("--memory", default=None, help="Memory the pod requests and is limited to (e.g. 256Gi; /dev/shm counts "
+                                             "against it).")
+@click.option("--compile-cache-claim", "compile_cache_claim", default=None,
+              help="A PVC for the compile cache of a cold image (default: an emptyDir; a warm image gets none).")
+@click.option("--gpu-family", "gpu_family", default=None,
+              help="A node selector on GPU feature discovery's nvidia.com/gpu.family (e.g. hopper), checked "
+                   "against the image's archs.")
 @flags.engine_args
 @flags.matrix
 @click.option("--run", "do_run", is_flag=True, help="Run it (in the foreground; Ctrl-C stops the container).")
-def serve(image, strategy, model_path, port, bind, gpus, drafter, name, engine_args, matrix_path, do_run):
-    """Print the exact `docker run` that serves IMAGE (a tag or REPO@sha256:…) with STRATEGY: the GPUs, the
-    model mounted read-only, the port, and the strategy's real flags and environment from the engine data for
-    the engine version the image's labels name. With --run, run it.
+def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name, kubernetes, output, namespace,
+          replicas, anti_affinity, pod_monitor, cpu, memory, compile_cache_claim, gpu_family, engine_args,
+          matrix_path, do_run):
+    """Print the exact `docker run` that serves IMAGE (a tag or REPO@sha256:…) with STRATEGY: the GPUs (--tp N:
+    N of them and the engine's own tensor-parallel flag), /dev/shm, the model mounted read-only, the port, a health
+    check on the model list sized from the image's measured boot, and the strategy's real flags and environment
+    from the engine data for the engine version the image's labels name. With --run, run it. With --kubernetes,
+    write the Deployment and Service (and --pod-monitor's PodMonitor) that run the image by digest: N GPUs, a
+    startup probe from the image's measured boot (default 900 s), readiness on /v1/models, liveness on the
+    engine's health path, /dev/shm as a memory emptyDir, the compile cache of a cold image.
 
     \b
     Example:
       builder serve 127.0.0.1:5000/builder/vllm@sha256:… --strategy MTP2 --model /srv/models/Qwen3.8-27B-FP8
       builder serve 127.0.0.1:5000/builder/sglang:0.5.23 --strategy DFlash2 --model /srv/models/q --gpus 0,1 --run
+      builder serve registry.example.com/ml/vllm@sha256:… --strategy MTP2 --tp 8 --kubernetes \\
+          --model pvc:models/Qwen3.8-27B-FP8 --replicas 2 --anti-affinity --pod-monitor -o vllm.yaml
     """
     from .. import docker, grammar
+    from ..deploy import gpus as gpus_mod
     from ..deploy import serve as serve_mod
     from ..deploy import subject
     from ..engines import load_knowledge
+    from ..image import launchline
 
-    grammar.check(grammar.image_ref, image, "IMAGE")
+    tp = runflags.tp(tp)
     runflags.port(port)
     bind = _bind_address(bind)
-    if not Path(model_path).is_dir():  # before the image is looked up (docker, the registry)
-        raise UserError(f"--model: {model_path} is not a directory (the checkpoint to mount)")
+    given = {k: v for k, v in dict(output=output, namespace=namespace, replicas=replicas, anti_affinity=anti_affinity,
+                                    pod_monitor=pod_monitor, cpu=cpu, memory=memory,
+                                    compile_cache_claim=compile_cache_claim, gpu_family=gpu_family).items()
+             if v is not None}
+    if not kubernetes and given:
+        raise UserError(f"--{next(iter(given)).replace('_', '-')}: a Kubernetes option (give --kubernetes)")
+    if kubernetes and do_run:
+        raise UserError("--run runs the docker line; --kubernetes writes manifests (kubectl apply -f them)")
+    source = serve_mod.ModelSource.parse(model_path)
+    if not kubernetes:
+        grammar.check(grammar.image_ref, image, "IMAGE")
+        if source.kind == "dir" and not Path(model_path).is_dir():  # before the image is looked up
+            raise UserError(f"--model: {model_path} is not a directory (the checkpoint to mount)")
+    serve_mod.docker_shm(shm)  # the size's grammar, either way
     chosen_gpus = runflags.Gpus.parse(gpus)
+    if tp > 1 and not kubernetes:  # N device ids; auto / all: the host's first N when nvidia-smi lists its GPUs,
+        # else docker's count N; more than the host has is refused before the image is looked up
+        chosen_gpus = chosen_gpus.for_tp(tp, gpus_mod.read() if chosen_gpus.mode in ("auto", "all") else None)
     if name is not None and not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
         raise UserError(f"--name: {name!r} is not a container name (letters, digits, '_', '.', '-')")
     extra = runflags.engine_args(engine_args)
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
     strategy = strategies.one(strategy, strategies.known(kn))  # the engine data's names, extra files included
-    found = subject.read(image, files=False)  # the daemon's, else the registry's: nothing pulled
+    found = subject.read(image, files=kubernetes)  # the daemon's, else the registry's: nothing pulled
+    launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
+    if kubernetes:
+        from ..deploy import kube
+
+        ref = image if "@sha256:" in image else found.digest
+        if "@sha256:" not in ref:
+            raise UserError(f"{image}: no registry digest known (push it, then serve REPO@sha256:…): Kubernetes runs "
+                            "an image by digest")
+        opts = kube.KubeOptions(tp=tp, port=port, name=name, namespace=namespace, replicas=replicas or 1,
+                                anti_affinity=bool(anti_affinity), shm=shm, cpu=cpu, memory=memory,
+                                compile_cache_claim=compile_cache_claim, gpu_family=gpu_family,
+                                pod_monitor=bool(pod_monitor), drafter=drafter, extra_args=extra)
+        text = kube.to_yaml(kube.manifests(ref, found.labels, kn, strategy, model_path, opts))
+        if output:
+            try:
+                Path(output).write_text(text)
+            except OSError as exc:
+                raise UserError(f"-o {output}: {exc.strerror or exc}") from None
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text, nl=False)
+        return
     # the digest read, never the tag: what runs is what was read (local: its repo digest, else its ID)
-    line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, Path(model_path),
-                                port=port, bind=bind, gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
-                                drafter=drafter, name=name, extra_args=extra)
+    line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, model_path, port=port, bind=bind,
+                                gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
+                                drafter=drafter, name=name, extra_args=extra, tp=tp, shm=shm)
     if found.digest and found.digest != image:
         click.echo(f"# {image} read as {found.digest}: the command runs that image, wherever the tag moves", err=True)
     for note in line.notes:

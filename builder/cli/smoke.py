@@ -46,9 +46,13 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
                    "strategies).")
 @click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,JIT,L2 (default: all; L3 needs a GPU).")
 @flags.run_flags
+@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
+              help="With --launcher process: the directory the engine's compile caches go to, each at its variable "
+                   "(engine data compile_caches); default the image's own root (/opt/jit-cache), so the caches sit at "
+                   "the paths an image has and a warm layer captured here or there fits both.")
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
-def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as_json):
+def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, out_dir, as_json):
     """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
     model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
@@ -71,6 +75,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
           --launcher process --strategy MTP2,MTP7 --model tiny
     """
     from ..deploy import engine, gpus, subject
+    from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
 
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
@@ -85,14 +90,17 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
     say = (lambda s: click.echo(s, err=True))
     cell, image, found, client = subject.open_for(cell, image, run.launcher, m, sel)
     chosen = strategies.for_smoke(strategy, cell.strategies, names)
+    launchline.tp_args(cell.engine_recipe, run.tp)  # an engine without a tensor-parallel flag: refused now
     host = gpus.read() if run.gpus.mode != "none" else None
-    have_gpu, why_no_gpu = run.gpus.choose(host)
+    chosen_gpus = run.gpus.for_tp(run.tp, host)
+    have_gpu, why_no_gpu = chosen_gpus.choose(host)
     opts = SmokeOptions(
         strategies=chosen,
         model=model,
         layers=layer_list,
         gpus=have_gpu,
-        gpu_ids=run.gpus.ids,
+        gpu_ids=chosen_gpus.ids,
+        tp=run.tp,
         l3_without_gpu=run.gpus.mode == "none",
         no_gpu_reason=why_no_gpu,
         gpu_arch=host.arch if host is not None else None,
@@ -102,10 +110,15 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, out_dir, as
         extra_env=run.env,
         log_dir=out_dir.resolve() / cell.id,
     )
+    if cache_root is not None and run.launcher != "process":
+        raise UserError("--cache-root: only with --launcher process (an image's caches are at its own root)")
     if run.launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client, subject=found,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
+        from ..deploy.smoke import process_caches
+
+        process_caches(opts, cell, cache_root)
         rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:

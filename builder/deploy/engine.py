@@ -34,6 +34,9 @@ from typing import Protocol
 
 from ..errors import EnvironmentProblem, UserError
 from ..imageref import ImageRef
+from ..owner import die_with_parent, owner
+from ..owner import alive as owner_alive
+from ..image import labels as labels_mod
 from ..image.launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
@@ -153,7 +156,8 @@ class ProcessLauncher:
         argv = [self.python, str(PROBE), command, json.dumps(spec)]
         log.debug("$ %s %s %s <spec>", self.python, PROBE, command)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env))
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env),
+                                  preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise UserError(f"--python {self.python}: not found") from None
         except subprocess.TimeoutExpired as exc:
@@ -168,7 +172,7 @@ class ProcessLauncher:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self._env(env), start_new_session=True)
+                                env=self._env(env), start_new_session=True, preexec_fn=die_with_parent)
         return ProcessServer(proc, log_path, out)
 
 
@@ -208,17 +212,25 @@ class ContainerServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def stop(self) -> None:
+    def stop(self, root: str | None = None, dest: Path | None = None, mounts: tuple[str, ...] = ()) -> "Written | None":
+        """Stop and remove the container; with `root`, first what the run wrote under it (its files copied to
+        `dest` when given) and anywhere else (the container's diff, mount points left out)."""
         try:
             self.container.stop(timeout=15)
         except Exception:  # noqa: BLE001 - already stopped or gone
             pass
         if self._thread is not None:
             self._thread.join(timeout=15)
+        written = None
         try:
-            self.container.remove(force=True)
-        except Exception:  # noqa: BLE001
-            pass
+            if root:
+                written = container_written(self.container, root, dest, mounts)
+        finally:
+            try:
+                self.container.remove(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        return written
 
 
 @dataclass
@@ -238,6 +250,28 @@ class DockerLauncher:
     def __post_init__(self):
         if self.client is None:
             self.client = docker_client()
+        self.reap_orphans()
+
+    def reap_orphans(self) -> list[str]:
+        """Remove the smoke and bench containers of earlier runs whose builder is gone (killed outright: no handler
+        ran; builder/owner.py), running or stopped; never one a live run owns. Returns their names."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": "io.builder.smoke=1"})
+        except Exception:  # noqa: BLE001 - the daemon's answer is not needed to go on
+            return []
+        gone = []
+        for c in found:
+            spec = (getattr(c, "labels", None) or {}).get(labels_mod.OWNER)
+            if spec and not owner_alive(spec):
+                try:
+                    c.remove(force=True)
+                    gone.append(c.name)
+                except Exception:  # noqa: BLE001 - removed meanwhile
+                    pass
+        if gone:
+            log.warning("removed %d container(s) of earlier runs whose builder was killed: %s", len(gone),
+                        ", ".join(gone))
+        return gone
 
     @property
     def run_label(self) -> str:
@@ -288,7 +322,8 @@ class DockerLauncher:
         kw = {"entrypoint": entrypoint} if entrypoint is not None else {}
         try:
             c = self.client.containers.create(self.image, command=args, name=name,
-                                              labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id},
+                                              labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id,
+                                                      labels_mod.OWNER: owner()},
                                               **kw, **self._kwargs(env), **extra)
             c.start()
             return c
@@ -344,6 +379,84 @@ class DockerLauncher:
         server._thread.start()
         time.sleep(0.2)
         return server
+
+
+# -- what a run wrote under the cache root -------------------------------------------------------------------
+@dataclass
+class Written:
+    """What an engine run wrote: under the cache root (path relative to it -> size) and outside it (a container's
+    diff; a process's writes outside the root are not watched: None)."""
+
+    root: str
+    files: dict[str, int]
+    outside: list[str] | None = None
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.files.values())
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def container_written(container, root: str, dest: Path | None, mounts: tuple[str, ...] = ()) -> Written:
+    """The files the container added or changed under `root` (`docker diff` kinds 0 and 1, regular files of
+    `docker cp` of the root) and the paths it wrote elsewhere (its ancestors and the mount points left out)."""
+    import tarfile
+    import tempfile
+
+    changed = {c["Path"] for c in (container.diff() or []) if c.get("Kind") in (0, 1)}
+    root = root.rstrip("/")
+    keep = set(mounts) | {root}
+    outside = sorted(p for p in changed if not _under(p, root)
+                     and not any(_under(k, p) for k in keep) and not any(_under(p, m) for m in mounts))
+    files: dict[str, int] = {}
+    with tempfile.TemporaryFile() as buf:
+        try:
+            stream, _ = container.get_archive(root)
+        except Exception:  # noqa: BLE001 - docker.errors.NotFound: the run made no root at all
+            return Written(root, files, outside)
+        for chunk in stream:
+            buf.write(chunk)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            for member in tar:
+                rel = member.name.partition("/")[2]
+                if not rel or not member.isfile() or f"{root}/{rel}" not in changed:
+                    continue
+                files[rel] = member.size
+                if dest is not None:
+                    target = Path(dest) / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with tar.extractfile(member) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    os.chmod(target, member.mode & 0o777)
+    return Written(root, files, outside)
+
+
+def snapshot(root: str) -> dict[str, tuple[int, int]]:
+    """{path relative to root: (size, mtime_ns)} of every file under a host directory (empty when it is absent)."""
+    out = {}
+    base = Path(root)
+    if base.is_dir():
+        for p in base.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                st = p.stat()
+                out[str(p.relative_to(base))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def process_written(root: str, before: dict[str, tuple[int, int]], dest: Path | None) -> Written:
+    """The files a process added or changed under the host directory `root` since `before`, copied to `dest`."""
+    after = snapshot(root)
+    files = {rel: st[0] for rel, st in after.items() if before.get(rel) != st}
+    if dest is not None:
+        for rel in files:
+            target = Path(dest) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(root) / rel, target)
+    return Written(root, files, None)
 
 
 class StartFailed(Exception):
@@ -465,14 +578,22 @@ class RunningEngine:
     completions: str = "/v1/completions"
     started: float = field(default_factory=time.monotonic)
     boot_s: float | None = None
+    watch_root: str = ""  # the cache root whose writes stop() reports ("": none)
+    _before: dict = field(default_factory=dict)
+    _mounts: tuple[str, ...] = ()
 
     @classmethod
     def start(cls, launcher: Launcher, line: LaunchLine, env: dict[str, str], port: int, log_path: Path,
-              health: str, completions: str = "/v1/completions") -> "RunningEngine":
-        """Raises StartFailed when the launcher could not start it at all (a container refused)."""
+              health: str, completions: str = "/v1/completions", watch_root: str = "") -> "RunningEngine":
+        """Raises StartFailed when the launcher could not start it at all (a container refused). With `watch_root`
+        (the cache root: a path in the container, or this host's directory for a process), stop() says what the
+        run wrote there."""
+        before = snapshot(watch_root) if watch_root and not isinstance(launcher, DockerLauncher) else {}
         t0 = time.monotonic()
         server = launcher.start(line, env, port, log_path)
-        return cls(server, port, log_path, health, completions, t0)
+        mounts = tuple(getattr(launcher, "mounts", {}).values())
+        return cls(server, port, log_path, health, completions, t0, watch_root=watch_root, _before=before,
+                   _mounts=mounts)
 
     @property
     def base(self) -> str:
@@ -568,5 +689,13 @@ class RunningEngine:
     def log_tail(self, n: int = 25) -> str:
         return log_tail(self.log_path, n)
 
-    def stop(self) -> None:
+    def stop(self, capture_to: Path | None = None) -> Written | None:
+        """End the engine (and remove its container); with a watched root, what the run wrote there (copied to
+        `capture_to` when given)."""
+        if not self.watch_root:
+            self.server.stop()
+            return None
+        if isinstance(self.server, ContainerServer):
+            return self.server.stop(self.watch_root, capture_to, self._mounts)
         self.server.stop()
+        return process_written(self.watch_root, self._before, capture_to)

@@ -275,10 +275,36 @@ def _why_not(codes: list[str], gpu: int) -> str:
     return "; ".join(reasons) + "; no PTX" if not any((_code(c) or ("",))[0] == "ptx" for c in codes) else "; ".join(reasons)
 
 
+def warm_match(gpu: Gpu, labels: dict[str, str]) -> str | None:
+    """Whether this GPU and driver are the ones the image's warm layer was made on (its io.builder.warm.* labels):
+    a line saying so, or that the first boot will compile (with the cold seconds measured); None without one."""
+    w = labels_mod.warm(labels)
+    if not w:
+        return None
+    want_arch, want_driver, want_gpu = w.get("gpu-arch", ""), w.get("driver", ""), w.get("gpu", "")
+    have_arch = f"sm{gpu.compute_cap}"
+    differ = [f"{what} {have} (the layer: {want})" for what, have, want in
+              (("GPU arch", have_arch, want_arch), ("GPU", gpu.name, want_gpu), ("driver", gpu.driver, want_driver))
+              if want and have != want]
+    made = f"warm layer for {w.get('strategy') or '?'} made on {want_gpu or '?'} ({want_arch or '?'}), driver {want_driver or '?'}"
+    if not differ:
+        return f"{made}: this host matches; the first boot reuses it (warm boot {w.get('warm-boot-s') or '?'} s)"
+    return (f"{made}: this host differs ({'; '.join(differ)}): the first boot will compile (cold boot "
+            f"{w.get('cold-boot-s') or '?'} s measured where the layer was made)")
+
+
 def report(images: list[str], gpus: list[Gpu]) -> list[Verdict]:
     data = rules()
     facts = [image_facts(i) for i in images]
-    return [judge(g, f, data) for f in facts for g in gpus]
+    out = []
+    for f in facts:
+        for g in gpus:
+            v = judge(g, f, data)
+            line = warm_match(g, f.labels)
+            if line:
+                v.details.append(line)
+            out.append(v)
+    return out
 
 
 def table(gpus: list[Gpu], verdicts: list[Verdict]) -> str:

@@ -1,7 +1,7 @@
 """What starts an engine, as one typed value (`RunFlags`): the flags smoke and bench share (serve parses its --gpus,
 --port and --engine-args with the same functions here, and has no --launcher, --python, --boot-timeout or --env),
 converted once — the model and drafter, the launcher and its Python, the GPUs in one grammar (auto, all, none or
-device ids 0,1), the port, the boot timeout, the engine's extra arguments (split once) and its environment."""
+device ids 0,1) and tensor parallel (--tp N: N GPUs, the engine's own flag), the port, the boot timeout, the engine's extra arguments (split once) and its environment."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 
+MAX_TP = 64  # the most GPUs --tp shards one engine over
 MAX_BOOT_TIMEOUT = 86400.0  # the one bound of --boot-timeout (seconds), checked by its flag (cli/flags.py)
 
 
@@ -54,6 +55,33 @@ class Gpus:
                             f"(nvidia-smi lists {', '.join(str(g.index) for g in host.gpus)})")
         return True, ""
 
+    def for_tp(self, tp: int, host=None, flag: str = "--gpus") -> "Gpus":
+        """The GPUs an engine sharded over `tp` GPUs (tensor parallel) gets: `tp` device ids. Ids given must be
+        exactly `tp`; auto / all become the first `tp` GPUs of the host when its GPUs are known (`host`, a
+        deploy.gpus.HostGpus), and a host with fewer is refused; unknown, they stay as they are (choose decides)."""
+        if tp <= 1:
+            return self
+        if self.mode == "none":
+            raise UserError(f"--tp {tp}: {flag} none gives the engine no GPU to shard over")
+        if self.mode == "ids":
+            if len(self.ids) != tp:
+                raise UserError(f"--tp {tp}: {flag} {self} names {len(self.ids)} GPU{'s' * (len(self.ids) != 1)}; "
+                                f"tensor parallel {tp} runs on {tp}")
+            return self
+        if host is None or not host.present:
+            return self
+        if len(host.gpus) < tp:
+            raise UserError(f"--tp {tp}: this host has {len(host.gpus)} GPU{'s' * (len(host.gpus) != 1)} "
+                            f"(nvidia-smi lists {', '.join(str(g.index) for g in host.gpus)})")
+        return Gpus("ids", tuple(sorted(g.index for g in host.gpus))[:tp])
+
+
+def tp(value: int) -> int:
+    """--tp N: the GPUs one engine shards the model over (tensor parallel), 1..MAX_TP."""
+    if not 1 <= value <= MAX_TP:
+        raise UserError(f"--tp: {value}: write a number of GPUs from 1 to {MAX_TP}")
+    return value
+
 
 def engine_args(text: str) -> tuple[str, ...]:
     """--engine-args: one shell-quoted string → the arguments."""
@@ -95,12 +123,13 @@ class RunFlags:
     boot_timeout: float = 900.0
     engine_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    tp: int = 1  # tensor parallel: the GPUs one engine shards the model over
 
     @classmethod
     def convert(cls, *, model: str = "tiny", drafter: str | None = None, launcher: str = "auto",
                 python: str = "python3", gpus: str = "auto", port_: int | None = None, boot_timeout_: float = 900.0,
-                engine_args_: str = "", env: tuple[str, ...] = ()) -> "RunFlags":
+                engine_args_: str = "", env: tuple[str, ...] = (), tp_: int = 1) -> "RunFlags":
         """The flags as given on the command line, each checked (a UserError naming the flag)."""
         return cls(model=model, drafter=drafter, launcher="docker" if launcher == "auto" else launcher,
                    python=python, gpus=Gpus.parse(gpus), port=port(port_), boot_timeout=float(boot_timeout_),
-                   engine_args=engine_args(engine_args_), env=env_pairs(env))
+                   engine_args=engine_args(engine_args_), env=env_pairs(env), tp=tp(tp_))

@@ -105,7 +105,7 @@ def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
         if kind == "index":
             sources[name] = "index"
         packages.append(Package(recipe=r, source=Source(kind=kind), archs=archs, cuda=cuda))
-    prebuilt = cell_id.endswith("-jitprebuilt")
+    prebuilt = labels_mod.jit_prebuilt(labels)
     profile = Profile(name="image", cuda=cuda, os="", python=python, torch=labels.get(labels_mod.TORCH) or None,
                       flash_attn=None, engines={engine: version}, strategies=tuple(labels_mod.strategies(labels)),
                       archs=archs, base_images={}, sources=sources, jit={engine: "prebuilt"} if prebuilt else {})
@@ -117,7 +117,8 @@ def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
     return Cell(id=cell_id, engine=engine, version=version, profile=profile, torch=labels.get(labels_mod.TORCH, ""),
                 archs=archs, packages=tuple(packages), strategies=profile.strategies, base_devel="", base_runtime="",
                 image=image, tag=tag, runtime_jit=jit, serve_jit=serve_jit, jit_modules=jit_modules,
-                jit_prebuilt=prebuilt)
+                jit_prebuilt=prebuilt, compile_caches=kn.compile_caches_of(eng),
+                cache_root=kn.jit_cache_root() if eng.compile_caches else "", warm_allowance=eng.warm_allowance)
 
 
 # -- reading -------------------------------------------------------------------------------------------------
@@ -147,7 +148,11 @@ def read(ref: str, client=None, what: str = "IMAGE", files: bool = True) -> Subj
     if files and is_file_ref(ref):
         if not path.exists() and not path.is_symlink():
             raise UserError(f"{ref}: no such file")
-        return Subject(ref, FILE, config_from_json(ref, files_mod.load_json(path, "image config (JSON)")))
+        data = files_mod.load_json(path, "image config (JSON)")
+        first = data[0] if isinstance(data, list) and len(data) == 1 else data
+        digests = first.get("RepoDigests") if isinstance(first, dict) else None  # docker image inspect's
+        digest = digests[0] if isinstance(digests, list) and digests and isinstance(digests[0], str) else ""
+        return Subject(ref, FILE, config_from_json(ref, data), digest)
     grammar.check(grammar.image_ref, ref, what)  # neither a file nor an image reference: no docker call
     found = read_local(ref, client)
     if found is None:

@@ -34,6 +34,24 @@ BUILDER_VERSION = "io.builder.builder-version"
 # (buildx --label), since the key covers the rendered Dockerfile itself
 CONTENT_KEY = "io.builder.content-key"
 AUDITED = ("sass", "ptx", "binaries")  # per compiled package, from the audit
+# a smoke or bench container's owner: builder's pid on this boot (builder/owner.py), so that the next run removes the
+# containers a killed run left
+OWNER = "io.builder.owner"
+# the image's measured boot: seconds from start to serving the model list, the longest boot measured of this image
+# (read by `builder serve` to size its probes; no builder step writes it yet: an image without it gets the stated
+# default budget)
+BOOT_SECONDS = "io.builder.boot-seconds"
+# the image's one cache root and every compile cache of its engine under it ("VAR=dir VAR=dir", engine data
+# compile_caches): what `builder warm` captures, what smoke L3 and the process launcher boot with
+CACHE_ROOT = "io.builder.cache-root"
+CACHE_ENV = "io.builder.cache-env"
+WARM_ALLOWANCE = "io.builder.warm-allowance"  # globs under the root a warm boot may still write (engine data)
+# a warm image (builder/image/warm.py): the image plus one layer holding what a boot compiled, and what it was warmed
+# for; WARM_OF names the cold image's digest
+WARM = "io.builder.warm"
+WARM_OF = "io.builder.warm.of"
+WARM_FIELDS = ("strategy", "gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256", "engine-args",
+               "files", "bytes", "cold-boot-s", "warm-boot-s", "captured-on")
 
 
 def package(name: str, what: str) -> str:
@@ -57,6 +75,10 @@ def written(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
         (ARCHS, ",".join(str(a) for a in cell.archs), False), (STRATEGIES, ",".join(cell.strategies), False),
         (BUILDER_VERSION, __version__, False),
     ]
+    if cell.cache_root:
+        out += [(CACHE_ROOT, cell.cache_root, False),
+                (CACHE_ENV, " ".join(f"{k}={v}" for k, v in cell.compile_caches), False),
+                (WARM_ALLOWANCE, " ".join(g for g, _ in cell.warm_allowance), False)]
     for p in cell.packages:
         out.append((package(p.name, "version"), p.version, False))
         out.append((package(p.name, "source"), p.source.ref, False))
@@ -109,6 +131,36 @@ def cell(labels: dict[str, str]) -> str | None:
     return labels.get(CELL)
 
 
+def jit_prebuilt(labels: dict[str, str]) -> bool:
+    """The image is warm: its JIT modules were built into it (a profile with jit = "prebuilt", whose cell id ends
+    in -jitprebuilt). An image that does not say so is cold."""
+    return (labels.get(CELL) or "").endswith("-jitprebuilt")
+
+
+def boot_label(labels: dict[str, str]) -> str:
+    """The label that records how long this image takes to serve: a warm image's measured warm boot (`builder
+    warm` boots it from its own layer), else BOOT_SECONDS."""
+    return f"{WARM}.warm-boot-s" if labels.get(WARM) == "1" and labels.get(f"{WARM}.warm-boot-s") else BOOT_SECONDS
+
+
+def boot_seconds(labels: dict[str, str]) -> float | None:
+    """The boot the image's labels record (boot_label), None without one; a value that is no positive number is a
+    UserError naming the label."""
+    from ..errors import UserError
+
+    name = boot_label(labels)
+    raw = labels.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400:
+        raise UserError(f"label {name}={raw!r}: not a number of seconds (0 < s < 86400)")
+    return value
+
+
 def content_key(labels: dict[str, str]) -> str:
     return labels.get(CONTENT_KEY, "")
 
@@ -119,6 +171,31 @@ def engine(labels: dict[str, str]) -> tuple[str | None, str | None]:
 
 def strategies(labels: dict[str, str]) -> list[str]:
     return [s for s in labels.get(STRATEGIES, "").split(",") if s]
+
+
+def cache_root(labels: dict[str, str]) -> str:
+    return labels.get(CACHE_ROOT, "")
+
+
+def cache_env(labels: dict[str, str]) -> dict[str, str]:
+    """{variable: directory} of every compile cache the image points at its cache root."""
+    return dict(pair.split("=", 1) for pair in labels.get(CACHE_ENV, "").split() if "=" in pair)
+
+
+def warm_allowance(labels: dict[str, str]) -> list[str]:
+    return labels.get(WARM_ALLOWANCE, "").split()
+
+
+def warm(labels: dict[str, str]) -> dict[str, str]:
+    """What a warm image was warmed for ({field: value} of io.builder.warm.*), {} for an image without a warm layer."""
+    if labels.get(WARM) != "1":
+        return {}
+    return {f: labels.get(f"{WARM}.{f}", "") for f in ("of", *WARM_FIELDS)}
+
+
+def warm_written(facts: dict[str, str], of: str) -> list[tuple[str, str]]:
+    """The labels of a warm image: its marker, the cold image's digest and each of WARM_FIELDS in `facts`."""
+    return [(WARM, "1"), (WARM_OF, of)] + [(f"{WARM}.{f}", str(facts[f])) for f in WARM_FIELDS if f in facts]
 
 
 def package_key(key: str) -> tuple[str, str] | None:

@@ -5,7 +5,8 @@ the process launcher runs the whole line).
 The engine data's `launch` (e.g. `vllm serve {model}`, `python3 -m sglang.launch_server --model-path {model}`) is
 split before the model: the part before becomes the ENTRYPOINT, the model (with its flag) starts the arguments,
 then where it listens (`smoke.serve_args`), dummy weights and tiny-model flags when smoke asks for them, the
-strategy's flags, and the user's own.
+strategy's flags, the engine's own tensor-parallel flag (`tp_flag`) when it shards over N > 1 GPUs, and the user's
+own.
 """
 
 from __future__ import annotations
@@ -43,9 +44,25 @@ def fill(text: str, values: dict[str, str]) -> str:
     return text
 
 
+def tp_args(recipe: Recipe, tp: int) -> list[str]:
+    """The engine's own tensor-parallel flag for `tp` GPUs (engine data `tp_flag`): none for 1; a UserError for an
+    engine version whose data has no such flag."""
+    from ..errors import UserError
+
+    if tp < 1:
+        raise UserError(f"--tp {tp}: tensor parallel needs at least 1 GPU")
+    if tp == 1:
+        return []
+    if not recipe.tp_flag:
+        raise UserError(f"--tp {tp}: the engine data names no tensor-parallel flag (tp_flag) for {recipe.name} "
+                        f"{recipe.version}")
+    return [recipe.tp_flag, str(tp)]
+
+
 def launch_line(recipe: Recipe, strategy: Strategy | None, values: dict[str, str], *, dummy_weights: bool = False,
-                tiny: bool = False, extra: tuple[str, ...] = ()) -> LaunchLine:
-    """`values`: model, drafter, host, port as the engine sees them (inside the container, or on this host)."""
+                tiny: bool = False, extra: tuple[str, ...] = (), tp: int = 1) -> LaunchLine:
+    """`values`: model, drafter, host, port as the engine sees them (inside the container, or on this host); `tp`:
+    the GPUs one engine shards the model over (tensor parallel)."""
     smoke = recipe.smoke
     entry, rest = split(recipe.launch)
     args = [*rest, *smoke.get("serve_args", DEFAULT_SERVE_ARGS)]
@@ -54,4 +71,5 @@ def launch_line(recipe: Recipe, strategy: Strategy | None, values: dict[str, str
     if tiny:
         args += smoke.get("tiny_args", [])
     args += list(strategy.flags) if strategy is not None else []
+    args += tp_args(recipe, tp)
     return LaunchLine(tuple(entry), tuple([fill(a, values) for a in args] + list(extra)))

@@ -19,6 +19,12 @@ the image is built and the entry written again:
    "images": {"sha256:...": {"cell": ID, "recorded": UTC time}},   every digest builder produced for K
    "published": {"REPO:TAG": "sha256:..."}}                          where publish pushed which of them
 
+An image this host did not build but pulled from a registry (builder/image/reuse.py) is recorded only when the
+registry's ledger record was signed by the key the matrix names, and then apart from what builder built here: its
+image entry says who vouched, {"cell", "recorded", "vouched_by": "ledger record REF, signed by key K"}, and a later
+reuse says so. A digest built here is never demoted to a vouched one. A record taken on the registry's unsigned
+word is never written here.
+
 A digest is vouched for when it is in `images`: the local reuse checks the image under the cell's tag, and a
 registry-side reuse must check the registry's manifest digest for the tag the same way (`vouches`).
 """
@@ -108,14 +114,15 @@ class Ledger:
         return parse(raw, str(path), key)
 
     # -- writing --------------------------------------------------------------------------------------------
-    def record_image(self, key: str, digest: str, cell: str) -> str:
-        """Record that builder produced image `digest` for `key`; returns a note on an entry that was unreadable
-        and is replaced ("" otherwise)."""
-        return self._update(key, lambda entry: add_image(entry, digest, cell))
+    def record_image(self, key: str, digest: str, cell: str, vouched_by: str = "") -> str:
+        """Record that builder produced image `digest` for `key` (or, with `vouched_by`, that it was pulled on the
+        word of that signed record); returns a note on an entry that was unreadable and is replaced ("" otherwise)."""
+        return self._update(key, lambda entry: add_image(entry, digest, cell, vouched_by))
 
-    def record_published(self, key: str, ref: str, digest: str, cell: str) -> str:
-        """Record that publish pushed `digest` (an image builder built for `key`) as REPO:TAG `ref`."""
-        return self._update(key, lambda entry: add_published(entry, ref, digest, cell))
+    def record_published(self, key: str, ref: str, digest: str, cell: str, vouched_by: str = "") -> str:
+        """Record that publish pushed `digest` (an image builder built for `key`, or one `vouched_by` vouches for)
+        as REPO:TAG `ref`."""
+        return self._update(key, lambda entry: add_published(entry, ref, digest, cell, vouched_by))
 
     def _update(self, key: str, change) -> str:
         check_dir(self.root)
@@ -191,17 +198,22 @@ def vouches(entry: Entry, digest: str) -> tuple[bool, str]:
                    if recorded else f"its digest {digest} is not recorded for it (the entry lists none)")
 
 
-def add_image(entry: Entry, digest: str, cell: str) -> None:
-    """Record that builder produced image `digest` for the entry's key (the newest KEEP digests are kept)."""
+def add_image(entry: Entry, digest: str, cell: str, vouched_by: str = "") -> None:
+    """Record that builder produced image `digest` for the entry's key (the newest KEEP digests are kept); with
+    `vouched_by`, that it took the digest on the word of that (signed) record: a digest built here stays built here."""
+    built_here = digest in entry.images and not entry.images[digest].get("vouched_by")
     entry.images[digest] = {"cell": cell, "recorded": _now()}
+    if vouched_by and not built_here:
+        entry.images[digest]["vouched_by"] = vouched_by
     for old in sorted(entry.images, key=lambda d: entry.images[d]["recorded"])[:-KEEP]:
         if old != digest:
             del entry.images[old]
 
 
-def add_published(entry: Entry, ref: str, digest: str, cell: str) -> None:
+def add_published(entry: Entry, ref: str, digest: str, cell: str, vouched_by: str = "") -> None:
     """Record that publish pushed `digest` (an image builder built for the entry's key) as REPO:TAG `ref`."""
-    entry.images.setdefault(digest, {"cell": cell, "recorded": _now()})
+    if digest not in entry.images:
+        entry.images[digest] = {"cell": cell, "recorded": _now(), **({"vouched_by": vouched_by} if vouched_by else {})}
     entry.published[ref] = digest
 
 

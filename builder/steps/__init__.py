@@ -88,6 +88,11 @@ class BuildOptions:
     # where an unchanged cell's image may be taken from instead of built (builder/image/reuse.py): --reuse-from, or
     # publish's own registry
     reuse_from: RegistryPath | None = None
+    # [defaults] ledger_public_key: only a registry ledger record this key signed is adopted (builder/image/signing.py);
+    # None: the registry's unsigned word. Its key id, and the file it came from, for messages.
+    ledger_key: object | None = field(default=None, compare=False, repr=False)
+    # BUILDER_LEDGER_SIGNING_KEY, for publish only: the signer of the records it pushes (never printed)
+    ledger_signer: object | None = field(default=None, compare=False, repr=False)
     compile_cache: CompileCache | None = None  # [defaults.cache] compile: a shared sccache backend (compile_cache.py)
     compile_dist: str | None = None  # [defaults.cache] dist: an sccache-dist scheduler URL
     compile_dist_cores: int = 0  # [defaults.cache] dist_cores: its build servers' cores (recorded for estimates)

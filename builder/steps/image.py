@@ -31,7 +31,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import docker, net, pins
+from .. import docker, net, owner, pins
 from ..image import labels, ledger, oci, reuse
 from ..cache import sha256_file
 from ..errors import BuilderError
@@ -42,6 +42,28 @@ WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfile
 ARCHIVE = "image.oci.tar"  # in the cell's work dir: what the publish step pushes
 CONTENT_RECORD = "content-key.json"  # in the cell's work dir: the content key and every input it covers
 KEY_FORMAT = 1  # bumped whenever what the key covers changes, so that no older key matches by accident
+
+
+def run_name_of(cell) -> str:
+    """The name of a cell's image for one run only (`<tag>-run-<random>-p<pid>b<boot>`): smoke and publish use it,
+    the runner drops it; it records its owner, so that the next run drops it if this one is killed outright."""
+    return f"{cell.image}:{cell.tag}-{owner.run_suffix(secrets.token_hex(4))}"
+
+
+def drop_orphaned_run_names(ctx: CellContext) -> None:
+    """Drop the run names of this cell that earlier runs, killed outright, left (their owner is gone); never the
+    name of a live run (another build of the same cell, right now)."""
+    cell = ctx.cell
+    for tag in docker.local_tags(cell.image, ctx.opts.docker):
+        spec = owner.run_suffix_owner(tag) if tag.startswith(f"{cell.tag}-run-") else None
+        if spec and not owner.alive(spec):
+            try:
+                docker.untag_image(f"{cell.image}:{tag}", ctx.opts.docker, missing_ok=True)
+            except BuilderError as exc:  # a container of that run still uses it: the next smoke removes that one
+                ctx.note(f"could not drop {cell.image}:{tag}, left by a run that was killed: "
+                         f"{str(exc).strip().splitlines()[-1][:200]}")
+                continue
+            ctx.note(f"dropped {cell.image}:{tag}, left by a run that was killed (pid {spec})")
 
 
 def archive_path(ctx: CellContext) -> Path:
@@ -125,6 +147,7 @@ class ImageStep:
 
     def run(self, ctx: CellContext, wheel: None = None) -> StepResult:
         cell, opts = ctx.cell, ctx.opts
+        drop_orphaned_run_names(ctx)
         stage = ctx.dir / "wheels"
         if stage.exists():
             shutil.rmtree(stage)
@@ -164,7 +187,7 @@ class ImageStep:
         # loaded under a name of this run only: another build of the cell loading or tagging its image at the same
         # moment cannot take this one's place (the name is not part of the image or its digest). Smoke runs and
         # publish checks the image under this name; the runner removes it when the cell is done.
-        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        run_name = run_name_of(cell)
         call = runtime_call(ctx, stage, metadata, run_name)
         if key:
             call = dataclasses.replace(call, extra=tuple(call.extra) + ("--label", f"{labels.CONTENT_KEY}={key}"))
@@ -207,13 +230,14 @@ class ImageStep:
         ctx.note(f"content key {key}" if key else f"no content key: {inputs['why']}; the image is built")
 
     @staticmethod
-    def _ledger_record(ctx: CellContext, key: str, digest: str) -> None:
-        """Bind `digest` to `key` in the image ledger. A ledger that cannot be written (a read-only wheelhouse)
-        costs the next build its reuse, not this build its image: said, not raised."""
+    def _ledger_record(ctx: CellContext, key: str, digest: str, vouched_by: str = "") -> None:
+        """Bind `digest` to `key` in the image ledger (`vouched_by`: pulled on that signed record's word, not built
+        here). A ledger that cannot be written (a read-only wheelhouse) costs the next build its reuse, not this
+        build its image: said, not raised."""
         if ctx.opts.image_ledger is None:
             return
         try:
-            note = ledger.Ledger(ctx.opts.image_ledger).record_image(key, digest, ctx.cell.id)
+            note = ledger.Ledger(ctx.opts.image_ledger).record_image(key, digest, ctx.cell.id, vouched_by)
         except (OSError, BuilderError) as exc:
             ctx.note(f"WARNING: could not record {digest} for content key {key} in the image ledger "
                      f"{ctx.opts.image_ledger}: {getattr(exc, 'strerror', None) or exc}; "
@@ -258,29 +282,38 @@ class ImageStep:
                     return None
                 claim = reuse.Claim(f"registry: {ref}", found.digest, labels.content_key(found.labels))
                 verdict = reuse.judge(claim, key, first_key, pins_file,
-                                      reuse.registry_voucher(client, repository, published=opts.publish is not None))
+                                      reuse.registry_voucher(client, repository, published=opts.publish is not None,
+                                                             trusted=opts.ledger_key))
         except reuse.Unusable as exc:
             ctx.note(f"registry: {ref}: {exc}: building")
             return None
         if isinstance(verdict, reuse.Build):
             ctx.note(verdict.why)
             return None
+        if verdict.kind == reuse.UNSIGNED:
+            trust = reuse.trust_line(source.path)
+            if trust:
+                ctx.note(trust)
         checked = time.monotonic() - started
         artifacts = {"image": ref, "digest": found.digest, "archive": "", "attestations": [], "content_key": key,
                      "reused": True, "registry": ref, "index": found.index, "checked_s": round(checked, 3),
                      "bytes": found.size, "vouched_by": verdict.vouched_by}
         if opts.publish is not None:  # already where publish pushes: nothing to pull, nothing to push
-            ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index}
+            ctx.in_registry = {"ref": ref, "digest": found.digest, "content_key": key, "index": found.index,
+                               "vouched_by": verdict.vouched_by, "signed": verdict.kind == reuse.SIGNED}
             ctx.note(f"reuse {ref} ({found.digest}) from the registry: {verdict.why}; no build, no pull "
                      f"(checked in {checked:.1f}s)")
             return StepResult(self.name, cell.id, Status.OK, f"in the registry: {ref} (content key unchanged)",
                               artifacts={**artifacts, "pulled": False})
-        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict.why, artifacts, started)
+        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict, artifacts, started)
 
     def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, have: str, key: str,
-              pins_file: Path | None, said: str, artifacts: dict, started: float) -> StepResult | None:
+              pins_file: Path | None, verdict: reuse.Reuse, artifacts: dict, started: float) -> StepResult | None:
         """Pull the vouched image by its digest and name it: the run's own name, the cell's tag. Nothing is named
-        before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built."""
+        before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built.
+        This host's image ledger records the digest, with who vouched, only when a signature by the matrix's key
+        vouched for it: what the registry merely says is not written down as builder's."""
+        said = verdict.why
         cell, opts = ctx.cell, ctx.opts
         by_digest = f"{repository}@{found.digest}"
         ctx.note(f"reuse {found.ref} ({found.digest}) from the registry: {said}; pull by digest, no build, "
@@ -296,8 +329,12 @@ class ImageStep:
             return StepResult(self.name, cell.id, Status.FAILED, f"pulled {by_digest}, the daemon holds it as "
                               f"{loaded or 'nothing'} (the daemon needs the containerd image store: "
                               "scripts/setup-docker.sh turns it on)")
-        self._ledger_record(ctx, have, found.digest)  # recorded before the tag moves, as for a built image
-        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        if verdict.kind == reuse.SIGNED:  # recorded before the tag moves, as for a built image, with who vouched
+            self._ledger_record(ctx, have, found.digest, verdict.vouched_by)
+        else:
+            ctx.note(f"image ledger: {found.digest} not recorded (taken on the word of {verdict.vouched_by}, not "
+                     "built here nor signed)")
+        run_name = run_name_of(cell)
         ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
         docker.tag_image(found.digest, run_name, opts.docker)
         docker.point_tag(cell.ref, found.digest, opts.docker)
@@ -311,7 +348,7 @@ class ImageStep:
     def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None) -> StepResult:
         cell, opts = ctx.cell, ctx.opts
         ctx.note(f"reuse {cell.ref} ({digest}): {why}; no build, no OCI export")
-        run_name = f"{cell.image}:{cell.tag}-run-{secrets.token_hex(4)}"
+        run_name = run_name_of(cell)
         # named before the tag is made, and the tag runs to its end even when interrupted: whatever happens from
         # here, the runner removes the name. Tagged by digest: the name holds the very image that was checked,
         # even if the cell's tag moves meanwhile.

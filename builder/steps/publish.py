@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from .. import docker
-from ..image import labels, ledger, oci
+from ..image import labels, ledger, oci, signing
 from ..image import publish as pub
 from ..errors import BuilderError
 from . import CellContext, Status, StepResult
@@ -72,9 +72,11 @@ class PublishStep:
                               f"({digest}); nothing pushed, no alias moved: run publish again")
         ctx.note(f"no push: {ref} already serves {digest} (content key unchanged)")
         key = image.get("content_key", "")
-        if key and ctx.opts.image_ledger is not None:
+        # only a signed vouch enters this host's ledger (with who vouched); the registry's unsigned word does not
+        if key and ctx.opts.image_ledger is not None and image.get("signed"):
             try:
-                ledger.Ledger(ctx.opts.image_ledger).record_published(key, ref, digest, cell.id)
+                ledger.Ledger(ctx.opts.image_ledger).record_published(key, ref, digest, cell.id,
+                                                                      image.get("vouched_by", ""))
             except (OSError, BuilderError) as exc:
                 ctx.note(f"WARNING: could not record {digest} in the image ledger {ctx.opts.image_ledger}: "
                          f"{getattr(exc, 'strerror', None) or exc}")
@@ -100,13 +102,18 @@ def _push_record(ctx: CellContext, repository: str, key: str, change) -> None:
     if not key or ctx.opts.reuse_from is None:
         return
     try:
-        note = reuse.merge_and_push(ctx.opts.reuse_from, repository, key, change)
+        note = reuse.merge_and_push(ctx.opts.reuse_from, repository, key, change, signer=ctx.opts.ledger_signer,
+                                    trusted=ctx.opts.ledger_key)
     except reuse.Unusable as exc:
         ctx.note(f"WARNING: could not push the ledger record {repository}:{reuse.record_tag(key)} ({exc}); a fresh "
                  "runner builds this cell again")
         return
     if note:
         ctx.note(f"ledger record: {note}")
+    signer = ctx.opts.ledger_signer
+    if signer is not None:
+        ctx.note(f"ledger record {repository}:{reuse.record_tag(key)} signed by key "
+                 f"{signing.short(signer.public_key.keyid)}")
 
 
 def _record_published(ctx: CellContext, image: oci.Image, ref: str) -> None:

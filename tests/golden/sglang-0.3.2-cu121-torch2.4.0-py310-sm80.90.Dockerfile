@@ -498,6 +498,20 @@ RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# one directory for every compile cache of sglang 0.3.2 (engine data compile_caches, each with what its
+# key holds and the upstream file that says so): a boot writes nothing to HOME or /tmp, and what the first boot
+# compiles can ship as one warm layer at these very paths (`builder warm`; vLLM's and DeepGEMM's keys hold absolute
+# paths). Set last, so no build step writes there; the directories are writable by any user the container runs as.
+ENV SGLANG_CACHE_DIR="/opt/jit-cache/sglang-cache" \
+    SGLANG_JIT_CACHE_DIR="/opt/jit-cache/sglang" \
+    TRITON_CACHE_DIR="/opt/jit-cache/triton" \
+    TORCHINDUCTOR_CACHE_DIR="/opt/jit-cache/inductor" \
+    DG_JIT_CACHE_DIR="/opt/jit-cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/opt/jit-cache/flashinfer" \
+    CUDA_CACHE_PATH="/opt/jit-cache/nv" \
+    HOME="/opt/jit-cache/home"
+RUN mkdir -p /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home \
+ && chmod a+rwX /opt/jit-cache /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home
 # what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
 # image step passes it in, so these labels are the audit's facts, not the engine data's prediction
 ARG BUILDER_AUDIT_VLLM_SASS
@@ -521,6 +535,9 @@ LABEL io.builder.python="3.10"
 LABEL io.builder.archs="80,90"
 LABEL io.builder.strategies=""
 LABEL io.builder.builder-version="0.1.0"
+LABEL io.builder.cache-root="/opt/jit-cache"
+LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_JIT_CACHE_DIR=/opt/jit-cache/sglang TRITON_CACHE_DIR=/opt/jit-cache/triton TORCHINDUCTOR_CACHE_DIR=/opt/jit-cache/inductor DG_JIT_CACHE_DIR=/opt/jit-cache/deep_gemm FLASHINFER_WORKSPACE_BASE=/opt/jit-cache/flashinfer CUDA_CACHE_PATH=/opt/jit-cache/nv HOME=/opt/jit-cache/home"
+LABEL io.builder.warm-allowance="*.lock"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
 LABEL io.builder.package.sglang.cache-key="b8fc766cad08735eed885e6f1faa8579cf805748b9aa42face2333481ef47859"

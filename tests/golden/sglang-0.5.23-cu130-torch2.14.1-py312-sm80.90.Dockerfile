@@ -630,6 +630,20 @@ RUN printf '__global__ void k(int *p) { p[threadIdx.x] = 1; }\n' > /tmp/jit.cu \
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# one directory for every compile cache of sglang 0.5.23 (engine data compile_caches, each with what its
+# key holds and the upstream file that says so): a boot writes nothing to HOME or /tmp, and what the first boot
+# compiles can ship as one warm layer at these very paths (`builder warm`; vLLM's and DeepGEMM's keys hold absolute
+# paths). Set last, so no build step writes there; the directories are writable by any user the container runs as.
+ENV SGLANG_CACHE_DIR="/opt/jit-cache/sglang-cache" \
+    SGLANG_JIT_CACHE_DIR="/opt/jit-cache/sglang" \
+    TRITON_CACHE_DIR="/opt/jit-cache/triton" \
+    TORCHINDUCTOR_CACHE_DIR="/opt/jit-cache/inductor" \
+    DG_JIT_CACHE_DIR="/opt/jit-cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/opt/jit-cache/flashinfer" \
+    CUDA_CACHE_PATH="/opt/jit-cache/nv" \
+    HOME="/opt/jit-cache/home"
+RUN mkdir -p /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home \
+ && chmod a+rwX /opt/jit-cache /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home
 # what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
 # image step passes it in, so these labels are the audit's facts, not the engine data's prediction
 ARG BUILDER_AUDIT_SGLANG_KERNEL_SASS
@@ -650,6 +664,9 @@ LABEL io.builder.python="3.12"
 LABEL io.builder.archs="80,90"
 LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
+LABEL io.builder.cache-root="/opt/jit-cache"
+LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_JIT_CACHE_DIR=/opt/jit-cache/sglang TRITON_CACHE_DIR=/opt/jit-cache/triton TORCHINDUCTOR_CACHE_DIR=/opt/jit-cache/inductor DG_JIT_CACHE_DIR=/opt/jit-cache/deep_gemm FLASHINFER_WORKSPACE_BASE=/opt/jit-cache/flashinfer CUDA_CACHE_PATH=/opt/jit-cache/nv HOME=/opt/jit-cache/home"
+LABEL io.builder.warm-allowance="*.lock"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang.cache-key="b97189c3a34f1795455994db15d3ab1ec7945377451b02803a3017472efe4010"

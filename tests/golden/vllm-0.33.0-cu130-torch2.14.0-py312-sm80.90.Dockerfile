@@ -526,6 +526,19 @@ RUN python -c 'from vllm.utils.flashinfer import has_flashinfer; assert has_flas
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
 # syntax) is skipped, as pip itself does.
 RUN python -m compileall -f -qq --invalidation-mode unchecked-hash /opt/venv/lib || true
+# one directory for every compile cache of vllm 0.33.0 (engine data compile_caches, each with what its
+# key holds and the upstream file that says so): a boot writes nothing to HOME or /tmp, and what the first boot
+# compiles can ship as one warm layer at these very paths (`builder warm`; vLLM's and DeepGEMM's keys hold absolute
+# paths). Set last, so no build step writes there; the directories are writable by any user the container runs as.
+ENV VLLM_CACHE_ROOT="/opt/jit-cache/vllm" \
+    TRITON_CACHE_DIR="/opt/jit-cache/triton" \
+    TORCHINDUCTOR_CACHE_DIR="/opt/jit-cache/inductor" \
+    DG_JIT_CACHE_DIR="/opt/jit-cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/opt/jit-cache/flashinfer" \
+    CUDA_CACHE_PATH="/opt/jit-cache/nv" \
+    HOME="/opt/jit-cache/home"
+RUN mkdir -p /opt/jit-cache/vllm /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home \
+ && chmod a+rwX /opt/jit-cache /opt/jit-cache/vllm /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home
 # what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
 # image step passes it in, so these labels are the audit's facts, not the engine data's prediction
 ARG BUILDER_AUDIT_VLLM_SASS
@@ -546,6 +559,9 @@ LABEL io.builder.python="3.12"
 LABEL io.builder.archs="80,90"
 LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
+LABEL io.builder.cache-root="/opt/jit-cache"
+LABEL io.builder.cache-env="VLLM_CACHE_ROOT=/opt/jit-cache/vllm TRITON_CACHE_DIR=/opt/jit-cache/triton TORCHINDUCTOR_CACHE_DIR=/opt/jit-cache/inductor DG_JIT_CACHE_DIR=/opt/jit-cache/deep_gemm FLASHINFER_WORKSPACE_BASE=/opt/jit-cache/flashinfer CUDA_CACHE_PATH=/opt/jit-cache/nv HOME=/opt/jit-cache/home"
+LABEL io.builder.warm-allowance="*.lock triton/*/_compute_slot_mapping_kernel.* triton/*/eagle_prepare_next_token_padded_kernel.* triton/*/eagle_step_slot_mapping_metadata_kernel.* triton/*/rejection_greedy_sample_kernel.* triton/*/eagle_prepare_inputs_padded_kernel.* triton/*/__grp__*"
 LABEL io.builder.package.vllm.version="0.33.0"
 LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"

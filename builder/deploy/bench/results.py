@@ -219,6 +219,12 @@ def comparable(old: dict, new: dict) -> list[str]:
         out.append(f"the results are of another workload ({', '.join(changed)} differ)")
     if old.get("client") != new.get("client"):
         out.append(f"the results come from another load generator ({old.get('client')} against {new.get('client')})")
+    states = lambda res: {(r["strategy"], r["workload"]): r.get("boot_state") for r in res.get("rows", [])}  # noqa: E731
+    old_states, new_states = states(old), states(new)
+    for k in sorted(old_states.keys() & new_states.keys()):
+        if old_states[k] != new_states[k]:  # a warm boot's figures say nothing of a cold one's
+            out.append(f"{k[0]} / {k[1]}: booted {old_states[k] or 'unrecorded'} against {new_states[k] or 'unrecorded'}: "
+                       "rows of different boot states (cold / warm / restored) do not compare")
     slo_a, slo_b = (old.get("slo") or {}).get("ttft_ms"), (new.get("slo") or {}).get("ttft_ms")
     if slo_a != slo_b:
         out.append(f"the results have another SLO (TTFT {slo_a} against {slo_b} ms): goodput does not compare")

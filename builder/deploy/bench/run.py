@@ -8,6 +8,7 @@ runs) and the greedy outputs of the losslessness prompts. The engine is always s
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from ...errors import UserError
 from ...resolve import Cell
 from .. import gpus as gpus_mod
 from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port
+from ...image import labels as labels_mod
 from ...image.launchline import LaunchLine
 from ..smoke import layers
 from ..strategies import NONE
@@ -52,6 +54,7 @@ class BenchOptions:
     slo_ttft_ms: float | None = None
     lossless: bool = True
     gpus: bool = True
+    tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
 
 
 class GpuMemory:
@@ -87,6 +90,32 @@ class GpuMemory:
             return {"peak_gpu_memory_mib": None}
         return {"peak_gpu_memory_mib": max(self.peak), "gpu_memory_before_mib": max(self.baseline or [0]),
                 "peak_gpu_memory_per_gpu_mib": self.peak}
+
+
+def boot_state(launcher: Launcher) -> str:
+    """How the engine's compile caches stood at boot: "warm" (an image with a warm layer, label io.builder.warm),
+    "cold" (an image without one: its cache root starts empty), "unknown" (a process: its caches are the host's)."""
+    image = getattr(launcher, "image", None)
+    if not image:
+        return "unknown"
+    try:
+        found = launcher.client.images.get(image).labels or {}
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: the boot itself says more
+        return "unknown"
+    return "warm" if labels_mod.warm(found) else "cold"
+
+
+# the KV-cache size engines print at boot: vLLM "GPU KV cache size: 1,234 tokens", SGLang "#tokens: 1234"
+KV_CACHE_LINES = (re.compile(r"GPU KV cache size: ([\d,]+) tokens"), re.compile(r"KV Cache is allocated\. #tokens: (\d+)"))
+
+
+def kv_cache_tokens(log: str) -> int | None:
+    """The KV-cache tokens the engine reported in its log (the last such line), None when it said nothing."""
+    for rx in KV_CACHE_LINES:
+        found = rx.findall(log)
+        if found:
+            return int(found[-1].replace(",", ""))
+    return None
 
 
 def greedy_outputs(engine: RunningEngine, model_name: str, prompts: list[str], max_tokens: int,
@@ -167,7 +196,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
     tiny_args = bench_data.get("engines", {}).get(cell.engine, {}).get("tiny_args", []) if opts.model.tiny else []
     smoke_opts = layers.SmokeOptions(strategies=(strategy.name,), model=opts.model, gpus=opts.gpus,
                                      extra_args=tuple(tiny_args) + tuple(opts.extra_args), extra_env=opts.extra_env,
-                                     log_dir=opts.out_dir, boot_timeout=opts.boot_timeout)
+                                     log_dir=opts.out_dir, boot_timeout=opts.boot_timeout, tp=opts.tp)
     port = free_port()
     line = launch_line(cell, launcher, smoke_opts, strategy, port)
     env = {**HUB_OFF, **dict(strategy.env), **opts.extra_env}
@@ -187,6 +216,8 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
             except BootFailed as exc:
                 raise BenchFailed(strategy.name, exc.why, exc.tail) from None
             say(f"[{strategy.name}] ready in {row['boot_s']}s")
+            row["boot_state"] = boot_state(launcher)
+            row["kv_cache_tokens"] = kv_cache_tokens(engine.log_text())
             name = engine.models() or launcher.where(opts.model.target)
             first = engine.complete(name, layers.PROMPT, 16, 600)  # the first request after boot: JIT, graphs
             row["first_request_ttft_s"] = round(first["ttft_s"], 4) if first["ttft_s"] is not None else None

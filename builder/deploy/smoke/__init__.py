@@ -13,13 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ... import audit as audit_mod
+from ...image import labels as labels_mod
 from ...resolve import Cell
 from .layers import Model, SmokeOptions, run
 from ..engine import DockerLauncher, ProcessLauncher
 from ..subject import Subject, read_local
 from .report import LAYERS, SmokeReport
 
-__all__ = ["LAYERS", "Model", "SmokeOptions", "SmokeReport", "smoke_image", "smoke_process"]
+__all__ = ["LAYERS", "Model", "SmokeOptions", "SmokeReport", "image_caches", "process_caches", "smoke_image",
+           "smoke_process"]
 
 
 def _audit_image_files(image: str):
@@ -39,6 +41,25 @@ def _audit_local_files(paths: list[str], archs: list[int], scopes=()) -> audit_m
     return report
 
 
+def image_caches(opts: SmokeOptions, labels: dict[str, str]) -> None:
+    """L3 of an image boots with its compile caches (labels io.builder.cache-env) and watches its cache root; an
+    image with a warm layer must boot without compiling beyond its allowance."""
+    if not opts.cache_root and labels_mod.cache_root(labels):
+        opts.cache_root, opts.cache_env = labels_mod.cache_root(labels), labels_mod.cache_env(labels)
+    if opts.warm_allowance is None and labels_mod.warm(labels):
+        opts.warm_allowance = tuple(labels_mod.warm_allowance(labels))
+
+
+def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> None:
+    """The process route runs the engine with the image's compile caches at the same paths: the cell's cache
+    variables (engine data compile_caches) under `cache_root` (default: the image's own root, jit_cache_root)."""
+    if not cell.cache_root:
+        return
+    root = (cache_root or cell.cache_root).rstrip("/") or "/"
+    opts.cache_root = root
+    opts.cache_env = {k: root + v[len(cell.cache_root):] for k, v in cell.compile_caches}
+
+
 def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, client=None,
                 subject: Subject | None = None, run_ref: str | None = None) -> SmokeReport:
     """L0–L3 on a local image (never pulled here), through the docker SDK; `subject` is the image as read
@@ -48,6 +69,7 @@ def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, 
     try:
         found = subject if subject is not None else read_local(image, launcher.client)
         config = found.config if found is not None else {}
+        image_caches(opts, config.get("Labels") or {})
         rep = run(cell, launcher, opts, config.get("Labels") or {}, image, _audit_image_files(run_ref or image), say,
                   entrypoint=config.get("Entrypoint"))
         rep.digest = found.digest if found is not None else ""

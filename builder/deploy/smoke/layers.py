@@ -28,6 +28,8 @@ strategy the engine version cannot run is refused from the data, with the data's
 
 from __future__ import annotations
 
+import fnmatch
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +81,7 @@ class SmokeOptions:
     layers: tuple[str, ...] = LAYERS
     gpus: bool = False  # start the engine with the GPUs (L3 is skipped without them unless forced)
     gpu_ids: tuple[int, ...] = ()  # only these GPUs (--gpus 0,1); () every one
+    tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
     l3_without_gpu: bool = False  # --gpus none: run L3 anyway (CPU engines, test doubles)
     no_gpu_reason: str = "this host has no NVIDIA GPU"
     gpu_arch: int | None = None
@@ -90,6 +93,13 @@ class SmokeOptions:
     log_dir: Path = Path("logs/smoke")
     probe_timeout: float = 600.0
     max_tokens: int = 64
+    # the image's compile caches (labels io.builder.cache-env, or the engine data's with --cache-root for a process):
+    # L3 boots with them and watches the root; `capture_to` receives what the boot wrote there (builder warm);
+    # `warm_allowance` not None: the image has a warm layer, and a boot that writes anything else fails
+    cache_env: dict[str, str] = field(default_factory=dict)
+    cache_root: str = ""
+    capture_to: Path | None = None
+    warm_allowance: tuple[str, ...] | None = None
 
 
 # -- small helpers -----------------------------------------------------------------------------------------
@@ -343,7 +353,8 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
 def engine_line(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy, port: int) -> LaunchLine:
     """What L3 starts: builder/image/launchline.py, the derivation of the image's ENTRYPOINT and of `builder serve`."""
     return launch_line(cell.engine_recipe, strategy, placeholders(cell, launcher, opts, strategy, port),
-                       dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args))
+                       dummy_weights=not opts.model.has_weights, tiny=opts.model.tiny, extra=tuple(opts.extra_args),
+                       tp=opts.tp)
 
 
 def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -> Result:
@@ -358,12 +369,12 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
     line = engine_line(cell, launcher, opts, strategy, port)
-    env = {**HUB_OFF, **dict(getattr(strategy, "env", ())), **opts.extra_env}
+    env = {**HUB_OFF, **opts.cache_env, **dict(getattr(strategy, "env", ())), **opts.extra_env}
     figures: dict = {"port": port}
     t0 = time.monotonic()
     try:
         engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
-                                     smoke.get("completions", "/v1/completions"))
+                                     smoke.get("completions", "/v1/completions"), watch_root=opts.cache_root)
     except StartFailed as exc:
         return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
 
@@ -371,7 +382,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
         text = why + (f"\nlast lines of the engine log:\n{engine.log_tail()}" if tail else "")
         return Result("L3", strategy.name, FAIL, text, time.monotonic() - t0, figures=figures, log=str(log_path))
 
-    try:
+    def body() -> Result:
         try:  # readiness: health 200 before the deadline, or the engine's exit, or the deadline
             figures["boot_s"] = engine.wait_ready(opts.boot_timeout)
         except BootFailed as exc:
@@ -459,8 +470,35 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
             why += f"; {int(drafts)} drafts" + (f", {int(draft_tokens)} draft tokens (= {int(drafts)} x {strategy.k})"
                                                   if draft_tokens is not None and strategy.k else "")
         return Result("L3", strategy.name, PASS, why, time.monotonic() - t0, figures=figures, log=str(log_path))
+
+    written = None
+    try:
+        result = body()
     finally:
-        engine.stop()
+        written = engine.stop(opts.capture_to)
+    return cache_verdict(result, written, opts, fail)
+
+
+def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
+    """What the boot wrote under the image's cache root, as figures; a warm image's boot (opts.warm_allowance not
+    None) that wrote anything beyond the allowance compiled what its warm layer should have held: L3 fails, naming
+    the files."""
+    if written is None:
+        return result
+    result.figures.update({"cache_root": written.root, "cache_files_written": len(written.files),
+                           "cache_bytes_written": written.bytes})
+    if written.outside is not None:
+        result.figures["written_outside_cache_root"] = written.outside[:50]
+    if opts.warm_allowance is None or result.status != PASS:
+        return result
+    extra = sorted(f for f in written.files if not any(fnmatch.fnmatchcase(f, g) for g in opts.warm_allowance))
+    if extra:
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        failed = fail(f"the image has a warm layer, yet its boot compiled {len(extra)} file(s) under {written.root} "
+                      f"beyond the allowance ({' '.join(opts.warm_allowance) or 'none'}): {shown}", tail=False)
+        failed.figures.update(result.figures)
+        return failed
+    return result
 
 
 # -- one image ---------------------------------------------------------------------------------------------

@@ -1,0 +1,110 @@
+"""The warm layer: what an engine's first boot compiled under the image's cache root, shipped with the image.
+
+A warm image is the cold image plus ONE layer holding exactly the captured files at the cache root (the paths the
+caches' keys hold: vLLM's compile-cache hash and DeepGEMM's include path are absolute), built by BuildKit from a
+generated Dockerfile (`FROM <image>@<digest>` + `COPY` of the captured tree) with SOURCE_DATE_EPOCH and
+rewrite-timestamp, so the same files give the same layer, and the same files and labels the same digest. Its labels
+say what it was warmed for (labels.WARM_FIELDS). A capture is a directory: `tree/` (the files, relative to the root)
+and `warm.json` (the facts), made by `builder warm` on the GPU host or brought from another machine (`--from-dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import docker
+from ..errors import UserError
+from . import labels as labels_mod
+from . import oci
+
+TREE = "tree"
+FACTS = "warm.json"
+EPOCH = 0  # every file of the layer gets this time (rewrite-timestamp clamps to SOURCE_DATE_EPOCH too)
+
+
+def tag_for(cold_tag: str, strategy: str, gpu: str) -> str:
+    """<tag>-warm-<strategy>-<gpu>, lowercase, within a registry's 128 characters."""
+    slug = lambda v: re.sub(r"[^a-z0-9.]+", "-", v.lower()).strip("-.") or "none"  # noqa: E731
+    tag = f"{cold_tag}-warm-{slug(strategy)}-{slug(gpu)}"
+    if len(tag) > 128:
+        raise UserError(f"the warm tag {tag!r} is longer than the 128 characters a registry takes")
+    return tag
+
+
+def file_list(tree: Path) -> dict[str, int]:
+    """{path relative to the tree: size} of every regular file; a link or a special file is refused (a layer holds
+    exactly what the boot compiled)."""
+    out = {}
+    for p in sorted(tree.rglob("*")):
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            raise UserError(f"{p}: not a regular file or directory; a warm layer holds compiled files only")
+        if p.is_file():
+            out[str(p.relative_to(tree))] = p.stat().st_size
+    return out
+
+
+def read_capture(directory: Path) -> tuple[Path, dict]:
+    """(tree, facts) of a capture directory, refused (one line) when it is not one."""
+    tree, facts_file = directory / TREE, directory / FACTS
+    if not tree.is_dir() or not facts_file.is_file():
+        raise UserError(f"{directory}: not a warm capture (it needs {TREE}/ and {FACTS}, as `builder warm` writes them)")
+    try:
+        facts = json.loads(facts_file.read_text())
+    except ValueError as exc:
+        raise UserError(f"{facts_file}: not JSON ({exc})") from None
+    if not isinstance(facts, dict) or not isinstance(facts.get("cache_root"), str):
+        raise UserError(f"{facts_file}: no cache_root: not a warm capture")
+    files = file_list(tree)
+    if not files:
+        raise UserError(f"{tree}: empty: the boot compiled nothing under the cache root, there is no warm layer to make")
+    return tree, facts
+
+
+def write_capture(directory: Path, facts: dict) -> None:
+    (directory / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+
+
+def dockerfile(base: str, root: str, labels: list[tuple[str, str]]) -> str:
+    lines = [f"FROM {base}", f"COPY {TREE}/ {root}/"]
+    lines += [f"LABEL {k}={json.dumps(v)}" for k, v in labels]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Packed:
+    archive: Path
+    digest: str  # the warm image's manifest digest
+    layer: str  # the warm layer's digest
+    files: dict[str, int]
+
+
+def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: Path, name: str,
+         epoch: str, builder: str | None = None) -> Packed:
+    """Build the warm image FROM `base` (an image by digest that the daemon holds) with `tree` at `root` as one
+    layer, into an OCI archive under `work` named `name`. Nothing is loaded or tagged here."""
+    files = file_list(tree)
+    if not root.startswith("/"):
+        raise UserError(f"the cache root {root!r} is not an absolute path")
+    work.mkdir(parents=True, exist_ok=True)
+    context = work / "context"
+    if context.exists():
+        shutil.rmtree(context)
+    shutil.copytree(tree, context / TREE, symlinks=False)
+    for p in [context / TREE, *(context / TREE).rglob("*")]:  # the files' own times and modes are not part of it
+        os.chmod(p, 0o777 if p.is_dir() else 0o666)  # any user the container runs as writes the caches
+        os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
+    (work / "Dockerfile").write_text(dockerfile(base, root, labels))
+    archive = work / "warm.oci.tar"
+    output = docker.csv_options(type="oci", dest=archive, name=name, **{"rewrite-timestamp": "true"})
+    call = docker.BuildxCall(dockerfile=work / "Dockerfile", context=context, target="", output=output,
+                             build_args=(("SOURCE_DATE_EPOCH", epoch),), builder=builder, attest=())
+    argv = [a for a in call.argv() if a not in ("--target", "")]
+    docker.run(argv, timeout=1800, env={**os.environ, "SOURCE_DATE_EPOCH": epoch})
+    with oci.Archive(archive) as a:
+        image = a.image()
+    return Packed(archive, image.digest, image.layers[-1]["digest"], files)

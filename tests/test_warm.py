@@ -1,0 +1,142 @@
+"""builder warm against the stand-in engine server (tests/fixtures/smoke/stand_in: a TEST DOUBLE for a GPU engine,
+which writes a few files with fixed content into each compile cache its variables name): the cold boot at the
+image's empty cache root, the capture (exactly those files, nothing written outside the root), the warm image (one
+layer, the same digest from the same files and labels, its labels), its warm boot, smoke L3's refusal of a warm
+image whose boot compiles, and bad input. Real Docker daemon with buildx; traffic to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder import render
+
+from .helpers import REPO, SMOKE_MATRIX as MATRIX
+from .helpers import build_stand_in, stand_in_cell, stand_in_digest
+
+KERNELS = sorted(f"{d}/standin-{v}/k2/kernel-{i}.bin" for d, v in (("vllm", "vllm_cache_root"),
+                                                                   ("triton", "triton_cache_dir"),
+                                                                   ("inductor", "torchinductor_cache_dir"))
+                 for i in range(3))
+LOCKS = ["inductor/standin.lock", "triton/standin.lock", "vllm/standin.lock"]
+
+
+@pytest.fixture(scope="module")
+def cold_image(local_bases) -> str:
+    cell = stand_in_cell()
+    tag = f"builder-test/warm-stand-in:{stand_in_digest()}"
+    build_stand_in(tag, render.labels(cell, {p.name: "test-double" for p in cell.packages}), local_bases["debian"])
+    return tag
+
+
+def builder(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env={**os.environ, "BUILDER_CACHE_DIR": str(cwd / "cache"),
+                                                "PYTHONPATH": str(REPO)})
+
+
+def inspect(ref: str) -> dict:
+    out = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]
+
+
+@pytest.fixture(scope="module")
+def warmed(cold_image, tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp("warm")
+    res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--gpus", "none", "--model", "tiny",
+                  "--json", cwd=work)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return {**json.loads(res.stdout), "work": work}
+
+
+def test_the_capture_holds_exactly_what_the_boot_compiled_under_the_root(warmed):
+    capture = warmed["work"] / warmed["capture"]
+    tree = capture / "tree"
+    assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file()) == sorted(KERNELS + LOCKS)
+    assert (tree / KERNELS[0]).read_text().endswith("compiled for k=2 (TEST DOUBLE)\n")
+    facts = json.loads((capture / "warm.json").read_text())
+    assert facts["cache_root"] == "/opt/jit-cache" and facts["strategy"] == "MTP2"
+    assert facts["written-outside"] == []  # nothing outside the cache root: no HOME, no /tmp
+    assert facts["cold-boot-s"] > 0 and facts["warm-boot-s"] > 0
+
+
+def test_the_warm_image_is_the_cold_image_plus_one_layer_with_its_labels(warmed, cold_image):
+    warm, cold = inspect(warmed["image"]), inspect(cold_image)
+    assert warm["RootFS"]["Layers"][:-1] == cold["RootFS"]["Layers"]
+    assert len(warm["RootFS"]["Layers"]) == len(cold["RootFS"]["Layers"]) + 1
+    labels = warm["Config"]["Labels"]
+    assert labels["io.builder.warm"] == "1" and labels["io.builder.warm.of"] == warmed["of"] == cold["Id"]
+    assert labels["io.builder.warm.strategy"] == "MTP2" and labels["io.builder.warm.gpu-arch"] == "none"
+    assert labels["io.builder.warm.files"] == str(len(KERNELS + LOCKS))
+    assert float(labels["io.builder.warm.cold-boot-s"]) > 0 and float(labels["io.builder.warm.warm-boot-s"]) > 0
+    assert warmed["image"].endswith("-warm-mtp2-nogpu")
+    # the layer's files, at the image's own paths
+    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "find", warmed["image"], "/opt/jit-cache", "-type",
+                          "f"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(out) == sorted(f"/opt/jit-cache/{f}" for f in KERNELS + LOCKS)
+
+
+def test_packing_the_same_capture_again_gives_the_same_digest(warmed, cold_image):
+    capture = warmed["work"] / warmed["capture"]
+    res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir", str(capture), "--json",
+                  cwd=warmed["work"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    again = json.loads(res.stdout)
+    assert (again["digest"], again["layer"]) == (warmed["digest"], warmed["layer"])
+
+
+def test_smoke_of_the_warm_image_passes_and_fails_when_the_boot_compiles(warmed):
+    work = warmed["work"]
+    common = ["smoke", warmed["image"], "--matrix", str(MATRIX), "--gpus", "none", "--layers", "L3", "--strategy", "MTP2",
+              "--json"]
+    ok = builder(*common, "--report-dir", str(work / "r1"), cwd=work)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    l3 = next(r for r in json.loads(ok.stdout)["results"] if r["layer"] == "L3")
+    assert l3["figures"]["cache_files_written"] == 3  # the lock files, in the allowance
+    bad = builder(*common, "--env", "STAND_IN_MODE=compiles", "--report-dir", str(work / "r2"), cwd=work)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    l3 = next(r for r in json.loads(bad.stdout)["results"] if r["layer"] == "L3")
+    assert l3["status"] == "fail" and "has a warm layer, yet its boot compiled 1 file(s)" in l3["reason"]
+    assert "triton/recompiled-" in l3["reason"]
+
+
+def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path):
+    (tmp_path / "nothing").mkdir()
+    res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
+                  str(tmp_path / "nothing"), cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "not a warm capture" in res.stderr
+    res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP9", "--gpus", "none", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+
+
+# -- doctor --host and bench: the warm labels read back (no Docker) ---------------------------------------------
+def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
+    from builder.deploy import host
+    from builder.deploy.gpus import Gpu
+    from builder.image import labels
+
+    lab = dict(labels.warm_written({"strategy": "MTP2", "gpu": "NVIDIA H200", "gpu-arch": "sm90", "driver": "580.95.05",
+                                    "cold-boot-s": "500", "warm-boot-s": "52"}, "sha256:" + "a" * 64))
+    h200 = Gpu(index=0, name="NVIDIA H200", driver="580.95.05", compute_cap=90, brand="NVIDIA")
+    assert "this host matches" in host.warm_match(h200, lab) and "52 s" in host.warm_match(h200, lab)
+    a100 = Gpu(index=0, name="NVIDIA A100", driver="580.95.05", compute_cap=80, brand="NVIDIA")
+    line = host.warm_match(a100, lab)
+    assert "GPU arch sm80 (the layer: sm90)" in line and "the first boot will compile (cold boot 500 s" in line
+    assert host.warm_match(h200, {}) is None
+
+
+def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
+    from builder.deploy.bench import results, run
+
+    assert run.kv_cache_tokens("INFO GPU KV cache size: 4,096 tokens\n") == 4096
+    assert run.kv_cache_tokens("nothing") is None
+    old = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "cold"}]}
+    new = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "warm"}]}
+    assert "booted cold against warm" in results.comparable(old, new)[0]
+    assert results.comparable(old, old) == []
