@@ -534,11 +534,17 @@ def _auth_fd(credentials: dict[str, tuple[str, str]]) -> int:
     return fd
 
 
+def _docker_hosts(args: list[str]) -> set[str]:
+    """The registry hosts skopeo's arguments name (docker://HOST/...): the only ones its auth file may hold."""
+    return {a.removeprefix("docker://").split("/", 1)[0] for a in args if a.startswith("docker://")}
+
+
 def skopeo(args: list[str], *, credentials: dict[str, tuple[str, str]] | None = None,
            timeout: float = 3600, binary: bool = False) -> subprocess.CompletedProcess:
     """Run `skopeo ARGS`. Credentials reach it through an in-memory auth file: never on its command line (which
-    is logged and visible in ps), never written to disk. A non-zero exit raises CommandError. With binary,
+    is logged and visible in ps), never written to disk, and only those of a host its arguments name. A non-zero exit raises CommandError. With binary,
     stdout is bytes (a manifest, whose digest is of its exact bytes)."""
+    credentials = {host: pair for host, pair in (credentials or {}).items() if host in _docker_hosts(args)}
     fd = _auth_fd(credentials) if credentials else None
     argv = ["skopeo", args[0], *(["--authfile", f"/proc/self/fd/{fd}"] if fd is not None else []), *args[1:]]
     try:

@@ -128,6 +128,7 @@ def check_environment() -> None:
     timeouts()
     document_limit()
     download_limit()
+    bound_registry_host()
 
 
 class TooLarge(EnvironmentProblem):
@@ -465,6 +466,29 @@ def with_timeouts(session):
     return session
 
 
+def without_netrc(session):
+    """`session` sending no ~/.netrc credentials (requests would add them to every request without its own auth,
+    and to a redirect's): a registry's credentials come from registry_credentials and go only where asked."""
+    import requests
+
+    class _Nothing(requests.auth.AuthBase):
+        def __call__(self, r):
+            return r
+
+    session.auth = _Nothing()  # requests consults ~/.netrc only when neither the request nor the session has auth
+    strip = session.rebuild_auth
+
+    def rebuild_auth(prepared, response):
+        trust, session.trust_env = session.trust_env, False
+        try:
+            strip(prepared, response)  # drops Authorization on a redirect to another host, adds nothing
+        finally:
+            session.trust_env = trust
+
+    session.rebuild_auth = rebuild_auth
+    return session
+
+
 def bounded_twine(argv: list[str]) -> int:
     """twine's command line with every request of its session under `with_timeouts` (twine sets no timeout:
     an index that drips its answer to an upload would hold it forever). For `python -c` (IndexStore)."""
@@ -685,10 +709,44 @@ def _docker_config(path: Path) -> dict | None:
     return cfg
 
 
-def registry_credentials(host: str) -> tuple[tuple[str, str] | None, str]:
-    """(user, password) for a registry host, or None; and where they came from (for messages, never the secret)."""
+_DOCKER_HUB = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+_REGISTRY_HOST = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?)(?::[0-9]{1,5})?")
+
+
+def same_host(a: str, b: str) -> bool:
+    a, b = a.lower(), b.lower()
+    return a == b or (a in _DOCKER_HUB and b in _DOCKER_HUB)
+
+
+def bound_registry_host() -> str | None:
+    """BUILDER_REGISTRY_HOST: the one registry host BUILDER_REGISTRY_USER / _PASSWORD are for, when set (HOST[:PORT],
+    checked: a bad value is refused, exit 2)."""
+    value = os.environ.get("BUILDER_REGISTRY_HOST")
+    if value is None or value == "":
+        return None
+    port = value.rpartition(":")[2] if _REGISTRY_HOST.fullmatch(value) and not value.endswith("]") else ""
+    if not _REGISTRY_HOST.fullmatch(value) or (port.isdigit() and ":" in value and not 0 < int(port) < 65536):
+        raise UserError(f"BUILDER_REGISTRY_HOST: {redact(value)[:80]!r} is not a registry host (HOST[:PORT], port 1-65535, "
+                        "e.g. ghcr.io or 127.0.0.1:5000)")
+    return value
+
+
+def env_credentials_apply(host: str, given: bool) -> bool:
+    """Whether BUILDER_REGISTRY_USER / _PASSWORD are for `host`: they are bound to one registry host, never sent
+    anywhere else. That host is BUILDER_REGISTRY_HOST when set; else a registry the command was given as its own
+    (`given`: the matrix's defaults.registry, publish's --registry, the wheel cache's registry remote, a
+    --reuse-from on the matrix's registry host). An image named to serve, smoke, bench or doctor --host, a base
+    image, or a --reuse-from on another host gets them only when BUILDER_REGISTRY_HOST names its host."""
+    bound = bound_registry_host()
+    return same_host(host, bound) if bound is not None else given
+
+
+def registry_credentials(host: str, given: bool = False) -> tuple[tuple[str, str] | None, str]:
+    """(user, password) for a registry host, or None; and where they came from (for messages, never the secret):
+    BUILDER_REGISTRY_USER / _PASSWORD where they apply to this host (`env_credentials_apply`), else the docker
+    login of this very host. Whoever holds them sends nothing before the host asks (a 401): registry_api.Client."""
     env = _env_pair("BUILDER_REGISTRY_USER", "BUILDER_REGISTRY_PASSWORD")
-    if env:
+    if env and env_credentials_apply(host, given):
         return env, "BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD"
     path = docker_config_path()
     cfg = _docker_config(path)

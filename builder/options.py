@@ -113,8 +113,15 @@ def _reuse_from(m, value: str | None, publish, no_remote: bool = False):
 def _reuse_path(m, value: str):
     from .registry_api import RegistryPath
 
-    return RegistryPath.parse(m.defaults["registry"] if value == "registry" else value, "--reuse-from",
-                              "images are read from PATH/<engine>:<tag>")
+    own = m.defaults["registry"]  # the matrix's registry is the command's own; another --reuse-from host is not
+    return RegistryPath.parse(own if value == "registry" else value, "--reuse-from",
+                              "images are read from PATH/<engine>:<tag>", given=_host_of(own))
+
+
+def _host_of(registry: str) -> str:
+    import re
+
+    return re.sub(r"^(docker|https?)://", "", registry).split("/", 1)[0]
 
 
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):

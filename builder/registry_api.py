@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import requests
 
@@ -35,9 +36,10 @@ class Endpoint:
     credentials_from: str = ""
 
 
-def endpoint(host: str) -> Endpoint:
-    """The host with the credentials the environment or docker login has for it; plain HTTP only on loopback."""
-    creds, origin = net.registry_credentials(host)
+def endpoint(host: str, given: bool = False) -> Endpoint:
+    """The host with the credentials the environment or docker login has for it; plain HTTP only on loopback.
+    `given`: the command was given this registry as its own (net.env_credentials_apply)."""
+    creds, origin = net.registry_credentials(host, given)
     return Endpoint(host, tls_verify=not net.is_loopback(host), credentials=creds, credentials_from=origin)
 
 
@@ -51,9 +53,11 @@ class RegistryPath:
     endpoint: Endpoint
 
     @classmethod
-    def parse(cls, value: str, flag: str, role: str = "images go to PATH/<engine>:<tag>") -> RegistryPath:
+    def parse(cls, value: str, flag: str, role: str = "images go to PATH/<engine>:<tag>",
+              given: bool | str = True) -> RegistryPath:
         """`value` checked (an optional docker:// or http(s):// prefix dropped), with its host's endpoint; UserError
-        naming `flag` otherwise."""
+        naming `flag` otherwise. `given`: the registry is the command's own (BUILDER_REGISTRY_USER / _PASSWORD may
+        apply to it: net.env_credentials_apply); a host (str): its own only when it is that host."""
         from .errors import UserError
         from .grammar import describe
         from .imageref import ImageRef
@@ -73,7 +77,8 @@ class RegistryPath:
         port = re.fullmatch(r"(?:\[[0-9a-fA-F:]+\]|[^:/]+)(?::([0-9]+))?", ref.registry)
         if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
             raise UserError(f"{flag}: {describe(path)}: port {port.group(1)} is out of range (1-65535)")
-        return cls(path, endpoint(ref.registry))
+        own = net.same_host(ref.registry, given) if isinstance(given, str) else given
+        return cls(path, endpoint(ref.registry, own))
 
     # a Client reads these four as it reads an Endpoint's
     @property
@@ -97,7 +102,57 @@ class RegistryPath:
 
 
 class Unusable(Exception):
-    """What the registry holds cannot be used for a reuse (said in one line; the cell is built)."""
+    """What the registry holds cannot be used for a reuse (said in one line; the cell is built), or read by a
+    deployer; `cause` says which kind of failure it is (CAUSES), the message says it in words."""
+
+    def __init__(self, message: str, cause: str = "shape"):
+        super().__init__(message)
+        self.cause = cause
+
+
+CAUSES = {  # Unusable.cause → what it means, for a deployer's one line
+    "credentials": "access refused (credentials)",
+    "timeout": "the registry did not answer in time",
+    "unreachable": "the registry cannot be reached",
+    "redirects": "the registry redirects in a loop",
+    "http": "the registry answered an HTTP error",
+    "server": "the registry failed (HTTP 5xx)",
+    "digest": "the registry's bytes do not match their digest",
+    "too-large": "the registry's answer is too large",
+    "not-json": "the registry's answer is not JSON",
+    "shape": "the registry's answer has the wrong shape",
+}
+
+
+def _network_cause(exc: BaseException) -> str:
+    if isinstance(exc, requests.TooManyRedirects):
+        return "redirects"
+    if isinstance(exc, (net.TooSlow, requests.Timeout)):
+        return "timeout"
+    return "unreachable" if isinstance(exc, requests.ConnectionError) else "timeout"
+
+
+def _status_cause(code: int) -> str:
+    return "server" if code >= 500 else "credentials" if code in (401, 403) else "http"
+
+
+def _noun(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _field(doc: dict, key: str, kind: type, what: str, required: bool = True):
+    """doc[key] when it is of `kind` (absent: None, or refused when `required`); refused in one line naming the
+    field and what it is instead."""
+    if key not in doc or (doc[key] is None and not required):
+        if required:
+            raise Unusable(f"{what}: no {key}", "shape")
+        return None
+    value = doc[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        want = {dict: "an object", list: "a list", str: "a string", int: "a number"}[kind]
+        raise Unusable(f"{what}: {key} is {_noun(value)}, not {want}", "shape")
+    return value
 
 
 @dataclass(frozen=True)
@@ -120,8 +175,10 @@ class Client:
     def __init__(self, source: Endpoint | RegistryPath):
         self.source = source
         self.scheme = "https" if source.tls_verify else "http"
-        self.session = net.with_timeouts(requests.Session())
+        self.session = net.without_netrc(net.with_timeouts(requests.Session()))
         self._token: str | None = None
+        self._basic = False  # the host answered a Basic challenge: its credentials go with every later request
+        self._token_with_credentials = False
 
     def close(self) -> None:
         self.session.close()
@@ -134,58 +191,81 @@ class Client:
 
     # -- transport ----------------------------------------------------------------------------------------
     def send(self, method: str, url: str, repository: str, push: bool = False, **kw) -> requests.Response:
-        """One request; a bearer challenge (a token registry, or a token that lacks the push scope) is answered
-        once with a token for this repository's scope, then the request is sent again."""
+        """One request. Nothing is sent before the registry asks: the first request goes anonymously; a Basic
+        challenge (401) is answered once with this host's credentials (and later requests carry them, the host
+        having asked), a bearer challenge (a token registry, or a token that lacks the push scope) once with a
+        token for this repository's scope (`_bearer`), then the request is sent again."""
         headers = dict(kw.pop("headers", {}))
         try:
             for attempt in (1, 2):
                 sent = {**headers, **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
                 resp = self.session.request(method, url, headers=sent, stream=True,
-                                            auth=None if self._token else self.source.credentials, **kw)
+                                            auth=self.source.credentials if self._basic and not self._token else None,
+                                            **kw)
                 challenge = resp.headers.get("WWW-Authenticate", "")
-                if resp.status_code != 401 or attempt == 2 or not challenge.lower().startswith("bearer"):
+                scheme = challenge.split(" ", 1)[0].lower()
+                if resp.status_code != 401 or attempt == 2:
                     break
-                resp.close()
-                self._token = self._bearer(challenge, repository, push)
+                if scheme == "bearer":
+                    resp.close()
+                    self._token = self._bearer(challenge, repository, push)
+                elif scheme == "basic" and self.source.credentials and not self._basic and not self._token:
+                    resp.close()
+                    self._basic = True
+                else:
+                    break
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"the registry {self.source.host} did not answer ({first_line(exc)})") from None
+            raise Unusable(f"the registry {self.source.host} did not answer ({first_line(exc)})", _network_cause(exc)) \
+                from None
         if resp.status_code in (401, 403):
             resp.close()
+            sent_creds = self.source.credentials and (self._basic or self._token_with_credentials)
             raise Unusable(f"the registry {self.source.host} refused "
-                           + (f"the credentials from {self.source.credentials_from}" if self.source.credentials
-                              else "an anonymous " + ("push" if push else "read")) + f" (HTTP {resp.status_code})")
+                           + (f"the credentials from {self.source.credentials_from}" if sent_creds
+                              else "an anonymous " + ("push" if push else "read")) + f" (HTTP {resp.status_code})",
+                           "credentials")
         return resp
 
     def _bearer(self, challenge: str, repository: str, push: bool) -> str:
+        """A token from the challenge's realm. The host's credentials go with the token request only to a realm on
+        this very host, or on another host over https; a realm on another host over plain http gets an anonymous
+        token request (the credentials would cross the network in the clear to someone else)."""
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", "")
         if not realm.startswith(("https://", "http://")):
-            raise Unusable(f"the registry {self.source.host} asks for a token from no usable realm")
+            raise Unusable(f"the registry {self.source.host} asks for a token from no usable realm", "shape")
         path = repository.split("/", 1)[1]
         params["scope"] = f"repository:{path}:pull" + (",push" if push else "")
+        creds = None if realm_trusted(challenge, self.source.host) else self.source.credentials
+        self._token_with_credentials = creds is not None
         try:
-            resp = self.session.get(realm, params=params, auth=self.source.credentials, stream=True)
+            resp = self.session.get(realm, params=params, auth=creds, stream=True, allow_redirects=False)
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"the registry's token service {realm} did not answer ({first_line(exc)})") from None
+            raise Unusable(f"the registry's token service {realm} did not answer ({first_line(exc)})",
+                           _network_cause(exc)) from None
         body = self.read(resp, f"a token from {realm}", 1 << 20)
+        if resp.status_code in (401, 403):
+            raise Unusable(f"the registry's token service {realm} refused "
+                           + (f"the credentials from {self.source.credentials_from}" if creds else "an anonymous token request")
+                           + f" (HTTP {resp.status_code})", "credentials")
         if resp.status_code != 200:
-            raise Unusable(f"the registry's token service {realm} answered HTTP {resp.status_code}")
+            raise Unusable(f"the registry's token service {realm} answered HTTP {resp.status_code}", _status_cause(resp.status_code))
         try:
             data = json.loads(body)
             token = data.get("token") or data.get("access_token")
         except (ValueError, RecursionError, AttributeError):
             token = None
         if not isinstance(token, str) or not token:
-            raise Unusable(f"the registry's token service {realm} answered no token")
+            raise Unusable(f"the registry's token service {realm} answered no token", "shape")
         return token
 
     def read(self, resp: requests.Response, what: str, limit: int) -> bytes:
         try:
             return net.read_document(resp, what, limit)
         except (*net.NETWORK_ERRORS, net.TooSlow) as exc:
-            raise Unusable(f"reading {what}: {first_line(exc)}") from None
+            raise Unusable(f"reading {what}: {first_line(exc)}", _network_cause(exc)) from None
         except net.TooLarge:
-            raise Unusable(f"{what} is larger than {limit} bytes") from None
+            raise Unusable(f"{what} is larger than {limit} bytes", "too-large") from None
         finally:
             resp.close()
 
@@ -205,19 +285,16 @@ class Client:
         kind = resp.headers.get("Content-Type", "").split(";")[0].strip()
         body = self.read(resp, f"the manifest of {repository}:{ref}", MANIFEST_BYTES)
         if resp.status_code != 200:
-            raise Unusable(f"{repository}:{ref}: the registry answered HTTP {resp.status_code}")
+            raise Unusable(f"{repository}:{ref}: the registry answered HTTP {resp.status_code}",
+                           _status_cause(resp.status_code))
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if said and said != digest:
-            raise Unusable(f"{repository}:{ref}: the registry names it {said}, its bytes hash to {digest}")
+            raise Unusable(f"{repository}:{ref}: the registry names it {said[:80]}, its bytes hash to {digest}", "digest")
         if ref.startswith("sha256:") and ref != digest:
-            raise Unusable(f"{repository}@{ref}: the registry served bytes that hash to {digest}")
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            raise Unusable(f"{repository}:{ref}: its manifest is not JSON") from None
-        if not isinstance(doc, dict):
-            raise Unusable(f"{repository}:{ref}: its manifest is not a JSON object")
-        return body, doc.get("mediaType") if isinstance(doc.get("mediaType"), str) else kind, digest
+            raise Unusable(f"{repository}@{ref}: the registry served bytes that hash to {digest}", "digest")
+        doc = _json_object(body, f"{repository}:{ref}: its manifest")
+        media = doc.get("mediaType")
+        return body, media if isinstance(media, str) else kind, digest
 
     def digest(self, repository: str, ref: str) -> str | None:
         """The digest REPOSITORY serves for REF (a tag or a digest): the sha256 of its manifest's exact bytes;
@@ -229,46 +306,70 @@ class Client:
         resp = self.send("GET", self.url(repository, "blobs", digest), repository)
         body = self.read(resp, f"blob {digest[:19]}… of {repository}", limit)
         if resp.status_code != 200:
-            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry answered HTTP {resp.status_code}")
+            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry answered HTTP {resp.status_code}",
+                           _status_cause(resp.status_code))
         if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry served bytes of another digest")
+            raise Unusable(f"blob {digest[:19]}… of {repository}: the registry served bytes of another digest", "digest")
         return body
 
     def image(self, repository: str, tag: str, platform: str | None = None) -> Found | None:
         """The image under REPOSITORY:TAG — its digest and its config's labels — or None when the tag is not
         there. An index (BuildKit's, with attestations) is read through its one platform image; with `platform`
-        (e.g. "linux/amd64") an index of several is read through that one (else its first)."""
+        (e.g. "linux/amd64") an index of several is read through that one (else its first). Whatever the registry
+        answers that is not an image of this shape is Unusable, in one line naming the field (never another
+        exception: a reuse then builds, a deployer is told why)."""
+        try:
+            return self._image(repository, tag, platform)
+        except Unusable:
+            raise
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+            raise Unusable(f"{repository}:{tag}: the registry's answer has an unexpected shape ({first_line(exc)})",
+                           "shape") from None
+
+    def _image(self, repository: str, tag: str, platform: str | None) -> Found | None:
         got = self.manifest(repository, tag)
         if got is None:
             return None
         body, kind, digest = got
-        doc = json.loads(body)
-        index = kind in INDEXES
+        doc = _json_object(body, f"{repository}:{tag}: its manifest")
+        index = kind in INDEXES or ("manifests" in doc and "config" not in doc)
         if index:
-            images = [d for d in doc.get("manifests") or [] if isinstance(d, dict) and isinstance(d.get("digest"), str)
-                      and (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+            what = f"{repository}:{tag}: index"
+            listed = _field(doc, "manifests", list, what)
+            for i, d in enumerate(listed):
+                if not isinstance(d, dict):
+                    raise Unusable(f"{what}: manifests[{i}] is {_noun(d)}, not an object", "shape")
+                _digest_field(d, f"{what}: manifests[{i}]")
+                for key in ("annotations", "platform"):
+                    _field(d, key, dict, f"{what}: manifests[{i}]", required=False)
+            images = [d for d in listed
+                      if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
             if len(images) > 1 and platform:
                 images = [pick(images, platform)]
             if len(images) != 1:
-                raise Unusable(f"{repository}:{tag} is an index of {len(images)} platform images, not one cell image")
+                raise Unusable(f"{repository}:{tag} is an index of {len(images)} platform images, not one cell image",
+                               "shape")
             inner = self.manifest(repository, images[0]["digest"])
             if inner is None:
-                raise Unusable(f"{repository}:{tag}: its index names {images[0]['digest']}, which is not there")
-            doc = json.loads(inner[0])
-        config = doc.get("config")
-        if not isinstance(config, dict) or not isinstance(config.get("digest"), str) \
-                or not re.fullmatch(r"sha256:[0-9a-f]{64}", config["digest"]):
-            raise Unusable(f"{repository}:{tag} is not an image manifest (no config descriptor)")
-        try:
-            cfg = json.loads(self.blob(repository, config["digest"]))
-        except (ValueError, RecursionError, UnicodeDecodeError):
-            raise Unusable(f"{repository}:{tag}: its image config is not JSON") from None
-        found = (cfg.get("config") or {}).get("Labels") if isinstance(cfg, dict) else None
-        found = found if isinstance(found, dict) else {}
-        sizes = [l.get("size") for l in doc.get("layers") or [] if isinstance(l, dict)]
-        size = sum(n for n in sizes if isinstance(n, int) and n > 0)
+                raise Unusable(f"{repository}:{tag}: its index names {images[0]['digest']}, which is not there", "http")
+            doc = _json_object(inner[0], f"{repository}@{images[0]['digest']}: its manifest")
+        what = f"{repository}:{tag}: manifest"
+        if "config" not in doc:
+            raise Unusable(f"{repository}:{tag} is not an image manifest (no config descriptor)", "shape")
+        config = _field(doc, "config", dict, what)
+        config_digest = _digest_field(config, f"{what}: config")
+        layers = _field(doc, "layers", list, what, required=False) or []
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, dict):
+                raise Unusable(f"{what}: layers[{i}] is {_noun(layer)}, not an object", "shape")
+        cfg = _json_object(self.blob(repository, config_digest), f"{repository}:{tag}: its image config")
+        what = f"{repository}:{tag}: image config"
+        inner_cfg = _field(cfg, "config", dict, what, required=False) or {}
+        found = _field(inner_cfg, "Labels", dict, f"{what}: config", required=False) or {}
+        sizes = [layer.get("size") for layer in layers]
+        size = sum(n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n > 0)
         return Found(f"{repository}:{tag}", digest, index, {k: v for k, v in found.items() if isinstance(v, str)},
-                     size, len(sizes), cfg if isinstance(cfg, dict) else {})
+                     size, len(sizes), cfg)
 
     # -- writing ------------------------------------------------------------------------------------------
     def upload(self, repository: str, data: bytes) -> str:
@@ -292,11 +393,37 @@ class Client:
         return digest
 
 
+def _json_object(body: bytes, what: str) -> dict:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise Unusable(f"{what} is not JSON", "not-json") from None
+    if not isinstance(doc, dict):
+        raise Unusable(f"{what} is {_noun(doc)}, not a JSON object", "shape")
+    return doc
+
+
+def _digest_field(descriptor: dict, what: str) -> str:
+    value = _field(descriptor, "digest", str, what)
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+        raise Unusable(f"{what}: digest is not sha256:<64 hex digits>", "shape")
+    return value
+
+
+def realm_trusted(challenge: str, host: str) -> str:
+    """"" when a bearer challenge's token realm may see `host`'s credentials (a realm on that very host, or any
+    over https); else the realm (another host over plain http: never handed them)."""
+    realm = dict(re.findall(r'(\w+)="([^"]*)"', challenge)).get("realm", "")
+    if realm.startswith("https://") or net.same_host(urlsplit(realm).netloc.rpartition("@")[2], host):
+        return ""
+    return net.redact(realm)[:200] or "no realm"
+
+
 def pick(images: list[dict], platform: str) -> dict:
     """The descriptor of `platform` ("os/architecture") among an index's images, else the first."""
     want = platform.split("/")
     for d in images:
-        p = d.get("platform") or {}
+        p = d.get("platform") if isinstance(d.get("platform"), dict) else {}
         if [p.get("os"), p.get("architecture")] == want[:2]:
             return d
     return images[0]

@@ -188,3 +188,129 @@ def serve(mode: str) -> Iterator[tuple[str, list[int]]]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+# -- a logging impostor registry: what every request carried -----------------------------------------------
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """A registry impostor (a test double): records every request (method, path, Authorization header) and
+    answers 401 with `challenge` to everything but a token request (path starting /token), which gets a token."""
+
+    protocol_version = "HTTP/1.0"
+    challenge = 'Basic realm="impostor"'
+    seen: list[tuple[str, str, str]]
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.seen.append((self.command, self.path, self.headers.get("Authorization", "")))
+        if self.path.startswith("/token"):
+            body = b'{"token": "impostor-token"}'
+            self.send_response(200)
+        else:
+            body = b'{"errors": [{"code": "UNAUTHORIZED"}]}'
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", self.challenge.replace("{self}", self.headers.get("Host", "")))
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
+    do_POST = do_GET
+    do_PUT = do_GET
+    do_PATCH = do_GET
+
+
+@contextlib.contextmanager
+def impostor(challenge: str = 'Basic realm="impostor"') -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
+    """(host:port, the requests it saw: (method, path, Authorization)) of a logging impostor registry on 127.0.0.1.
+    `challenge` is its WWW-Authenticate; "{self}" in it becomes the Host the request named."""
+    seen: list[tuple[str, str, str]] = []
+    handler = type("Impostor", (_Impostor,), {"challenge": challenge, "seen": seen})
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def carried(seen: list[tuple[str, str, str]], password: str) -> list[tuple[str, str]]:
+    """The requests of an impostor's log that carried `password` (in a Basic header, decoded, or anywhere else)."""
+    import base64
+    import binascii
+
+    out = []
+    for method, path, auth in seen:
+        text = auth + " " + path
+        if auth.lower().startswith("basic "):
+            try:
+                text += " " + base64.b64decode(auth.split(" ", 1)[1]).decode(errors="replace")
+            except (binascii.Error, ValueError):
+                pass
+        if password in text:
+            out.append((method, path))
+    return out
+
+
+# -- a registry serving the documents it is given: shapes no real registry would hold -------------------------
+class _Shaped(http.server.BaseHTTPRequestHandler):
+    """A registry stand-in (a test double: a real registry checks what it is given) serving `documents`: a tag or
+    a digest → (body, media type, Docker-Content-Digest or None for the body's own). GET /v2/ answers like a
+    registry; a blob is served by its digest; anything else is 404."""
+
+    protocol_version = "HTTP/1.0"
+    documents: dict
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        import hashlib
+
+        path = self.path.split("?")[0]
+        kind, _, ref = path.rstrip("/").rpartition("/")
+        found = self.documents.get(ref) if kind.endswith(("/manifests", "/blobs")) else None
+        if path.rstrip("/") == "/v2":
+            body, media, said = b"{}", "application/json", None
+        elif found is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        else:
+            body, media, said = found
+        self.send_response(200)
+        self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Type", media)
+        self.send_header("Docker-Content-Digest", said or "sha256:" + hashlib.sha256(body).hexdigest())
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+
+@contextlib.contextmanager
+def shaped(documents: dict) -> Iterator[str]:
+    """host:port of a registry stand-in serving `documents` (see _Shaped) on 127.0.0.1."""
+    handler = type("Shaped", (_Shaped,), {"documents": documents})
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -306,6 +306,54 @@ def test_a_malformed_load_generator_result_fails_the_strategy_naming_the_file_an
     assert words in str(exc.value) and str(tmp_path / "result.json") in str(exc.value), str(exc.value)
 
 
+NO_MEASUREMENT = {  # well-formed results that measured nothing (issue 34): name → (result, words of the failure)
+    "all-failed": ({**GOOD_CLIENT_RESULT, "completed": 0, "failed": 16, "request_throughput": 17.0,
+                    "errors": ["Connection refused"] * 16}, "no request completed (16 failed)"),
+    "none-completed": ({**GOOD_CLIENT_RESULT, "completed": 0, "failed": 0}, "no request completed"),
+    "more-failed-than-completed": ({**GOOD_CLIENT_RESULT, "completed": 3, "failed": 13}, "13 of 16 requests failed"),
+    "one-failed": ({**GOOD_CLIENT_RESULT, "failed": 1}, "1 of 17 requests failed"),
+    "errors-without-a-failed-count": ({k: v for k, v in {**GOOD_CLIENT_RESULT, "errors": ["", "HTTP 500: boom"]}.items()
+                                       if k != "failed"}, "1 of 17 requests failed; the first error: HTTP 500: boom"),
+    "zero-duration": ({**GOOD_CLIENT_RESULT, "duration": 0}, "a duration of 0 s"),
+    "null-duration": ({**GOOD_CLIENT_RESULT, "duration": None}, "a duration of null s"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_MEASUREMENT))
+def test_a_result_of_failed_requests_or_no_time_is_a_failed_strategy_never_a_figure(name, fake_client, tmp_path):
+    """Issue 34: a result in which every request failed showed as a healthy row (17 req/s, P99 under the SLO,
+    exit 0). Failed requests, none completed or a zero duration now fail the strategy, the reason named."""
+    result, words = NO_MEASUREMENT[name]
+    with pytest.raises(client.ClientFailed) as exc:
+        fake_client(json.dumps(result))
+    assert words in str(exc.value) and str(tmp_path / "result.json") in str(exc.value), str(exc.value)
+
+
+ALL_FAILED_CLIENT = '''#!/bin/sh
+# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): every request failed
+''' + CLIENT_ARGS + '''printf '{"duration": 0.9, "completed": 0, "failed": 16, "request_throughput": 17.0, "p99_ttft_ms": 5, "errors": ["refused"]}' > "$dir/$file"
+'''
+
+
+def test_bench_of_a_load_generator_whose_requests_all_failed_exits_1_with_the_reason_in_the_row(tiny, tmp_path):
+    """The whole verb: the stand-in engine (a TEST DOUBLE) boots, the load generator (a TEST DOUBLE) reports every
+    request failed: exit 1, the row is a failure naming why, no figure is shown."""
+    fake = tmp_path / "client"
+    fake.write_text(ALL_FAILED_CLIENT)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    r = builder("bench", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+                "--gpus", "none", "--model", str(tiny.target), "--workload", "quick", "--repeats", "1", "--no-warmup",
+                "--strategy", "none",
+                "--client-python", str(fake), "--out-dir", str(out), "--boot-timeout", "60",
+                "--env", f"PYTHONPATH={STAND_IN}", timeout=300)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / CELL / "bench.json").read_text())
+    assert doc["rows"] == [] and len(doc["failures"]) == 1, doc
+    assert "no request completed (16 failed)" in doc["failures"][0]["why"], doc["failures"]
+    assert "17.00" not in r.stdout and "FAILED" in r.stdout + r.stderr
+
+
 def test_a_well_formed_load_generator_result_gives_its_figures(fake_client):
     figs = client.figures(fake_client(json.dumps(GOOD_CLIENT_RESULT)).result)
     assert figs["completed"] == 16 and figs["ttft_ms_p99"] == 69.5 and figs["errors"] == 0 and figs["request_goodput"] is None

@@ -174,7 +174,17 @@ def test_registry_credentials_come_from_env_or_docker_login_and_are_never_writte
     with pytest.raises(UserError, match="BUILDER_REGISTRY_PASSWORD is not set but BUILDER_REGISTRY_USER is"):
         registry_credentials("127.0.0.1:5000")
     monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "env-pw")
-    assert registry_credentials("127.0.0.1:5000")[0] == ("env-user", "env-pw")
+    # bound to one host (issue 34): the registry the command was given, else only BUILDER_REGISTRY_HOST's
+    assert registry_credentials("127.0.0.1:5000", given=True)[0] == ("env-user", "env-pw")
+    assert registry_credentials("127.0.0.1:5000")[0] == ("ci", "pw:x")  # an image's host: its own docker login
+    assert registry_credentials("127.0.0.1:5001") == (None, "")
+    monkeypatch.setenv("BUILDER_REGISTRY_HOST", "127.0.0.1:5001")
+    assert registry_credentials("127.0.0.1:5001")[0] == ("env-user", "env-pw")
+    assert registry_credentials("127.0.0.1:5000", given=True)[0] == ("ci", "pw:x")  # the binding wins
+    monkeypatch.setenv("BUILDER_REGISTRY_HOST", "a b")
+    with pytest.raises(UserError, match="BUILDER_REGISTRY_HOST: 'a b' is not a registry host"):
+        registry_credentials("127.0.0.1:5001")
+    monkeypatch.delenv("BUILDER_REGISTRY_HOST")
 
 
 # -- relabelled wheels (the index's form) ----------------------------------------------------------------

@@ -385,3 +385,182 @@ def test_one_deadline_cuts_a_drip_whichever_client_reads_it(monkeypatch, mode):
             took = time.monotonic() - t0
             assert host in str(caught.value), caught.value
             assert 0.9 < took < 1.6, f"{name} against {mode}: {took:.2f} s"
+
+
+# -- hostile registry documents (issue 34): every shape refused in one line naming the field and its cause ------
+def _registry_documents(manifest, config=None, media: str = "application/vnd.oci.image.manifest.v1+json",
+                        said: str | None = None, inner=None) -> dict:
+    """The documents of a registry stand-in (hostile.shaped): tag `t` → `manifest` (an object dumped, or bytes),
+    the config blob by its digest, an index's inner manifest by its digest."""
+    import hashlib
+    import json as json_mod
+
+    def raw(doc) -> bytes:
+        return doc if isinstance(doc, bytes) else json_mod.dumps(doc).encode()
+
+    docs = {"t": (raw(manifest), media, said)}
+    for doc, kind in ((config, "application/octet-stream"), (inner, "application/vnd.oci.image.manifest.v1+json")):
+        if doc is not None:
+            docs["sha256:" + hashlib.sha256(raw(doc)).hexdigest()] = (raw(doc), kind, None)
+    return docs
+
+
+def _digest_of(doc) -> str:
+    import hashlib
+    import json as json_mod
+
+    return "sha256:" + hashlib.sha256(doc if isinstance(doc, bytes) else json_mod.dumps(doc).encode()).hexdigest()
+
+
+GOOD_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Labels": {"io.builder.engine": "vllm"}}}
+CONFIG_DESC = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _digest_of(GOOD_CONFIG), "size": 1}
+INDEX = "application/vnd.oci.image.index.v1+json"
+BIG_CONFIG = b'{"x": "' + b"a" * (5 << 20) + b'"}'
+
+
+def _manifest(**over) -> dict:
+    return {"schemaVersion": 2, "config": CONFIG_DESC, "layers": [], **over}
+
+
+# name → (documents, the words of the refusal, its cause)
+SHAPES = {
+    "config-is-a-list": (_registry_documents(_manifest(config=[CONFIG_DESC]), GOOD_CONFIG),
+                         "manifest: config is a list, not an object", "shape"),
+    "config-is-a-string": (_registry_documents(_manifest(config="sha256:abc"), GOOD_CONFIG),
+                           "manifest: config is a string, not an object", "shape"),
+    "config-digest-is-a-number": (_registry_documents(_manifest(config={"digest": 5}), GOOD_CONFIG),
+                                  "config: digest is a number, not a string", "shape"),
+    "config-digest-not-sha256": (_registry_documents(_manifest(config={"digest": "md5:00"}), GOOD_CONFIG),
+                                 "config: digest is not sha256", "shape"),
+    "no-config": (_registry_documents({"schemaVersion": 2, "layers": []}), "no config descriptor", "shape"),
+    "layers-is-a-number": (_registry_documents(_manifest(layers=7), GOOD_CONFIG),
+                           "manifest: layers is a number, not a list", "shape"),
+    "layers-is-a-string": (_registry_documents(_manifest(layers="x"), GOOD_CONFIG),
+                           "manifest: layers is a string, not a list", "shape"),
+    "layer-is-a-number": (_registry_documents(_manifest(layers=[1]), GOOD_CONFIG),
+                          "manifest: layers[0] is a number, not an object", "shape"),
+    "manifest-is-a-list": (_registry_documents([1, 2]), "its manifest is a list, not a JSON object", "shape"),
+    "manifest-is-not-json": (_registry_documents(b"{not json"), "its manifest is not JSON", "not-json"),
+    "manifest-nested-deeply": (_registry_documents(b"[" * 100000 + b"]" * 100000), "its manifest is not JSON", "not-json"),
+    "index-manifests-is-a-number": (_registry_documents({"schemaVersion": 2, "manifests": 3}, media=INDEX),
+                                    "index: manifests is a number, not a list", "shape"),
+    "index-manifests-is-an-object": (_registry_documents({"schemaVersion": 2, "manifests": {}}, media=INDEX),
+                                     "index: manifests is an object, not a list", "shape"),
+    "index-entry-is-a-string": (_registry_documents({"schemaVersion": 2, "manifests": ["x"]}, media=INDEX),
+                                "index: manifests[0] is a string, not an object", "shape"),
+    "index-platform-is-a-string": (_registry_documents({"schemaVersion": 2, "manifests": [
+        {"digest": _digest_of(_manifest()), "platform": "linux/amd64"}]}, media=INDEX, inner=_manifest()),
+        "manifests[0]: platform is a string, not an object", "shape"),
+    "index-annotations-is-a-list": (_registry_documents({"schemaVersion": 2, "manifests": [
+        {"digest": _digest_of(_manifest()), "annotations": []}]}, media=INDEX, inner=_manifest()),
+        "manifests[0]: annotations is a list, not an object", "shape"),
+    "index-inner-config-is-a-list": (_registry_documents({"schemaVersion": 2, "manifests": [
+        {"digest": _digest_of(_manifest(config=[]))}]}, media=INDEX, inner=_manifest(config=[])),
+        "manifest: config is a list, not an object", "shape"),
+    "image-config-is-not-json": (_registry_documents(_manifest(config={"digest": _digest_of(b"{nope")}),
+                                                     b"{nope"), "its image config is not JSON", "not-json"),
+    "image-config-is-a-list": (_registry_documents(_manifest(config={"digest": _digest_of([1])}), [1]),
+                               "its image config is a list, not a JSON object", "shape"),
+    "image-config-config-is-a-list": (_registry_documents(_manifest(config={"digest": _digest_of({"config": []})}),
+                                                          {"config": []}),
+                                      "image config: config is a list, not an object", "shape"),
+    "image-config-labels-is-a-string": (_registry_documents(
+        _manifest(config={"digest": _digest_of({"config": {"Labels": "x"}})}), {"config": {"Labels": "x"}}),
+        "image config: config: Labels is a string, not an object", "shape"),
+    "digest-mismatch": (_registry_documents(_manifest(), GOOD_CONFIG, said="sha256:" + "0" * 64),
+                        "the registry names it sha256:000", "digest"),
+    "oversized-config": (_registry_documents(_manifest(config={"digest": _digest_of(BIG_CONFIG)}), BIG_CONFIG),
+                         "is larger than 4194304 bytes", "too-large"),
+    "oversized-manifest": (_registry_documents(b'{"x": "' + b"a" * (5 << 20) + b'"}'),
+                           "is larger than 4194304 bytes", "too-large"),
+}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_every_odd_registry_document_is_unusable_naming_its_field_never_another_exception(name):
+    """Issue 34: a manifest whose config is a list or a string, or whose layers / manifests is a number, raised
+    TypeError / AttributeError out of the registry client (tracebacks in serve and doctor --host, a failed cell
+    under --reuse-from). Now each is registry_api.Unusable in one line naming the field: what a reuse catches
+    (steps/image.py _from_registry: the cell is built) and the deployer's read reports with its cause."""
+    from builder import registry_api
+
+    documents, words, cause = SHAPES[name]
+    with hostile.shaped(documents) as host:
+        with registry_api.Client(registry_api.Endpoint(host, tls_verify=False)) as client:
+            with pytest.raises(registry_api.Unusable) as caught:
+                client.image(f"{host}/team/vllm", "t", platform="linux/amd64")
+    assert words in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+    assert caught.value.cause == cause, (caught.value.cause, str(caught.value))
+
+
+@pytest.mark.pure
+def test_the_stand_in_serves_a_good_image_which_reads():
+    """The shapes above differ from a good image only where named: the good one reads."""
+    from builder import registry_api
+
+    with hostile.shaped(_registry_documents(_manifest(), GOOD_CONFIG)) as host:
+        with registry_api.Client(registry_api.Endpoint(host, tls_verify=False)) as client:
+            found = client.image(f"{host}/team/vllm", "t")
+    assert found.labels == {"io.builder.engine": "vllm"}
+
+
+# the causes of the probe, each a distinct line in the deployer's read (deploy/subject.read_registry)
+DEPLOYER_CAUSES = {  # name → (hostile.serve mode or SHAPES name, the cause's words)
+    "credentials-refused": ("401", "access refused (credentials)"),
+    "http-500": ("500", "the registry failed (HTTP 5xx)"),
+    "timeout": ("hang", "did not answer in time"),
+    "redirect-loop": ("redirect", "redirects in a loop"),
+    "garbage": ("garbage", "not JSON"),
+    "huge-manifest": ("huge", "too large"),
+    "digest-mismatch": ("digest-mismatch", "do not match their digest"),
+    "oversized-config": ("oversized-config", "too large"),
+    "config-is-a-list": ("config-is-a-list", "wrong shape"),
+    "layers-is-a-number": ("layers-is-a-number", "wrong shape"),
+    "image-config-not-json": ("image-config-is-not-json", "not JSON"),
+    "oversized-manifest": ("oversized-manifest", "too large"),
+    "nobody-listens": ("nobody", "cannot be reached"),
+}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("name", sorted(DEPLOYER_CAUSES))
+def test_the_deployers_read_names_each_cause_apart(name, monkeypatch, tmp_path):
+    """Causes that all said "not readable from its registry": each is now its own one line, exit 3 (a registry
+    nobody listens on too)."""
+    from builder.deploy import subject
+    from builder.errors import EnvironmentProblem
+
+    monkeypatch.setenv("BUILDER_REMOTE_TIMEOUT", "1")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    source, words = DEPLOYER_CAUSES[name]
+    import contextlib
+
+    from .helpers import free_port
+
+    server = hostile.shaped(SHAPES[source][0]) if source in SHAPES else \
+        contextlib.nullcontext(f"127.0.0.1:{free_port()}") if source == "nobody" else hostile.serve(source)
+    with server as served:
+        host = served if isinstance(served, str) else served[0]
+        with pytest.raises(EnvironmentProblem) as caught:
+            subject.read_registry(f"{host}/team/vllm:t")
+    line = str(caught.value)
+    assert words in line and host in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize("name", ["config-is-a-list", "layers-is-a-number", "index-manifests-is-a-number"])
+def test_serve_and_doctor_host_refuse_an_odd_manifest_in_one_line(name, tmp_path):
+    (tmp_path / "model").mkdir()
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text('[{"index": 0, "name": "NVIDIA H200", "driver": "580.159.04", "compute_cap": "9.0", "brand": "NVIDIA"}]')
+    with hostile.shaped(SHAPES[name][0]) as host:
+        image = f"{host}/team/vllm:t"
+        for argv in (["serve", image, "--strategy", "MTP2", "--model", str(tmp_path / "model")],
+                     ["doctor", "--host", image, "--gpus-file", str(gpus)]):
+            proc = subprocess.run([sys.executable, "-m", "builder.cli", *argv], capture_output=True, text=True,
+                                  cwd=tmp_path, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                                 "DOCKER_CONFIG": str(tmp_path)})
+            out = proc.stdout + proc.stderr
+            assert "Traceback" not in out, out[-3000:]
+            said = [line for line in out.splitlines() if SHAPES[name][1] in line]
+            assert proc.returncode == 3 and said and host in said[0], (argv[0], proc.returncode, out[-2000:])

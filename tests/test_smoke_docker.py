@@ -133,6 +133,12 @@ def test_ctrl_c_during_boot_stops_and_removes_the_engine_container(stand_in_imag
     assert smoke_leftovers(stand_in_image) == []
 
 
-def test_a_missing_image_is_refused_with_exit_2(docker_engine, tmp_path):
-    res = smoke("127.0.0.1:5000/builder-test/no-such-image:1", tmp_path)
-    assert res.returncode == 2 and "no such local image" in res.stderr
+def test_a_missing_image_is_exit_2_and_an_unreachable_registry_exit_3(docker_engine, registry, tmp_path):
+    from .helpers import free_port
+
+    res = smoke(f"{registry}/builder-test/no-such-image:1", tmp_path)  # the registry answers: it has none
+    assert res.returncode == 2 and "no such local image" in res.stderr, res.stderr
+
+    res = smoke(f"127.0.0.1:{free_port()}/builder-test/no-such-image:1", tmp_path)
+    # not local, and nobody answers where its registry would be: the environment (exit 3), the cause named (issue 34)
+    assert res.returncode == 3 and "not a local image" in res.stderr and "cannot be reached" in res.stderr, res.stderr

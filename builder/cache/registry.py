@@ -39,6 +39,7 @@ import requests
 from . import CacheCorrupt, CacheHit, manifest_problem
 from .config import RemoteSpec, down
 from .. import net
+from ..registry_api import realm_trusted
 from ..net import NETWORK_ERRORS, is_loopback, registry_credentials, stream_into, with_timeouts
 from ..errors import EnvironmentProblem
 
@@ -88,7 +89,8 @@ class RegistryStore:
         """An oras client that is logged in the way the registry asks (probed once: GET /v2/)."""
         if self._oras is not None:
             return self._oras
-        creds, source = registry_credentials(self.host)  # a broken docker login is refused before any request
+        # a broken docker login is refused before any request; the cache remote is a registry the command was given
+        creds, source = registry_credentials(self.host, given=True)
         probe = with_timeouts(requests.Session())
         try:
             resp = probe.get(f"{self.scheme}://{self.host}/v2/", stream=True)
@@ -112,7 +114,9 @@ class RegistryStore:
         client = _Client(hostname=self.host, insecure=self.insecure, auth_backend=backend)
         with_timeouts(client.session)
         client.auth.load_configs = lambda *a, **k: None  # credentials come from net.registry_credentials only
-        if creds is not None:
+        if resp.status_code == 401 and backend == "token" and realm_trusted(challenge, self.host):
+            creds = None  # a token realm on another host over plain http: never handed the password
+        if creds is not None and resp.status_code == 401:  # only to a registry that asked for them
             client.auth.set_basic_auth(*creds)
             if backend == "basic":
                 # send them with every request: oras would first send each one without, and a registry answers
@@ -310,3 +314,4 @@ class RegistryStore:
 
     def lock(self, package: str, key: str, waiting=None):  # pragma: no cover - the tiered cache locks locally
         raise NotImplementedError("a remote store is locked through the local wheelhouse")
+

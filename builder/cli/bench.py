@@ -137,10 +137,9 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     bench_data = data()
     slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
     if run.launcher == "docker":
-        if not found.local:
-            say(f"{image}: read from its registry; pulling it to run it")
-            engine.pull(dock, image)
-        lch = engine.DockerLauncher(image, gpus=have_gpu, client=dock, gpu_ids=chosen_gpus.ids)
+        run_ref = subject.pinned(found, dock, say)  # the image read, by digest: never a tag moved since
+        env_info["image_id"] = run_ref
+        lch = engine.DockerLauncher(run_ref, gpus=have_gpu, client=dock, gpu_ids=chosen_gpus.ids)
         engine_name, engine_version = found.engine()
         env_info.update(engine=engine_name, engine_version=engine_version, cuda=found.labels.get(labels_mod.CUDA))
     else:

@@ -106,7 +106,8 @@ def build(m, sel, flags):
 @main.command(short_help="Build, smoke and push images by digest; move aliases.")
 @click.option("--registry", default=None, metavar="HOST[:PORT]/PATH",
               help="Where to push: images go to REGISTRY/<engine>:<tag> (default: the matrix's defaults.registry). "
-                   "Credentials: BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD, else your docker login.")
+                   "Credentials: BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD (bound to this host, or to "
+                   "BUILDER_REGISTRY_HOST when set), else your docker login; sent only when the registry asks.")
 @click.option("--images-json", type=flags.FsPath(dir_okay=False), default=None,
               help="The record of published images, updated in place (default: images.json next to the matrix).")
 @click.option("--retries", type=flags.Number(0, 99, "a number of retries", integer=True), default=flag_default("retries"), show_default=True,

@@ -154,9 +154,12 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
         else:
             click.echo(text, nl=False)
         return
-    line = serve_mod.serve_line(image, found.labels, kn, strategy, model_path, port=port, bind=bind,
+    # the digest read, never the tag: what runs is what was read (local: its repo digest, else its ID)
+    line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, model_path, port=port, bind=bind,
                                 gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
                                 drafter=drafter, name=name, extra_args=extra, tp=tp, shm=shm)
+    if found.digest and found.digest != image:
+        click.echo(f"# {image} read as {found.digest}: the command runs that image, wherever the tag moves", err=True)
     for note in line.notes:
         click.echo(f"# {note}", err=True)
     if line.health:

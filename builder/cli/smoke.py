@@ -113,10 +113,8 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     if cache_root is not None and run.launcher != "process":
         raise UserError("--cache-root: only with --launcher process (an image's caches are at its own root)")
     if run.launcher == "docker":
-        if not found.local:
-            say(f"{image}: read from its registry; pulling it to run it")
-            engine.pull(client, image)
-        rep = smoke_image(cell, image, opts, say, client=client, subject=found)
+        rep = smoke_image(cell, image, opts, say, client=client, subject=found,
+                          run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
         from ..deploy.smoke import process_caches
 

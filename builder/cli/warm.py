@@ -101,7 +101,7 @@ def warm(image, strategy, matrix_path, run, cache_root, from_dir, out_dir, regis
                         "keys hold absolute paths, a capture fits only the root it was made at")
     if not found.local:
         raise UserError(f"{image}: not in the local daemon; pull it first (the warm layer is built FROM it by digest)")
-    digest = docker.image_id(image)
+    digest = found.image_id or docker.image_id(image)  # the image read: a tag moved since changes nothing
     ref = ImageRef.parse(image)
     repo = ref.name
     base = str(ref.with_digest(digest))

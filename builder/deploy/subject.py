@@ -26,6 +26,7 @@ class Subject:
     source: str  # LOCAL, REGISTRY or FILE
     config: dict = field(default_factory=dict)  # the image config's "config": Env, Labels, Entrypoint, Cmd
     digest: str = ""  # NAME@sha256:... (local: its first RepoDigest, else its id)
+    image_id: str = ""  # a local image's ID: exactly the image read (its tag may move after)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -174,13 +175,31 @@ def read_local(ref: str, client=None) -> Subject | None:
     if img is None:
         return None
     attrs = img.attrs or {}
-    return Subject(ref, LOCAL, dict(attrs.get("Config") or {}), (attrs.get("RepoDigests") or [img.id])[0])
+    return Subject(ref, LOCAL, dict(attrs.get("Config") or {}), (attrs.get("RepoDigests") or [img.id])[0], img.id)
+
+
+def pinned(found: Subject, client, say=lambda s: None) -> str:
+    """What smoke and bench run: exactly the image that was read, never what its tag names by then. A local image
+    by its ID; one read from its registry pulled by the digest read (NAME@sha256:..., ImageRef.with_digest) and
+    run by the ID that pull gave: a tag moved between the read and the run changes nothing."""
+    from . import engine
+
+    if found.local:
+        return found.image_id or found.digest
+    say(f"{found.ref}: read from its registry; pulling {found.digest} to run it")
+    engine.pull(client, found.digest)
+    img = engine.local_image(client, found.digest)
+    if img is None:
+        raise EnvironmentProblem(f"{found.digest}: pulled, yet the daemon has no image of that digest")
+    return img.id
 
 
 def read_registry(ref: str) -> Subject | None:
     """The config of REF from its registry (the manifest, the linux/amd64 manifest of an index, then the config
-    blob; builder/registry_api.py): no layer is fetched, nothing is pulled. None when the registry does not
-    answer or has no such image; a docker login that cannot be read is an error of its own."""
+    blob; builder/registry_api.py): no layer is fetched, nothing is pulled. None when the registry has no such
+    image; a registry that answers but cannot be read is EnvironmentProblem (exit 3) in one line naming the cause
+    (credentials refused, a timeout, HTTP 5xx, a digest mismatch, too large, not JSON, the wrong shape: what
+    registry_api.Unusable says); a docker login that cannot be read is an error of its own."""
     from .. import registry_api
 
     parsed = ImageRef.parse(ref)
@@ -190,9 +209,14 @@ def read_registry(ref: str) -> Subject | None:
             found = client.image(f"{parsed.api_host}/{parsed.api_repository}", parsed.reference, platform="linux/amd64")
         if found is None:
             return None
-        config = config_from_json(ref, found.config)
-    except (registry_api.Unusable, ValueError):
-        return None
+        try:
+            config = config_from_json(ref, found.config)
+        except UserError as exc:  # the registry served it: its answer, not the user's input
+            raise registry_api.Unusable(str(exc), "shape") from None
+    except registry_api.Unusable as exc:
+        cause = registry_api.CAUSES.get(exc.cause, exc.cause)
+        raise EnvironmentProblem(f"{ref}: not a local image, and its registry {parsed.host} could not be read: {cause} "
+                                 f"({registry_api.first_line(exc)})") from None
     return Subject(ref, REGISTRY, config, str(parsed.with_digest(found.digest)))
 
 

@@ -398,11 +398,15 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
     scheme = "https" if target.tls_verify else "http"
     url = f"{scheme}://{target.host}/v2/"
     for attempt in range(1, target.attempts + 1):
-        session = with_timeouts(requests.Session())
+        session = net.without_netrc(with_timeouts(requests.Session()))
         why = ""
-        try:
-            resp = session.get(url, auth=target.credentials, stream=True)
+        try:  # anonymously first: the credentials go only to a registry that asks for them (a Basic challenge)
+            resp = session.get(url, stream=True)
             body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
+            basic = resp.headers.get("WWW-Authenticate", "").lower().startswith("basic")
+            if resp.status_code == 401 and basic and target.credentials:
+                resp = session.get(url, auth=target.credentials, stream=True)
+                body = net.read_document(resp, f"the registry {target.host}: GET /v2/", limit=1 << 20)
             if resp.status_code >= 500 or resp.status_code == 429:
                 why = f"HTTP {resp.status_code}"
         except (*NETWORK_ERRORS, net.TooSlow) as exc:  # TooSlow: past its one deadline (a hang, a drip)
@@ -423,7 +427,16 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
     if resp.status_code not in (200, 401) or not net.speaks_registry_api(resp.headers, body):
         raise EnvironmentProblem(f"{target.host} answers GET /v2/ with HTTP {resp.status_code} and no registry API: "
                                  "is --registry an OCI registry? nothing was built")
-    if resp.status_code == 401 and not resp.headers.get("WWW-Authenticate", "").lower().startswith("bearer"):
+    challenge = resp.headers.get("WWW-Authenticate", "")
+    if resp.status_code == 401 and challenge.lower().startswith("bearer") and target.credentials:
+        from ..registry_api import realm_trusted
+
+        realm = realm_trusted(challenge, target.host)
+        if realm:  # skopeo would send the credentials there with its token request
+            raise EnvironmentProblem(
+                f"the registry {target.host} sends its token requests to {realm}, another host over plain http: "
+                f"builder does not hand it the credentials from {target.credentials_from}; nothing was built")
+    if resp.status_code == 401 and not challenge.lower().startswith("bearer"):
         # a Basic registry that refuses what we sent (a token registry answers 401 until skopeo gets a token)
         raise EnvironmentProblem(
             f"the registry {target.host} refuses "

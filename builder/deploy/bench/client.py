@@ -70,7 +70,26 @@ def run(args: list[str], env: dict[str, str], timeout: float) -> ClientRun:
         schema.check(f"{result_path}: {NAME}'s result", result, schema.CLIENT_RESULT)
     except UserError as exc:
         raise ClientFailed(str(exc), output) from None
+    why = no_figure(result)
+    if why:
+        raise ClientFailed(f"{NAME}: {why} ({result_path}): no figure of this run means anything", output)
     return ClientRun(args, result, seconds, output)
+
+
+def no_figure(result: dict) -> str:
+    """Why a well-formed result is still no measurement (a failed row, never a figure), else "": a request
+    failed (its `failed` count, or an error in its `errors`), none completed, or it lasted no time."""
+    completed, failed, duration = result.get("completed"), result.get("failed"), result.get("duration")
+    errors = [e for e in result.get("errors") or [] if e]
+    failed = max(failed if isinstance(failed, (int, float)) else 0, len(errors))
+    if not completed or completed <= 0:
+        return f"no request completed ({failed:g} failed)"
+    if failed:
+        first = f"; the first error: {errors[0].splitlines()[0][:200]}" if errors else ""
+        return f"{failed:g} of {completed + failed:g} requests failed{first}"
+    if not duration or duration <= 0:
+        return f"a duration of {duration if duration is not None else 'null'} s for {completed:g} requests"
+    return ""
 
 
 class ClientFailed(Exception):

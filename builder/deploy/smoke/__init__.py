@@ -61,16 +61,20 @@ def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> No
 
 
 def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, client=None,
-                subject: Subject | None = None) -> SmokeReport:
+                subject: Subject | None = None, run_ref: str | None = None) -> SmokeReport:
     """L0–L3 on a local image (never pulled here), through the docker SDK; `subject` is the image as read
-    already (its config and labels), else it is read from the daemon."""
-    launcher = DockerLauncher(image, gpus=opts.gpus, client=client, gpu_ids=opts.gpu_ids)
+    already (its config and labels), else it is read from the daemon. `run_ref`: what runs and is audited (the
+    read image's ID: subject.pinned), else `image`; the report records the digest read."""
+    launcher = DockerLauncher(run_ref or image, gpus=opts.gpus, client=client, gpu_ids=opts.gpu_ids)
     try:
         found = subject if subject is not None else read_local(image, launcher.client)
         config = found.config if found is not None else {}
         image_caches(opts, config.get("Labels") or {})
-        return run(cell, launcher, opts, config.get("Labels") or {}, image, _audit_image_files(image), say,
-                   entrypoint=config.get("Entrypoint"))
+        rep = run(cell, launcher, opts, config.get("Labels") or {}, image, _audit_image_files(run_ref or image), say,
+                  entrypoint=config.get("Entrypoint"))
+        rep.digest = found.digest if found is not None else ""
+        rep.image_id = run_ref or (found.image_id if found is not None else "")
+        return rep
     finally:  # a failure, Ctrl-C or SIGTERM anywhere: no container of this run stays behind
         launcher.close()
 

@@ -48,6 +48,8 @@ class SmokeReport:
     results: list[Result] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     seconds: float = 0.0
+    digest: str = ""  # the image read (NAME@sha256:..., or its ID): what ran, whatever its tag names now
+    image_id: str = ""  # the ID of the image that ran
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ class SmokeReport:
     def to_json(self) -> dict:
         return {
             "subject": self.subject,
+            **({"digest": self.digest, "image_id": self.image_id} if self.digest or self.image_id else {}),
             "cell": self.cell,
             "launcher": self.launcher,
             "strategies": list(self.strategies),
