@@ -5,7 +5,7 @@ counted from the real packages — upstream's default build against a build for 
   toolchain); per binary its fatbin entries per SASS target are counted, then the gencode filter's own rule
   (builder/gencode_filter.py `keep`, with the engine data's scopes) picks the targets a build for --arch keeps:
   Recipe.binary_plans, what `builder plan` prints.
-- flash-attn 2.8.3: the sdist's setup.py, the CUDA sources of its extension (`.cu` entries of the `sources=`
+- flash-attn (the shipped pin): the sdist's setup.py, the CUDA sources of its extension (`.cu` entries of the `sources=`
   list) × its SASS targets: FLASH_ATTN_CUDA_ARCHS, default "80;90;100;120" as setup.py reads it.
 
     .venv/bin/python benchmarks/compile_units.py [--arch 80,90]
@@ -36,6 +36,13 @@ from builder.pypi import SimpleIndex  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 WHEEL = "sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl"
 INDEX = "https://pypi.org/simple"
+
+
+def shipped_flash_attn() -> str:
+    """The flash-attn version the shipped cu130 profile pins (matrix.toml)."""
+    from builder.matrix import load
+
+    return load(REPO / "matrix.toml").profiles["cu130"].flash_attn
 CUDA = "13.0"  # the cell's toolchain, the CUDA release the engine data's binaries were read from
 
 
@@ -64,13 +71,14 @@ def sglang_kernel_units(archs: tuple[int, ...]) -> list[tuple[str, dict[str, int
 
 def flash_attn_units(archs: tuple[int, ...]) -> tuple[int, int, int]:
     """(CUDA sources, units for archs, units for setup.py's default arch list)."""
-    entry = Lock.load(REPO / "matrix.lock").data["packages"]["flash-attn==2.8.3"]["sdist"]
+    version = shipped_flash_attn()
+    entry = Lock.load(REPO / "matrix.lock").data["packages"][f"flash-attn=={version}"]["sdist"]
     sdist = _download(SimpleIndex(INDEX), entry["url"], entry["sha256"], entry["filename"])
     with tarfile.open(sdist) as tf:
-        setup = tf.extractfile("flash_attn-2.8.3/setup.py").read().decode()
+        setup = tf.extractfile(f"flash_attn-{version}/setup.py").read().decode()
     sources = re.findall(r'"(csrc/flash_attn/src/[^"]+\.cu)"', setup)
     default = re.search(r'os\.getenv\("FLASH_ATTN_CUDA_ARCHS", "([0-9;]+)"\)', setup).group(1).split(";")
-    asked = recipe("flash-attn", "2.8.3").arch_knobs[0].archs_for(archs)  # what plan gives FLASH_ATTN_CUDA_ARCHS
+    asked = recipe("flash-attn", version).arch_knobs[0].archs_for(archs)  # what plan gives FLASH_ATTN_CUDA_ARCHS
     return len(sources), len(sources) * len(asked), len(sources) * len(default)
 
 
@@ -82,10 +90,10 @@ def main() -> int:
     archs = archs_mod.parse(args.arch)
     if args.quick:
         tus, fa_built, fa_default = flash_attn_units(archs)
-        print(f"flash-attn 2.8.3 ({tus} CUDA sources) for {', '.join(map(archs_mod.sm, archs))}: {fa_built} kernel×arch "
+        print(f"flash-attn {shipped_flash_attn()} ({tus} CUDA sources) for {', '.join(map(archs_mod.sm, archs))}: {fa_built} kernel×arch "
               f"units built of {fa_default} for setup.py's default arch list ({100 * fa_built / fa_default:.1f} %)")
         return 0
-    print(f"SGLang cell (sglang 0.5.23, sglang-kernel 0.4.10, flash-attn 2.8.3, CUDA 13.0) for "
+    print(f"SGLang cell (sglang 0.5.23, sglang-kernel 0.4.10, flash-attn {shipped_flash_attn()}, CUDA 13.0) for "
           f"{', '.join(map(archs_mod.sm, archs))}: kernel×arch units, upstream default vs this build\n")
     total_default = total_built = sk_switch_only = 0
     print(f"{'sglang-kernel 0.4.10 binary':<56} {'upstream':>9} {'built':>7}  SASS kept")
@@ -100,7 +108,7 @@ def main() -> int:
     tus, fa_built, fa_default = flash_attn_units(archs)
     total_default += fa_default
     total_built += fa_built
-    print(f"  {'flash-attn 2.8.3 (' + str(tus) + ' CUDA sources)':<54} {fa_default:>9} {fa_built:>7}  "
+    print(f"  {'flash-attn ' + shipped_flash_attn() + ' (' + str(tus) + ' CUDA sources)':<54} {fa_default:>9} {fa_built:>7}  "
           f"({100 * fa_built / fa_default:.1f} %)")
     ratio = total_built / total_default
     # without the filter --arch reached sglang-kernel only through ENABLE_BELOW_SM90 (ON, its default, for any arch

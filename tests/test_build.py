@@ -225,7 +225,7 @@ def test_dry_run_prints_the_exact_buildx_commands(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--ca-bundle", "/nonexistent/ca.pem"], "--ca-bundle: /nonexistent/ca.pem is not a file"),
-    (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
+    (["--max-jobs", "0"], "--max-jobs: '0' is not a number of jobs at least 1"),
 ])
 def test_build_refuses_bad_options_before_building(args, message, tmp_path):
     res = builder("build", "--matrix", str(MATRIX), "--work-dir", str(tmp_path / "w"), *args, cwd=tmp_path)
