@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -93,7 +94,9 @@ def test_smoke_of_an_image_alone_holds_it_to_its_labels_and_the_built_in_engine_
     (l0,) = [x for x in rep["results"] if x["layer"] == "L0"]
     assert l0["status"] == "pass" and l0["figures"]["vllm"] == "0.33.0", l0
     assert (empty / "out" / CELL / "smoke.json").is_file()
-    assert ("read from its registry; pulling it to run it" in r.stderr) == (where == "registry")
+    # a registry's image runs by the digest read (pulled by it), never by what its tag names by then
+    assert bool(re.search(r"read from its registry; pulling \S+@sha256:[0-9a-f]{64} to run it", r.stderr)) == \
+        (where == "registry"), r.stderr
 
 
 def test_smoke_of_an_image_alone_fails_l0_on_a_version_its_labels_do_not_say(images, empty, tmp_path):
@@ -148,8 +151,11 @@ def test_serve_of_an_image_alone_prints_its_docker_run(images, where, empty):
     r = builder(empty, "serve", image, "--strategy", "mtp2", "--model", str(model), "--gpus", "0,1")
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
-    assert line.startswith(f"docker run --rm --gpus device=0,1 --ipc host -p 127.0.0.1:8000:8000 -v {model}:/models/model:ro")
-    assert f"{image} /models/model" in line and "--speculative-config" in line
+    assert line.startswith(f"docker run --rm --gpus device=0,1 --shm-size 16g -p 127.0.0.1:8000:8000 -v "
+                           f"{model}:/models/model:ro")
+    # the image by the digest serve read, never the tag (which may move before the line is run)
+    pinned = re.search(r" (\S+@sha256:[0-9a-f]{64}) /models/model", line)
+    assert pinned and pinned.group(1).startswith(image.rsplit(":", 1)[0] + "@") and "--speculative-config" in line, line
     if where == "registry":
         assert not _local(image)
 
