@@ -107,15 +107,17 @@ def _reuse_from(m, value: str | None, publish, no_remote: bool = False):
         return publish.where
     if value == "none" or (value is None and no_remote):
         return None
-    return _reuse_path(m, "registry" if value is None else value)
+    # by default the registry is asked on builder's own initiative: its credentials are read when it is asked, and an
+    # unreadable docker login then means "build", said in one line (builder/steps/image.py)
+    return _reuse_path(m, "registry" if value is None else value, credentials=value is not None)
 
 
-def _reuse_path(m, value: str):
+def _reuse_path(m, value: str, credentials: bool = True):
     from .registry_api import RegistryPath
 
     own = m.defaults["registry"]  # the matrix's registry is the command's own; another --reuse-from host is not
     return RegistryPath.parse(own if value == "registry" else value, "--reuse-from",
-                              "images are read from PATH/<engine>:<tag>", given=_host_of(own))
+                              "images are read from PATH/<engine>:<tag>", given=_host_of(own), credentials=credentials)
 
 
 def _host_of(registry: str) -> str:

@@ -51,10 +51,13 @@ class RegistryPath:
 
     path: str  # HOST[:PORT]/PATH, no scheme, no trailing slash
     endpoint: Endpoint
+    # credentials not read yet (a registry builder asks on its own, by default): `with_credentials` reads them when
+    # the registry is first asked, so that an unreadable docker login costs that read, not the whole command
+    deferred: bool | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, value: str, flag: str, role: str = "images go to PATH/<engine>:<tag>",
-              given: bool | str = True) -> RegistryPath:
+              given: bool | str = True, credentials: bool = True) -> RegistryPath:
         """`value` checked (an optional docker:// or http(s):// prefix dropped), with its host's endpoint; UserError
         naming `flag` otherwise. `given`: the registry is the command's own (BUILDER_REGISTRY_USER / _PASSWORD may
         apply to it: net.env_credentials_apply); a host (str): its own only when it is that host."""
@@ -78,7 +81,16 @@ class RegistryPath:
         if port and port.group(1) and not 0 < int(port.group(1)) < 65536:
             raise UserError(f"{flag}: {describe(path)}: port {port.group(1)} is out of range (1-65535)")
         own = net.same_host(ref.registry, given) if isinstance(given, str) else given
+        if not credentials:
+            return cls(path, Endpoint(ref.registry, tls_verify=not net.is_loopback(ref.registry)), deferred=own)
         return cls(path, endpoint(ref.registry, own))
+
+    def with_credentials(self) -> RegistryPath:
+        """This path with its host's credentials read (a deferred one), itself otherwise; raises what reading them
+        raises (an unreadable docker login)."""
+        if self.deferred is None:
+            return self
+        return RegistryPath(self.path, endpoint(self.host, self.deferred))
 
     # a Client reads these four as it reads an Endpoint's
     @property

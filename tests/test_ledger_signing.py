@@ -22,7 +22,8 @@ from builder.image import ledger, reuse, signing
 from builder.registry_api import Endpoint, RegistryPath
 
 from .helpers import commit_image
-from .test_registry_reuse import CELL, TAG, Run, _push_under_tag, builder, digest_in, forget_locally, local_id
+from .helpers import CUDA_EXT_CELL as CELL
+from .registry_runs import TAG, Run, builder, digest_in, forget_locally, local_id, push_under_tag
 
 DIGEST = "sha256:" + "d" * 64
 FORGED = "sha256:" + "f" * 64
@@ -241,7 +242,7 @@ def test_a_signed_record_is_adopted_and_a_forged_one_never_reaches_the_local_led
         # the probe: an image FROM the cell plus a layer under the cell's tag, one line added to the signed record
         derived_ref = f"{run.ref}-derived"
         commit_image(run.ref, derived_ref)
-        _push_under_tag(derived_ref, f"{run.repo}:{TAG}")
+        push_under_tag(derived_ref, f"{run.repo}:{TAG}")
         forget_locally(derived_ref)
         served = digest_in(host, repo, TAG)
         assert served not in (None, digest)

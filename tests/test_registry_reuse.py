@@ -24,79 +24,10 @@ from builder.image import labels, ledger, reuse
 from builder.registry_api import Endpoint, RegistryPath
 
 from .helpers import CUDA_EXT_CELL as CELL
-from .helpers import commit_image, fixture_copy
+from .helpers import commit_image
+from .registry_runs import TAG, Run, builder, digest_in, forget_locally, local_id, push_under_tag
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-TAG = CELL.removeprefix("cuda-ext-")
-
-
-def builder(*args: str, cwd: Path, timeout: float = 1800, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **(env or {})}, timeout=timeout)
-
-
-def digest_in(registry: str, repo: str, ref: str) -> str | None:
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{ref}", headers={"Accept": reuse.ACCEPT})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return "sha256:" + hashlib.sha256(resp.read()).hexdigest()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
-
-def local_id(ref: str) -> str:
-    proc = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def forget_locally(*refs: str) -> None:
-    for ref in refs:
-        subprocess.run(["docker", "image", "rm", ref], capture_output=True)
-
-
-class Run:
-    """One fresh runner after another: same matrix and committed pins, nothing else kept between them."""
-
-    def __init__(self, tmp: Path, names: str, registry: str):
-        self.tmp, self.registry = tmp, registry
-        self.matrix = fixture_copy(tmp, names)
-        self.ref = f"{names}/cuda-ext:{TAG}"
-        self.repo = f"{registry}/cuda-ext"
-        self.remote = ["--cache-remote", f"registry:{registry}/wheels"]
-        self.n = 0
-
-    def fresh(self) -> Path:
-        """A new wheelhouse (so a new, empty ledger), work and log dirs; the cell's tag gone from the daemon."""
-        self.n += 1
-        forget_locally(self.ref)
-        assert not local_id(self.ref)
-        return self.tmp / f"runner{self.n}"
-
-    def args(self, verb: str, where: Path, *extra: str) -> list[str]:
-        out = [verb, "--matrix", str(self.matrix), "--wheelhouse", str(where / "wheelhouse"), "--work-dir",
-               str(where / "work"), "--log-dir", str(where / "logs"), "--pins-dir", str(self.tmp / "pins"),
-               "--ca-bundle", str(HOST_CA), "--quiet", "--json", *self.remote, *extra]
-        if verb == "publish":
-            out += ["--registry", self.registry, "--images-json", str(where / "images.json")]
-        return out
-
-    def run(self, verb: str, *extra: str, env: dict | None = None,
-            where: Path | None = None) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
-        """A fresh runner (or, with `where`, that runner again: its wheelhouse and image ledger kept)."""
-        where = where or self.fresh()
-        started = time.monotonic()
-        res = builder(*self.args(verb, where, *extra), cwd=self.tmp, env=env)
-        res.seconds = time.monotonic() - started
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-4000:]
-        (cell,) = json.loads(res.stdout[:res.stdout.rindex("]") + 1] if verb == "publish" else res.stdout)
-        return res, {r["step"] + ":" + r["subject"]: r for r in cell["steps"]}, where
-
-
 @pytest.fixture
 def published(registry, local_bases, docker_engine, tmp_path):
     """The fixture cell compiled, built, smoked and published to a repository of this test only, its wheel in
@@ -162,16 +93,6 @@ def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases
     assert images["images"][CELL]["digest"] == digest and images["images"][CELL]["aliases"] == ["1.0.0", "latest-cu130"]
 
 
-def _push_under_tag(image: str, dest: str) -> None:
-    """Push a local image over the registry tag `dest`."""
-    subprocess.run(["docker", "tag", image, dest], check=True, capture_output=True)
-    try:
-        push = subprocess.run(["docker", "push", "--quiet", dest], capture_output=True, text=True)
-        assert push.returncode == 0, push.stderr
-    finally:
-        forget_locally(dest)
-
-
 @pytest.mark.slow  # three builds (~65 s); the default tier keeps the fresh-runner reuse, the forged record (a digest the record does not name) and the local derived-image / moved-tag case (test_build.py)
 def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, local_bases):
     """The registry's tag replaced by an image that carries the key but not a digest builder recorded: built,
@@ -185,7 +106,7 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     # pushed over the cell's tag: the pins file was read from the published image, not from this one
     derived = commit_image(run.ref, f"{run.ref}-derived")
     assert derived != digest
-    _push_under_tag(f"{run.ref}-derived", dest)
+    push_under_tag(f"{run.ref}-derived", dest)
     forget_locally(f"{run.ref}-derived")
     served = digest_in(host, repo, TAG)
     assert served not in (None, digest)
@@ -202,7 +123,7 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
 
     # derived from that one: the label is this build's key, only the ledger record tells it apart
     derived = commit_image(run.ref, f"{run.ref}-derived")
-    _push_under_tag(f"{run.ref}-derived", dest)
+    push_under_tag(f"{run.ref}-derived", dest)
     forget_locally(f"{run.ref}-derived")
     served = digest_in(host, repo, TAG)
     res, steps4, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
@@ -214,7 +135,7 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     # the CUDA base given a copy of the label, pushed over the cell's tag
     copied_ref = f"{run.ref}-copied"
     commit_image(local_bases["cuda_base"], copied_ref, f"LABEL {labels.CONTENT_KEY}={key}", add_file=False)
-    _push_under_tag(copied_ref, dest)
+    push_under_tag(copied_ref, dest)
     forget_locally(copied_ref)
     served = digest_in(host, repo, TAG)
     res, steps5, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
@@ -225,7 +146,7 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     # the tag moved to an image of other inputs
     other = "f" * 64
     commit_image(local_bases["cuda_base"], copied_ref, f"LABEL {labels.CONTENT_KEY}={other}", add_file=False)
-    _push_under_tag(copied_ref, dest)
+    push_under_tag(copied_ref, dest)
     forget_locally(copied_ref)
     res, steps6, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
     assert steps6[f"image:{CELL}"]["artifacts"]["reused"] is False

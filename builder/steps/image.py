@@ -275,6 +275,11 @@ class ImageStep:
         ref = f"{repository}:{cell.tag}"
         started = time.monotonic()
         try:
+            source = source.with_credentials()
+        except BuilderError as exc:
+            ctx.note(f"registry: {ref}: {str(exc).strip().splitlines()[0]}: building")
+            return None
+        try:
             with reuse.Client(source) as client:
                 found = client.image(repository, cell.tag)
                 if found is None:
