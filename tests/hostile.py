@@ -174,20 +174,26 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 @contextlib.contextmanager
-def serve(mode: str) -> Iterator[tuple[str, list[int]]]:
-    """(host:port, bytes sent per huge answer) of a stand-in answering in `mode`, for the block's duration."""
-    stop, sent = threading.Event(), []
-    handler = type("Handler", (_Handler,), {"mode": mode, "stop": stop, "sent": sent})
+def _running(handler, before_stop=lambda: None) -> Iterator[str]:
+    """host:port of a server of `handler` on 127.0.0.1 for the block's duration (`before_stop` runs first at its end)."""
     server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"127.0.0.1:{server.server_address[1]}", sent
+        yield f"127.0.0.1:{server.server_address[1]}"
     finally:
-        stop.set()
+        before_stop()
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@contextlib.contextmanager
+def serve(mode: str) -> Iterator[tuple[str, list[int]]]:
+    """(host:port, bytes sent per huge answer) of a stand-in answering in `mode`, for the block's duration."""
+    stop, sent = threading.Event(), []
+    with _running(type("Handler", (_Handler,), {"mode": mode, "stop": stop, "sent": sent}), stop.set) as host:
+        yield host, sent
 
 
 # -- a logging impostor registry: what every request carried -----------------------------------------------
@@ -232,16 +238,8 @@ def impostor(challenge: str = 'Basic realm="impostor"') -> Iterator[tuple[str, l
     """(host:port, the requests it saw: (method, path, Authorization)) of a logging impostor registry on 127.0.0.1.
     `challenge` is its WWW-Authenticate; "{self}" in it becomes the Host the request named."""
     seen: list[tuple[str, str, str]] = []
-    handler = type("Impostor", (_Impostor,), {"challenge": challenge, "seen": seen})
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with _running(type("Impostor", (_Impostor,), {"challenge": challenge, "seen": seen})) as host:
+        yield host, seen
 
 
 def carried(seen: list[tuple[str, str, str]], password: str) -> list[tuple[str, str]]:
