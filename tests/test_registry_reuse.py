@@ -357,3 +357,23 @@ def test_a_pull_interrupted_half_way_names_nothing(published):
     res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
     assert steps2[f"image:{CELL}"]["artifacts"]["pulled"] is True and local_id(run.ref) == digest
     subprocess.run(["docker", "image", "rm", f"{run.repo}@{digest}"], capture_output=True)
+
+
+def test_a_teammates_plain_build_takes_the_cell_ci_published_to_the_matrix_registry(registry, local_bases,
+                                                                                     docker_engine, tmp_path):
+    """The matrix names the registry CI publishes to: a fresh runner's plain `builder build` (no --reuse-from, an
+    empty wheelhouse, the image gone from the daemon) takes the published cell from there instead of building it;
+    `--reuse-from none` builds."""
+    repo = f"{registry}/rrd{uuid.uuid4().hex[:8]}"
+    run = Run(tmp_path, repo, repo)  # the matrix's registry is where publish pushes
+    try:
+        _, steps, _ = run.run("publish")
+        digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
+        res, steps, _ = run.run("build", "--no-smoke")
+        image = steps[f"image:{CELL}"]["artifacts"]
+        assert image["reused"] is True and image["pulled"] is True and image["digest"] == digest, image
+        assert local_id(run.ref) == digest
+        res, steps, _ = run.run("build", "--no-smoke", "--reuse-from", "none")
+        assert steps[f"image:{CELL}"]["artifacts"]["reused"] is False
+    finally:
+        forget_locally(run.ref)

@@ -343,7 +343,8 @@ class ImageStep:
         ctx.image_ref = run_name  # from here on the runner drops the name, whatever happens
         docker.tag_image(found.digest, run_name, opts.docker)
         docker.point_tag(cell.ref, found.digest, opts.docker)
-        docker.untag_image(by_digest, opts.docker, missing_ok=True)  # the cell's tag names it now
+        if repository != cell.image:  # the cell's tag names it now; the same repository's digest name is the tag's own
+            docker.untag_image(by_digest, opts.docker, missing_ok=True)
         self._record_pins(ctx, pins_file, run_name, found.digest, key)
         seconds = time.monotonic() - started
         ctx.note(f"pulled and tagged {cell.ref} ({found.digest}) in {seconds:.1f}s")
