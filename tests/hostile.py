@@ -302,13 +302,5 @@ class _Shaped(http.server.BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def shaped(documents: dict) -> Iterator[str]:
     """host:port of a registry stand-in serving `documents` (see _Shaped) on 127.0.0.1."""
-    handler = type("Shaped", (_Shaped,), {"documents": documents})
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with _running(type("Shaped", (_Shaped,), {"documents": documents})) as host:
+        yield host
