@@ -264,12 +264,15 @@ def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
     freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
     installed = json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT))
     extras = requested_extras(installed, seeds(cell))
-    complete(from_freeze(freeze, cell, keep_torch=True), installed, cell, image)
-    lines, why = with_extras(from_freeze(freeze, cell), extras), "no index to read hashes from"
+    everything = from_freeze(freeze, cell, keep_torch=True)
+    complete(everything, installed, cell, image)
+    # the constraints route leaves torch to the cell's own pin; the hash-locked one names its files too
+    lines = with_extras([l for l in everything if l.partition("==")[0] != "torch"], extras)
+    why = "no index to read hashes from"
     if index_url:
         from .pypi import SimpleIndex
 
-        locked, why = with_hashes(with_extras(from_freeze(freeze, cell, keep_torch=True), extras), SimpleIndex(index_url))
+        locked, why = with_hashes(with_extras(everything, extras), SimpleIndex(index_url))
         if locked:
             lines = locked
     path.parent.mkdir(parents=True, exist_ok=True)
