@@ -213,15 +213,7 @@ def good_tar(tmp: Path) -> bytes:
 
 def sums_file(make: Callable[[Path], None] | str | bytes):
     def setup(tmp: Path, root: Path, store: Path) -> None:
-        d = store / NAME
-        d.mkdir(parents=True, exist_ok=True)
-        p = d / "SHA256SUMS"
-        if callable(make):
-            make(p)
-        elif isinstance(make, bytes):
-            p.write_bytes(make)
-        else:
-            p.write_text(make)
+        _write(store / NAME / "SHA256SUMS", make)
 
     return setup
 
