@@ -115,6 +115,12 @@ as_json = _declare("--json", "as_json", is_flag=True, help="Machine-readable out
 wheelhouse = _declare("--wheelhouse", "wheelhouse_dir", type=FsPath(file_okay=False), default=None,
                       help="Local wheel cache (default: wheelhouse/ next to the matrix file).")
 arch = _declare("--arch", "arch", default=None, help="SM archs, e.g. 80,90.")
+image_paths = _declare("--image-paths", "image_paths", is_flag=True,
+                       help="With --launcher process: run the engine at the image's paths (the --python interpreter "
+                            "must have the image's prefix and site-packages, e.g. /opt/venv; CUDA_HOME and the model "
+                            "root as in the image; the caches at its root), so the compile caches it fills are the "
+                            "image's (their keys hold absolute paths). scripts/gpu-host-run --image-paths sets such "
+                            "an interpreter up.")
 profile = _declare("--profile", multiple=True,
                    help="Profiles to use (default: the matrix's default; 'all' for every one).")
 

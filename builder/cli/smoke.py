@@ -5,6 +5,7 @@ the plan L0 holds the image to."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -50,9 +51,14 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
               help="With --launcher process: the directory the engine's compile caches go to, each at its variable "
                    "(engine data compile_caches); default the image's own root (/opt/jit-cache), so the caches sit at "
                    "the paths an image has and a warm layer captured here or there fits both.")
+@flags.image_paths
+@click.option("--expect-warm", "expect_warm", is_flag=True,
+              help="With --launcher process: the cache root holds a warm layer's files (restored at the image's paths): "
+                   "L3 fails when a boot compiles anything beyond the engine data's warm_allowance, naming the files.")
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
-def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, out_dir, as_json):
+def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, image_paths, expect_warm, out_dir,
+          as_json):
     """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
     model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
@@ -110,15 +116,24 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
         extra_env=run.env,
         log_dir=out_dir.resolve() / cell.id,
     )
-    if cache_root is not None and run.launcher != "process":
-        raise UserError("--cache-root: only with --launcher process (an image's caches are at its own root)")
+    for given, name in ((cache_root is not None, "--cache-root"), (image_paths, "--image-paths"),
+                        (expect_warm, "--expect-warm")):
+        if given and run.launcher != "process":
+            raise UserError(f"{name}: only with --launcher process (an image runs at its own paths)")
     if run.launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client, subject=found,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
-        from ..deploy.smoke import process_caches
+        from ..deploy.smoke import image_paths as at_image_paths, process_caches
 
+        if image_paths:
+            at_image_paths(opts, cell, run.python, cache_root)
         process_caches(opts, cell, cache_root)
+        if expect_warm:
+            if not opts.cache_root or not any(p.is_file() for p in Path(opts.cache_root).rglob("*")):
+                raise UserError(f"--expect-warm: the cache root {opts.cache_root or '(none)'} holds no file: restore "
+                                "a warm layer there first")
+            opts.warm_allowance = tuple(g for g, _ in cell.warm_allowance)
         rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:

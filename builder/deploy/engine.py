@@ -131,12 +131,32 @@ class ProcessLauncher:
     gpus: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     gpu_ids: tuple[int, ...] = ()  # --gpus 0,1: these devices only (CUDA_VISIBLE_DEVICES); () every GPU
+    # --image-paths (image/layout.Paths): the engine runs at the image's paths, its model reached under the image's
+    # model root as a container mounts it (vLLM's compile-cache hash holds the model's path)
+    paths: object = None
 
     def where(self, path: Path) -> str:
-        return str(Path(path).resolve())
+        host = Path(path).resolve()
+        if self.paths is None:
+            return str(host)
+        inside = Path(self.paths.model_root) / host.name
+        try:
+            inside.parent.mkdir(parents=True, exist_ok=True)
+            if inside.is_symlink() and inside.resolve() != host:
+                inside.unlink()
+            if not inside.is_symlink():
+                inside.symlink_to(host, target_is_directory=True)
+        except OSError as exc:
+            raise UserError(f"--image-paths: cannot link {inside} to {host} ({exc.strerror}): the model is reached "
+                            "there as in the image") from None
+        return str(inside)
 
     def _env(self, env: dict[str, str]) -> dict[str, str]:
         chosen = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpu_ids))} if self.gpus and self.gpu_ids else {}
+        if self.paths is not None:
+            from ..image import layout
+
+            chosen.update(layout.env(self.paths))
         return {**os.environ, **chosen, **self.extra_env, **env}
 
     def _resolve(self, argv: list[str]) -> list[str]:
@@ -390,6 +410,7 @@ class Written:
     root: str
     files: dict[str, int]
     outside: list[str] | None = None
+    held_before: int | None = None  # the files under the root when the run began (a process's; None: not counted)
 
     @property
     def bytes(self) -> int:
@@ -456,7 +477,7 @@ def process_written(root: str, before: dict[str, tuple[int, int]], dest: Path | 
             target = Path(dest) / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(root) / rel, target)
-    return Written(root, files, None)
+    return Written(root, files, None, len(before))
 
 
 class StartFailed(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ... import audit as audit_mod
+from ...errors import UserError
 from ...image import labels as labels_mod
 from ...resolve import Cell
 from .layers import Model, SmokeOptions, run
@@ -60,6 +61,20 @@ def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> No
     opts.cache_env = {k: root + v[len(cell.cache_root):] for k, v in cell.compile_caches}
 
 
+def image_paths(opts: SmokeOptions, cell: Cell, python: str, cache_root: str | None) -> dict:
+    """--image-paths: the process route at the image's paths, `python` checked to be the image's interpreter (its
+    prefix and site-packages), CUDA_HOME and the model root as the image has them, the caches at the image's root
+    (a --cache-root elsewhere is refused). What the interpreter reported."""
+    from ...image import layout
+
+    paths = layout.of(cell)
+    if cache_root is not None and cache_root.rstrip("/") != paths.cache_root:
+        raise UserError(f"--image-paths with --cache-root {cache_root}: the image's cache root is {paths.cache_root}")
+    got = layout.check(python, paths, cell)
+    opts.paths = paths
+    return {**paths.to_json(), "python": got["python"]}
+
+
 def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, client=None,
                 subject: Subject | None = None, run_ref: str | None = None) -> SmokeReport:
     """L0–L3 on a local image (never pulled here), through the docker SDK; `subject` is the image as read
@@ -82,7 +97,8 @@ def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, 
 def smoke_process(cell: Cell, python: str, opts: SmokeOptions, say=lambda s: None,
                   extra_env: dict[str, str] | None = None) -> SmokeReport:
     """L0–L3 in the Python environment of `python` on this host (a GPU host without Docker)."""
-    launcher = ProcessLauncher(python=python, gpus=opts.gpus, extra_env=dict(extra_env or {}), gpu_ids=opts.gpu_ids)
+    launcher = ProcessLauncher(python=python, gpus=opts.gpus, extra_env=dict(extra_env or {}), gpu_ids=opts.gpu_ids,
+                               paths=opts.paths)
     return run(cell, launcher, opts, None, f"process:{python}", _audit_local_files, say)
 
 

@@ -100,6 +100,8 @@ class SmokeOptions:
     cache_root: str = ""
     capture_to: Path | None = None
     warm_allowance: tuple[str, ...] | None = None
+    # --image-paths (process route): the engine runs at the image's paths (image/layout.Paths), as checked
+    paths: object = None
 
 
 # -- small helpers -----------------------------------------------------------------------------------------
@@ -458,6 +460,10 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
                     if got != want:
                         problems.append(f"{smoke['server_info']}: {key} = {got!r}, expected {want!r}")
         text = engine.log_text()
+        from ..bench.run import kv_cache_tokens
+
+        if kv_cache_tokens(text) is not None:
+            figures["kv_cache_tokens"] = kv_cache_tokens(text)
         for line in getattr(strategy, "forbid_log", ()):
             if line in text:
                 problems.append(f"the engine log says {line!r}: the strategy did not take effect")
@@ -487,6 +493,10 @@ def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
         return result
     result.figures.update({"cache_root": written.root, "cache_files_written": len(written.files),
                            "cache_bytes_written": written.bytes})
+    if written.held_before is not None:  # a process: what the root held when the boot began (0: a cold boot)
+        result.figures["cache_files_before"] = written.held_before
+    if written.files:
+        result.figures["cache_written"] = sorted(written.files)[:50]
     if written.outside is not None:
         result.figures["written_outside_cache_root"] = written.outside[:50]
     if opts.warm_allowance is None or result.status != PASS:
