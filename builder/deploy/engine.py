@@ -456,20 +456,28 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
     return Written(root, files, outside)
 
 
-def snapshot(root: str) -> dict[str, tuple[int, int]]:
-    """{path relative to root: (size, mtime_ns)} of every file under a host directory (empty when it is absent)."""
+def snapshot(root: str) -> dict[str, tuple[int, str]]:
+    """{path relative to root: (size, sha256)} of every file under a host directory (empty when it is absent): by
+    content, so a cache entry an engine writes again with the same bytes (a hit that re-saves or touches it) is not
+    taken for a compile."""
+    import hashlib
+
     out = {}
     base = Path(root)
     if base.is_dir():
         for p in base.rglob("*"):
             if p.is_file() and not p.is_symlink():
-                st = p.stat()
-                out[str(p.relative_to(base))] = (st.st_size, st.st_mtime_ns)
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+                out[str(p.relative_to(base))] = (p.stat().st_size, h.hexdigest())
     return out
 
 
-def process_written(root: str, before: dict[str, tuple[int, int]], dest: Path | None) -> Written:
-    """The files a process added or changed under the host directory `root` since `before`, copied to `dest`."""
+def process_written(root: str, before: dict[str, tuple[int, str]], dest: Path | None) -> Written:
+    """The files a process added or changed (their content) under the host directory `root` since `before`, copied
+    to `dest`."""
     after = snapshot(root)
     files = {rel: st[0] for rel, st in after.items() if before.get(rel) != st}
     if dest is not None:
