@@ -140,3 +140,34 @@ def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
     new = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "warm"}]}
     assert "booted cold against warm" in results.comparable(old, new)[0]
     assert results.comparable(old, old) == []
+
+
+def test_no_file_of_the_cold_image_is_newer_than_the_warm_layers_files(warmed, cold_image):
+    """ninja (FlashInfer's JIT) rebuilds an output older than one of its inputs: with the layer's times at 0, the
+    H200's restored first boot rebuilt a module (docs/evidence/2026-12-02-h200-warm-layer.md). The layer's files carry
+    the cold image's creation time, and nothing in the image is newer."""
+    script = ('f=$(find /opt/jit-cache -type f | head -n1); stat -c %Y "$f"; '
+              'find / -xdev -newer "$f" -not -path "/opt/jit-cache/*" -not -path "/proc/*" -not -path "/sys/*" '
+              '-not -path "/dev/*" | head -n 40')
+    made_by_docker_run = {"/", "/etc", "/etc/resolv.conf", "/etc/hostname", "/etc/hosts", "/etc/mtab", "/proc", "/dev",
+                          "/sys", "/.dockerenv"}
+    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", warmed["image"], "-c", script],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    from datetime import datetime
+
+    created = inspect(cold_image)["Created"]
+    assert int(out[0]) == int(datetime.fromisoformat(created.split(".")[0].rstrip("Z") + "+00:00").timestamp())
+    assert [line for line in out[1:] if line and line not in made_by_docker_run] == []
+
+
+def test_a_process_capture_is_packed_only_when_it_was_made_at_the_image_paths(cold_image, tmp_path):
+    facts = {"cache_root": "/opt/jit-cache", "strategy": "MTP2", "captured-on": "process", "gpu-arch": "sm90"}
+    (tmp_path / "cap" / "tree" / "triton").mkdir(parents=True)
+    (tmp_path / "cap" / "tree" / "triton" / "k.cubin").write_bytes(b"sass")
+    for layout, words in ((None, "no --image-paths"),
+                          ({"prefix": "/usr", "purelib": "/usr/lib/python3/dist-packages", "cuda_home": "",
+                            "model_root": "/models"}, "prefix '/usr' (the image's: '/opt/venv')")):
+        (tmp_path / "cap" / "warm.json").write_text(json.dumps({**facts, "layout": layout}))
+        res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
+                      str(tmp_path / "cap"), cwd=tmp_path)
+        assert res.returncode == 2 and words in res.stderr, res.stderr

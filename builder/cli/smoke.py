@@ -84,6 +84,10 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
 
+    for given, name in ((cache_root is not None, "--cache-root"), (image_paths, "--image-paths"),
+                        (expect_warm, "--expect-warm")):
+        if given and run.launcher != "process":
+            raise UserError(f"{name}: only with --launcher process (an image runs at its own paths)")
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
     m = flags.given_matrix(matrix_path)
@@ -116,10 +120,6 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
         extra_env=run.env,
         log_dir=out_dir.resolve() / cell.id,
     )
-    for given, name in ((cache_root is not None, "--cache-root"), (image_paths, "--image-paths"),
-                        (expect_warm, "--expect-warm")):
-        if given and run.launcher != "process":
-            raise UserError(f"{name}: only with --launcher process (an image runs at its own paths)")
     if run.launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client, subject=found,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag

@@ -47,8 +47,9 @@ def _epoch(image: str) -> str:
     _, out, _ = docker.probe(["docker", "image", "inspect", "--format", "{{.Created}}", image], timeout=60)
     try:
         return str(int(datetime.fromisoformat(re.sub(r"\.\d+", "", out.strip())).timestamp()))
-    except ValueError:
-        return "0"
+    except ValueError:  # not 0: the layer's files must not be older than the image's (warm.pack says why)
+        raise UserError(f"{image}: its creation time {out.strip()!r} is not a date: the warm layer's file times are "
+                        "taken from it") from None
 
 
 @main.command("warm")
@@ -183,8 +184,9 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         tree, facts = warm_mod.read_capture(capture)
 
     files = warm_mod.file_list(tree)
+    arch = facts.get("gpu-arch") or "none"
     tag = capture.name if from_dir is None else warm_mod.tag_for(ref.tag or "latest", strategy,
-                                                                 facts.get("gpu-arch", "nogpu"))
+                                                                 "nogpu" if arch == "none" else arch)
     warm_ref = f"{repo}:{tag}"
     work = capture / "build"
     code, out = docker.make_local_digest_resolvable(base, image, work / "resolve")

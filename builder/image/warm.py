@@ -24,7 +24,6 @@ from . import oci
 
 TREE = "tree"
 FACTS = "warm.json"
-EPOCH = 0  # every file of the layer gets this time (rewrite-timestamp clamps to SOURCE_DATE_EPOCH too)
 
 
 def tag_for(cold_tag: str, strategy: str, gpu: str) -> str:
@@ -95,9 +94,15 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(tree, context / TREE, symlinks=False)
-    for p in [context / TREE, *(context / TREE).rglob("*")]:  # the files' own times and modes are not part of it
+    # The files' own times and modes are not part of it: every one gets the cold image's SOURCE_DATE_EPOCH, which
+    # is not older than any file of the cold image (BuildKit's rewrite-timestamp clamps them to it). That order is
+    # what a ninja-built JIT cache needs: ninja rebuilds an output older than one of its inputs, and with time 0
+    # FlashInfer rebuilt its fp8_blockscale_gemm_90 module at the restored first boot on the H200 (155-167 s, where
+    # the same caches in place booted in 52-56 s: docs/evidence/2026-12-02-h200-warm-layer.md).
+    t = int(epoch)
+    for p in [context / TREE, *(context / TREE).rglob("*")]:
         os.chmod(p, 0o777 if p.is_dir() else 0o666)  # any user the container runs as writes the caches
-        os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
+        os.utime(p, (t, t), follow_symlinks=False)
     (work / "Dockerfile").write_text(dockerfile(base, root, labels))
     archive = work / "warm.oci.tar"
     output = docker.csv_options(type="oci", dest=archive, name=name, **{"rewrite-timestamp": "true"})

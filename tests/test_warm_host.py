@@ -1,0 +1,160 @@
+"""The warm layer made on a GPU host without Docker (docs/warm.md): the image's paths as the templates write them
+(builder/image/layout.py), `--image-paths` refusing an interpreter that does not run there, the process route's capture
+(a cold boot cut by its timeout and resumed, then a warm boot in place) against the stand-in engine (a TEST DOUBLE for
+a GPU engine: it writes fixed files into each compile cache its variables name), the content-based watch of the cache
+root, and scripts/gpu-host-run's venv at the image's paths and --restore. No Docker, no GPU."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import matrix as matrix_mod
+from builder import plan as plan_mod
+from builder import render, resolve
+from builder.deploy import engine
+from builder.image import layout
+
+from .helpers import REPO, SMOKE_MATRIX
+from .test_gpu_host_scripts import load
+
+CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
+STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
+
+
+def builder(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{STAND_IN}:{REPO}",
+                                            "BUILDER_CACHE_DIR": str(cwd / "cache"), **(env or {})})
+
+
+def test_the_layout_is_what_the_rendered_runtime_stage_sets():
+    m = matrix_mod.load(REPO / "matrix.toml")
+    cell = next(c for c in resolve.select(m, matrix_mod.Selection(profiles=("cu130",))) if c.engine == "vllm")
+    paths = layout.of(cell)
+    runtime = render.render(plan_mod.plan_cells([cell], None)[0], m.defaults["index"]).split("AS runtime", 1)[1]
+    assert f"ENV VIRTUAL_ENV={paths.prefix} " in runtime and paths.purelib == f"{paths.prefix}/lib/python3.12/site-packages"
+    assert paths.cuda_home and f"ENV CUDA_HOME={paths.cuda_home} " in runtime
+    assert f'VLLM_CACHE_ROOT="{paths.cache_root}/vllm"' in runtime
+    assert paths.model_root == "/models"
+
+
+def test_image_paths_refuses_an_interpreter_that_does_not_run_at_the_image_paths(tmp_path):
+    res = builder("smoke", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+                  "--gpus", "none", "--image-paths", "--layers", "L3", "--strategy", "MTP2", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "does not run at the image's paths: prefix" in res.stderr and "(the image's: /opt/venv)" in res.stderr
+    res = builder("smoke", "some/image:tag", "--image-paths", cwd=tmp_path)
+    assert res.returncode == 2 and "--image-paths: only with --launcher process" in res.stderr, res.stderr
+
+
+def test_the_process_route_captures_resumes_a_cut_cold_boot_and_boots_warm_in_place(tmp_path):
+    common = ["warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+              "--gpus", "none", "--cache-root", str(tmp_path / "root"), "--strategy", "MTP2", "--out", str(tmp_path / "w")]
+    cut = builder(*common, "--boot-timeout", "3", "--env", "STAND_IN_MODE=never-ready", cwd=tmp_path)
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert "continue it with --resume" in cut.stderr
+    (capture,) = (tmp_path / "w").iterdir()
+    assert json.loads((capture / "cut.json").read_text())["boots"] == 1
+    again = builder(*common, cwd=tmp_path)  # the root holds the cut boot's files: a plain cold boot is refused
+    assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
+    res = builder(*common, "--resume", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["cold_boots"] == 2 and out["cold_boot_s"] >= 3 and out["warm_boot_s"] > 0 and out["files"] == 12
+    facts = json.loads((capture / "warm.json").read_text())
+    assert facts["captured-on"] == "process" and facts["layout"] is None and facts["kv-cache-tokens-cold"] == 4096
+    assert facts["warm-boot-files-written"] == 3  # the lock files, in the allowance
+    assert not (capture / "cut.json").exists()
+    assert sorted(str(p.relative_to(capture / "tree")) for p in (capture / "tree").rglob("*.bin")) == sorted(
+        str(p.relative_to(tmp_path / "root")) for p in (tmp_path / "root").rglob("*.bin"))
+    res = builder("warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--resume", "--from-dir",
+                  str(capture), "--strategy", "MTP2", cwd=tmp_path)
+    assert res.returncode == 2 and "give one" in res.stderr, res.stderr
+
+
+def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_path):
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "k.bin").write_bytes(b"kernel")
+    (root / "a" / "best_config").write_text('{"XBLOCK": 64}')
+    before = engine.snapshot(str(root))
+    time.sleep(0.01)
+    (root / "a" / "k.bin").write_bytes(b"kernel")  # re-saved on a hit: a new time, the same bytes
+    os.utime(root / "a" / "best_config")
+    (root / "a" / "best_config").write_text('{"XBLOCK": 128}')  # tuned again: other bytes
+    (root / "b.bin").write_bytes(b"new")
+    written = engine.process_written(str(root), before, None)
+    assert sorted(written.files) == ["a/best_config", "b.bin"] and written.held_before == 2
+
+
+# -- scripts/gpu-host-run: the venv at the image's paths, and --restore -----------------------------------------
+@pytest.fixture
+def ghr(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUILDER_CARRY_STORE", str(tmp_path / "store"))
+    return load("gpu-host-run")
+
+
+def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(ghr, tmp_path):
+    site = tmp_path / "store" / "site-b"
+    (site / "fakeengine").mkdir(parents=True)
+    (site / "fakeengine" / "__init__.py").write_text("")
+    (site / "fakeengine-1.0.dist-info").mkdir()
+    (site / "click-99.0.dist-info").mkdir()  # the bundle's click: the host's dist-info of click is left out
+    (site / "bin").mkdir()
+    (site / "bin" / "fakeengine").write_text("#!/usr/bin/python3\nimport fakeengine, click\nprint(fakeengine.__file__)\n")
+    (site / "bin" / "__pycache__").mkdir()
+    py = "%d.%d" % sys.version_info[:2]
+    paths = layout.Paths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
+                         cuda_home="", cache_root=str(tmp_path / "root"))
+    python = ghr.image_venv(["b"], paths)
+    got = layout.interpreter(str(python))
+    assert (got["prefix"], got["purelib"]) == (paths.prefix, paths.purelib)
+    purelib = Path(paths.purelib)
+    assert not (purelib / "fakeengine").is_symlink() and (purelib / "click").is_symlink()
+    assert not [p for p in purelib.glob("click-*.dist-info") if p.name != "click-99.0.dist-info"]
+    out = subprocess.run([str(tmp_path / "venv" / "bin" / "fakeengine")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"{paths.purelib}/fakeengine/__init__.py", out.stderr
+    layout.check(str(python), paths, type("Cell", (), {"python": py})())  # it runs at those paths
+
+
+def layer_tar(path: Path, members: dict[str, bytes | None]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.mtime = 0
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_restore_puts_only_the_roots_files_there_and_refuses_anything_else(ghr, tmp_path):
+    root = tmp_path / "opt" / "jit-cache"
+    rel = str(root).lstrip("/")
+    parents = {p: None for p in [str(Path(rel).parents[i]) + "/" for i in range(len(Path(rel).parents) - 1)][::-1]}
+    good = layer_tar(tmp_path / "l.tar.gz", {**parents, rel + "/": None, rel + "/triton/": None,
+                                             rel + "/triton/k.cubin": b"sass"})
+    start = time.time()
+    assert ghr.restore(good, str(root)) == 1
+    assert (root / "triton" / "k.cubin").read_bytes() == b"sass"
+    assert (root / "triton" / "k.cubin").stat().st_mtime >= start - 1  # not the layer's time 0: no JIT input is newer
+    with pytest.raises(ghr.Refused, match="not empty"):
+        ghr.restore(good, str(root))
+    for name, bad in {"outside": {str(tmp_path / "etc" / "x").lstrip("/"): b"x"},
+                      "whiteout": {rel + "/.wh.k": b""}}.items():
+        other = tmp_path / f"other-{name}"
+        with pytest.raises(ghr.Refused, match="not a file under"):
+            ghr.restore(layer_tar(tmp_path / f"{name}.tar.gz", bad), str(other))
+        assert not other.exists()
