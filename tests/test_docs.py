@@ -280,13 +280,13 @@ def check_command(words: list[str]) -> None:
         assert script.is_file() and script.stat().st_mode & 0o111, f"{program}: no such executable script"
         if program == "scripts/gpu-host-run":
             verb, name, rest = words[1], words[2], words[3:]
-            assert verb in ("stash", "install", "bench", "smoke"), f"scripts/gpu-host-run {verb}: no such verb"
+            assert verb in ("stash", "install", "bench", "smoke", "warm"), f"scripts/gpu-host-run {verb}: no such verb"
             assert (ROOT / "scripts" / "gpu-host" / f"{name}.toml").is_file(), f"{name}: no spec in scripts/gpu-host/"
-            while "--client" in rest or "--with" in rest:  # gpu-host-run's own flags, each with a bundle name
-                at = rest.index("--client") if "--client" in rest else rest.index("--with")
+            while {"--client", "--with", "--restore"} & set(rest):  # gpu-host-run's own flags, each with a value
+                at = min(rest.index(f) for f in ("--client", "--with", "--restore") if f in rest)
                 rest = rest[:at] + rest[at + 2:]
-            if verb in ("bench", "smoke"):
-                target = ["bench", "run"] if verb == "bench" else ["smoke"]
+            if verb in ("bench", "smoke", "warm"):
+                target = ["bench", "run"] if verb == "bench" else [verb]
                 cmd, path, _ = resolve([*target, "CELL"])
                 check_flags(cmd, path, ["CELL", *rest])
         elif program == "scripts/gpu-host-bundle":

@@ -158,3 +158,29 @@ def test_restore_puts_only_the_roots_files_there_and_refuses_anything_else(ghr, 
         with pytest.raises(ghr.Refused, match="not a file under"):
             ghr.restore(layer_tar(tmp_path / f"{name}.tar.gz", bad), str(other))
         assert not other.exists()
+
+
+def test_the_h200_restored_boots_are_judged_by_what_they_wrote():
+    """Recorded on the H200 (docs/evidence/2026-12-02-h200-warm-layer.md): the layer restored with its files at time 0
+    made FlashInfer's ninja rebuild a module (L3 fails, naming it); the same caches in place wrote only FlashInfer's
+    log, which the engine data allows (L3 passes)."""
+    from builder.deploy.smoke.layers import SmokeOptions, cache_verdict
+    from builder.deploy.smoke.report import Result
+
+    recorded = REPO / "tests" / "fixtures" / "gpu-host" / "h200-2026-12-02-warm-layer"
+    m = matrix_mod.load(REPO / "tests" / "fixtures" / "gpu-host" / "matrix.toml")
+    cell = next(c for c in resolve.select(m, matrix_mod.Selection()) if c.id == "vllm-0.26.0-cu130-torch2.11.0-py312-sm90")
+    verdicts = {}
+    for run in ("restored1", "warm1"):
+        (rep,) = json.loads((recorded / f"smoke-{run}.json").read_text())
+        l3 = next(r for r in rep["results"] if r["layer"] == "L3")
+        files = {f: 1 for f in l3["figures"]["cache_written"]}
+        opts = SmokeOptions(strategies=("MTP2",), model=None, warm_allowance=tuple(g for g, _ in cell.warm_allowance))
+        passed = Result("L3", "MTP2", "pass", "ready", figures={"boot_s": l3["figures"]["boot_s"]})
+        verdict = cache_verdict(passed, engine.Written("/opt/jit-cache", files), opts,
+                                lambda why, tail=True: Result("L3", "MTP2", "fail", why))
+        verdicts[run] = (verdict.status, verdict.reason, l3["figures"]["boot_s"])
+    assert verdicts["restored1"][0] == "fail" and "compiled 7 file(s)" in verdicts["restored1"][1]
+    assert "fp8_blockscale_gemm_90/fp8_blockscale_gemm_90.so" in verdicts["restored1"][1]
+    assert verdicts["warm1"][0] == "pass"
+    assert verdicts["restored1"][2] > 2.5 * verdicts["warm1"][2]  # 167.1 s against 56.1 s: the figure this fixed
