@@ -176,6 +176,11 @@ class Cell:
     warm_allowance: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False, hash=False)
 
     @property
+    def warm_globs(self) -> tuple[str, ...]:
+        """What a boot from a warm layer may still write under the cache root (warm_allowance's globs)."""
+        return tuple(g for g, _ in self.warm_allowance)
+
+    @property
     def jit_builds(self) -> tuple[dict, ...]:
         """The modules smoke's JIT layer (and a prebuilt image) builds: those it builds at all, for the cell's archs
         in the families that select each; each with `archs` narrowed to those."""

@@ -41,6 +41,17 @@ def run_cli(*args: str, cwd: Path | None = None):
         os.chdir(old)
 
 
+def load_script(script: str):
+    """A script of scripts/ (no .py suffix) loaded as a module, to call its functions."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader(script.replace("-", "_"), str(REPO / "scripts" / script))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
 def write_matrix(tmp: Path, text: str, lock_from: Path = REPO / "matrix.lock") -> Path:
     """A matrix file in tmp, next to a copy of the real lock file."""
     path = tmp / "matrix.toml"

@@ -1,19 +1,16 @@
 """The docs stay true to the code: the generated reference pages (docs/reference/) are what scripts/gen-reference
 writes from builder/schema.py, builder/data/defaults.toml and the click commands today."""
-from importlib.machinery import SourceFileLoader
-from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
 
 import pytest
+
+from .helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def generator():
-    loader = SourceFileLoader("gen_reference", str(ROOT / "scripts" / "gen-reference"))
-    module = module_from_spec(spec_from_loader("gen_reference", loader))
-    loader.exec_module(module)
-    return module
+    return load_script("gen-reference")
 
 
 @pytest.mark.pure

@@ -6,8 +6,6 @@ the interpreter wrapper). Exercised here on small wheels made in the test; no ne
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import io
 import os
 import shutil
@@ -20,14 +18,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import REPO
-
-
-def load(script: str):
-    loader = importlib.machinery.SourceFileLoader(script.replace("-", "_"), str(REPO / "scripts" / script))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+from .helpers import load_script as load
 
 
 def wheel(dest: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> Path:

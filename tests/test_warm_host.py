@@ -23,8 +23,7 @@ from builder import render, resolve
 from builder.deploy import engine
 from builder.image import layout
 
-from .helpers import REPO, SMOKE_MATRIX
-from .test_gpu_host_scripts import load
+from .helpers import REPO, SMOKE_MATRIX, load_script
 
 CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
 STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
@@ -100,7 +99,7 @@ def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_pa
 @pytest.fixture
 def ghr(tmp_path, monkeypatch):
     monkeypatch.setenv("BUILDER_CARRY_STORE", str(tmp_path / "store"))
-    return load("gpu-host-run")
+    return load_script("gpu-host-run")
 
 
 def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(ghr, tmp_path):

@@ -201,6 +201,15 @@ def out_dir(default_key: str, what: str):
     return decorate
 
 
+def process_only(run, **given: bool) -> None:
+    """Refuse, before any work, the flags (name -> given) that only the process launcher takes: an image runs at its
+    own paths, its caches at its own root."""
+    for name, was_given in given.items():
+        if was_given and run.launcher != "process":
+            raise UserError(f"--{name.replace('_', '-')}: only with --launcher process (an image runs at its own paths, "
+                            "its caches at its own root)")
+
+
 def given_matrix(matrix_path: str):
     """The matrix when there is one: the file --matrix names. Its default, matrix.toml, may be absent: smoke,
     bench and serve of an image need none (what the image is comes from its labels and the engine data)."""

@@ -84,10 +84,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
 
-    for given, name in ((cache_root is not None, "--cache-root"), (image_paths, "--image-paths"),
-                        (expect_warm, "--expect-warm")):
-        if given and run.launcher != "process":
-            raise UserError(f"{name}: only with --launcher process (an image runs at its own paths)")
+    flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, expect_warm=expect_warm)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
     m = flags.given_matrix(matrix_path)
@@ -133,7 +130,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
             if not opts.cache_root or not any(p.is_file() for p in Path(opts.cache_root).rglob("*")):
                 raise UserError(f"--expect-warm: the cache root {opts.cache_root or '(none)'} holds no file: restore "
                                 "a warm layer there first")
-            opts.warm_allowance = tuple(g for g, _ in cell.warm_allowance)
+            opts.warm_allowance = cell.warm_globs
         rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:

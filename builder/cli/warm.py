@@ -6,6 +6,7 @@ must compile nothing beyond the engine data's warm_allowance). `--from-dir` pack
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -98,10 +99,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     from ..matrix import Selection
 
     say = (lambda s: click.echo(s, err=True))
-    for given, name in ((cache_root is not None, "--cache-root"), (image_paths, "--image-paths"), (resume, "--resume")):
-        if given and run.launcher != "process":
-            raise UserError(f"{name}: only with --launcher process (an image runs at its own paths, its caches at its "
-                            "own root)")
+    flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, resume=resume)
     if resume and from_dir:
         raise UserError("--resume continues a cut cold boot on this host; --from-dir packs a capture: give one")
     capture = Path(from_dir) if from_dir else None
@@ -314,11 +312,8 @@ def _process_capture(cell, capture: Path, run, cache_root, image_paths: bool, re
     tree, facts = warm_mod.read_capture(capture)
     files = warm_mod.file_list(tree)
     say(f"captured {len(files)} files, {sum(files.values())} bytes; warm boot from them in place")
-    opts = options(capture.resolve() / "logs-warm", None)
-    if made_at:
-        at_image_paths(opts, cell, run.python, cache_root)
-    process_caches(opts, cell, cache_root)
-    opts.warm_allowance = tuple(g for g, _ in cell.warm_allowance)
+    opts = dataclasses.replace(opts, log_dir=capture.resolve() / "logs-warm", capture_to=None,
+                               warm_allowance=cell.warm_globs)
     warm_boot = _l3(smoke_process(cell, run.python, opts, say, extra_env=run.env))
     facts.update({"warm-boot-s": warm_boot.figures.get("boot_s"),
                   "warm-boot-files-written": warm_boot.figures.get("cache_files_written"),

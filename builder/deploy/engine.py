@@ -85,6 +85,18 @@ class Launcher(Protocol):
     def start(self, line: LaunchLine, env: dict[str, str], port: int, log_path: Path) -> Server: ...
 
 
+def model_place(places: dict[str, str], host: str, root: str = MODEL_ROOT) -> str:
+    """Where a model directory of the host is reached in the image: <root>/<its name>, a second path of the same name
+    in its own folder; `places` (host -> place) remembers what was given out."""
+    if host not in places:
+        name = Path(host).name
+        inside = f"{root}/{name}"
+        if inside in places.values():
+            inside = f"{root}/m{len(places)}/{name}"
+        places[host] = inside
+    return places[host]
+
+
 # -- a plain process ---------------------------------------------------------------------------------------
 @dataclass
 class ProcessServer:
@@ -135,11 +147,13 @@ class ProcessLauncher:
     # model root as a container mounts it (vLLM's compile-cache hash holds the model's path)
     paths: object = None
 
+    places: dict[str, str] = field(default_factory=dict)  # with paths: host path -> its link under the model root
+
     def where(self, path: Path) -> str:
         host = Path(path).resolve()
         if self.paths is None:
             return str(host)
-        inside = Path(self.paths.model_root) / host.name
+        inside = Path(model_place(self.places, str(host), self.paths.model_root))
         try:
             inside.parent.mkdir(parents=True, exist_ok=True)
             if inside.is_symlink() and inside.resolve() != host:
@@ -311,16 +325,8 @@ class DockerLauncher:
                 pass
 
     def where(self, path: Path) -> str:
-        """Under /models/ as `builder serve` mounts a model (a second path of the same name gets its own folder)."""
-        host = str(Path(path).resolve())
-        if host not in self.mounts:
-            name = Path(host).name
-            taken = set(self.mounts.values())
-            inside = f"{MODEL_ROOT}/{name}"
-            if inside in taken:
-                inside = f"{MODEL_ROOT}/m{len(self.mounts)}/{name}"
-            self.mounts[host] = inside
-        return self.mounts[host]
+        """Under /models/ as `builder serve` mounts a model."""
+        return model_place(self.mounts, str(Path(path).resolve()))
 
     def _kwargs(self, env: dict[str, str]) -> dict:
         import docker as docker_sdk
@@ -460,18 +466,14 @@ def snapshot(root: str) -> dict[str, tuple[int, str]]:
     """{path relative to root: (size, sha256)} of every file under a host directory (empty when it is absent): by
     content, so a cache entry an engine writes again with the same bytes (a hit that re-saves or touches it) is not
     taken for a compile."""
-    import hashlib
+    from ..cache import sha256_file
 
     out = {}
     base = Path(root)
     if base.is_dir():
         for p in base.rglob("*"):
             if p.is_file() and not p.is_symlink():
-                h = hashlib.sha256()
-                with open(p, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 20), b""):
-                        h.update(chunk)
-                out[str(p.relative_to(base))] = (p.stat().st_size, h.hexdigest())
+                out[str(p.relative_to(base))] = (p.stat().st_size, sha256_file(p))
     return out
 
 

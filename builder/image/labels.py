@@ -78,7 +78,7 @@ def written(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
     if cell.cache_root:
         out += [(CACHE_ROOT, cell.cache_root, False),
                 (CACHE_ENV, " ".join(f"{k}={v}" for k, v in cell.compile_caches), False),
-                (WARM_ALLOWANCE, " ".join(g for g, _ in cell.warm_allowance), False)]
+                (WARM_ALLOWANCE, " ".join(cell.warm_globs), False)]
     for p in cell.packages:
         out.append((package(p.name, "version"), p.version, False))
         out.append((package(p.name, "source"), p.source.ref, False))

@@ -1,6 +1,6 @@
 """The paths a runtime image runs its engine at: the venv (interpreter prefix and site-packages), CUDA_HOME of the
 engine's nvcc JIT, the compile caches' one root, and where a model is mounted. The templates write them
-(dockerfiles/macros.j2 python_venv, stages/runtime.j2; tests/test_warm.py holds the rendered Dockerfile to these
+(dockerfiles/macros.j2 python_venv, stages/runtime.j2; tests/test_warm_host.py holds the rendered Dockerfile to these
 values). They matter beyond the image because the compile caches' keys hold absolute paths (vLLM's compile-cache hash,
 DeepGEMM's include path, the model's path in vLLM's config hash: docs/warm.md): a capture made on a GPU host without
 Docker is only the image's when the engine ran there at these very paths (`--image-paths`, which checks the
@@ -9,6 +9,7 @@ interpreter it is given, and scripts/gpu-host-run --image-paths, which sets such
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import asdict, dataclass
 
@@ -55,8 +56,6 @@ def interpreter(python: str) -> dict:
 def check(python: str, paths: Paths, cell) -> dict:
     """Refuse an interpreter that does not run at the image's paths (a capture made there would not be the image's);
     what it reported otherwise."""
-    import os
-
     got = interpreter(python)
     wrong = [f"{k} {got.get(k)} (the image's: {want})" for k, want in
              (("prefix", paths.prefix), ("purelib", paths.purelib), ("python", cell.python)) if got.get(k) != want]
@@ -70,8 +69,6 @@ def check(python: str, paths: Paths, cell) -> dict:
 
 def env(paths: Paths) -> dict[str, str]:
     """The variables the image sets for these paths (the cache variables come with the caches)."""
-    import os
-
     bins = [f"{paths.prefix}/bin"] + ([f"{paths.cuda_home}/bin"] if paths.cuda_home else [])
     out = {"VIRTUAL_ENV": paths.prefix, "PATH": ":".join(bins + [os.environ.get("PATH", "")])}
     if paths.cuda_home:

@@ -462,8 +462,9 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
         text = engine.log_text()
         from ..bench.run import kv_cache_tokens
 
-        if kv_cache_tokens(text) is not None:
-            figures["kv_cache_tokens"] = kv_cache_tokens(text)
+        tokens = kv_cache_tokens(text)
+        if tokens is not None:
+            figures["kv_cache_tokens"] = tokens
         for line in getattr(strategy, "forbid_log", ()):
             if line in text:
                 problems.append(f"the engine log says {line!r}: the strategy did not take effect")
