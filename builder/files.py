@@ -8,6 +8,7 @@ directories it will write to — every fault a one-line UserError naming the pat
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
@@ -154,3 +155,12 @@ def check_kind(path: Path, what: str, want: str = "any") -> None:
         raise UserError(f"{what}: {path} is a directory, not a file")
     if want == "directory" and not stat.S_ISDIR(mode):
         raise UserError(f"{what}: {path} is a file, not a directory")
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's content, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

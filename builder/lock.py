@@ -198,7 +198,7 @@ def _download(index: SimpleIndex, url: str, sha256: str, filename: str) -> Path:
     streamed to disk under the download cap (builder/download.py), not read whole as a document."""
     import requests
 
-    from .cache import sha256_file
+    from .files import sha256_file
     from .download import fetch_pinned
     from .net import with_timeouts
 

@@ -205,7 +205,7 @@ def fetch_index_wheel(src: Source, note: Callable[[str], None]) -> Path:
     from .net import with_timeouts
     from .download import fetch_pinned
 
-    from .cache import sha256_file
+    from .files import sha256_file
 
     path = download_cache() / src.sha256 / src.filename
     if path.is_file() and sha256_file(path) == src.sha256:

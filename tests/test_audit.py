@@ -9,7 +9,6 @@ the third-party wheels, cached by sha256 under $BUILDER_TEST_CACHE or ~/.cache/b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from builder.audit import (
     read_fatbin_entries,
 )
 from builder.errors import CommandError, UserError
+from builder.files import sha256_file
 
 from .helpers import KERNEL_A
 
@@ -337,18 +337,10 @@ def _cache_dir() -> Path:
     return Path(base) if base else Path.home() / ".cache" / "builder-tests"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fetch_wheel(wheel: ThirdParty) -> Path:
     """The wheel from the cache, else from PyPI through pip (pip's own index and CA settings)."""
     dest = _cache_dir() / "wheels" / wheel.sha256 / wheel.filename
-    if dest.is_file() and _sha256(dest) == wheel.sha256:
+    if dest.is_file() and sha256_file(dest) == wheel.sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
@@ -362,7 +354,7 @@ def fetch_wheel(wheel: ThirdParty) -> Path:
         got = Path(tmp, wheel.filename)
         if proc.returncode != 0 or not got.is_file():
             pytest.fail(f"could not download {wheel.filename}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-        digest = _sha256(got)
+        digest = sha256_file(got)
         if digest != wheel.sha256:
             pytest.fail(f"{wheel.filename}: sha256 {digest}, expected {wheel.sha256}")
         os.replace(got, dest)

@@ -1,5 +1,5 @@
 """The warm layer made on a GPU host without Docker (docs/warm.md): the image's paths as the templates write them
-(builder/image/layout.py), `--image-paths` refusing an interpreter that does not run there, the process route's capture
+(builder/image/launchline.py ImagePaths), `--image-paths` refusing an interpreter that does not run there, the process route's capture
 (a cold boot cut by its timeout and resumed, then a warm boot in place) against the stand-in engine (a TEST DOUBLE for
 a GPU engine: it writes fixed files into each compile cache its variables name), the content-based watch of the cache
 root, and scripts/gpu-host-run's venv at the image's paths and --restore. No Docker, no GPU."""
@@ -21,7 +21,8 @@ from builder import matrix as matrix_mod
 from builder import plan as plan_mod
 from builder import render, resolve
 from builder.deploy import engine
-from builder.image import layout
+from builder.deploy import imagepaths
+from builder.image import launchline
 
 from .helpers import REPO, SMOKE_MATRIX, load_script
 
@@ -38,7 +39,7 @@ def builder(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
 def test_the_layout_is_what_the_rendered_runtime_stage_sets():
     m = matrix_mod.load(REPO / "matrix.toml")
     cell = next(c for c in resolve.select(m, matrix_mod.Selection(profiles=("cu130",))) if c.engine == "vllm")
-    paths = layout.of(cell)
+    paths = launchline.image_paths(cell)
     runtime = render.render(plan_mod.plan_cells([cell], None)[0], m.defaults["index"]).split("AS runtime", 1)[1]
     assert f"ENV VIRTUAL_ENV={paths.prefix} " in runtime and paths.purelib == f"{paths.prefix}/lib/python3.12/site-packages"
     assert paths.cuda_home and f"ENV CUDA_HOME={paths.cuda_home} " in runtime
@@ -112,17 +113,17 @@ def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(
     (site / "bin" / "fakeengine").write_text("#!/usr/bin/python3\nimport fakeengine, click\nprint(fakeengine.__file__)\n")
     (site / "bin" / "__pycache__").mkdir()
     py = "%d.%d" % sys.version_info[:2]
-    paths = layout.Paths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
+    paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
                          cuda_home="", cache_root=str(tmp_path / "root"))
     python = ghr.image_venv(["b"], paths)
-    got = layout.interpreter(str(python))
+    got = imagepaths.interpreter(str(python))
     assert (got["prefix"], got["purelib"]) == (paths.prefix, paths.purelib)
     purelib = Path(paths.purelib)
     assert not (purelib / "fakeengine").is_symlink() and (purelib / "click").is_symlink()
     assert not [p for p in purelib.glob("click-*.dist-info") if p.name != "click-99.0.dist-info"]
     out = subprocess.run([str(tmp_path / "venv" / "bin" / "fakeengine")], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"{paths.purelib}/fakeengine/__init__.py", out.stderr
-    layout.check(str(python), paths, type("Cell", (), {"python": py})())  # it runs at those paths
+    imagepaths.check(str(python), paths, type("Cell", (), {"python": py})())  # it runs at those paths
 
 
 def layer_tar(path: Path, members: dict[str, bytes | None]) -> Path:

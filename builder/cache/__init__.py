@@ -28,12 +28,12 @@ credentials. A remote that does not answer raises EnvironmentProblem (exit 3), n
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol, runtime_checkable
 
 from ..errors import BuilderError
+from ..files import sha256_file
 
 MANIFEST_FORMAT = 2
 
@@ -75,14 +75,6 @@ class WheelCache(Protocol):
 
 
 # -- what every store checks ----------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def file_records(wheels: list[Path]) -> dict[str, dict]:
     """{file name: {"sha256", "bytes"}} for a manifest."""
     return {w.name: {"sha256": sha256_file(w), "bytes": w.stat().st_size} for w in wheels}

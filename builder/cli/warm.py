@@ -93,7 +93,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     from ..deploy import gpus, subject
     from ..deploy.smoke import Model, SmokeOptions, image_caches, smoke_image
     from ..image import labels as labels_mod
-    from ..image import layout
+    from ..image.launchline import image_paths as paths_of
     from ..image import warm as warm_mod
     from ..imageref import ImageRef
     from ..matrix import Selection
@@ -155,7 +155,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     cell = subject.cell_from_labels(image, lab, m.knowledge if m is not None else None)
     labels_mod.check_strategy(cell.engine_recipe, strategy, labels_mod.strategies(lab), image)
     if capture is not None:
-        _fits_the_image(capture, facts, root, layout.of(cell))
+        _fits_the_image(capture, facts, root, paths_of(cell))
     if not found.local:
         raise UserError(f"{image}: not in the local daemon; pull it first (the warm layer is built FROM it by digest)")
     digest = found.image_id or docker.image_id(image)  # the image read: a tag moved since changes nothing

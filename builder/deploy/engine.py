@@ -85,6 +85,19 @@ class Launcher(Protocol):
     def start(self, line: LaunchLine, env: dict[str, str], port: int, log_path: Path) -> Server: ...
 
 
+# the KV-cache size engines print at boot: vLLM "GPU KV cache size: 1,234 tokens", SGLang "#tokens: 1234"
+KV_CACHE_LINES = (re.compile(r"GPU KV cache size: ([\d,]+) tokens"), re.compile(r"KV Cache is allocated\. #tokens: (\d+)"))
+
+
+def kv_cache_tokens(log: str) -> int | None:
+    """The KV-cache tokens the engine reported in its log (the last such line), None when it said nothing."""
+    for rx in KV_CACHE_LINES:
+        found = rx.findall(log)
+        if found:
+            return int(found[-1].replace(",", ""))
+    return None
+
+
 def model_place(places: dict[str, str], host: str, root: str = MODEL_ROOT) -> str:
     """Where a model directory of the host is reached in the image: <root>/<its name>, a second path of the same name
     in its own folder; `places` (host -> place) remembers what was given out."""
@@ -143,8 +156,8 @@ class ProcessLauncher:
     gpus: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     gpu_ids: tuple[int, ...] = ()  # --gpus 0,1: these devices only (CUDA_VISIBLE_DEVICES); () every GPU
-    # --image-paths (image/layout.Paths): the engine runs at the image's paths, its model reached under the image's
-    # model root as a container mounts it (vLLM's compile-cache hash holds the model's path)
+    # --image-paths (image/launchline.ImagePaths): the engine runs at the image's paths, its model reached under the
+    # image's model root as a container mounts it (vLLM's compile-cache hash holds the model's path)
     paths: object = None
 
     places: dict[str, str] = field(default_factory=dict)  # with paths: host path -> its link under the model root
@@ -168,9 +181,9 @@ class ProcessLauncher:
     def _env(self, env: dict[str, str]) -> dict[str, str]:
         chosen = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpu_ids))} if self.gpus and self.gpu_ids else {}
         if self.paths is not None:
-            from ..image import layout
+            from . import imagepaths
 
-            chosen.update(layout.env(self.paths))
+            chosen.update(imagepaths.env(self.paths))
         return {**os.environ, **chosen, **self.extra_env, **env}
 
     def _resolve(self, argv: list[str]) -> list[str]:
@@ -466,7 +479,7 @@ def snapshot(root: str) -> dict[str, tuple[int, str]]:
     """{path relative to root: (size, sha256)} of every file under a host directory (empty when it is absent): by
     content, so a cache entry an engine writes again with the same bytes (a hit that re-saves or touches it) is not
     taken for a compile."""
-    from ..cache import sha256_file
+    from ..files import sha256_file
 
     out = {}
     base = Path(root)

@@ -7,16 +7,44 @@ split before the model: the part before becomes the ENTRYPOINT, the model (with 
 then where it listens (`smoke.serve_args`), dummy weights and tiny-model flags when smoke asks for them, the
 strategy's flags, the engine's own tensor-parallel flag (`tp_flag`) when it shards over N > 1 GPUs, and the user's
 own.
+
+The paths the image runs its engine at are part of the same contract (`ImagePaths`): the venv (interpreter prefix and
+site-packages), CUDA_HOME of the engine's nvcc JIT, the compile caches' one root, and where a model is mounted. The
+templates write them (dockerfiles/macros.j2 python_venv, stages/runtime.j2; tests/test_warm_host.py holds the
+rendered Dockerfile to these values). They matter beyond the image because the compile caches' keys hold absolute
+paths (vLLM's compile-cache hash, DeepGEMM's include path, the model's path in vLLM's config hash: docs/warm.md): a
+capture made on a GPU host without Docker is only the image's when the engine ran there at these very paths
+(`--image-paths`: builder/deploy/imagepaths.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..engines import Recipe, Strategy
 
 DEFAULT_SERVE_ARGS = ("--host", "{host}", "--port", "{port}")
 MODEL_ROOT = "/models"  # where a container sees a model directory of the host (mounted read-only)
+VENV = "/opt/venv"
+CUDA_JIT_HOME = "/opt/cuda-jit"  # the nvcc wheels' toolkit, linked there (stages/runtime.j2)
+
+
+@dataclass(frozen=True)
+class ImagePaths:
+    prefix: str  # sys.prefix of the engine's interpreter
+    purelib: str  # its site-packages
+    cuda_home: str  # "" when the image has no nvcc JIT
+    cache_root: str  # "" when the engine data gives the release no compile caches
+    model_root: str = MODEL_ROOT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def image_paths(cell) -> ImagePaths:
+    """The runtime image's paths for `cell` (a matrix Cell)."""
+    return ImagePaths(prefix=VENV, purelib=f"{VENV}/lib/python{cell.python}/site-packages",
+                      cuda_home=CUDA_JIT_HOME if cell.runtime_jit else "", cache_root=cell.cache_root or "")
 
 
 @dataclass(frozen=True)

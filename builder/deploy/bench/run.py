@@ -8,7 +8,6 @@ runs) and the greedy outputs of the losslessness prompts. The engine is always s
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from ...engines import Strategy
 from ...errors import UserError
 from ...resolve import Cell
 from .. import gpus as gpus_mod
-from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port
+from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port, kv_cache_tokens
 from ...image import labels as labels_mod
 from ...image.launchline import LaunchLine
 from ..smoke import layers
@@ -103,19 +102,6 @@ def boot_state(launcher: Launcher) -> str:
     except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: the boot itself says more
         return "unknown"
     return "warm" if labels_mod.warm(found) else "cold"
-
-
-# the KV-cache size engines print at boot: vLLM "GPU KV cache size: 1,234 tokens", SGLang "#tokens: 1234"
-KV_CACHE_LINES = (re.compile(r"GPU KV cache size: ([\d,]+) tokens"), re.compile(r"KV Cache is allocated\. #tokens: (\d+)"))
-
-
-def kv_cache_tokens(log: str) -> int | None:
-    """The KV-cache tokens the engine reported in its log (the last such line), None when it said nothing."""
-    for rx in KV_CACHE_LINES:
-        found = rx.findall(log)
-        if found:
-            return int(found[-1].replace(",", ""))
-    return None
 
 
 def greedy_outputs(engine: RunningEngine, model_name: str, prompts: list[str], max_tokens: int,

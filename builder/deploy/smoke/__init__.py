@@ -65,12 +65,13 @@ def image_paths(opts: SmokeOptions, cell: Cell, python: str, cache_root: str | N
     """--image-paths: the process route at the image's paths, `python` checked to be the image's interpreter (its
     prefix and site-packages), CUDA_HOME and the model root as the image has them, the caches at the image's root
     (a --cache-root elsewhere is refused). What the interpreter reported."""
-    from ...image import layout
+    from ...image.launchline import image_paths as paths_of
+    from ..imagepaths import check
 
-    paths = layout.of(cell)
+    paths = paths_of(cell)
     if cache_root is not None and cache_root.rstrip("/") != paths.cache_root:
         raise UserError(f"--image-paths with --cache-root {cache_root}: the image's cache root is {paths.cache_root}")
-    got = layout.check(python, paths, cell)
+    got = check(python, paths, cell)
     opts.paths = paths
     return {**paths.to_json(), "python": got["python"]}
 

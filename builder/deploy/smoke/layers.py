@@ -43,7 +43,7 @@ from ...image.launchline import LaunchLine, launch_line
 from ...resolve import Cell
 from . import tinymodel
 from ..engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
-                      port_in_use)
+                      kv_cache_tokens, port_in_use)
 from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
 
 PROMPT = "The capital of France is"
@@ -100,7 +100,7 @@ class SmokeOptions:
     cache_root: str = ""
     capture_to: Path | None = None
     warm_allowance: tuple[str, ...] | None = None
-    # --image-paths (process route): the engine runs at the image's paths (image/layout.Paths), as checked
+    # --image-paths (process route): the engine runs at the image's paths (image/launchline.ImagePaths), as checked
     paths: object = None
 
 
@@ -460,8 +460,6 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
                     if got != want:
                         problems.append(f"{smoke['server_info']}: {key} = {got!r}, expected {want!r}")
         text = engine.log_text()
-        from ..bench.run import kv_cache_tokens
-
         tokens = kv_cache_tokens(text)
         if tokens is not None:
             figures["kv_cache_tokens"] = tokens
