@@ -58,7 +58,9 @@ def run_input(case: hc.Case) -> tuple[hc.Case, hc.Verdict, float]:
         hc.make_fixture(tmp, case)
         before = hc.snapshot(tmp)
         res = hc.run(case, tmp)
-        return case, hc.judge(case, res, before, hc.snapshot(tmp)), (res.wall, res.cpu, len(res.calls))
+        after = hc.snapshot(tmp)
+        hc.remeasure_cpu(case, res, lambda: hc.run(case, tmp))
+        return case, hc.judge(case, res, before, after), (res.wall, res.cpu, len(res.calls))
     finally:
         _rm(tmp)
 
@@ -93,6 +95,9 @@ def inputs(every: int = 1) -> bool:
     watched = [t for c, _, t in results if hc._watched(c)]
     print(f"  slowest refusal     {max(t[0] for t in refused):.2f} s wall (4 cases at a time on this host), "
           f"{max(t[1] for t in refused):.2f} s CPU")
+    cpu = sorted((t[1], c.id) for c, _, t in results if c.code == 2)
+    print(f"  CPU of a refusal    median {cpu[len(cpu) // 2][0]:.2f} s; slowest "
+          + ", ".join(f"{case} {sec:.2f} s" for sec, case in cpu[:-4:-1]))
     print(f"  docker/skopeo calls before a refusal: {sum(t[2] for t in watched)} in {len(watched)} watched refusals")
     for case, v, _ in results:
         if not v.clear:

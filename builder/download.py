@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import requests
+from typing import TYPE_CHECKING
 
 from . import net
 from .errors import BuilderError, EnvironmentProblem
 from .pypi import ca_bundle_file
+
+if TYPE_CHECKING:
+    import requests  # the caller's session; builder imports requests only where a request is made
 
 
 def ca_bundle() -> str | bool:

@@ -11,11 +11,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import requests
-
 from . import net
+
+if TYPE_CHECKING:
+    import requests
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -137,6 +139,8 @@ CAUSES = {  # Unusable.cause → what it means, for a deployer's one line
 
 
 def _network_cause(exc: BaseException) -> str:
+    import requests
+
     if isinstance(exc, requests.TooManyRedirects):
         return "redirects"
     if isinstance(exc, (net.TooSlow, requests.Timeout)):
@@ -185,6 +189,8 @@ class Client:
     answer costs what asked (a reuse: the cell is built; a deployer's read: the next place to look)."""
 
     def __init__(self, source: Endpoint | RegistryPath):
+        import requests  # here, not at the top: a run refused before its first request does not pay for it
+
         self.source = source
         self.scheme = "https" if source.tls_verify else "http"
         self.session = net.without_netrc(net.with_timeouts(requests.Session()))

@@ -11,8 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import jinja2
-
 from . import deps, gencode_filter, templates
 from .image import launchline
 from .image import labels as labels_mod
@@ -236,8 +234,11 @@ def render(plan: CellPlan, index_url: str, compile_shared: bool = False) -> str:
     cell = plan.cell
     ctx = context(cell, index_url, plan.keys, compile_shared)
     _refuse_control_characters(ctx, cell.id)
+    env = templates.environment()  # imports jinja2: a run refused before it renders does not pay for it
+    import jinja2
+
     try:
-        text = templates.environment().get_template(templates.ENTRY_TEMPLATE).render(**ctx)
+        text = env.get_template(templates.ENTRY_TEMPLATE).render(**ctx)
     except jinja2.UndefinedError as exc:  # a template bug, not a user error: keep the traceback
         raise RuntimeError(f"template uses an undefined value while rendering {cell.id}: {exc}") from exc
     # collapse runs of blank lines left by control blocks

@@ -6,8 +6,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from .errors import UserError
 
@@ -16,11 +15,16 @@ ENTRY_TEMPLATE = "image.Dockerfile.j2"
 # Templates that shape every wheel (a change to one of these changes every cache key)
 _COMMON_TEMPLATES = ("macros.j2", "stages/toolchain.j2", "stages/torch.j2", "stages/wheels.j2")
 
+if TYPE_CHECKING:
+    import jinja2
+
 
 @cache
 def environment() -> jinja2.Environment:
     if not TEMPLATE_DIR.is_dir():
         raise UserError(f"templates not found at {TEMPLATE_DIR}; run builder from its source checkout")
+    import jinja2  # only a render needs it: plan hashes the templates' text
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,

@@ -920,12 +920,29 @@ def check_case(case: Case, in_process: bool = False) -> tuple["Verdict", list[st
             tmp.chmod(0o777)
         make_fixture(tmp, case)
         before = snapshot(tmp)
-        res = run_in_process(case, tmp) if in_process else run(case, tmp)
-        verdict = judge(case, res, before, snapshot(tmp))
+        runner = run_in_process if in_process else run
+        res = runner(case, tmp)
+        after = snapshot(tmp)
+        remeasure_cpu(case, res, lambda: runner(case, tmp))
+        verdict = judge(case, res, before, after)
         made = {rel.split("/")[0] for rel in case.files}
         return verdict, [d for d in OUTPUTS if d not in made and (tmp / d).exists()]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # files of mode 0 too: the suite runs as root (CI machines)
+
+
+CPU_BOUND = 1.0  # seconds of CPU a refusal of bad input may take (exit 2): it must come before any real work
+
+
+def remeasure_cpu(case: Case, res, again: Callable[[], object], tries: int = 2) -> None:
+    """A refusal over CPU_BOUND is run again (up to `tries` times) and keeps its smallest CPU time. CPU time on a
+    shared host is the run's own cost plus what its neighbours add (cache misses, a sibling hyperthread): the
+    smallest of a few runs measures the first, which is what the bound is about; a refusal that does real work
+    before refusing stays over it every time. Only the CPU figure is taken from the reruns."""
+    for _ in range(tries):
+        if case.code != 2 or getattr(res, "cpu", 0) <= CPU_BOUND:
+            return
+        res.cpu = min(res.cpu, again().cpu)
 
 
 @dataclass
@@ -950,8 +967,8 @@ def judge(case: Case, res: subprocess.CompletedProcess[str], before: dict, after
         problems.append("echoed a secret")
     if getattr(res, "calls", None):
         problems.append(f"ran {res.calls[0]!r} before refusing")
-    if case.code == 2 and getattr(res, "cpu", 0) > 1.0:
-        problems.append(f"took {res.cpu:.2f} s of CPU to refuse (at most 1 s)")
+    if case.code == 2 and getattr(res, "cpu", 0) > CPU_BOUND:
+        problems.append(f"took {res.cpu:.2f} s of CPU to refuse (at most {CPU_BOUND:g} s, the least of 3 runs)")
     if res.returncode != case.code:
         problems.append(f"exit {res.returncode}, expected {case.code}")
     missing = [f for f in case.expect if f not in out]

@@ -59,8 +59,9 @@ def walk(cmd: click.Command | None = None, path: tuple[str, ...] = ()):
     if cmd is None:
         from builder.cli import main as cmd
     if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
-            yield from walk(sub, (*path, name))
+        ctx = click.Context(cmd)
+        for name in sorted(cmd.list_commands(ctx)):  # the top group loads its verbs' modules on this call
+            yield from walk(cmd.get_command(ctx, name), (*path, name))
     else:
         yield path, cmd
 

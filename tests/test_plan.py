@@ -184,10 +184,36 @@ def _verbs(group, prefix=()):
     """Every verb of the command line, nested ones (`wheels ls`, `bench diff`) included."""
     import click
 
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # click's walk: the top group loads its verbs' modules on this call
+        command = group.get_command(ctx, name)
         yield (*prefix, name)
         if isinstance(command, click.Group):
             yield from _verbs(command, (*prefix, name))
+
+
+def test_a_verb_loads_only_its_own_module_and_every_verb_is_mapped_to_the_module_declaring_it():
+    """`builder plan` must not pay for importing build, smoke, bench... (a refusal of bad input has 1 s of CPU):
+    a fresh interpreter asked for one verb imports that verb's module and no other verb module. And the map
+    is whole: each verb, asked for alone in a fresh interpreter, is found in the module the map names, and
+    every verb module of builder/cli is in the map."""
+    from builder.cli.app import VERB_MODULES
+
+    probe = (
+        "import sys, json, click\n"
+        "from builder.cli import main\n"
+        "cmd = main.get_command(click.Context(main), sys.argv[1])\n"
+        "print(json.dumps([cmd is not None and cmd.name,"
+        " sorted(m for m in sys.modules if m.startswith('builder.cli.'))]))\n"
+    )
+    not_verbs = {"builder.cli.app", "builder.cli.flags", "builder.cli.__main__"}
+    for verb, module in VERB_MODULES.items():
+        out = subprocess.run([sys.executable, "-c", probe, verb], capture_output=True, text=True, check=True).stdout
+        name, loaded = json.loads(out)
+        assert name == verb, f"{verb}: not declared by builder/cli/{module}.py"
+        assert set(loaded) - not_verbs == {f"builder.cli.{module}"}, f"{verb} loaded {loaded}"
+    modules = {p.stem for p in (REPO / "builder" / "cli").glob("*.py")} - {"__init__", "__main__", "app", "flags"}
+    assert modules == set(VERB_MODULES.values())
 
 
 @pytest.mark.pure

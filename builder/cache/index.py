@@ -38,17 +38,20 @@ import urllib.parse
 import zipfile
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from . import CacheCorrupt, CacheHit, manifest_problem, sha256_file
 from .config import RemoteSpec, down
 from .. import net
-from ..net import NETWORK_ERRORS, index_credentials, stream_into, with_timeouts
+from ..net import index_credentials, stream_into, with_timeouts
 from ..errors import BuilderError, EnvironmentProblem
 from ..pypi import ACCEPT_ANY, project_files
+
+if TYPE_CHECKING:
+    import requests
 
 MANIFEST_MEMBER = "builder-wheel.json"
 LOCAL_ONLY_KEYS = ("remotes", "pulled", "registry", "index")
@@ -254,6 +257,8 @@ class IndexStore:
 
     def session(self) -> requests.Session:
         if self._session is None:
+            import requests  # on the first request: a run refused before it reaches the remote does not pay for it
+
             s = with_timeouts(requests.Session())
             creds = index_credentials()
             if creds:
@@ -273,7 +278,7 @@ class IndexStore:
                 body = net.read_document(resp, f"cache remote {self.label}: {url}")
             finally:
                 resp.close()
-        except NETWORK_ERRORS as exc:
+        except net.NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         if resp.status_code == 404:
             return None
@@ -326,7 +331,7 @@ class IndexStore:
                         if resp.status_code != 200:
                             raise EnvironmentProblem(f"cache remote {self.label}: GET {url} answered HTTP {resp.status_code}")
                         got, size = stream_into(resp, part, f"cache remote {self.label}: {url}")
-                except NETWORK_ERRORS as exc:
+                except net.NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 where = f"{self.label}: {hit.package} {hit.key[:16]}: {name}"
                 if sha and got != sha:

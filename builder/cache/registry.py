@@ -30,34 +30,44 @@ import json
 import os
 import shutil
 import tempfile
+import functools
 from pathlib import Path
-
-import oras.defaults
-import oras.provider
-import requests
+from typing import TYPE_CHECKING
 
 from . import CacheCorrupt, CacheHit, manifest_problem
 from .config import RemoteSpec, down
 from .. import net
 from ..registry_api import realm_trusted
-from ..net import NETWORK_ERRORS, is_loopback, registry_credentials, stream_into, with_timeouts
+from ..net import is_loopback, registry_credentials, stream_into, with_timeouts
 from ..errors import EnvironmentProblem
 
 MANIFEST_LAYER = "builder-wheel.json"
 WHEEL_MEDIA_TYPE = "application/vnd.builder.wheel.v1+zip"
 MANIFEST_MEDIA_TYPE = "application/vnd.builder.manifest.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-TITLE = oras.defaults.annotation_title
+TITLE = "org.opencontainers.image.title"  # oras.defaults.annotation_title: a layer's file name
 SERVED_OTHER_BYTES = "the registry serves other bytes under the blob digest"
 # keys of a local manifest that say where a copy lives; they do not travel with the artifact
 LOCAL_ONLY_KEYS = ("remotes", "pulled", "registry", "index")
 
 
-class _Client(oras.provider.Registry):
-    """oras-py's client, each request made once: its retry decorator sleeps 2 + 3^n seconds per attempt, so a
-    registry that is down would take minutes to report."""
+if TYPE_CHECKING:
+    import requests
 
-    do_request = oras.provider.Registry.do_request.__wrapped__
+
+# oras and requests are imported when the first request is made: ~0.25 s of CPU that a run refused before it
+# reaches the remote (a broken docker config, a bad flag) should not pay.
+@functools.cache
+def _client_class():
+    import oras.provider
+
+    class _Client(oras.provider.Registry):
+        """oras-py's client, each request made once: its retry decorator sleeps 2 + 3^n seconds per attempt, so a
+        registry that is down would take minutes to report."""
+
+        do_request = oras.provider.Registry.do_request.__wrapped__
+
+    return _Client
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -75,7 +85,7 @@ class RegistryStore:
         self.insecure = spec.insecure if spec.insecure is not None else is_loopback(self.host)
         self.push_enabled = spec.push
         self.label = f"registry {spec.url}"
-        self._oras: _Client | None = None
+        self._oras = None  # the oras client, made on the first request
 
     # -- connection ---------------------------------------------------------------------------------------
     @property
@@ -85,17 +95,19 @@ class RegistryStore:
     def ref(self, package: str, key: str) -> str:
         return f"{self.spec.url}/{package}:{key}"
 
-    def client(self) -> _Client:
+    def client(self):
         """An oras client that is logged in the way the registry asks (probed once: GET /v2/)."""
         if self._oras is not None:
             return self._oras
         # a broken docker login is refused before any request; the cache remote is a registry the command was given
         creds, source = registry_credentials(self.host, given=True)
+        import requests
+
         probe = with_timeouts(requests.Session())
         try:
             resp = probe.get(f"{self.scheme}://{self.host}/v2/", stream=True)
             body = net.read_document(resp, f"cache remote {self.label}: GET /v2/", limit=1 << 20)
-        except NETWORK_ERRORS as exc:
+        except net.NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         finally:
             probe.close()
@@ -111,7 +123,7 @@ class RegistryStore:
             raise EnvironmentProblem(
                 f"cache remote {self.label} asks for credentials: `docker login {self.host}` or set "
                 "BUILDER_REGISTRY_USER / BUILDER_REGISTRY_PASSWORD")
-        client = _Client(hostname=self.host, insecure=self.insecure, auth_backend=backend)
+        client = _client_class()(hostname=self.host, insecure=self.insecure, auth_backend=backend)
         with_timeouts(client.session)
         client.auth.load_configs = lambda *a, **k: None  # credentials come from net.registry_credentials only
         if resp.status_code == 401 and backend == "token" and realm_trusted(challenge, self.host):
@@ -130,10 +142,10 @@ class RegistryStore:
         self._oras = client
         return client
 
-    def _request(self, client: _Client, url: str, method: str, **kw) -> requests.Response:
+    def _request(self, client, url: str, method: str, **kw) -> requests.Response:
         try:
             return client.do_request(url, method, **kw)
-        except NETWORK_ERRORS as exc:
+        except net.NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         except ValueError as exc:  # oras: "Cannot respond to request for authentication."
             raise EnvironmentProblem(f"cache remote {self.label}: {exc}") from None
@@ -201,7 +213,7 @@ class RegistryStore:
     def _read(self, resp: requests.Response, what: str, limit: int | None = None) -> bytes:
         try:
             return net.read_document(resp, what, limit)
-        except NETWORK_ERRORS as exc:
+        except net.NETWORK_ERRORS as exc:
             raise down(self.label, exc) from None
         finally:
             resp.close()
@@ -234,7 +246,7 @@ class RegistryStore:
                 try:
                     self._check(resp, f"downloading {name}")
                     sha, size = stream_into(resp, part, f"cache remote {self.label}: {name}", rec["bytes"])
-                except NETWORK_ERRORS as exc:
+                except net.NETWORK_ERRORS as exc:
                     raise down(self.label, exc, f"(stopped during the download of {name})") from None
                 finally:
                     resp.close()
@@ -280,7 +292,7 @@ class RegistryStore:
             try:
                 resp = client.push(target=self.ref(package, key), files=files, disable_path_validation=True,
                                    manifest_annotations=annotations, quiet=True)
-            except NETWORK_ERRORS as exc:
+            except net.NETWORK_ERRORS as exc:
                 raise down(self.label, exc, f"(stopped while pushing {package})") from None
             except (net.TooSlow, net.TooLarge) as exc:
                 raise type(exc)(f"cache remote {self.label}: pushing {self.ref(package, key)}: {exc}") from None

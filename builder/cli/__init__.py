@@ -12,11 +12,12 @@ once (app.py: the message and the exit code).
   bench.py    bench, bench diff, bench plot
   warm.py     warm
 
+A verb's module is imported when the verb is asked for (app.VERB_MODULES), not at start.
+
 Options are typed and built once (builder/options.py); the verbs call the stages below, never each other's
 click commands.
 """
 
-from . import audit, bench, build, doctor, lock, plan, rehearse, repro, serve, smoke, warm, wheels  # noqa: F401 - they add their verbs
 from .app import EXIT_CODES_HELP, BuilderCommand, main
 
 __all__ = ["main", "BuilderCommand", "EXIT_CODES_HELP"]

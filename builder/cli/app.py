@@ -3,6 +3,7 @@ every verb runs under. The verbs live in the modules beside this one and add the
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -48,10 +49,37 @@ def _report(ctx, message: str, trace: bool = True) -> None:
         click.secho(f"error: {net.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
 
 
+# Which module of builder/cli declares each verb. A run imports only its verb's module: importing all of them
+# costs ~0.8 s of CPU, which every refusal of bad input would pay before it could say a word.
+VERB_MODULES = {
+    "plan": "plan", "render": "plan", "matrix": "plan",
+    "build": "build", "publish": "build",
+    "wheels": "wheels", "audit": "audit", "lock": "lock", "smoke": "smoke", "serve": "serve",
+    "verify-repro": "repro", "doctor": "doctor", "rehearse": "rehearse", "bench": "bench", "warm": "warm",
+}
+
+
 class BuilderGroup(VerbGroup):
     """The top group. Every error of every verb ends here: BuilderError is its message and its exit code (a
     failed cell raises errors.Failed once its table is printed: 1), an unforeseen filesystem fault is the path
-    and the OS's words (1), an interrupt outside a build step is 128 + the signal; --debug keeps the traceback."""
+    and the OS's words (1), an interrupt outside a build step is 128 + the signal; --debug keeps the traceback.
+
+    Verbs are loaded when asked for (VERB_MODULES): `get_command` imports one module, `list_commands` (help,
+    the reference, a mistyped verb's suggestions) all of them. Walk the verbs through these two, not `commands`."""
+
+    def _load(self, modules) -> None:
+        for module in modules:
+            importlib.import_module(f"{__package__}.{module}")  # its decorators add its verbs to `main`
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands:
+            # an unknown name loads them all: click's "No such command" then lists the real ones
+            self._load([VERB_MODULES[cmd_name]] if cmd_name in VERB_MODULES else sorted(set(VERB_MODULES.values())))
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):
+        self._load(sorted(set(VERB_MODULES.values())))
+        return super().list_commands(ctx)
 
     def invoke(self, ctx):
         try:

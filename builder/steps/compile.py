@@ -12,8 +12,6 @@ import shutil
 import time
 from pathlib import Path
 
-import requests
-
 from .. import docker, pins
 from ..cache import CacheCorrupt, file_records
 from ..net import with_timeouts
@@ -196,6 +194,8 @@ class CompileStep:
             path = keep_download(ctx.prefetched[pkg.name], ctx.out_dir(pkg.name) / src.filename)
         else:
             ctx.note(f"download {pkg.name}=={pkg.version} from the index: {src.url} (sha256 {src.sha256[:16]}…)")
+            import requests  # here: a build refused before its first download does not pay for importing it
+
             with with_timeouts(requests.Session()) as session:
                 path = fetch_pinned(session, src.url, ctx.out_dir(pkg.name) / src.filename, src.sha256)
         ctx.wheels[pkg.name] = [path]
