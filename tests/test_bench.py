@@ -415,3 +415,33 @@ def test_one_discarded_warm_up_pass_comes_before_the_three_measured_repeats(tiny
     once = run.bench_strategy(stand_in_cell(), launcher, run.NO_SPECULATION,
                               run.BenchOptions(**{**opts.__dict__, "warmup": False, "repeats": 1}), tmp_path / "d.jsonl")
     assert "warmup" not in once and once["repeats"] == 1 and not once["comparable"]
+
+
+def test_the_boot_state_is_measured_at_the_cache_root_cold_then_warm(tiny, tmp_path):
+    """The process route with the cell's caches under a root (the stand-in server, a TEST DOUBLE, compiles into each
+    cache it is given): the first boot finds the root empty and compiles (cold), the second finds those files and
+    compiles nothing new (warm; only its lock files are written again). Measured: files at boot, files written."""
+    from builder.deploy.engine import ProcessLauncher
+    from builder.deploy.smoke import Model, process_cache_env
+
+    from .helpers import stand_in_cell
+
+    fake = tmp_path / "client"
+    fake.write_text(COUNTING_CLIENT)
+    fake.chmod(0o755)
+    cell = stand_in_cell()
+    root, env = process_cache_env(cell, str(tmp_path / "root"))
+    opts = run.BenchOptions(strategies=(NONE,), workload=workload.load("quick", None, None, None),
+                            model=Model(tiny.target, tiny.drafter, tiny=True), client_python=str(fake),
+                            client_env={"FAKE_CALLS": str(tmp_path / "calls")}, out_dir=tmp_path / "out",
+                            lossless=False, gpus=False, boot_timeout=60, warmup=False, repeats=1, cache_root=root,
+                            cache_env=env)
+    launcher = ProcessLauncher(python=sys.executable, gpus=False, extra_env={"PYTHONPATH": str(STAND_IN)})
+    cold = run.bench_strategy(cell, launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
+    kernels = [f for f in cold["cache_written"] if f.endswith(".bin")]
+    assert (cold["boot_state"], cold["cache_files_at_boot"], cold["cache_root"]) == ("cold", 0, root)
+    assert len(kernels) == 9 and cold["cache_files_written"] == 12  # 3 caches x (3 kernels + a lock file)
+    warm = run.bench_strategy(cell, launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
+    assert (warm["boot_state"], warm["cache_files_at_boot"]) == ("warm", 12)
+    assert all(f.endswith("standin.lock") for f in warm["cache_written"]), warm["cache_written"]
+    assert run.boot_state(None, False, False) == "unknown"

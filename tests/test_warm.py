@@ -171,3 +171,100 @@ def test_a_process_capture_is_packed_only_when_it_was_made_at_the_image_paths(co
         res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
                       str(tmp_path / "cap"), cwd=tmp_path)
         assert res.returncode == 2 and words in res.stderr, res.stderr
+
+
+def _manifest_digest(registry: str, repository: str, reference: str) -> str | None:
+    """The sha256 of the manifest bytes the registry serves for REPOSITORY:REFERENCE (None: it serves none)."""
+    import hashlib
+    import urllib.error
+    import urllib.request
+
+    accept = ("application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
+              "application/vnd.docker.distribution.manifest.v2+json, "
+              "application/vnd.docker.distribution.manifest.list.v2+json")
+    name = repository.removeprefix(registry + "/")
+    req = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{reference}", headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return "sha256:" + hashlib.sha256(resp.read()).hexdigest()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both(warmed, cold_image, registry,
+                                                                                tmp_path):
+    """`warm --push REGISTRY` is refused (exit 2, before any boot or push) while REGISTRY does not serve the cold image
+    by the digest it was warmed from; once the cold image is there (pushed by docker, as publish's push keeps the
+    digest too), the warm image goes beside it by digest, under its warm tag, and images.json's `warm` table lists it
+    with the cold image it is FROM, next to the cells publish wrote (kept as they were). Real registry, 127.0.0.1."""
+    capture = str(warmed["work"] / warmed["capture"])
+    images = tmp_path / "images.json"
+    published = {"format": 1, "images": {"some-cell": {"digest": "sha256:" + "0" * 64}}, "aliases": {}}
+    images.write_text(json.dumps(published))
+    prefix = f"{registry}/warm-push-{os.getpid()}"
+    repository = f"{prefix}/stand-in-engine"  # PATH/<engine>, as publish names it
+    cold_tag = cold_image.split(":")[-1]
+    warm_tag = warmed["image"].split(":")[-1]
+    args = ["warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir", capture, "--push", prefix,
+            "--images-json", str(images), "--json"]
+
+    refused = builder(*args, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"does not serve the cold image {warmed['of']}" in refused.stderr and "builder publish" in refused.stderr
+    assert _manifest_digest(registry, repository, warm_tag) is None
+    assert json.loads(images.read_text()) == published
+
+    subprocess.run(["docker", "tag", cold_image, f"{repository}:{cold_tag}"], check=True, capture_output=True)
+    try:
+        pushed = subprocess.run(["docker", "push", f"{repository}:{cold_tag}"], capture_output=True, text=True)
+    finally:
+        subprocess.run(["docker", "image", "rm", f"{repository}:{cold_tag}"], capture_output=True)
+    assert pushed.returncode == 0, pushed.stderr
+    assert _manifest_digest(registry, repository, warmed["of"]) == warmed["of"]  # the daemon pushed it by its digest
+
+    res = builder(*args, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["pushed"] == out["digest"] == warmed["digest"]
+    assert _manifest_digest(registry, repository, warm_tag) == warmed["digest"]
+    assert _manifest_digest(registry, repository, warmed["digest"]) == warmed["digest"]
+    data = json.loads(images.read_text())
+    assert data["images"] == published["images"]
+    entry = data["warm"][f"{repository}:{warm_tag}"]
+    assert entry["digest"] == warmed["digest"] and entry["of"] == f"{repository}@{warmed['of']}"
+    assert entry["pull"] == f"docker pull {repository}@{warmed['digest']}"
+    assert (entry["strategy"], entry["gpu-arch"], entry["files"]) == ("MTP2", "none", len(KERNELS + LOCKS))
+    assert entry["cold-boot-s"] > 0 and entry["warm-boot-s"] > 0
+
+
+FAKE_CLIENT = '''#!/bin/sh
+# TEST DOUBLE of `python -m vllm.entrypoints.cli.main bench serve` (not vLLM): writes a fixed result file
+dir=""; file=""
+while [ $# -gt 0 ]; do
+  case "$1" in --result-dir) dir="$2"; shift ;; --result-filename) file="$2"; shift ;; esac
+  shift
+done
+printf '{"duration": 1.0, "completed": 4, "request_throughput": 2, "p99_ttft_ms": 10}' > "$dir/$file"
+'''
+
+
+def test_bench_measures_the_boot_state_cold_for_the_cold_image_restored_for_the_warm_one(warmed, cold_image, tmp_path):
+    """bench's boot_state is what the container's cache root held at boot and what the run wrote there (the
+    stand-in server, a TEST DOUBLE, compiles into each cache it is given; the load generator is a TEST DOUBLE): the
+    cold image's root is empty and the run compiles; the warm image's holds its layer and the run writes only the
+    lock files."""
+    fake = tmp_path / "client"
+    fake.write_text(FAKE_CLIENT)
+    fake.chmod(0o755)
+    for image, state, at_boot in ((cold_image, "cold", 0), (warmed["image"], "restored", len(KERNELS + LOCKS))):
+        out = tmp_path / state
+        res = builder("bench", image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--gpus", "none", "--model", "tiny",
+                      "--workload", "quick", "--repeats", "1", "--no-warmup", "--no-lossless", "--client-python",
+                      str(fake), "--out-dir", str(out), "--boot-timeout", "60", cwd=warmed["work"])
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        row = json.loads(next(out.glob("*/bench.json")).read_text())["rows"][0]
+        assert (row["boot_state"], row["cache_files_at_boot"], row["cache_root"]) == (state, at_boot, "/opt/jit-cache")
+        written = sorted(row["cache_written"])
+        assert written == (sorted(KERNELS + LOCKS) if state == "cold" else LOCKS), written

@@ -79,6 +79,9 @@ def test_the_process_route_captures_resumes_a_cut_cold_boot_and_boots_warm_in_pl
     res = builder("warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--resume", "--from-dir",
                   str(capture), "--strategy", "MTP2", cwd=tmp_path)
     assert res.returncode == 2 and "give one" in res.stderr, res.stderr
+    res = builder("warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--push", "127.0.0.1:9/x",
+                  "--strategy", "MTP2", cwd=tmp_path)  # nothing to push here: refused, not silently skipped
+    assert res.returncode == 2 and "--launcher process captures only" in res.stderr, res.stderr
 
 
 def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_path):

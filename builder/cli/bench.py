@@ -85,10 +85,14 @@ def bench():
               help="The interpreter with vLLM installed that runs the load generator (default: --python for a vLLM "
                    "cell, else python3).")
 @flags.run_flags
+@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
+              help="With --launcher process: the directory the engine's compile caches go to (default the image's own "
+                   "root, /opt/jit-cache, as smoke's). Each row's boot_state is measured there: cold (it held nothing "
+                   "at boot) or warm; in an image's container: cold, restored (its warm layer) or prebuilt.")
 @flags.out_dir("bench_out_dir", "bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/")
 @flags.as_json
 def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no_warmup, slo_ttft_ms, no_lossless,
-            matrix_path, profile, arch, client_python, run, out_dir, as_json):
+            matrix_path, profile, arch, client_python, run, cache_root, out_dir, as_json):
     """Benchmark TARGET (an image, or a cell id with --launcher process) under each strategy. An image needs no
     matrix.toml: its labels and the built-in engine data say what it is.
 
@@ -105,6 +109,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     from ..deploy.bench import workload as workload_mod
     from ..deploy.smoke import Model
 
+    flags.process_only(run, cache_root=cache_root is not None)
     w = workload_mod.load(workload, requests, concurrency, seed)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
@@ -154,6 +159,14 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
                                 client_python=client_python,
                                 extra_args=run.engine_args, extra_env=run.env, out_dir=base_dir, slo_ttft_ms=slo,
                                 lossless=not no_lossless, gpus=have_gpu, tp=run.tp)
+    if run.launcher == "docker":  # the image's own root and variables (its ENV sets the same), as smoke runs it
+        opts.cache_root = labels_mod.cache_root(found.labels) or ""
+        opts.cache_env = labels_mod.cache_env(found.labels)
+        opts.warm_layer = bool(labels_mod.warm(found.labels))
+    else:
+        from ..deploy.smoke import process_cache_env
+
+        opts.cache_root, opts.cache_env = process_cache_env(cell, cache_root)
     rows, failures = [], []
     t_all = time.monotonic()
 

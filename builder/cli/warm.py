@@ -71,8 +71,9 @@ def _epoch(image: str) -> str:
 @click.option("--out", "out_dir", default="warm", show_default=True, type=flags.FsPath(file_okay=False),
               help="Captures go to DIR/<warm tag>/ (tree/, warm.json, the engine logs).")
 @click.option("--push", "registry", default=None, metavar="REGISTRY",
-              help="Push the warm image by digest to REGISTRY (the publish code path) and list it in images.json "
-                   "beside its cold image.")
+              help="Push the warm image by digest to REGISTRY (HOST[:PORT]/PATH, as publish's --registry: the publish "
+                   "code path) beside its cold image, which REGISTRY must already serve (`builder publish`); it is "
+                   "listed in images.json's `warm` table.")
 @click.option("--images-json", default="images.json", show_default=True, type=flags.FsPath(dir_okay=False),
               help="With --push: the images.json to list it in.")
 @flags.as_json
@@ -102,6 +103,15 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, resume=resume)
     if resume and from_dir:
         raise UserError("--resume continues a cut cold boot on this host; --from-dir packs a capture: give one")
+    if registry and run.launcher == "process":
+        raise UserError("--push pushes a warm image; --launcher process captures only (no image here): push where "
+                        "the capture is packed (--from-dir)")
+    push_to = None
+    if registry:  # refused now, not after minutes of boots
+        from ..image import publish
+
+        push_to = publish.make_target(registry, Path(images_json))
+        publish.check_images_json(push_to.images_json)
     capture = Path(from_dir) if from_dir else None
     if capture is not None:
         tree, facts = warm_mod.read_capture(capture)  # refused before any docker call
@@ -162,6 +172,8 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     ref = ImageRef.parse(image)
     repo = ref.name
     base = str(ref.with_digest(digest))
+    if push_to is not None:
+        _cold_is_published(push_to, cell, digest, say)
 
     def boot(target_image: str, opts: SmokeOptions):
         return _l3(smoke_image(cell, target_image, opts, say))
@@ -218,26 +230,39 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         packed = pack({})
         assert packed.layer == layer, "the same files gave another layer"
     pushed = ""
-    if registry:
+    if push_to is not None:
         from ..image import publish
 
-        target = publish.make_target(registry, Path(images_json))
-        repository = target.repository(cell.engine)
-        pushed = publish.push_archive(packed.archive, repository, tag, packed.digest, False, target, say)
-        data = publish.load_images(Path(images_json))
-        entry = data["images"].setdefault(cell.id, {}) if isinstance(data["images"].get(cell.id, {}), dict) else {}
-        entry.setdefault("warm", {})[tag] = {"ref": f"{repository}:{tag}@{pushed}", "digest": pushed, "of": digest,
-                                             "layer": packed.layer, "strategy": strategy,
-                                             "gpu-arch": facts.get("gpu-arch"), "cold-boot-s": facts.get("cold-boot-s"),
-                                             "warm-boot-s": facts.get("warm-boot-s")}
-        data["images"][cell.id] = entry
-        publish.write_images(Path(images_json), data)
+        repository = push_to.repository(cell.engine)
+        pushed = publish.push_archive(packed.archive, repository, tag, packed.digest, False, push_to, say)
+        data = publish.load_images(push_to.images_json)
+        data["warm"][f"{repository}:{tag}"] = {
+            "cell": cell.id, "digest": pushed, "pull": f"docker pull {repository}@{pushed}", "layer": packed.layer,
+            "of": f"{repository}@{digest}", "strategy": strategy, "files": len(files), "bytes": sum(files.values()),
+            **{k: facts.get(k) for k in ("gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256",
+                                         "engine-args", "cold-boot-s", "warm-boot-s", "captured-on")}}
+        publish.write_images(push_to.images_json, data)
+        say(f"pushed {repository}:{tag} ({pushed}) beside its cold image; wrote {push_to.images_json}")
     result = {"image": warm_ref, "digest": packed.digest, "layer": packed.layer, "of": digest, "files": len(files),
               "bytes": sum(files.values()), "cold_boot_s": facts.get("cold-boot-s"),
               "warm_boot_s": facts.get("warm-boot-s"), "capture": str(capture), "pushed": pushed}
     click.echo(json.dumps(result, indent=2) if as_json else
                f"{warm_ref} {packed.digest}: {len(files)} files under {root}, cold {facts.get('cold-boot-s')} s, "
                f"warm {facts.get('warm-boot-s')} s")
+
+
+def _cold_is_published(target, cell, digest: str, say) -> None:
+    """A warm image is pushed beside its cold image: the registry must answer, and serve the cold image by the
+    digest it was warmed from (its own `builder publish`), before any boot."""
+    from ..image import publish
+
+    publish.check_registry(target, say)  # down or refusing the credentials: exit 3 now
+    repository = target.repository(cell.engine)
+    served = publish.served_digest(f"{repository}@{digest}", target, say)
+    if served != digest:
+        raise UserError(f"--push {target.where.path}: {repository} does not serve the cold image {digest} that the "
+                        "warm image is built FROM; publish it first (`builder publish`): a warm image is pushed beside "
+                        "its cold image")
 
 
 def _fits_the_image(capture: Path, facts: dict, root: str, paths) -> None:

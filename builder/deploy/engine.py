@@ -429,7 +429,7 @@ class Written:
     root: str
     files: dict[str, int]
     outside: list[str] | None = None
-    held_before: int | None = None  # the files under the root when the run began (a process's; None: not counted)
+    held_before: int | None = None  # the files under the root when the run began (None: not counted)
 
     @property
     def bytes(self) -> int:
@@ -446,23 +446,28 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
     import tarfile
     import tempfile
 
-    changed = {c["Path"] for c in (container.diff() or []) if c.get("Kind") in (0, 1)}
+    diff = container.diff() or []
+    changed = {c["Path"] for c in diff if c.get("Kind") in (0, 1)}  # 0 changed, 1 added (2 deleted)
+    added = {c["Path"] for c in diff if c.get("Kind") == 1}
     root = root.rstrip("/")
     keep = set(mounts) | {root}
     outside = sorted(p for p in changed if not _under(p, root)
                      and not any(_under(k, p) for k in keep) and not any(_under(p, m) for m in mounts))
     files: dict[str, int] = {}
+    held = 0  # files under the root that the run did not add: the image's own (a warm layer, prebuilt JIT)
     with tempfile.TemporaryFile() as buf:
         try:
             stream, _ = container.get_archive(root)
         except Exception:  # noqa: BLE001 - docker.errors.NotFound: the run made no root at all
-            return Written(root, files, outside)
+            return Written(root, files, outside, 0)
         for chunk in stream:
             buf.write(chunk)
         buf.seek(0)
         with tarfile.open(fileobj=buf) as tar:
             for member in tar:
                 rel = member.name.partition("/")[2]
+                if rel and member.isfile() and f"{root}/{rel}" not in added:
+                    held += 1
                 if not rel or not member.isfile() or f"{root}/{rel}" not in changed:
                     continue
                 files[rel] = member.size
@@ -472,7 +477,7 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
                     with tar.extractfile(member) as src, open(target, "wb") as out:
                         shutil.copyfileobj(src, out)
                     os.chmod(target, member.mode & 0o777)
-    return Written(root, files, outside)
+    return Written(root, files, outside, held)
 
 
 def snapshot(root: str) -> dict[str, tuple[int, str]]:

@@ -241,7 +241,7 @@ def alias_claims(cells: list, m, every: list | None = None) -> dict[str, list[st
 # -- images.json -------------------------------------------------------------------------------------------
 def load_images(path: Path) -> dict:
     if not path.exists():
-        return {"format": IMAGES_FORMAT, "images": {}, "aliases": {}}
+        return {"format": IMAGES_FORMAT, "images": {}, "aliases": {}, "warm": {}}
     try:
         data = json.loads(path.read_text())
     except RecursionError:
@@ -250,11 +250,10 @@ def load_images(path: Path) -> dict:
         raise UserError(f"{path}: not a readable images.json ({exc}); move it away or fix it") from None
     if not isinstance(data, dict) or data.get("format") != IMAGES_FORMAT:
         raise UserError(f"{path}: not an images.json of format {IMAGES_FORMAT}")
-    for part in ("images", "aliases"):
+    for part in ("images", "aliases", "warm"):  # warm: REPO:TAG of each warm image `builder warm --push` pushed
         if not isinstance(data.get(part, {}), dict):
             raise UserError(f"{path}: its {part!r} is not a table; move it away or fix it")
-    data.setdefault("images", {})
-    data.setdefault("aliases", {})
+        data.setdefault(part, {})
     return data
 
 

@@ -19,8 +19,8 @@ from ...engines import Strategy
 from ...errors import UserError
 from ...resolve import Cell
 from .. import gpus as gpus_mod
-from ..engine import HUB_OFF, BootFailed, Launcher, RunningEngine, StartFailed, find_key, free_port, kv_cache_tokens
-from ...image import labels as labels_mod
+from ..engine import (HUB_OFF, BootFailed, DockerLauncher, Launcher, RunningEngine, StartFailed, find_key, free_port,
+                      kv_cache_tokens)
 from ...image.launchline import LaunchLine
 from ..smoke import layers
 from ..strategies import NONE
@@ -54,6 +54,11 @@ class BenchOptions:
     lossless: bool = True
     gpus: bool = True
     tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
+    # the engine's compile caches: the root watched (a path in the image, or this host's directory for a process),
+    # the variables that put them there (a process's; an image sets its own), whether the image has a warm layer
+    cache_root: str = ""
+    cache_env: dict[str, str] = field(default_factory=dict)
+    warm_layer: bool = False
 
 
 class GpuMemory:
@@ -91,17 +96,19 @@ class GpuMemory:
                 "peak_gpu_memory_per_gpu_mib": self.peak}
 
 
-def boot_state(launcher: Launcher) -> str:
-    """How the engine's compile caches stood at boot: "warm" (an image with a warm layer, label io.builder.warm),
-    "cold" (an image without one: its cache root starts empty), "unknown" (a process: its caches are the host's)."""
-    image = getattr(launcher, "image", None)
-    if not image:
+def boot_state(written, container: bool, warm_layer: bool) -> str:
+    """How the engine's compile caches stood at boot, as measured under the cache root (`written`: what the run found
+    there and wrote, engine.Written; None: no root watched): "cold" (the root held nothing), "restored" (a container
+    whose image brought a warm layer's files: every container starts from the image's root), "warm" (a process's
+    root held files an earlier boot or a restored layer left: the process route does not tell those apart), "prebuilt"
+    (an image without a warm layer whose root held files: jit = "prebuilt"), "unknown" (no root watched)."""
+    if written is None or written.held_before is None:
         return "unknown"
-    try:
-        found = launcher.client.images.get(image).labels or {}
-    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: the boot itself says more
-        return "unknown"
-    return "warm" if labels_mod.warm(found) else "cold"
+    if written.held_before == 0:
+        return "cold"
+    if container:
+        return "restored" if warm_layer else "prebuilt"
+    return "warm"
 
 
 def greedy_outputs(engine: RunningEngine, model_name: str, prompts: list[str], max_tokens: int,
@@ -185,7 +192,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                                      log_dir=opts.out_dir, boot_timeout=opts.boot_timeout, tp=opts.tp)
     port = free_port()
     line = launch_line(cell, launcher, smoke_opts, strategy, port)
-    env = {**HUB_OFF, **dict(strategy.env), **opts.extra_env}
+    env = {**HUB_OFF, **opts.cache_env, **dict(strategy.env), **opts.extra_env}
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.out_dir / f"{cell.id}-{strategy.name}-{opts.workload.name}.log").resolve()
     row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": line.argv,
@@ -193,7 +200,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
     with GpuMemory(opts.gpus) as mem:
         try:
             engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
-                                         smoke.get("completions", "/v1/completions"))
+                                         smoke.get("completions", "/v1/completions"), watch_root=opts.cache_root)
         except StartFailed as exc:
             raise BenchFailed(strategy.name, str(exc)) from None
         try:
@@ -202,7 +209,6 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
             except BootFailed as exc:
                 raise BenchFailed(strategy.name, exc.why, exc.tail) from None
             say(f"[{strategy.name}] ready in {row['boot_s']}s")
-            row["boot_state"] = boot_state(launcher)
             row["kv_cache_tokens"] = kv_cache_tokens(engine.log_text())
             name = engine.models() or launcher.where(opts.model.target)
             first = engine.complete(name, layers.PROMPT, 16, 600)  # the first request after boot: JIT, graphs
@@ -262,7 +268,13 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                 ll = bench_data["lossless"]
                 row["greedy_outputs"] = greedy_outputs(engine, name, list(ll["prompts"]), int(ll["max_tokens"]), 300)
         finally:
-            engine.stop()
+            written = engine.stop()
+            # measured, not read from a label: what the root held at boot and what this run compiled into it
+            row["boot_state"] = boot_state(written, isinstance(launcher, DockerLauncher), opts.warm_layer)
+            if written is not None:
+                row.update(cache_root=written.root, cache_files_at_boot=written.held_before,
+                           cache_files_written=len(written.files), cache_bytes_written=written.bytes,
+                           cache_written=sorted(written.files)[:50])
     row.update(mem.figures())
     return row
 

@@ -51,14 +51,20 @@ def image_caches(opts: SmokeOptions, labels: dict[str, str]) -> None:
         opts.warm_allowance = tuple(labels_mod.warm_allowance(labels))
 
 
-def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> None:
+def process_cache_env(cell: Cell, cache_root: str | None) -> tuple[str, dict[str, str]]:
     """The process route runs the engine with the image's compile caches at the same paths: the cell's cache
-    variables (engine data compile_caches) under `cache_root` (default: the image's own root, jit_cache_root)."""
+    variables (engine data compile_caches) under `cache_root` (default: the image's own root, jit_cache_root). The
+    root and the variables; ("", {}) for a cell without a cache root."""
     if not cell.cache_root:
-        return
+        return "", {}
     root = (cache_root or cell.cache_root).rstrip("/") or "/"
-    opts.cache_root = root
-    opts.cache_env = {k: root + v[len(cell.cache_root):] for k, v in cell.compile_caches}
+    return root, {k: root + v[len(cell.cache_root):] for k, v in cell.compile_caches}
+
+
+def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> None:
+    """process_cache_env into smoke's options (a cell without a cache root leaves them as they are)."""
+    if cell.cache_root:
+        opts.cache_root, opts.cache_env = process_cache_env(cell, cache_root)
 
 
 def image_paths(opts: SmokeOptions, cell: Cell, python: str, cache_root: str | None) -> dict:

@@ -492,7 +492,7 @@ def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
         return result
     result.figures.update({"cache_root": written.root, "cache_files_written": len(written.files),
                            "cache_bytes_written": written.bytes})
-    if written.held_before is not None:  # a process: what the root held when the boot began (0: a cold boot)
+    if written.held_before is not None:  # what the root held when the boot began (0: a cold boot)
         result.figures["cache_files_before"] = written.held_before
     if written.files:
         result.figures["cache_written"] = sorted(written.files)[:50]
