@@ -440,8 +440,8 @@ def test_the_boot_state_is_measured_at_the_cache_root_cold_then_warm(tiny, tmp_p
     cold = run.bench_strategy(cell, launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
     kernels = [f for f in cold["cache_written"] if f.endswith(".bin")]
     assert (cold["boot_state"], cold["cache_files_at_boot"], cold["cache_root"]) == ("cold", 0, root)
-    assert len(kernels) == 9 and cold["cache_files_written"] == 12  # 3 caches x (3 kernels + a lock file)
+    assert len(kernels) == 9 and cold["cache_files_written"] == 15  # 3 caches x (3 kernels, a lock, an autotune file)
     warm = run.bench_strategy(cell, launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
-    assert (warm["boot_state"], warm["cache_files_at_boot"]) == ("warm", 12)
+    assert (warm["boot_state"], warm["cache_files_at_boot"]) == ("warm", 15)
     assert all(f.endswith("standin.lock") for f in warm["cache_written"]), warm["cache_written"]
     assert run.boot_state(None, False, False) == "unknown"

@@ -442,7 +442,8 @@ def _under(path: str, root: str) -> bool:
 
 def container_written(container, root: str, dest: Path | None, mounts: tuple[str, ...] = ()) -> Written:
     """The files the container added or changed under `root` (`docker diff` kinds 0 and 1, regular files of
-    `docker cp` of the root) and the paths it wrote elsewhere (its ancestors and the mount points left out)."""
+    `docker cp` of the root; a file of the image written again with the same bytes left out) and the paths it wrote
+    elsewhere (its ancestors and the mount points left out)."""
     import tarfile
     import tempfile
 
@@ -464,12 +465,24 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
             buf.write(chunk)
         buf.seek(0)
         with tarfile.open(fileobj=buf) as tar:
+            members = {}
             for member in tar:
                 rel = member.name.partition("/")[2]
-                if rel and member.isfile() and f"{root}/{rel}" not in added:
-                    held += 1
-                if not rel or not member.isfile() or f"{root}/{rel}" not in changed:
+                if not rel or not member.isfile():
                     continue
+                held += f"{root}/{rel}" not in added
+                if f"{root}/{rel}" in changed:
+                    members[rel] = member
+            # a file the image had, saved again with the same bytes (a cache hit that re-saves its entry: Inductor's
+            # autotune results, AOT-autograd entries on the H200) is not a compile: compared with the image's copy
+            again = [rel for rel in members if f"{root}/{rel}" not in added]
+            if again:
+                theirs = _image_sha256(container, root, set(again))
+                for rel in again:
+                    with tar.extractfile(members[rel]) as src:
+                        if theirs.get(rel) == _stream_sha256(src):
+                            del members[rel]
+            for rel, member in members.items():
                 files[rel] = member.size
                 if dest is not None:
                     target = Path(dest) / rel
@@ -478,6 +491,40 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
                         shutil.copyfileobj(src, out)
                     os.chmod(target, member.mode & 0o777)
     return Written(root, files, outside, held)
+
+
+def _stream_sha256(stream) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _image_sha256(container, root: str, wanted: set[str]) -> dict[str, str]:
+    """{path relative to root: sha256} of the `wanted` files as the container's image holds them, read from a
+    container of the image that is created and never started."""
+    import tarfile
+    import tempfile
+
+    probe = container.client.containers.create(container.attrs["Image"], labels={"io.builder.smoke": "1"})
+    out = {}
+    try:
+        stream, _ = probe.get_archive(root)
+        with tempfile.TemporaryFile() as buf:
+            for chunk in stream:
+                buf.write(chunk)
+            buf.seek(0)
+            with tarfile.open(fileobj=buf) as tar:
+                for member in tar:
+                    rel = member.name.partition("/")[2]
+                    if rel in wanted and member.isfile():
+                        with tar.extractfile(member) as src:
+                            out[rel] = _stream_sha256(src)
+    finally:
+        probe.remove(force=True)
+    return out
 
 
 def snapshot(root: str) -> dict[str, tuple[int, str]]:
