@@ -18,6 +18,7 @@ from builder import render
 
 from .helpers import REPO, SMOKE_MATRIX as MATRIX
 from .helpers import build_stand_in, stand_in_cell, stand_in_digest
+from .registry_runs import digest_in
 
 KERNELS = sorted(f"{d}/standin-{v}/k2/kernel-{i}.bin" for d, v in (("vllm", "vllm_cache_root"),
                                                                    ("triton", "triton_cache_dir"),
@@ -177,26 +178,6 @@ def test_a_process_capture_is_packed_only_when_it_was_made_at_the_image_paths(co
         assert res.returncode == 2 and words in res.stderr, res.stderr
 
 
-def _manifest_digest(registry: str, repository: str, reference: str) -> str | None:
-    """The sha256 of the manifest bytes the registry serves for REPOSITORY:REFERENCE (None: it serves none)."""
-    import hashlib
-    import urllib.error
-    import urllib.request
-
-    accept = ("application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
-              "application/vnd.docker.distribution.manifest.v2+json, "
-              "application/vnd.docker.distribution.manifest.list.v2+json")
-    name = repository.removeprefix(registry + "/")
-    req = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{reference}", headers={"Accept": accept})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return "sha256:" + hashlib.sha256(resp.read()).hexdigest()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
-
-
 def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both(warmed, cold_image, registry,
                                                                                 tmp_path):
     """`warm --push REGISTRY` is refused (exit 2, before any boot or push) while REGISTRY does not serve the cold image
@@ -209,6 +190,7 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     images.write_text(json.dumps(published))
     prefix = f"{registry}/warm-push-{os.getpid()}"
     repository = f"{prefix}/stand-in-engine"  # PATH/<engine>, as publish names it
+    name = repository.removeprefix(registry + "/")
     cold_tag = cold_image.split(":")[-1]
     warm_tag = warmed["image"].split(":")[-1]
     args = ["warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir", capture, "--push", prefix,
@@ -217,7 +199,7 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     refused = builder(*args, cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"does not serve the cold image {warmed['of']}" in refused.stderr and "builder publish" in refused.stderr
-    assert _manifest_digest(registry, repository, warm_tag) is None
+    assert digest_in(registry, name, warm_tag) is None
     assert json.loads(images.read_text()) == published
 
     subprocess.run(["docker", "tag", cold_image, f"{repository}:{cold_tag}"], check=True, capture_output=True)
@@ -226,14 +208,14 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     finally:
         subprocess.run(["docker", "image", "rm", f"{repository}:{cold_tag}"], capture_output=True)
     assert pushed.returncode == 0, pushed.stderr
-    assert _manifest_digest(registry, repository, warmed["of"]) == warmed["of"]  # the daemon pushed it by its digest
+    assert digest_in(registry, name, warmed["of"]) == warmed["of"]  # the daemon pushed it by its digest
 
     res = builder(*args, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["pushed"] == out["digest"] == warmed["digest"]
-    assert _manifest_digest(registry, repository, warm_tag) == warmed["digest"]
-    assert _manifest_digest(registry, repository, warmed["digest"]) == warmed["digest"]
+    assert digest_in(registry, name, warm_tag) == warmed["digest"]
+    assert digest_in(registry, name, warmed["digest"]) == warmed["digest"]
     data = json.loads(images.read_text())
     assert data["images"] == published["images"]
     entry = data["warm"][f"{repository}:{warm_tag}"]
