@@ -159,8 +159,13 @@ def check_kind(path: Path, what: str, want: str = "any") -> None:
 
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's content, read in blocks."""
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+        return sha256_stream(fh)
+
+
+def sha256_stream(stream) -> str:
+    """The sha256 of what a binary stream holds from where it stands (a file, a tar member), read in blocks."""
+    h = hashlib.sha256()
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        h.update(block)
     return h.hexdigest()

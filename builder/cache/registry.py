@@ -25,12 +25,12 @@ see net.registry_credentials (Basic or token, chosen from the registry's own cha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 

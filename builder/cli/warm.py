@@ -230,9 +230,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         packed = pack({})
         assert packed.layer == layer, "the same files gave another layer"
     pushed = ""
-    if push_to is not None:
-        from ..image import publish
-
+    if push_to is not None:  # `publish` was imported where push_to was made
         repository = push_to.repository(cell.engine)
         pushed = publish.push_archive(packed.archive, repository, tag, packed.digest, False, push_to, say)
         data = publish.load_images(push_to.images_json)

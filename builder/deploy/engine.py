@@ -15,6 +15,7 @@ that was making it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from ..errors import EnvironmentProblem, UserError
 from ..imageref import ImageRef
@@ -440,12 +441,31 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+@contextlib.contextmanager
+def _root_tar(container, root: str) -> Iterator["tarfile.TarFile | None"]:
+    """`docker cp` of `root` out of the container (spooled to a temporary file) as an open tar; None when the
+    container has no such path."""
+    import tarfile
+    import tempfile
+
+    try:
+        stream, _ = container.get_archive(root)
+    except Exception:  # noqa: BLE001 - docker.errors.NotFound: the run made no root at all
+        yield None
+        return
+    with tempfile.TemporaryFile() as buf:
+        for chunk in stream:
+            buf.write(chunk)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            yield tar
+
+
 def container_written(container, root: str, dest: Path | None, mounts: tuple[str, ...] = ()) -> Written:
     """The files the container added or changed under `root` (`docker diff` kinds 0 and 1, regular files of
     `docker cp` of the root; a file of the image written again with the same bytes left out) and the paths it wrote
     elsewhere (its ancestors and the mount points left out)."""
-    import tarfile
-    import tempfile
+    from ..files import sha256_stream
 
     diff = container.diff() or []
     changed = {c["Path"] for c in diff if c.get("Kind") in (0, 1)}  # 0 changed, 1 added (2 deleted)
@@ -456,72 +476,51 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
                      and not any(_under(k, p) for k in keep) and not any(_under(p, m) for m in mounts))
     files: dict[str, int] = {}
     held = 0  # files under the root that the run did not add: the image's own (a warm layer, prebuilt JIT)
-    with tempfile.TemporaryFile() as buf:
-        try:
-            stream, _ = container.get_archive(root)
-        except Exception:  # noqa: BLE001 - docker.errors.NotFound: the run made no root at all
+    with _root_tar(container, root) as tar:
+        if tar is None:
             return Written(root, files, outside, 0)
-        for chunk in stream:
-            buf.write(chunk)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf) as tar:
-            members = {}
-            for member in tar:
-                rel = member.name.partition("/")[2]
-                if not rel or not member.isfile():
-                    continue
-                held += f"{root}/{rel}" not in added
-                if f"{root}/{rel}" in changed:
-                    members[rel] = member
-            # a file the image had, saved again with the same bytes (a cache hit that re-saves its entry: Inductor's
-            # autotune results, AOT-autograd entries on the H200) is not a compile: compared with the image's copy
-            again = [rel for rel in members if f"{root}/{rel}" not in added]
-            if again:
-                theirs = _image_sha256(container, root, set(again))
-                for rel in again:
-                    with tar.extractfile(members[rel]) as src:
-                        if theirs.get(rel) == _stream_sha256(src):
-                            del members[rel]
-            for rel, member in members.items():
-                files[rel] = member.size
-                if dest is not None:
-                    target = Path(dest) / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(member) as src, open(target, "wb") as out:
-                        shutil.copyfileobj(src, out)
-                    os.chmod(target, member.mode & 0o777)
+        members = {}
+        for member in tar:
+            rel = member.name.partition("/")[2]
+            if not rel or not member.isfile():
+                continue
+            held += f"{root}/{rel}" not in added
+            if f"{root}/{rel}" in changed:
+                members[rel] = member
+        # a file the image had, saved again with the same bytes (a cache hit that re-saves its entry: Inductor's
+        # autotune results, AOT-autograd entries on the H200) is not a compile: compared with the image's copy
+        again = [rel for rel in members if f"{root}/{rel}" not in added]
+        if again:
+            theirs = _image_sha256(container, root, set(again))
+            for rel in again:
+                with tar.extractfile(members[rel]) as src:
+                    if theirs.get(rel) == sha256_stream(src):
+                        del members[rel]
+        for rel, member in members.items():
+            files[rel] = member.size
+            if dest is not None:
+                target = Path(dest) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                os.chmod(target, member.mode & 0o777)
     return Written(root, files, outside, held)
-
-
-def _stream_sha256(stream) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for chunk in iter(lambda: stream.read(1 << 20), b""):
-        h.update(chunk)
-    return h.hexdigest()
 
 
 def _image_sha256(container, root: str, wanted: set[str]) -> dict[str, str]:
     """{path relative to root: sha256} of the `wanted` files as the container's image holds them, read from a
     container of the image that is created and never started."""
-    import tarfile
-    import tempfile
+    from ..files import sha256_stream
 
     probe = container.client.containers.create(container.attrs["Image"], labels={"io.builder.smoke": "1"})
     out = {}
     try:
-        stream, _ = probe.get_archive(root)
-        with tempfile.TemporaryFile() as buf:
-            for chunk in stream:
-                buf.write(chunk)
-            buf.seek(0)
-            with tarfile.open(fileobj=buf) as tar:
-                for member in tar:
-                    rel = member.name.partition("/")[2]
-                    if rel in wanted and member.isfile():
-                        with tar.extractfile(member) as src:
-                            out[rel] = _stream_sha256(src)
+        with _root_tar(probe, root) as tar:
+            for member in tar or ():
+                rel = member.name.partition("/")[2]
+                if rel in wanted and member.isfile():
+                    with tar.extractfile(member) as src:
+                        out[rel] = sha256_stream(src)
     finally:
         probe.remove(force=True)
     return out
