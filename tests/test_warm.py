@@ -254,3 +254,81 @@ def test_bench_measures_the_boot_state_cold_for_the_cold_image_restored_for_the_
         assert (row["boot_state"], row["cache_files_at_boot"], row["cache_root"]) == (state, at_boot, "/opt/jit-cache")
         written = sorted(row["cache_written"])
         assert written == (CAPTURED if state == "cold" else LOCKS), written
+
+
+def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_path, monkeypatch):
+    """FlashInfer JIT-builds its modules with ninja (deps = gcc), which rebuilds an output older than one of its
+    inputs or newer than the time its deps log recorded. On the H200 a restore that stamped the layer's files with
+    the restore time made the first boot rebuild fp8_blockscale_gemm_90 ("stored deps info out of date"). Here a real
+    ninja and gcc build a module at a capture, warm.pack makes the layer with BuildKit, and scripts/gpu-host-run
+    restores it on a "fresh host" (the venv made anew, its files newer than the capture): ninja has nothing to do."""
+    import shutil
+    import tarfile
+
+    from builder import docker
+    from builder.cli.warm import _epoch
+    from builder.image import launchline, oci
+    from builder.image import warm as warm_mod
+
+    from .helpers import load_script
+
+    ninja = shutil.which("ninja")
+    assert ninja, "ninja (Debian's ninja-build) is part of the test machine: FlashInfer's JIT is what this models"
+    monkeypatch.setenv("BUILDER_CARRY_STORE", str(tmp_path / "store"))
+    ghr = load_script("gpu-host-run")
+    py = "%d.%d" % sys.version_info[:2]
+    paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
+                                  cuda_home="", cache_root=str(tmp_path / "jit-cache"))
+
+    def install_bundle() -> None:  # the engine's package, installed on this host just now (its files' time: now)
+        site = tmp_path / "store" / "site-eng"
+        shutil.rmtree(site, ignore_errors=True)
+        (site / "eng" / "include").mkdir(parents=True)
+        (site / "eng" / "csrc").mkdir()
+        (site / "eng" / "include" / "k.h").write_text("#define K 3\n")
+        (site / "eng" / "csrc" / "k.c").write_text('#include "k.h"\nint k(void) { return K; }\n')
+
+    def explain() -> str:
+        res = subprocess.run([ninja, "-C", str(build), "-n", "-d", "explain"], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        return res.stdout + res.stderr
+
+    # capture host: the module built at the cache root, as the engine's first boot builds it
+    install_bundle()
+    ghr.image_venv(["eng"], paths)
+    build = Path(paths.cache_root) / "flashinfer" / "k"
+    build.mkdir(parents=True)
+    src = Path(paths.purelib) / "eng"
+    (build / "build.ninja").write_text(
+        "rule cc\n  command = gcc -MD -MF $out.d -I" + str(src / "include") + " -c $in -o $out\n"
+        "  deps = gcc\n  depfile = $out.d\n"
+        f"build k.o: cc {src / 'csrc' / 'k.c'}\n")
+    subprocess.run([ninja, "-C", str(build)], check=True, capture_output=True)
+    assert "no work to do" in explain()
+
+    # the layer, by BuildKit, FROM the cold image by digest
+    image = docker.image_id(cold_image)
+    base = f"builder-test/warm-stand-in@{image}"
+    code, out = docker.make_local_digest_resolvable(base, cold_image, tmp_path / "resolve")
+    assert code == 0, out
+    packed = warm_mod.pack(Path(paths.cache_root), paths.cache_root, base, [], tmp_path / "work",
+                           "builder-test/ninja-warm:1", _epoch(cold_image))
+    layer = tmp_path / "layer.tar.gz"
+    with oci.Archive(packed.archive) as a:
+        layer.write_bytes(a.blob(packed.layer))
+    with tarfile.open(layer) as tar:
+        assert any(m.name.endswith("flashinfer/k/.ninja_deps") for m in tar.getmembers())
+
+    # a fresh host: nothing at the cache root, the bundle installed and the venv made after the capture
+    shutil.rmtree(paths.cache_root)
+    install_bundle()
+    ghr.image_venv(["eng"], paths, ghr.layer_time(layer))
+    ghr.restore(layer, paths.cache_root)
+    assert explain().strip().endswith("ninja: no work to do.")
+
+    # the two faults this guards against: the venv's files left at their install time, the layer's at this moment
+    ghr.image_venv(["eng"], paths)
+    assert "older than most recent input" in explain()
+    ghr.image_venv(["eng"], paths, ghr.layer_time(layer))
+    os.utime(build / "k.o")
+    assert "stored deps info out of date" in explain()
