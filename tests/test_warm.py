@@ -256,12 +256,42 @@ def test_bench_measures_the_boot_state_cold_for_the_cold_image_restored_for_the_
         assert written == (CAPTURED if state == "cold" else LOCKS), written
 
 
+def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_image, tmp_path):
+    """BuildKit sends a build context's file again only when its size, mode or time changed. The capture's files
+    all got the cold image's epoch as their time, so a second capture whose files had the same names and sizes
+    (a path of the same length in FlashInfer's build.ninja, a cubin of the same size) was packed with the first
+    one's bytes: a stale layer, found by the ninja test below restoring another run's build.ninja."""
+    import tarfile
+
+    from builder import docker
+    from builder.cli.warm import _epoch
+    from builder.image import oci
+    from builder.image import warm as warm_mod
+
+    image = docker.image_id(cold_image)
+    base = f"builder-test/warm-stand-in@{image}"
+    code, out = docker.make_local_digest_resolvable(base, cold_image, tmp_path / "resolve")
+    assert code == 0, out
+    layers = {}
+    for run, text in (("a", "run-1\n"), ("b", "run-2\n")):
+        tree = tmp_path / run / "jit-cache"
+        (tree / "triton" / "k").mkdir(parents=True)
+        (tree / "triton" / "k" / "k.cubin").write_text(text)  # same name, same size, other bytes
+        packed = warm_mod.pack(tree, "/opt/jit-cache", base, [], tmp_path / "work",  # the same work dir, as `warm`
+                               "builder-test/warm-sizes:1", _epoch(cold_image))
+        with oci.Archive(packed.archive) as a, tarfile.open(fileobj=__import__("io").BytesIO(a.blob(packed.layer))) as t:
+            layers[run] = (packed.layer, t.extractfile("opt/jit-cache/triton/k/k.cubin").read().decode())
+    assert layers["a"][1] == "run-1\n" and layers["b"][1] == "run-2\n", layers
+    assert layers["a"][0] != layers["b"][0]
+
+
 def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_path, monkeypatch):
     """FlashInfer JIT-builds its modules with ninja (deps = gcc), which rebuilds an output older than one of its
     inputs or newer than the time its deps log recorded. On the H200 a restore that stamped the layer's files with
     the restore time made the first boot rebuild fp8_blockscale_gemm_90 ("stored deps info out of date"). Here a real
     ninja and gcc build a module at a capture, warm.pack makes the layer with BuildKit, and scripts/gpu-host-run
-    restores it on a "fresh host" (the venv made anew, its files newer than the capture): ninja has nothing to do."""
+    restores it on a "fresh host" (the bundle installed after the capture, its files newer than it): ninja has
+    nothing to do, at that boot and the next one."""
     import shutil
     import tarfile
 
@@ -326,7 +356,15 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     ghr.restore(layer, paths.cache_root)
     assert explain().strip().endswith("ninja: no work to do.")
 
-    # the two faults this guards against: the venv's files left at their install time, the layer's at this moment
+    # the next boot on that host, no layer: the venv is kept with its times (on the H200 a venv made anew here made
+    # ninja rebuild the module), as an image's venv is between two boots
+    ghr.image_venv(["eng"], paths)
+    assert explain().strip().endswith("ninja: no work to do.")
+
+    # the two faults this guards against: the venv's files left at their install time (another bundle installed,
+    # the venv made anew), the layer's at this moment
+    install_bundle()
+    (tmp_path / "store" / "installed-eng.sha256").write_text("0" * 64 + "\n")
     ghr.image_venv(["eng"], paths)
     assert "older than most recent input" in explain()
     ghr.image_venv(["eng"], paths, ghr.layer_time(layer))

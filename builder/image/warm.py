@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,15 +95,18 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(tree, context / TREE, symlinks=False)
-    # The files' own times and modes are not part of it: every one gets the cold image's SOURCE_DATE_EPOCH, which
-    # is not older than any file of the cold image (BuildKit's rewrite-timestamp clamps them to it). That order is
-    # what a ninja-built JIT cache needs: ninja rebuilds an output older than one of its inputs, and with time 0
-    # FlashInfer rebuilt its fp8_blockscale_gemm_90 module at the restored first boot on the H200 (155-167 s, where
-    # the same caches in place booted in 52-56 s: docs/evidence/2026-12-02-h200-warm-layer.md).
-    t = int(epoch)
+    # The files' own times and modes are not part of it: in the layer every one has the cold image's
+    # SOURCE_DATE_EPOCH, which is not older than any file of the cold image. That order is what a ninja-built JIT
+    # cache needs: ninja rebuilds an output older than one of its inputs, and with time 0 FlashInfer rebuilt its
+    # fp8_blockscale_gemm_90 module at the restored first boot on the H200 (155-167 s, where the same caches in place
+    # booted in 52-56 s: docs/evidence/2026-12-02-h200-warm-layer.md). The context's files get this moment, later
+    # than the epoch, and BuildKit's rewrite-timestamp clamps them to it: a time fixed here would make BuildKit,
+    # which sends a context file again only when its size, mode or time changed, pack another capture's bytes of the
+    # same sizes (tests/test_warm.py).
+    now = max(time.time_ns(), (int(epoch) + 1) * 10**9)
     for p in [context / TREE, *(context / TREE).rglob("*")]:
         os.chmod(p, 0o777 if p.is_dir() else 0o666)  # any user the container runs as writes the caches
-        os.utime(p, (t, t), follow_symlinks=False)
+        os.utime(p, ns=(now, now), follow_symlinks=False)
     (work / "Dockerfile").write_text(dockerfile(base, root, labels))
     archive = work / "warm.oci.tar"
     output = docker.csv_options(type="oci", dest=archive, name=name, **{"rewrite-timestamp": "true"})
