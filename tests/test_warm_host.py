@@ -130,7 +130,8 @@ def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(
     imagepaths.check(str(python), paths, type("Cell", (), {"python": py})())  # it runs at those paths
 
 
-def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_another_bundle(ghr, tmp_path):
+def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_another_bundle(ghr, tmp_path,
+                                                                                              monkeypatch):
     """On the H200 a boot after a restored one made the venv anew: its headers got the install's time, newer than
     the layer's FlashInfer module, and ninja rebuilt it (7 files, 155 s). An image's venv does not change between
     two boots; the host's venv now does not either, unless the bundle does."""
@@ -143,13 +144,22 @@ def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_a
     paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
                                   cuda_home="", cache_root=str(tmp_path / "root"))
     header = Path(paths.purelib) / "eng" / "include" / "gemm.cuh"
+    host = tmp_path / "host-site-packages"  # this host's own packages, linked into the venv
+    (host / "torch").mkdir(parents=True)
+    monkeypatch.setattr("sysconfig.get_paths", lambda *a, **k: {"purelib": str(host)})
     ghr.image_venv(["b"], paths, not_newer_than=1000)  # a restored boot: the venv's files at the layer's time
     assert header.stat().st_mtime == 1000
+    (host / "__pycache__").mkdir()  # the boot's imports wrote bytecode of a host module: no package changed
     ghr.image_venv(["b"], paths)  # the next boot, no layer: the same venv, the same times
     assert header.stat().st_mtime == 1000
+    (host / "newpkg").mkdir()  # a package installed on the host: the venv's links are by name, made anew
+    ghr.image_venv(["b"], paths)
+    assert (Path(paths.purelib) / "newpkg").is_symlink()
+    assert header.stat().st_mtime == (site / "eng" / "include" / "gemm.cuh").stat().st_mtime > 1000
+    ghr.image_venv(["b"], paths, not_newer_than=1000)
     marker.write_text("b" * 64 + "\n")  # another bundle installed under that name
     ghr.image_venv(["b"], paths)
-    assert header.stat().st_mtime == (site / "eng" / "include" / "gemm.cuh").stat().st_mtime > 1000
+    assert header.stat().st_mtime > 1000
 
 
 def layer_tar(path: Path, members: dict[str, bytes | None]) -> Path:
