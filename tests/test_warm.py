@@ -256,22 +256,29 @@ def test_bench_measures_the_boot_state_cold_for_the_cold_image_restored_for_the_
         assert written == (CAPTURED if state == "cold" else LOCKS), written
 
 
+def base_by_digest(cold_image: str, tmp_path: Path) -> str:
+    """The cold image as warm.pack's `FROM`: by digest, resolvable by BuildKit from the daemon's store."""
+    from builder import docker
+
+    base = f"builder-test/warm-stand-in@{docker.image_id(cold_image)}"
+    code, out = docker.make_local_digest_resolvable(base, cold_image, tmp_path / "resolve")
+    assert code == 0, out
+    return base
+
+
 def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_image, tmp_path):
     """BuildKit sends a build context's file again only when its size, mode or time changed. The capture's files
     all got the cold image's epoch as their time, so a second capture whose files had the same names and sizes
     (a path of the same length in FlashInfer's build.ninja, a cubin of the same size) was packed with the first
     one's bytes: a stale layer, found by the ninja test below restoring another run's build.ninja."""
+    import io
     import tarfile
 
-    from builder import docker
     from builder.cli.warm import _epoch
     from builder.image import oci
     from builder.image import warm as warm_mod
 
-    image = docker.image_id(cold_image)
-    base = f"builder-test/warm-stand-in@{image}"
-    code, out = docker.make_local_digest_resolvable(base, cold_image, tmp_path / "resolve")
-    assert code == 0, out
+    base = base_by_digest(cold_image, tmp_path)
     layers = {}
     for run, text in (("a", "run-1\n"), ("b", "run-2\n")):
         tree = tmp_path / run / "jit-cache"
@@ -279,7 +286,7 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
         (tree / "triton" / "k" / "k.cubin").write_text(text)  # same name, same size, other bytes
         packed = warm_mod.pack(tree, "/opt/jit-cache", base, [], tmp_path / "work",  # the same work dir, as `warm`
                                "builder-test/warm-sizes:1", _epoch(cold_image))
-        with oci.Archive(packed.archive) as a, tarfile.open(fileobj=__import__("io").BytesIO(a.blob(packed.layer))) as t:
+        with oci.Archive(packed.archive) as a, tarfile.open(fileobj=io.BytesIO(a.blob(packed.layer))) as t:
             layers[run] = (packed.layer, t.extractfile("opt/jit-cache/triton/k/k.cubin").read().decode())
     assert layers["a"][1] == "run-1\n" and layers["b"][1] == "run-2\n", layers
     assert layers["a"][0] != layers["b"][0]
@@ -295,7 +302,6 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     import shutil
     import tarfile
 
-    from builder import docker
     from builder.cli.warm import _epoch
     from builder.image import launchline, oci
     from builder.image import warm as warm_mod
@@ -337,10 +343,7 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     assert "no work to do" in explain()
 
     # the layer, by BuildKit, FROM the cold image by digest
-    image = docker.image_id(cold_image)
-    base = f"builder-test/warm-stand-in@{image}"
-    code, out = docker.make_local_digest_resolvable(base, cold_image, tmp_path / "resolve")
-    assert code == 0, out
+    base = base_by_digest(cold_image, tmp_path)
     packed = warm_mod.pack(Path(paths.cache_root), paths.cache_root, base, [], tmp_path / "work",
                            "builder-test/ninja-warm:1", _epoch(cold_image))
     layer = tmp_path / "layer.tar.gz"
