@@ -243,7 +243,7 @@ def check_registry(registry: str, timeout: float | None = None) -> Check:
 
 def check_gpus() -> tuple[Check, bool]:
     """(check, whether GPUs were found). No GPU is informational: builds need none."""
-    from .deploy import gpus as gpus_mod
+    from .deploy.runtime import gpus as gpus_mod
 
     try:
         found = gpus_mod.read()

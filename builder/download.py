@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import net
+from . import net, redact
 from .errors import BuilderError, EnvironmentProblem
 from .pypi import ca_bundle_file
 
@@ -37,10 +37,10 @@ def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -
             with session.get(url, stream=True, verify=ca_bundle()) as resp:
                 if resp.status_code != 200:
                     raise (EnvironmentProblem if resp.status_code >= 500 else BuilderError)(
-                        f"GET {net.redact(url)} answered HTTP {resp.status_code}")
+                        f"GET {redact.redact(url)} answered HTTP {resp.status_code}")
                 digest, size = net.stream_into(resp, part, f"GET {url}")
         except NETWORK_ERRORS as exc:
-            raise EnvironmentProblem(net.redact(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})")) from None
+            raise EnvironmentProblem(redact.redact(f"GET {url}: the index does not answer ({type(exc).__name__}: {exc})")) from None
         if digest != sha256:
             raise DownloadMismatch(f"{dest.name}: the index served {size} bytes with sha256 {digest[:16]}…, "
                                    f"matrix.lock pins {sha256[:16]}…; not used")

@@ -10,7 +10,6 @@ where the value came from.
 from __future__ import annotations
 
 import re
-import reprlib
 import urllib.parse
 from collections.abc import Callable
 
@@ -18,8 +17,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import net
 from .errors import UserError
+from .redact import describe
 
 # -- OCI distribution reference grammar (distribution/reference/regexp.go) ---------------------------------
 _ALNUM = r"[a-z0-9]+"
@@ -336,24 +335,3 @@ def check(rule: Callable, value, where: str):
         return rule(value)
     except ValueError as exc:
         raise UserError(f"{where}: {describe(value)} {exc}") from None
-
-
-def _redacted(value, depth: int = 0):
-    """`value` with every string in it redacted (net.redact), as deep as a short repr shows."""
-    if isinstance(value, str):
-        return net.redact(value)
-    if depth > 6:  # deeper than reprlib.Repr's maxlevel: never shown
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_redacted(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return {_redacted(k, depth + 1): _redacted(v, depth + 1) for k, v in value.items()}
-    return value
-
-
-def describe(value, width: int = 80) -> str:
-    """A short, one-line repr for messages: credentials and URL queries redacted first (net.redact), so that no
-    cut leaves part of a secret; then long or deeply nested values cut to about `width` characters."""
-    short = reprlib.Repr()
-    short.maxstring = short.maxother = width
-    return short.repr(_redacted(value))

@@ -19,7 +19,7 @@ import dataclasses
 import re
 
 from .errors import UserError
-from .grammar import describe
+from .redact import describe
 
 HUB = "docker.io"
 HUB_API = "registry-1.docker.io"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tomli_w
 
-from . import docker, files, grammar, net, schema
+from . import docker, files, redact, schema
 from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .imageref import ImageRef
@@ -52,7 +52,7 @@ class Lock:
             return cls(path, {"format": LOCK_FORMAT, "packages": {}})
         data = files.load_toml(path, "lock file", fix="; regenerate it with `builder lock`")
         if data.get("format") != LOCK_FORMAT:
-            raise UserError(f"{path}: lock format {grammar.describe(data.get('format'), 30)}, expected {LOCK_FORMAT}; run `builder lock`")
+            raise UserError(f"{path}: lock format {redact.describe(data.get('format'), 30)}, expected {LOCK_FORMAT}; run `builder lock`")
         schema.check(str(path), data, schema.LOCK)
         return cls(path, data)
 

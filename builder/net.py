@@ -9,7 +9,7 @@
   BUILDER_REMOTE_MAX_BYTES (default 64 MiB) for a document, which is held in memory, and for a download
   (streamed to disk) the size the manifest records, else BUILDER_REMOTE_MAX_DOWNLOAD_BYTES (default 16 GiB);
 - messages name the remote with its secrets redacted (`redact`: a URL's user:password@ and query values, the
-  secret variables' values), before anything cuts a value short (grammar.describe).
+  secret variables' values), before anything cuts a value short (redact.describe).
 
 And how builder talks to a remote at all: the HTTP sessions (`with_timeouts`: every request bounded as above),
 urllib's (`urlopen`, lock's index reader and doctor), the errors that mean a remote does not answer
@@ -40,7 +40,9 @@ import weakref
 from pathlib import Path
 from typing import Iterator
 
+from . import redact as redact_mod
 from .errors import EnvironmentProblem, UserError
+from .redact import redact
 
 CHUNK = 1 << 20
 DEFAULT_TIMEOUT = 60.0
@@ -49,52 +51,6 @@ DEFAULT_DOCUMENT_BYTES = 64 << 20
 DEFAULT_DOWNLOAD_BYTES = 16 << 30
 CONNECT_TIMEOUT = 5.0
 SLOWEST_RATE = 256 << 10  # bytes/s an upload or download may take: what its size adds to its deadline
-
-# scheme://user:password@host (a password may hold an @: the userinfo ends at the last @ before the path; one
-# slash: a URL joined into a path, as in "--ca-bundle: /here/https:/user:password@host/...")
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*:/{1,2})[^/\s'\"]*@")
-# a registry reference written with credentials and no scheme: user:password@host/...
-_BARE_USERINFO = re.compile(r"(?<![\w/@:.-])[^\s/@'\":]+:[^\s/@'\"]*@(?=[\w\[])(?!sha256:|sha512:)")
-# the ?query of a URL or a registry reference (tokens, signatures, passwords travel there): each value
-# replaced, the names kept
-_QUERY = re.compile(r"([^\s?#'\"]*[/:.][^\s?#'\"]*\?)([^\s#'\"]+)")
-# the environment variables whose values are secrets: never shown, wherever they would appear
-SECRET_VARIABLES = ("BUILDER_REGISTRY_PASSWORD", "BUILDER_INDEX_PASSWORD", "BUILDER_COMPILE_CACHE_PASSWORD",
-                    "BUILDER_SCCACHE_DIST_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN",
-                    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "TWINE_PASSWORD", "NPM_TOKEN",
-                    "BUILDER_LEDGER_SIGNING_KEY")
-_KNOWN_SECRETS: set[str] = set()  # passwords read from a docker login (registry_credentials)
-_SHORTEST_SECRET = 6  # shorter values would mask ordinary words; a password that short is no secret anyway
-
-
-def _query_values(m: re.Match) -> str:
-    fields = [f.split("=", 1)[0] + "=***" if "=" in f else "***" for f in m.group(2).split("&") if f]
-    return m.group(1) + "&".join(fields)
-
-
-def _secrets() -> list[str]:
-    found = {os.environ.get(v, "") for v in SECRET_VARIABLES} | _KNOWN_SECRETS
-    return sorted((s for s in found if len(s) >= _SHORTEST_SECRET), key=len, reverse=True)
-
-
-def redact(text: str) -> str:
-    """`scheme://user:password@host` → `scheme://***@host` (and `user:password@host` → `***@host`), a URL's
-    `?name=value` → `?name=***`, and the value of every secret variable (SECRET_VARIABLES, a docker login's
-    password) → `***`, wherever it appears in text. Whatever shortens a value for a message redacts it first
-    (grammar.describe): a cut could leave part of a secret that no pattern recognises any more."""
-    text = _QUERY.sub(_query_values, _BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", text)))
-    for secret in _secrets():
-        text = text.replace(secret, "***")
-    return text
-
-
-class RedactingFilter:
-    """A logging filter that redacts every record's message (see `redact`)."""
-
-    def filter(self, record) -> bool:
-        record.msg, record.args = redact(record.getMessage()), ()
-        return True
-
 
 def _number(var: str, default: float, low: float, high: float, integer: bool = False) -> float:
     raw = os.environ.get(var)
@@ -766,10 +722,10 @@ def registry_credentials(host: str, given: bool = False) -> tuple[tuple[str, str
             user, colon, password = decoded.partition(":")
             if not colon or not user:
                 raise UserError(f"{path}: auths.{name}.auth decodes to no user:password (no ':' or no user)")
-            _KNOWN_SECRETS.add(password)
+            redact_mod.remember(password)
             return (user, password), f"docker login ({path})"
         if entry.get("username") and entry.get("password"):
-            _KNOWN_SECRETS.add(entry["password"])
+            redact_mod.remember(entry["password"])
             return (entry["username"], entry["password"]), f"docker login ({path})"
     helpers = cfg.get("credHelpers") or {}
     key = f"credHelpers.{host}" if helpers.get(host) else "credsStore"
@@ -777,7 +733,7 @@ def registry_credentials(host: str, given: bool = False) -> tuple[tuple[str, str
     if helper:
         found = _credential_helper(helper, host, path, key)
         if found:
-            _KNOWN_SECRETS.add(found[1])
+            redact_mod.remember(found[1])
             return found, f"docker-credential-{helper}"
     return None, ""
 

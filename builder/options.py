@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import files, grammar, net
+from . import files, grammar, redact
 from .errors import UserError
 
 
@@ -226,7 +226,7 @@ def wheel_cache(m, wheelhouse_dir: str | None, flags: CacheFlags, say):
 def _spell(value) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
-    return grammar.describe(value) if isinstance(value, dict) else str(value)
+    return redact.describe(value) if isinstance(value, dict) else str(value)
 
 
 def differences(m, sel=None, flags: BuildFlags | None = None, publish=None) -> list[str]:
@@ -275,7 +275,7 @@ def differences(m, sel=None, flags: BuildFlags | None = None, publish=None) -> l
 
 def summary(m, sel=None, flags: BuildFlags | None = None, publish=None, width: int = 110) -> str:
     """One paragraph: what differs from the defaults (cibuildwheel prints its options the same way)."""
-    diff = [net.redact(d) for d in differences(m, sel, flags, publish)]  # no user:password@ of a URL
+    diff = [redact.redact(d) for d in differences(m, sel, flags, publish)]  # no user:password@ of a URL
     text = ("options: " + "; ".join(diff) + "; everything else as builder/data/defaults.toml says") if diff else \
         "options: the defaults of builder/data/defaults.toml"
     return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)

@@ -31,7 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import docker
+from . import docker, redact
 from .errors import BuilderError, UserError
 from .resolve import Cell
 
@@ -134,7 +134,7 @@ def read(path: Path, need_hashes: bool = False) -> tuple[str, bool]:
     (--index-url, -r, -e, --trusted-host, an inline --install-option) would reach pip; a file cut short would
     install less than it says: both are refused (UserError, naming the line), as is a file whose header
     announces hashes its lines lack. `need_hashes`: build pins, which are hash-locked or nothing."""
-    from . import files, grammar
+    from . import files
 
     text = files.read_text(path, "pins file")
     if text and not text.endswith("\n"):
@@ -149,7 +149,7 @@ def read(path: Path, need_hashes: bool = False) -> tuple[str, bool]:
         raise UserError(f"{path}: holds no pin ({_FIX})")
     locked = []
     for n, line in lines:
-        where = f"{path}: line {n}: {grammar.describe(line)}"
+        where = f"{path}: line {n}: {redact.describe(line)}"
         m = _PIN.fullmatch(line)
         if line.startswith("-") or (m is None and re.search(r"(^|\s)-", line)):
             raise UserError(f"{where} carries a pip option; a pins file holds name==version pins only ({_FIX})")
@@ -162,7 +162,7 @@ def read(path: Path, need_hashes: bool = False) -> tuple[str, bool]:
         digests = re.findall(r"--hash=sha256:(\S*)", m[4])
         bad = [d for d in digests if not re.fullmatch(r"[0-9a-f]{64}", d)]
         if bad:
-            raise UserError(f"{where}: {grammar.describe(bad[0])} is not a sha256 (64 lowercase hex digits): cut short? "
+            raise UserError(f"{where}: {redact.describe(bad[0])} is not a sha256 (64 lowercase hex digits): cut short? "
                             f"({_FIX})")
         locked.append(bool(digests))
     says_locked = "hash-locked" in header

@@ -26,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from . import net
+from . import net, redact
 from .errors import BuilderError, EnvironmentProblem, UserError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -217,7 +217,7 @@ class SimpleIndex:
                 files = project_files(body.decode("utf-8", "replace"), content_type, answered)
             except (ValueError, RecursionError) as exc:  # an index that answers garbage is the environment's fault
                 raise EnvironmentProblem(f"{answered}: the index answers no simple-API project page "
-                                         f"({net.redact(str(exc))[:200]})") from None
+                                         f"({redact.redact(str(exc))[:200]})") from None
             self._projects[name] = [f for f in files if not f.yanked]
         return self._projects[name]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from . import net
+from . import net, redact
 
 if TYPE_CHECKING:
     import requests
@@ -64,7 +64,7 @@ class RegistryPath:
         naming `flag` otherwise. `given`: the registry is the command's own (BUILDER_REGISTRY_USER / _PASSWORD may
         apply to it: net.env_credentials_apply); a host (str): its own only when it is that host."""
         from .errors import UserError
-        from .grammar import describe
+        from .redact import describe
         from .imageref import ImageRef
 
         path = re.sub(r"^(docker|https?)://", "", value).rstrip("/")
@@ -434,7 +434,7 @@ def realm_trusted(challenge: str, host: str) -> str:
     realm = dict(re.findall(r'(\w+)="([^"]*)"', challenge)).get("realm", "")
     if realm.startswith("https://") or net.same_host(urlsplit(realm).netloc.rpartition("@")[2], host):
         return ""
-    return net.redact(realm)[:200] or "no realm"
+    return redact.redact(realm)[:200] or "no realm"
 
 
 def pick(images: list[dict], platform: str) -> dict:
@@ -448,5 +448,5 @@ def pick(images: list[dict], platform: str) -> dict:
 
 
 def first_line(exc: BaseException) -> str:
-    text = net.redact(str(exc)).strip()
+    text = redact.redact(str(exc)).strip()
     return (text.splitlines()[0][:200] if text else type(exc).__name__)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import grammar
+from . import grammar, redact
 from .archs import KNOB_FORMATS
 from .errors import UserError
 
@@ -1222,8 +1222,8 @@ class _Checker:
 
 
 def _shown(value) -> str:
-    """A value in a message: redacted, then cut (grammar.describe)."""
-    return grammar.describe(value, 30)
+    """A value in a message: redacted, then cut (redact.describe)."""
+    return redact.describe(value, 30)
 
 
 def _container(kind) -> tuple[type, ...]:

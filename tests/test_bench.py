@@ -392,7 +392,7 @@ printf '{"duration": 1.0, "completed": 4, "request_throughput": %s, "p99_ttft_ms
 def test_one_discarded_warm_up_pass_comes_before_the_three_measured_repeats(tiny, tmp_path):
     """The engine (the stand-in server, a TEST DOUBLE) booted once: the workload's first pass is run and kept
     out of the figures, then three measured runs (the default) give the median and the spread."""
-    from builder.deploy.engine import ProcessLauncher
+    from builder.deploy.runtime.engine import ProcessLauncher
     from builder.deploy.smoke import Model
 
     from .helpers import stand_in_cell
@@ -421,7 +421,7 @@ def test_the_boot_state_is_measured_at_the_cache_root_cold_then_warm(tiny, tmp_p
     """The process route with the cell's caches under a root (the stand-in server, a TEST DOUBLE, compiles into each
     cache it is given): the first boot finds the root empty and compiles (cold), the second finds those files and
     compiles nothing new (warm; only its lock files are written again). Measured: files at boot, files written."""
-    from builder.deploy.engine import ProcessLauncher
+    from builder.deploy.runtime.engine import ProcessLauncher
     from builder.deploy.smoke import Model, process_cache_env
 
     from .helpers import stand_in_cell

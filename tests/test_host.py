@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from builder.deploy import gpus as gpus_mod
+from builder.deploy.runtime import gpus as gpus_mod
 from builder.deploy import host
 
 from .helpers import REPO

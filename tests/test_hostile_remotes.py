@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import net
+from builder import net, redact
 from builder.errors import UserError
 
 from . import hardening_cases as hc
@@ -121,33 +121,33 @@ def test_lock_honours_the_remote_timeout(monkeypatch):
 
 @pytest.mark.pure
 def test_redaction_of_credentials_in_urls():
-    assert net.redact("GET http://user:s3cret@127.0.0.1:8080/simple failed") == "GET http://***@127.0.0.1:8080/simple failed"
-    assert net.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
-    assert net.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
-    assert net.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
+    assert redact.redact("GET http://user:s3cret@127.0.0.1:8080/simple failed") == "GET http://***@127.0.0.1:8080/simple failed"
+    assert redact.redact("--registry 'bob:s3cret@ghcr.io/acme'") == "--registry '***@ghcr.io/acme'"
+    assert redact.redact("debian:12@sha256:" + "a" * 64) == "debian:12@sha256:" + "a" * 64
+    assert redact.redact("docker.io/x@sha256:aa and a@b.c") == "docker.io/x@sha256:aa and a@b.c"
     # a URL's query values (tokens, signatures), a registry reference's too; the names stay
-    assert net.redact("redis://h:6379/0?password=s3cret&db=1") == "redis://h:6379/0?password=***&db=***"
-    assert net.redact("'127.0.0.1:9/cache?token=s3cret' is not") == "'127.0.0.1:9/cache?token=***' is not"
-    assert net.redact("it takes no ?query or #fragment; is this a registry?") == "it takes no ?query or #fragment; is this a registry?"
+    assert redact.redact("redis://h:6379/0?password=s3cret&db=1") == "redis://h:6379/0?password=***&db=***"
+    assert redact.redact("'127.0.0.1:9/cache?token=s3cret' is not") == "'127.0.0.1:9/cache?token=***' is not"
+    assert redact.redact("it takes no ?query or #fragment; is this a registry?") == "it takes no ?query or #fragment; is this a registry?"
     # a URL joined into a path (one slash), a password holding an @
-    assert net.redact("/here/https:/bob:s3cret@h/ca.pem") == "/here/https:/***@h/ca.pem"
-    assert net.redact("https://bob:p@ss@h/x") == "https://***@h/x"
+    assert redact.redact("/here/https:/bob:s3cret@h/ca.pem") == "/here/https:/***@h/ca.pem"
+    assert redact.redact("https://bob:p@ss@h/x") == "https://***@h/x"
 
 
 @pytest.mark.pure
 def test_a_value_is_redacted_before_it_is_cut(monkeypatch):
     """Issue 28: reprlib's cut left `'bob:s3cr3t-m...'` (no @ any more: the redaction missed it)."""
-    from builder import grammar
+    from builder import redact as redact_mod
 
     secret = "s3cr3t-marker-pw"
     for value in (f"bob:{secret}@127.0.0.1:5000/builder-test", f"https://bob:{secret * 4}@mirror.example/simple/x/y",
                   f"redis://127.0.0.1:6379/0?password={secret}", [f"https://bob:{secret}@m/x"] * 3,
                   {f"bob:{secret}@m/x": f"https://:{secret}@h"}):
         for width in (20, 30, 80):
-            shown = grammar.describe(value, width)
+            shown = redact_mod.describe(value, width)
             assert not any(secret[i:i + 4] in shown for i in range(len(secret) - 3)), (value, width, shown)
     monkeypatch.setenv("BUILDER_REGISTRY_PASSWORD", "plain-" + secret)
-    assert net.redact(f"a message with plain-{secret} in it") == "a message with *** in it"
+    assert redact.redact(f"a message with plain-{secret} in it") == "a message with *** in it"
 
 
 def test_a_push_the_registry_did_not_keep_is_not_reported_as_pushed(tmp_path):
@@ -329,7 +329,7 @@ def test_no_credential_in_any_accepted_place_reaches_a_debug_line_a_message_or_a
     """Issue 28: a password in defaults.mirrors or defaults.registry was printed in the refusal (the value was cut
     to `bob:s3cr3t-m...` before the redaction, which then no longer saw a user:password@), a compile-cache URL's
     ?query was echoed, defaults.index showed part of the password. Now every value is redacted before it is cut
-    (grammar.describe), and a URL's query values and the secret variables' values are redacted wherever they
+    (redact.describe), and a URL's query values and the secret variables' values are redacted wherever they
     appear. Every place a URL or a registry is accepted (matrix defaults: index, mirrors, registry, cache remotes,
     the compile cache and its scheduler; the flags; the environment), each run with --debug (every command line
     and the traceback printed): the marker is in no output and in no file builder wrote."""

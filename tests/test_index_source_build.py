@@ -183,7 +183,7 @@ def _jit_layer(cell, image: str, hide: dict[str, str] | None = None):
     """The smoke JIT layer (builder/deploy/smoke/layers.py) in a container of `image`; `hide`: host dir -> container
     path mounted over it (an empty directory hides what the image has there). Returns (result, seconds)."""
     from builder.deploy.smoke import layers
-    from builder.deploy.engine import DockerLauncher
+    from builder.deploy.runtime.engine import DockerLauncher
 
     launcher = DockerLauncher(image, mounts=dict(hide or {}))
     opts = layers.SmokeOptions(strategies=cell.strategies, model=layers.Model.resolve("tiny"))

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from builder.deploy import gpus
+from builder.deploy.runtime import gpus
 
 from .helpers import REPO
 

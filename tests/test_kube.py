@@ -14,8 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from builder.deploy import kube, runflags, serve
-from builder.deploy.gpus import Gpu, HostGpus
+from builder.deploy import runflags
+from builder.deploy.serve import kube
+from builder.deploy.serve import docker as serve
+from builder.deploy.runtime.gpus import Gpu, HostGpus
 from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.image import labels as labels_mod

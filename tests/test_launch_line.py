@@ -13,12 +13,12 @@ import re
 import pytest
 
 from builder import plan, render
-from builder.deploy import serve
+from builder.deploy.serve import docker as serve
 from builder.engines import load_knowledge
 from builder.matrix import Selection, load
 from builder.resolve import select
 from builder.deploy.smoke import layers
-from builder.deploy.engine import DockerLauncher, ProcessLauncher
+from builder.deploy.runtime.engine import DockerLauncher, ProcessLauncher
 
 from .helpers import MATRIX
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.pure
 PACKAGE = Path(__file__).resolve().parent.parent / "builder"
 
 # Modules every other one may build on; they import only each other.
-FOUNDATION = {"errors", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "imageref",
+FOUNDATION = {"errors", "redact", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "imageref",
               "owner", "templates", "epoch", "compile_cache"}
 # Modules that talk to a registry, an index or a download without being the wheel cache.
 NETWORK_USERS = {"image.publish", "deploy.subject", "registry_api", "image.reuse", "doctor", "lock", "download", "pypi",
@@ -144,8 +144,16 @@ def test_the_foundation_imports_nothing_above_it(graph):
     assert {m: t for m, t in upward.items() if t} == {}
 
 
-def test_net_stands_on_errors_alone(graph):
-    assert graph["net"] <= {"errors"}
+def test_net_stands_on_errors_and_redact_alone(graph):
+    assert graph["net"] <= {"errors", "redact"}
+
+
+def test_what_a_message_may_say_is_the_ground_floor(graph):
+    """builder/redact.py (redaction and describe) imports nothing of builder; the grammar and the image reference
+    stand on it, not on the network (they imported net for redact alone: two floors more)."""
+    assert graph["redact"] == set()
+    assert "redact" in graph["grammar"] and "net" not in graph["grammar"]
+    assert "redact" in graph["imageref"] and "net" not in graph["imageref"]
 
 
 def test_the_network_is_nets_and_not_the_wheel_caches(graph):
@@ -177,8 +185,8 @@ def test_the_deployers_side_stands_apart_from_the_build(graph):
     reaches = {m: sorted(t for t in graph[m] if unit(t) in build_side)
                for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in reaches.items() if t} == {}
-    assert {"deploy.subject", "deploy.gpus", "deploy.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
-            "deploy.host", "deploy.serve"} <= set(graph)
+    assert {"deploy.subject", "deploy.runtime.gpus", "deploy.runtime.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
+            "deploy.host", "deploy.serve.docker", "deploy.serve.kube"} <= set(graph)
 
 
 # The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI
@@ -194,10 +202,17 @@ def test_the_image_room_stands_below_the_build_and_the_deployer(graph):
     assert {"image.labels", "image.launchline", "image.ledger", "image.reuse", "image.oci", "image.publish"} <= set(graph)
 
 
+# deploy/warm/ makes an image (the cold image plus one layer) and pushes it beside its cold image: it takes the
+# image's archive and its publication, as the build's image and publish steps do
+WARM_TAKES = {"image.oci", "image.publish"}
+
+
 def test_the_deployer_takes_only_the_images_contract(graph):
-    """deploy/ reads an image through its contract (labels, launch line): never its record, reuse or publication;
-    and the render (the build's side of the contract) imports nothing of deploy/."""
-    taken = {m: sorted(t for t in graph[m] if unit(t) == "image" and t not in IMAGE_CONTRACT | {"image"})
+    """deploy/ reads an image through its contract (labels, launch line): never its record, reuse or publication
+    (deploy/warm/, which makes and pushes the warm image, takes its archive and publication too); and the render
+    (the build's side of the contract) imports nothing of deploy/."""
+    taken = {m: sorted(t for t in graph[m] if unit(t) == "image" and t not in IMAGE_CONTRACT | {"image"}
+                       and not (m.startswith("deploy.warm") and t in WARM_TAKES))
              for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in taken.items() if t} == {}
     assert not [t for t in graph["render"] if unit(t) == "deploy"]
@@ -263,7 +278,7 @@ def test_only_the_cli_entry_installs_signal_handlers():
     assert sorted(set(installs)) == ["cli.app"]
 
 
-# -- one docker client per side: the docker CLI through builder/docker.py, the SDK in deploy/engine.py ----------
+# -- one docker client per side: the docker CLI through builder/docker.py, the SDK in deploy/runtime/engine.py ----------
 SPAWNERS = {"run", "Popen", "call", "check_call", "check_output"}
 
 
@@ -335,7 +350,7 @@ def test_only_docker_py_runs_the_docker_cli():
 
 
 def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
-    """The deployer's side talks to the daemon through the docker SDK, made in one place (deploy/engine.py
+    """The deployer's side talks to the daemon through the docker SDK, made in one place (deploy/runtime/engine.py
     `docker_client`); the build side through the docker CLI (builder/docker.py)."""
     users = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -344,4 +359,4 @@ def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
                 users.append(module_name(path, PACKAGE))
             elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "docker":
                 users.append(module_name(path, PACKAGE))
-    assert sorted(set(users)) == ["deploy.engine"]
+    assert sorted(set(users)) == ["deploy.runtime.engine"]

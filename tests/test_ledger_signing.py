@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from builder import net
+from builder import redact
 from builder.errors import UserError
 from builder.image import ledger, reuse, signing
 from builder.registry_api import Endpoint, RegistryPath
@@ -92,7 +92,7 @@ def test_the_signing_key_and_the_public_key_are_checked_and_never_said(tmp_path)
     old = os.environ.get(signing.ENV)
     os.environ[signing.ENV] = pem
     try:
-        assert pem not in net.redact(f"oops: {pem}") and "***" in net.redact(f"oops: {pem}")
+        assert pem not in redact.redact(f"oops: {pem}") and "***" in redact.redact(f"oops: {pem}")
     finally:
         os.environ.pop(signing.ENV) if old is None else os.environ.__setitem__(signing.ENV, old)
 

@@ -92,7 +92,7 @@ def test_the_next_run_drops_what_a_killed_run_left(local_bases, docker_engine, t
     launcher; those of a live owner (this test process) are kept."""
     from types import SimpleNamespace
 
-    from builder.deploy.engine import DockerLauncher
+    from builder.deploy.runtime.engine import DockerLauncher
     from builder.steps.image import drop_orphaned_run_names
 
     dead = unused_pid()

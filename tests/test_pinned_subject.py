@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from builder import render
-from builder.deploy import engine, subject
+from builder.deploy import subject
+from builder.deploy.runtime import engine
 
 from .helpers import REPO, SMOKE_MATRIX, build_stand_in, commit_image, stand_in_cell, stand_in_digest
 

@@ -24,7 +24,7 @@ from builder import resolve
 from builder.engines import load_knowledge
 from builder.errors import UserError
 from builder.deploy.smoke import Model, SmokeOptions, layers, tinymodel
-from builder.deploy.engine import ProcessLauncher
+from builder.deploy.runtime.engine import ProcessLauncher
 
 from .helpers import REPO
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder import render
-from builder.deploy import serve
+from builder.deploy.serve import docker as serve
 from builder.image import launchline
 from builder.engines import load_knowledge
 from builder.errors import UserError

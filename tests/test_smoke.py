@@ -19,8 +19,8 @@ from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import Strategy, recipe
 from builder.deploy.smoke import Model, SmokeOptions, layers, report, smoke_process, tinymodel
-from builder.deploy import engine
-from builder.deploy.engine import ProcessLauncher
+from builder.deploy.runtime import engine
+from builder.deploy.runtime.engine import ProcessLauncher
 
 from .helpers import REPO
 

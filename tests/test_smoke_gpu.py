@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from builder.deploy import gpus
+from builder.deploy.runtime import gpus
 
 from .helpers import REPO
 

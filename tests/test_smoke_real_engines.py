@@ -20,7 +20,7 @@ from builder import matrix as matrix_mod
 from builder import resolve
 from builder.engines import Strategy
 from builder.deploy.smoke import Model, SmokeOptions, layers, tinymodel
-from builder.deploy.engine import ProcessLauncher
+from builder.deploy.runtime.engine import ProcessLauncher
 
 from .helpers import REPO
 

@@ -123,7 +123,7 @@ def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path
 # -- doctor --host and bench: the warm labels read back (no Docker) ---------------------------------------------
 def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
     from builder.deploy import host
-    from builder.deploy.gpus import Gpu
+    from builder.deploy.runtime.gpus import Gpu
     from builder.image import labels
 
     lab = dict(labels.warm_written({"strategy": "MTP2", "gpu": "NVIDIA H200", "gpu-arch": "sm90", "driver": "580.95.05",
@@ -276,7 +276,7 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
 
     from builder.cli.warm import _epoch
     from builder.image import oci
-    from builder.image import warm as warm_mod
+    from builder.deploy.warm import layer as warm_mod
 
     base = base_by_digest(cold_image, tmp_path)
     layers = {}
@@ -304,7 +304,7 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
 
     from builder.cli.warm import _epoch
     from builder.image import launchline, oci
-    from builder.image import warm as warm_mod
+    from builder.deploy.warm import layer as warm_mod
 
     from .helpers import load_script
 

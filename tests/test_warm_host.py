@@ -20,8 +20,8 @@ import pytest
 from builder import matrix as matrix_mod
 from builder import plan as plan_mod
 from builder import render, resolve
-from builder.deploy import engine
-from builder.deploy import imagepaths
+from builder.deploy.runtime import engine
+from builder.deploy.runtime import imagepaths
 from builder.image import launchline
 
 from .helpers import REPO, SMOKE_MATRIX, load_script

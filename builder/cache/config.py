@@ -26,7 +26,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
-from .. import net
+from .. import redact
 from ..errors import EnvironmentProblem, UserError
 
 KINDS = ("registry", "index")
@@ -164,7 +164,7 @@ def down(label: str, exc: BaseException, doing: str = "") -> EnvironmentProblem:
     """A remote store that does not answer: exit 3, naming it and the way out."""
     import requests
 
-    text = net.redact(str(exc))
+    text = redact.redact(str(exc))
     if isinstance(exc, requests.TooManyRedirects):
         text = "it redirects in a loop (more than 30 redirects)"
     known = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out|timed out|Connection reset by peer|Connection aborted"

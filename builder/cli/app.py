@@ -11,7 +11,7 @@ import traceback
 
 import click
 
-from .. import __version__, net
+from .. import __version__, net, redact
 from ..errors import EXIT_FAILED, BuilderError, Failed, Interrupted
 
 EXIT_CODES_HELP = """\b
@@ -44,9 +44,9 @@ class VerbGroup(click.Group):
 
 def _report(ctx, message: str, trace: bool = True) -> None:
     if trace and ctx.obj and ctx.obj.get("debug"):  # the same exit code, with the traceback
-        click.echo(net.redact(traceback.format_exc()), err=True)
+        click.echo(redact.redact(traceback.format_exc()), err=True)
     if message:
-        click.secho(f"error: {net.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
+        click.secho(f"error: {redact.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
 
 
 # Which module of builder/cli declares each verb. A run imports only its verb's module: importing all of them
@@ -153,4 +153,4 @@ def main(ctx, debug):
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
         for handler in logging.getLogger().handlers:  # no user:password@ of a URL in a debug line either
-            handler.addFilter(net.RedactingFilter())
+            handler.addFilter(redact.RedactingFilter())

@@ -103,7 +103,8 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
           --launcher process --strategy none,MTP2 --repeats 3
       builder bench diff old/bench.json new/bench.json
     """
-    from ..deploy import engine, gpus, subject
+    from ..deploy import subject
+    from ..deploy.runtime import engine, gpus
     from ..deploy.bench import run as run_mod
     from ..image import launchline
     from ..deploy.bench import workload as workload_mod

@@ -16,7 +16,7 @@ from .app import main
 
 
 def serve_mod_default(name: str):
-    from ..deploy import serve as serve_mod
+    from ..deploy.serve import docker as serve_mod
 
     return getattr(serve_mod, name)
 
@@ -99,8 +99,8 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
           --model pvc:models/Qwen3.8-27B-FP8 --replicas 2 --anti-affinity --pod-monitor -o vllm.yaml
     """
     from .. import docker, grammar
-    from ..deploy import gpus as gpus_mod
-    from ..deploy import serve as serve_mod
+    from ..deploy.runtime import gpus as gpus_mod
+    from ..deploy.serve import docker as serve_mod
     from ..deploy import subject
     from ..engines import load_knowledge
     from ..image import launchline
@@ -134,7 +134,7 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     found = subject.read(image, files=kubernetes)  # the daemon's, else the registry's: nothing pulled
     launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
     if kubernetes:
-        from ..deploy import kube
+        from ..deploy.serve import kube
 
         ref = image if "@sha256:" in image else found.digest
         if "@sha256:" not in ref:

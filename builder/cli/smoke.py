@@ -80,7 +80,8 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
       builder smoke vllm-0.26.0-cu130-torch2.11.0-py312-sm90 --matrix tests/fixtures/gpu-host/matrix.toml \\
           --launcher process --strategy MTP2,MTP7 --model tiny
     """
-    from ..deploy import engine, gpus, subject
+    from ..deploy import subject
+    from ..deploy.runtime import gpus
     from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
 

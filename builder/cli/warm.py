@@ -1,6 +1,6 @@
 """`builder warm IMAGE --strategy S`: a first boot that is a warm boot. Boot the image on this host with its cache root
 empty, run smoke L3's requests (the shapes the engine compiles at its first requests), stop it, and build the warm
-image: the image plus one layer holding exactly what the boot wrote under the root (builder/image/warm.py), labelled
+image: the image plus one layer holding exactly what the boot wrote under the root (builder/deploy/warm/layer.py), labelled
 with what it was warmed for and the cold and warm boot seconds (it is booted once more from the warm layer, which
 must compile nothing beyond the engine data's warm_allowance). `--from-dir` packs a capture made elsewhere."""
 
@@ -91,11 +91,12 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
       builder warm IMAGE --strategy MTP2 --from-dir warm/<tag>   # packs a capture from another host
     """
     from .. import docker
-    from ..deploy import gpus, subject
+    from ..deploy import subject
+    from ..deploy.runtime import gpus
     from ..deploy.smoke import Model, SmokeOptions, image_caches, smoke_image
     from ..image import labels as labels_mod
     from ..image.launchline import image_paths as paths_of
-    from ..image import warm as warm_mod
+    from ..deploy.warm import layer as warm_mod
     from ..imageref import ImageRef
     from ..matrix import Selection
 
@@ -288,7 +289,7 @@ def _process_capture(cell, capture: Path, run, cache_root, image_paths: bool, re
     was cut), what it left under the root copied to capture/tree, then a warm boot from it in place that may write
     only the allowance. A cold boot that fails leaving files under the root records itself in capture/cut.json."""
     from ..deploy.smoke import image_paths as at_image_paths, process_caches, smoke_process
-    from ..image import warm as warm_mod
+    from ..deploy.warm import layer as warm_mod
 
     capture.mkdir(parents=True, exist_ok=True)
     opts = options(capture.resolve() / "logs", capture.resolve() / warm_mod.TREE)

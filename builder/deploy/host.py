@@ -20,8 +20,8 @@ from packaging.version import InvalidVersion, Version
 from .. import archs as archs_mod
 from .. import files, schema
 from . import subject as subject_mod
-from .gpus import Gpu
-from . import gpus as gpus_mod
+from .runtime.gpus import Gpu
+from .runtime import gpus as gpus_mod
 from ..image import labels as labels_mod
 from ..errors import EnvironmentProblem, UserError
 

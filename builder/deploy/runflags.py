@@ -42,7 +42,7 @@ class Gpus:
         return None if self.mode == "none" else f"device={self}" if self.mode == "ids" else "all"
 
     def choose(self, host) -> tuple[bool, str]:
-        """(start the engine with GPUs, why not) on a host whose GPUs are `host` (deploy.gpus.HostGpus)."""
+        """(start the engine with GPUs, why not) on a host whose GPUs are `host` (deploy.runtime.gpus.HostGpus)."""
         if self.mode == "none":
             return False, "--gpus none"
         if not host.present:
@@ -58,7 +58,7 @@ class Gpus:
     def for_tp(self, tp: int, host=None, flag: str = "--gpus") -> "Gpus":
         """The GPUs an engine sharded over `tp` GPUs (tensor parallel) gets: `tp` device ids. Ids given must be
         exactly `tp`; auto / all become the first `tp` GPUs of the host when its GPUs are known (`host`, a
-        deploy.gpus.HostGpus), and a host with fewer is refused; unknown, they stay as they are (choose decides)."""
+        deploy.runtime.gpus.HostGpus), and a host with fewer is refused; unknown, they stay as they are (choose decides)."""
         if tp <= 1:
             return self
         if self.mode == "none":

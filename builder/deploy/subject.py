@@ -164,7 +164,7 @@ def read(ref: str, client=None, what: str = "IMAGE", files: bool = True) -> Subj
 
 
 def read_local(ref: str, client=None) -> Subject | None:
-    from . import engine
+    from .runtime import engine
 
     if client is None:
         try:
@@ -182,7 +182,7 @@ def pinned(found: Subject, client, say=lambda s: None) -> str:
     """What smoke and bench run: exactly the image that was read, never what its tag names by then. A local image
     by its ID; one read from its registry pulled by the digest read (NAME@sha256:..., ImageRef.with_digest) and
     run by the ID that pull gave: a tag moved between the read and the run changes nothing."""
-    from . import engine
+    from .runtime import engine
 
     if found.local:
         return found.image_id or found.digest
@@ -271,7 +271,7 @@ def open_for(cell, image: str | None, launcher: str, matrix=None, sel=None):
     process launcher."""
     if launcher != "docker":
         return cell, image, None, None
-    from . import engine
+    from .runtime import engine
 
     client = engine.docker_client()  # exit 3 when the daemon does not answer
     cell, image, found = open_target(cell, image, client, matrix, sel)

@@ -46,7 +46,7 @@ BOOT_SECONDS = "io.builder.boot-seconds"
 CACHE_ROOT = "io.builder.cache-root"
 CACHE_ENV = "io.builder.cache-env"
 WARM_ALLOWANCE = "io.builder.warm-allowance"  # globs under the root a warm boot may still write (engine data)
-# a warm image (builder/image/warm.py): the image plus one layer holding what a boot compiled, and what it was warmed
+# a warm image (builder/deploy/warm/layer.py): the image plus one layer holding what a boot compiled, and what it was warmed
 # for; WARM_OF names the cold image's digest
 WARM = "io.builder.warm"
 WARM_OF = "io.builder.warm.of"

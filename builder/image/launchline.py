@@ -14,7 +14,7 @@ templates write them (dockerfiles/macros.j2 python_venv, stages/runtime.j2; test
 rendered Dockerfile to these values). They matter beyond the image because the compile caches' keys hold absolute
 paths (vLLM's compile-cache hash, DeepGEMM's include path, the model's path in vLLM's config hash: docs/warm.md): a
 capture made on a GPU host without Docker is only the image's when the engine ran there at these very paths
-(`--image-paths`: builder/deploy/imagepaths.py).
+(`--image-paths`: builder/deploy/runtime/imagepaths.py).
 """
 
 from __future__ import annotations

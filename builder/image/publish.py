@@ -27,7 +27,7 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from .. import docker
+from .. import docker, redact
 from ..errors import CommandError, EnvironmentProblem, UserError
 from ..imageref import ImageRef
 from ..registry_api import Client, RegistryPath, Unusable
@@ -409,7 +409,7 @@ def check_registry(target: Target, say: Callable[[str], None] = lambda s: None) 
             if resp.status_code >= 500 or resp.status_code == 429:
                 why = f"HTTP {resp.status_code}"
         except (*NETWORK_ERRORS, net.TooSlow) as exc:  # TooSlow: past its one deadline (a hang, a drip)
-            text = net.redact(str(exc))
+            text = redact.redact(str(exc))
             why = "connection refused" if "Connection refused" in text else \
                 (text.splitlines()[0][:200] if text else type(exc).__name__)
         finally:

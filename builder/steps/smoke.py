@@ -13,7 +13,8 @@ class SmokeStep:
     scope = "cell"
 
     def run(self, ctx: CellContext, wheel: None = None) -> StepResult:
-        from ..deploy import gpus, smoke
+        from ..deploy import smoke
+        from ..deploy.runtime import gpus
 
         cell, opts = ctx.cell, ctx.opts
         if not opts.smoke:

@@ -1,7 +1,7 @@
 """builder bench: which strategy serves fastest from this image on this host.
 
 For each strategy (none, MTP2, MTP7, DFlash2) the engine is started once as smoke L3 starts it
-(builder/deploy/engine.py: a container of the image, or a process on a GPU host without Docker; the smoke
+(builder/deploy/runtime/engine.py: a container of the image, or a process on a GPU host without Docker; the smoke
 launch line), waited for, warmed up by one discarded pass of the workload, and driven `repeats` times (3 by
 default) by a real load generator — vLLM's own `vllm bench serve`, the same client for every engine of a
 comparison (client.py says why) — with a workload from data (builder/data/bench.toml: `article` is the

@@ -1,4 +1,4 @@
-"""One engine boot per strategy (builder/deploy/engine.py: the launchers, the running engine and its boot loop,
+"""One engine boot per strategy (builder/deploy/runtime/engine.py: the launchers, the running engine and its boot loop,
 shared with smoke L3; the smoke launch line): readiness, the first request's TTFT, one discarded warm-up pass of
 the workload itself (the first pass after a boot runs slower: graphs captured, kernels compiled and cached for
 its shapes), then the load generator `repeats` times, the engine's own speculative-decoding figures (/metrics
@@ -18,9 +18,9 @@ from packaging.specifiers import SpecifierSet
 from ...engines import Strategy
 from ...errors import UserError
 from ...resolve import Cell
-from .. import gpus as gpus_mod
-from ..engine import (HUB_OFF, BootFailed, DockerLauncher, Launcher, RunningEngine, StartFailed, find_key, free_port,
-                      kv_cache_tokens)
+from ..runtime import gpus as gpus_mod
+from ..runtime.engine import (HUB_OFF, BootFailed, DockerLauncher, Launcher, RunningEngine, StartFailed, find_key,
+                              free_port, kv_cache_tokens)
 from ...image.launchline import LaunchLine
 from ..smoke import layers
 from ..strategies import NONE

@@ -5,7 +5,7 @@
 The engine knowledge it reads is data (builder/data/engines.toml: launch, health, ready_log, serve_modules,
 runtime_checks, the `smoke` table, each strategy's flags / expect / k). `layers.py` holds the layers,
 `probe.py` the script that runs inside, `tinymodel.py` the generated `--model tiny`, `report.py` the JSON /
-JUnit XML / table forms; where the engine runs, and the running engine L3 talks to, is builder/deploy/engine.py. `builder smoke` and the build step (builder/steps/smoke.py) both call here.
+JUnit XML / table forms; where the engine runs, and the running engine L3 talks to, is builder/deploy/runtime/engine.py. `builder smoke` and the build step (builder/steps/smoke.py) both call here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ...errors import UserError
 from ...image import labels as labels_mod
 from ...resolve import Cell
 from .layers import Model, SmokeOptions, run
-from ..engine import DockerLauncher, ProcessLauncher
+from ..runtime.engine import DockerLauncher, ProcessLauncher
 from ..subject import Subject, read_local
 from .report import LAYERS, SmokeReport
 
@@ -72,7 +72,7 @@ def image_paths(opts: SmokeOptions, cell: Cell, python: str, cache_root: str | N
     prefix and site-packages), CUDA_HOME and the model root as the image has them, the caches at the image's root
     (a --cache-root elsewhere is refused). What the interpreter reported."""
     from ...image.launchline import image_paths as paths_of
-    from ..imagepaths import check
+    from ..runtime.imagepaths import check
 
     paths = paths_of(cell)
     if cache_root is not None and cache_root.rstrip("/") != paths.cache_root:

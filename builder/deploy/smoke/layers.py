@@ -42,8 +42,8 @@ from ...engines import Strategy
 from ...image.launchline import LaunchLine, launch_line
 from ...resolve import Cell
 from . import tinymodel
-from ..engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
-                      kv_cache_tokens, port_in_use)
+from ..runtime.engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
+                              kv_cache_tokens, port_in_use)
 from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
 
 PROMPT = "The capital of France is"

@@ -6,7 +6,7 @@ The image's ENTRYPOINT is the engine's launch line up to the model; the argument
 line, then where it listens, then the strategy's flags: builder/image/launchline.py, the derivation render and smoke L3
 use too.
 
-What the `docker run` and the Kubernetes manifests (deploy/kube.py) share is here too: where the model comes from
+What the `docker run` and the Kubernetes manifests (deploy/serve/kube.py) share is here too: where the model comes from
 (`ModelSource`), and the boot budget (`BootBudget`) their probes are sized from — the image's measured boot (label
 io.builder.boot-seconds) plus a stated margin, or a stated default when no label records one.
 """
@@ -19,10 +19,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import docker
-from ..image import labels as labels_mod
-from ..errors import UserError
-from ..image import launchline
+from ... import docker
+from ...image import labels as labels_mod
+from ...errors import UserError
+from ...image import launchline
 
 MODEL_ROOT = launchline.MODEL_ROOT
 LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES

@@ -8,8 +8,8 @@ import json
 import os
 import subprocess
 
-from ..errors import UserError
-from ..image.launchline import ImagePaths
+from ...errors import UserError
+from ...image.launchline import ImagePaths
 
 PROBE = ("import json, sys, sysconfig; print(json.dumps({'prefix': sys.prefix, "
          "'purelib': sysconfig.get_paths()['purelib'], 'python': '%d.%d' % sys.version_info[:2]}))")

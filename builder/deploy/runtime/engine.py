@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Protocol
 
-from ..errors import EnvironmentProblem, UserError
-from ..imageref import ImageRef
-from ..owner import die_with_parent, owner
-from ..owner import alive as owner_alive
-from ..image import labels as labels_mod
-from ..image.launchline import MODEL_ROOT, LaunchLine
+from ...errors import EnvironmentProblem, UserError
+from ...imageref import ImageRef
+from ...owner import die_with_parent, owner
+from ...owner import alive as owner_alive
+from ...image import labels as labels_mod
+from ...image.launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
 
@@ -465,7 +465,7 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
     """The files the container added or changed under `root` (`docker diff` kinds 0 and 1, regular files of
     `docker cp` of the root; a file of the image written again with the same bytes left out) and the paths it wrote
     elsewhere (its ancestors and the mount points left out)."""
-    from ..files import sha256_stream
+    from ...files import sha256_stream
 
     diff = container.diff() or []
     changed = {c["Path"] for c in diff if c.get("Kind") in (0, 1)}  # 0 changed, 1 added (2 deleted)
@@ -510,7 +510,7 @@ def container_written(container, root: str, dest: Path | None, mounts: tuple[str
 def _image_sha256(container, root: str, wanted: set[str]) -> dict[str, str]:
     """{path relative to root: sha256} of the `wanted` files as the container's image holds them, read from a
     container of the image that is created and never started."""
-    from ..files import sha256_stream
+    from ...files import sha256_stream
 
     probe = container.client.containers.create(container.attrs["Image"], labels={"io.builder.smoke": "1"})
     out = {}
@@ -530,7 +530,7 @@ def snapshot(root: str) -> dict[str, tuple[int, str]]:
     """{path relative to root: (size, sha256)} of every file under a host directory (empty when it is absent): by
     content, so a cache entry an engine writes again with the same bytes (a hit that re-saves or touches it) is not
     taken for a compile."""
-    from ..files import sha256_file
+    from ...files import sha256_file
 
     out = {}
     base = Path(root)

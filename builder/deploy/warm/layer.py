@@ -18,10 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import docker
-from ..errors import UserError
-from . import labels as labels_mod
-from . import oci
+from ... import docker
+from ...errors import UserError
+from ...image import oci
 
 TREE = "tree"
 FACTS = "warm.json"

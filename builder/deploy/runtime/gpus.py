@@ -9,9 +9,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from .. import archs as archs_mod
-from .. import grammar, schema
-from ..errors import EnvironmentProblem, UserError
+from ... import archs as archs_mod
+from ... import redact, schema
+from ...errors import EnvironmentProblem, UserError
 
 QUERY = ("--query-gpu=index,name,driver_version,compute_cap", "--format=csv,noheader")
 
@@ -70,7 +70,7 @@ def parse_nvidia_smi(csv_text: str, q_text: str = "") -> list[Gpu]:
     gpus = []
     for i, line in enumerate(lines):
         fields = [f.strip() for f in line.split(",")]
-        where = f"nvidia-smi's GPU line {i + 1} ({grammar.describe(line)})"
+        where = f"nvidia-smi's GPU line {i + 1} ({redact.describe(line)})"
         if len(fields) != 4 or not re.fullmatch(r"[0-9]{1,3}", fields[0]):
             raise EnvironmentProblem(f"{where}: expected 'index, name, driver_version, compute_cap'")
         try:
@@ -108,7 +108,7 @@ def read() -> HostGpus:
         return HostGpus((), "this host has no NVIDIA GPU (nvidia-smi not found)")
     if code != 0:
         said = (err or out).strip()
-        return HostGpus((), f"nvidia-smi fails (exit {code}): {grammar.describe(said[:200])}", failed=True,
+        return HostGpus((), f"nvidia-smi fails (exit {code}): {redact.describe(said[:200])}", failed=True,
                         error=said.splitlines()[0] if said else f"exit {code}")
     _, q, _ = nvidia_smi("-q")
     gpus = parse_nvidia_smi(out, q)

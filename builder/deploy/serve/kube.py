@@ -6,7 +6,7 @@ The container is the image by digest with its own ENTRYPOINT and, as its argumen
 launch line (builder/image/launchline.py, the derivation of `docker run` and smoke L3): the strategy's real flags
 and environment, and the engine's own tensor-parallel flag for --tp N, which also asks `nvidia.com/gpu: N`. The
 probes mean what deployers ask: a startup probe whose budget is the image's measured boot plus a stated margin
-(deploy/serve.py BootBudget; the budget and why in the annotation io.builder/startup-budget), readiness on the
+(deploy/serve/docker.py BootBudget; the budget and why in the annotation io.builder/startup-budget), readiness on the
 model list (/v1/models: the model serves), liveness on the engine data's health path. /dev/shm is a memory
 emptyDir (NCCL between the TP ranks); the model comes read-only from a PVC or a node's directory; a cold image
 gets a volume at the engine data's JIT cache root with each JIT framework's cache variable pointed into it (a warm,
@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import UserError
-from ..image import labels as labels_mod
-from ..image import launchline
-from . import serve as serve_mod
+from ...errors import UserError
+from ...image import labels as labels_mod
+from ...image import launchline
+from . import docker as serve_mod
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
 GPU_FAMILY_LABEL = "nvidia.com/gpu.family"  # NVIDIA GPU feature discovery's node label
