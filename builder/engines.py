@@ -695,8 +695,8 @@ def _binary_switches(name: str, merged: dict, file: str) -> tuple[BinarySwitch, 
     return tuple(out)
 
 
-def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
-    """The Recipe of one version, from a package that load_knowledge checked against the schema."""
+def _merged_rules(name: str, pkg: dict, version: str, file: str) -> dict:
+    """The package's rules that match `version`, merged in order (a later rule's keys win; smoke key by key)."""
     v = parse_version(version, name)
     merged: dict = {}
     matched = False
@@ -711,18 +711,17 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
     if "source" not in merged:  # each rule may leave it out, so only the merged rules can miss it
         raise UserError(f"{file}: packages.{name}.rules: no rule for version {version} sets 'source' "
                         f"(expected {schema.RULE.optional['source'].noun})")
-    knobs = tuple(
-        ArchKnob(
-            format=k["format"],
-            env=k.get("env"),
-            cmake=k.get("cmake"),
-            accepted=tuple(k["accepted"]) if "accepted" in k else None,
-            threshold=k.get("threshold"),
-        )
-        for k in merged.get("arch_knobs", [])
-    )
-    builds = merged.get("builds_archs", {})
-    strategies = {
+    return merged
+
+
+def _arch_knobs(merged: dict) -> tuple[ArchKnob, ...]:
+    return tuple(ArchKnob(format=k["format"], env=k.get("env"), cmake=k.get("cmake"),
+                          accepted=tuple(k["accepted"]) if "accepted" in k else None, threshold=k.get("threshold"))
+                 for k in merged.get("arch_knobs", []))
+
+
+def _strategies(pkg: dict) -> dict[str, Strategy]:
+    return {
         sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]),
                         env=tuple(sorted(s.get("env", {}).items())), forbid_log=tuple(s.get("forbid_log", ())),
                         expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""),
@@ -730,6 +729,12 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
                                                                                        s.get("jit_modules", ()))))
         for sname, s in pkg.get("strategies", {}).items()
     }
+
+
+def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
+    """The Recipe of one version, from a package that load_knowledge checked against the schema."""
+    merged = _merged_rules(name, pkg, version, file)
+    builds = merged.get("builds_archs", {})
     return Recipe(
         name=name,
         version=version,
@@ -752,7 +757,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         build_requirements_list=tuple(merged.get("build_requirements_list", ())),
         build_command=merged.get("build_command", ""),
         build_env=tuple(sorted(merged.get("build_env", {}).items())),
-        arch_knobs=knobs,
+        arch_knobs=_arch_knobs(merged),
         builds_always=tuple(builds.get("always", ())),
         builds_switch=tuple(builds.get("switch", ())),
         compile_threads_define=merged.get("compile_threads_define", ""),
@@ -799,6 +804,6 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
                                tuple((e["min_cuda"], tuple(e["archs"])) for e in merged["cmake_archs"]["supported"]))
         if "cmake_archs" in merged else None,
         smoke=merged.get("smoke", {}),
-        strategies=strategies,
+        strategies=_strategies(pkg),
     )
 

@@ -393,6 +393,69 @@ def base_refs(m: Matrix, prof: Profile) -> dict[str, str]:
     return {k: _mirror(v.format(cuda=prof.cuda, os=prof.os), m.defaults["mirrors"]) for k, v in prof.base_images.items()}
 
 
+def _packages(m: Matrix, lock: Lock, prof: Profile, eng: Recipe, pins: dict, archs: tuple[int, ...], archs_from: str,
+              torch: str) -> list[Package]:
+    """The cell's packages: the engine, its companions at their locked pins and flash-attn, each with its source (or
+    its auto route), checked against the profile's CUDA and the archs."""
+    where, engine, version, kn = f"profiles.{prof.name}", eng.name, eng.version, m.knowledge
+    missing = [c for c in eng.companions if c not in pins]
+    if missing:
+        raise UserError(f"{LOCK_NAME}: {engine} {version} records no pin for {', '.join(missing)}; run `builder lock`")
+    recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
+    if prof.flash_attn:
+        recipes.append(kn.recipe("flash-attn", prof.flash_attn))
+    packages = []
+    for r in recipes:
+        if Version(prof.cuda) < Version(r.min_cuda):
+            raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
+        route = _auto_route(m, lock, r, prof, torch, archs) if prof.auto(r.name) else None
+        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs, prof.cuda)
+        if problems:
+            raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
+        source = (route.index if route.chosen == "index" else route.build) if route else _source(m, lock, r, prof)
+        compiles = source.kind != "index" or route is not None  # an auto package may still be compiled
+        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and compiles else {}
+        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda, base_gcc=kn.base_gcc(prof.os),
+                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and compiles else (),
+                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit"))),
+                                route=route))
+    return packages
+
+
+def _jit_of(kn, prof: Profile, eng: Recipe, archs: tuple[int, ...]):
+    """What the cell compiles at run time: its runtime_jit toolchain, serve_jit paths and JIT modules (each checked
+    against the engine data), and whether the profile prebuilds them; (jit, serve_jit, jit_modules, prebuilt)."""
+    where, engine, version = f"profiles.{prof.name}", eng.name, eng.version
+    jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
+    if eng.runtime_jit and jit is None:
+        raise UserError(f"{where}.cuda: {engine} {version} compiles kernels at run time (nvcc in the image) and CUDA "
+                        f"{prof.cuda} has no runtime_jit entry in the engine knowledge (no nvcc wheels known for it)")
+
+    serve_jit = tuple(kn.serve_jit(name, prof.python) for name in eng.serve_jit)
+    for path in serve_jit:
+        if path["needs_runtime_jit"] and jit is None:
+            raise UserError(f"{where}: {engine} {version} compiles with nvcc at its first request (serve_jit "
+                            f"{path['name']}) and its engine data gives it no runtime_jit toolchain")
+
+    jit_modules = list(kn.jit_modules_of(eng, prof.strategies))
+    for mod in jit_modules:
+        if jit is None:
+            raise UserError(f"{where}: {engine} {version} builds the JIT module {mod['name']} at its first requests and "
+                            f"its engine data gives it no runtime_jit toolchain")
+    served = {p["name"] for p in serve_jit}
+    for path, covered_by, _ in eng.jit_paths:
+        kind, _, name = covered_by.partition(".")
+        if covered_by and not ((kind == "serve_jit" and name in served) or (covered_by == "jit_modules" and jit_modules)):
+            raise UserError(f"{engine} {version}: jit_paths {path!r} is covered_by {covered_by!r}, which this version "
+                            f"does not have (serve_jit: {', '.join(sorted(served)) or 'none'}; jit_modules: "
+                            f"{len(jit_modules)})")
+    prebuilt = prof.jit.get(engine) == "prebuilt"
+    if prebuilt and not any(not m["not_built"] and set(m["archs"]) & set(archs) for m in jit_modules):
+        raise UserError(f"{where}.jit: {engine} {version} builds no JIT module (engine data jit_modules) for the archs "
+                        f"{','.join(map(str, archs))}: nothing to prebuild")
+    return jit, serve_jit, jit_modules, prebuilt
+
+
 def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
               base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
     version = prof.engines[engine]
@@ -429,55 +492,8 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
                 f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
             )
 
-    missing = [c for c in eng.companions if c not in pins]
-    if missing:
-        raise UserError(f"{LOCK_NAME}: {engine} {version} records no pin for {', '.join(missing)}; run `builder lock`")
-    recipes = [eng] + [kn.recipe(c, pins[c]) for c in eng.companions]
-    if prof.flash_attn:
-        recipes.append(kn.recipe("flash-attn", prof.flash_attn))
-    packages = []
-    for r in recipes:
-        if Version(prof.cuda) < Version(r.min_cuda):
-            raise UserError(f"{where}.cuda: {r.name} {r.version} needs CUDA >= {r.min_cuda}, the profile has {prof.cuda}")
-        route = _auto_route(m, lock, r, prof, torch, archs) if prof.auto(r.name) else None
-        problems = [] if prof.from_index(r.name) or (route and route.chosen == "index") else r.arch_problems(archs, prof.cuda)
-        if problems:
-            raise UserError(f"{archs_from} (profile {prof.name}): " + "; ".join(problems))
-        source = (route.index if route.chosen == "index" else route.build) if route else _source(m, lock, r, prof)
-        compiles = source.kind != "index" or route is not None  # an auto package may still be compiled
-        dep_pins = lock.get(r.name, r.version).deps if r.fetch_plan and compiles else {}
-        packages.append(Package(recipe=r, source=source, archs=archs, cuda=prof.cuda, base_gcc=kn.base_gcc(prof.os),
-                                nvcc_flags=kn.nvcc_append_flags(prof.cuda) if r.compiled and compiles else (),
-                                deps_pins=tuple(sorted((k, v["commit"]) for k, v in dep_pins.items() if v.get("commit"))),
-                                route=route))
-
-    jit = kn.runtime_jit(prof.cuda) if eng.runtime_jit else None
-    if eng.runtime_jit and jit is None:
-        raise UserError(f"{where}.cuda: {engine} {version} compiles kernels at run time (nvcc in the image) and CUDA "
-                        f"{prof.cuda} has no runtime_jit entry in the engine knowledge (no nvcc wheels known for it)")
-
-    serve_jit = tuple(kn.serve_jit(name, prof.python) for name in eng.serve_jit)
-    for path in serve_jit:
-        if path["needs_runtime_jit"] and jit is None:
-            raise UserError(f"{where}: {engine} {version} compiles with nvcc at its first request (serve_jit "
-                            f"{path['name']}) and its engine data gives it no runtime_jit toolchain")
-
-    jit_modules = list(kn.jit_modules_of(eng, prof.strategies))
-    for mod in jit_modules:
-        if jit is None:
-            raise UserError(f"{where}: {engine} {version} builds the JIT module {mod['name']} at its first requests and "
-                            f"its engine data gives it no runtime_jit toolchain")
-    served = {p["name"] for p in serve_jit}
-    for path, covered_by, _ in eng.jit_paths:
-        kind, _, name = covered_by.partition(".")
-        if covered_by and not ((kind == "serve_jit" and name in served) or (covered_by == "jit_modules" and jit_modules)):
-            raise UserError(f"{engine} {version}: jit_paths {path!r} is covered_by {covered_by!r}, which this version "
-                            f"does not have (serve_jit: {', '.join(sorted(served)) or 'none'}; jit_modules: "
-                            f"{len(jit_modules)})")
-    prebuilt = prof.jit.get(engine) == "prebuilt"
-    if prebuilt and not any(not m["not_built"] and set(m["archs"]) & set(archs) for m in jit_modules):
-        raise UserError(f"{where}.jit: {engine} {version} builds no JIT module (engine data jit_modules) for the archs "
-                        f"{','.join(map(str, archs))}: nothing to prebuild")
+    packages = _packages(m, lock, prof, eng, pins, archs, archs_from, torch)
+    jit, serve_jit, jit_modules, prebuilt = _jit_of(kn, prof, eng, archs)
 
     for s in prof.strategies:
         why = eng.strategy_problem(s)
