@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from builder import archs as archs_mod  # noqa: E402
 from builder.engines import recipe  # noqa: E402
-from builder.lock import Lock, _download  # noqa: E402
+from builder.lock import _download  # noqa: E402
+from builder.lockfile import Lock  # noqa: E402
 from builder.pypi import SimpleIndex  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

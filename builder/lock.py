@@ -7,100 +7,16 @@ points at, when the git host is reachable; otherwise the entry says so and build
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-import tomli_w
-
-from . import docker, files, redact, schema
+from . import docker
 from .engines import Knowledge, load_knowledge
 from .errors import UserError
 from .imageref import ImageRef
+from .lockfile import LOCK_FORMAT, Lock
 from .pypi import SimpleIndex
-
-LOCK_NAME = "matrix.lock"
-LOCK_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Locked:
-    """What the lock file says about one package version."""
-
-    name: str
-    version: str
-    requires_python: str
-    torch: str
-    pins: dict
-    sdist: dict
-    git: dict
-    deps: dict  # fetch-plan sources named by tag: name → {repository, tag, commit[, unresolved]}
-    wheels: tuple[dict, ...] = ()  # the release's Linux wheels on the index (filename, url, sha256): source = "index"
-    wheels_read: bool = False  # whether `lock` read them at all (source = "auto": none read is another fact than none)
-    torch_cuda: dict | None = None  # {"major": 12, "from": "nvidia-cuda-runtime-cu12==12.1.105"}: what its torch needs
-
-
-class Lock:
-    def __init__(self, path: Path, data: dict):
-        self.path = path
-        self.data = data
-
-    @classmethod
-    def load(cls, path: Path) -> "Lock":
-        if not path.exists() and not path.is_symlink():
-            return cls(path, {"format": LOCK_FORMAT, "packages": {}})
-        data = files.load_toml(path, "lock file", fix="; regenerate it with `builder lock`")
-        if data.get("format") != LOCK_FORMAT:
-            raise UserError(f"{path}: lock format {redact.describe(data.get('format'), 30)}, expected {LOCK_FORMAT}; run `builder lock`")
-        schema.check(str(path), data, schema.LOCK)
-        return cls(path, data)
-
-    def get(self, name: str, version: str) -> Locked:
-        key = f"{name}=={version}"
-        entry = self.data.get("packages", {}).get(key)
-        if entry is None:
-            raise UserError(f"{self.path.name}: no entry for {key}; run `builder lock` to read its metadata")
-        return Locked(
-            name=name,
-            version=version,
-            requires_python=entry.get("requires_python", ""),
-            torch=entry.get("torch", ""),
-            pins=dict(entry.get("pins", {})),
-            sdist=dict(entry.get("sdist", {})),
-            git=dict(entry.get("git", {})),
-            deps={k: dict(v) for k, v in entry.get("deps", {}).items()},
-            wheels=tuple(dict(w) for w in entry.get("wheels", ())),
-            wheels_read="wheels" in entry,
-            torch_cuda=dict(entry.get("torch_cuda", {})),
-        )
-
-    def pinned_base(self, ref: str) -> str:
-        """REF@sha256:... when the lock records the digest of base image REF, else REF unchanged."""
-        entry = self.data.get("base_images", {}).get(ref, {})
-        return f"{ref}@{entry['digest']}" if entry.get("digest") and "@" not in ref else ref
-
-    def write(self) -> None:
-        header = (
-            "# Written by `builder lock` from the packages' own published metadata. Do not edit by hand:\n"
-            "# change matrix.toml and run `builder lock` again.\n"
-        )
-        self.path.write_text(header + tomli_w.dumps(self.data))
-
-
-def comparable(data):
-    """Lock data without the reasons a tag stayed unresolved (their wording is the git client's, per host), without
-    where a base image's digest was read, and without base images no digest is known for."""
-    if isinstance(data, dict):
-        out = {k: comparable(v) for k, v in data.items() if k != "unresolved"}
-        if isinstance(out.get("base_images"), dict):
-            out["base_images"] = {k: {"digest": v.get("digest")} for k, v in out["base_images"].items()
-                                  if isinstance(v, dict) and v.get("digest")}
-            if not out["base_images"]:
-                del out["base_images"]
-        return out
-    return data
-
 
 def resolve_git_commit(repository: str, tag: str) -> tuple[str, str]:
     """(commit, "") or ("", reason) — a tag is only a pin once we know the commit it names."""
@@ -362,3 +278,48 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
     lock.data["format"] = LOCK_FORMAT
     lock.data["packages"] = dict(sorted(packages.items()))
     return lock
+
+
+def pin_git_sources(cells: list, echo=print) -> list:
+    """Cells whose git sources (and CMake dependencies) the lock knows only by tag, pinned to the commit the
+    tag names now.
+
+    `build` calls this so a host that reaches the git host builds from a verified commit even before
+    `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
+    refuses it unless --allow-unpinned).
+    """
+    from . import deps
+
+    resolved: dict[tuple[str, str], str] = {}
+
+    def resolve(repository: str, tag: str) -> str:
+        if (repository, tag) not in resolved:
+            commit, why = resolve_git_commit(repository, tag)
+            resolved[(repository, tag)] = commit
+            echo(f"{repository} {tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
+                                            if commit else f"cannot resolve ({why})"))
+        return resolved[(repository, tag)]
+
+    out = []
+    for cell in cells:
+        packages = []
+        for pkg in cell.packages:
+            src = pkg.source
+            if src.kind == "git" and not src.commit:
+                commit = resolve(src.repository, src.tag)
+                if commit:
+                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
+            if pkg.recipe.fetch_plan and not pkg.from_index and pkg.source.kind == "git" and pkg.source.commit:
+                # the commit is known now: its fetch plan is read the way `builder lock` reads it (same code)
+                refresh_fetch_plan_git(pkg.name, pkg.version, {"repository": pkg.source.repository,
+                                                               "tag": pkg.source.tag, "commit": pkg.source.commit},
+                                       pkg.recipe.source_subdir, echo, cuda=pkg.cuda)
+            if pkg.recipe.fetch_plan and not pkg.from_index:
+                pins = dict(pkg.deps_pins)
+                for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
+                    if source not in pins and (commit := resolve(repository, tag)):
+                        pins[source] = commit
+                pkg = dataclasses.replace(pkg, deps_pins=tuple(sorted(pins.items())))
+            packages.append(pkg)
+        out.append(dataclasses.replace(cell, packages=tuple(packages)))
+    return out

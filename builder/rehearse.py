@@ -560,7 +560,7 @@ def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None
     """`builder rehearse`: every package the selected cells compile with nvcc, rehearsed (`rehearse_package`);
     one result (JSON-able) per package. UserError when there is nothing to rehearse or a failure the user fixes;
     EnvironmentProblem without Docker and buildx. `say` gets the progress lines."""
-    from . import epoch, resolve, runner
+    from . import epoch, lock, resolve, runner
     from .options import build_options, wheelhouse_at
     from .plan import plan_cells
 
@@ -568,7 +568,7 @@ def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None
     stamp = epoch.resolve(m)
     opts = build_options(m, flags, stamp.value)
     runner.check_options(opts)  # --max-jobs 0, a CA bundle that is no file, ...: exit 2 before Docker
-    cells = resolve.pin_git_sources(cells, echo=say)
+    cells = lock.pin_git_sources(cells, echo=say)
     host = Host.detect()
     plans = plan_cells(cells, None, history=wheelhouse_at(m.path, flags.wheelhouse), host=host,
                        max_jobs=flags.max_jobs, nvcc_threads=flags.nvcc_threads)

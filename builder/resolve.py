@@ -19,7 +19,7 @@ from . import archs as archs_mod
 from . import grammar
 from .engines import Recipe
 from .errors import UserError
-from .lock import LOCK_NAME, Lock, refresh_fetch_plan_git, resolve_git_commit
+from .lockfile import LOCK_NAME, Lock
 from .matrix import Matrix, Profile, Selection, matches, selected_profiles
 
 
@@ -590,48 +590,3 @@ def _describe(sel: Selection, m: Matrix) -> str:
     if sel.skip:
         parts.append(f"skip {','.join(sel.skip)}")
     return "no cell matches " + ", ".join(parts) + " (see `builder plan --profile all`)"
-
-
-def pin_git_sources(cells: list, echo=print) -> list:
-    """Cells whose git sources (and CMake dependencies) the lock knows only by tag, pinned to the commit the
-    tag names now.
-
-    `build` calls this so a host that reaches the git host builds from a verified commit even before
-    `builder lock` has recorded it; where the tag cannot be resolved the source stays unpinned (and build
-    refuses it unless --allow-unpinned).
-    """
-    from . import deps
-
-    resolved: dict[tuple[str, str], str] = {}
-
-    def resolve(repository: str, tag: str) -> str:
-        if (repository, tag) not in resolved:
-            commit, why = resolve_git_commit(repository, tag)
-            resolved[(repository, tag)] = commit
-            echo(f"{repository} {tag}: " + (f"resolved to {commit} (run `builder lock` to record it)"
-                                            if commit else f"cannot resolve ({why})"))
-        return resolved[(repository, tag)]
-
-    out = []
-    for cell in cells:
-        packages = []
-        for pkg in cell.packages:
-            src = pkg.source
-            if src.kind == "git" and not src.commit:
-                commit = resolve(src.repository, src.tag)
-                if commit:
-                    pkg = dataclasses.replace(pkg, source=dataclasses.replace(src, commit=commit))
-            if pkg.recipe.fetch_plan and not pkg.from_index and pkg.source.kind == "git" and pkg.source.commit:
-                # the commit is known now: its fetch plan is read the way `builder lock` reads it (same code)
-                refresh_fetch_plan_git(pkg.name, pkg.version, {"repository": pkg.source.repository,
-                                                               "tag": pkg.source.tag, "commit": pkg.source.commit},
-                                       pkg.recipe.source_subdir, echo, cuda=pkg.cuda)
-            if pkg.recipe.fetch_plan and not pkg.from_index:
-                pins = dict(pkg.deps_pins)
-                for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):
-                    if source not in pins and (commit := resolve(repository, tag)):
-                        pins[source] = commit
-                pkg = dataclasses.replace(pkg, deps_pins=tuple(sorted(pins.items())))
-            packages.append(pkg)
-        out.append(dataclasses.replace(cell, packages=tuple(packages)))
-    return out

@@ -176,7 +176,8 @@ def test_build_reads_the_plan_of_a_source_it_pins_itself(tmp_path, monkeypatch):
     from builder import render
     from builder import plan as plan_mod
     from builder.matrix import Selection, load
-    from builder.resolve import pin_git_sources, select
+    from builder.lock import pin_git_sources
+    from builder.resolve import select
 
     from .helpers import REPO
 

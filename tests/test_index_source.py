@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 
 from builder import resolve
-from builder.lock import Lock
+from builder.lockfile import Lock
 from builder.matrix import Selection, load
 from builder.plan import format_plan, plan_cells
 from builder.render import render

@@ -138,6 +138,30 @@ def test_no_cycle_between_the_modules_and_subpackages(graph):
     assert cycles(graph) == []
 
 
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports between the package's modules (the graph has no cycle): its floors are its
+    arrows."""
+    depth: dict[str, int] = {}
+
+    def floors(m: str) -> int:
+        if m not in depth:
+            depth[m] = 0  # a cycle (test_no_cycle fails then) must not recurse forever
+            depth[m] = 1 + max((floors(t) for t in graph.get(m, ()) if t in graph), default=-1)
+        return depth[m]
+
+    chain = [max(sorted(graph), key=floors)]
+    while nxt := sorted(t for t in graph.get(chain[-1], ()) if t in graph and floors(t) == floors(chain[-1]) - 1):
+        chain.append(nxt[0])
+    return chain
+
+
+def test_the_longest_import_chain_has_at_most_15_floors(graph):
+    """Each floor is one more module a change must be read through; the engine's run added three (17 at ed4cf96:
+    grammar imported net for redact alone, resolve imported the lock verb's network code for the lock file)."""
+    chain = longest_chain(graph)
+    assert len(chain) - 1 <= 15, " -> ".join(chain)
+
+
 def test_the_foundation_imports_nothing_above_it(graph):
     assert FOUNDATION <= set(graph), sorted(FOUNDATION - set(graph))
     upward = {m: sorted(t for t in graph[m] if unit(t) not in FOUNDATION) for m in FOUNDATION}

@@ -133,7 +133,8 @@ def test_lock_resolves_a_git_tag_to_its_commit(tmp_path):
 
 def test_build_pins_a_tag_the_lock_could_not(tmp_path):
     from builder import matrix as M
-    from builder.resolve import pin_git_sources, select
+    from builder.lock import pin_git_sources
+    from builder.resolve import select
 
     commit = _repo_with_tag(tmp_path / "upstream", "v1.2")
     path = _git_package_matrix(tmp_path, str(tmp_path / "upstream"))

@@ -27,7 +27,7 @@ def _say(text: str) -> None:
 def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> None:
     """Plan, run and report the selected cells; with `target`, push what passed and move the aliases. Raises
     Failed (exit 1, or 128 + the signal when interrupted) once the closing table is printed."""
-    from .. import docker, epoch, report, runner
+    from .. import docker, epoch, lock, report, runner
 
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
@@ -37,7 +37,7 @@ def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> N
     if target is not None and not flags_.dry_run:  # the registry answers, or exit 3 before any work
         pub.check_tools()
         pub.check_registry(target, _say)
-    cells = resolve.pin_git_sources(cells, echo=_say)
+    cells = lock.pin_git_sources(cells, echo=_say)
     wheelhouse = wheelhouse_at(m.path, flags_.wheelhouse)
     cache = wheel_cache(m, flags_.wheelhouse, flags_.cache, _say)  # a remote that is down: exit 3 here
     plans = plan_mod.plan_cells(cells, cache, history=wheelhouse, max_jobs=flags_.max_jobs,

@@ -27,7 +27,8 @@ def lock(m, sel, index_url, check):
       builder lock --engine vllm   # refresh the vLLM entries only
       builder lock --check         # CI: fail when matrix.toml changed without a new lock
     """
-    from ..lock import LOCK_NAME, Lock, comparable, run_lock
+    from ..lock import run_lock
+    from ..lockfile import LOCK_NAME, Lock, comparable
 
     if sel.archs or sel.only or sel.skip or sel.base_devel or sel.base_runtime:
         raise UserError("lock: --arch, --only, --skip and --base-* select cells; lock works per package "

@@ -28,7 +28,7 @@ def verify_repro(m, sel, cell_id, flags):
       builder verify-repro cuda-ext-1.0.0-cu130-py311-sm80.90 --matrix tests/fixtures/cuda-ext/matrix.toml
       builder verify-repro vllm-0.33.0-cu130-torch2.14.0-py312-sm80.90 --json
     """
-    from .. import docker, epoch, repro, runner
+    from .. import docker, epoch, lock, repro, runner
 
     cells = {c.id: c for c in resolve.select(m, sel)}
     if cell_id not in cells:
@@ -39,7 +39,7 @@ def verify_repro(m, sel, cell_id, flags):
     click.echo(summary(m, sel, flags), err=True)  # what this run does differently, before any work
     files.writable_dir(opts.work_dir, "--work-dir")  # under a file: exit 2 now, not after the first build
     files.writable_dir(opts.log_dir, "--log-dir")
-    (cell,) = resolve.pin_git_sources([cells[cell_id]], echo=lambda s: click.echo(s, err=True))
+    (cell,) = lock.pin_git_sources([cells[cell_id]], echo=lambda s: click.echo(s, err=True))
     docker.require_buildx()
     click.echo(f"SOURCE_DATE_EPOCH={stamp.value} (from {stamp.origin})", err=True)
     verdict = repro.verify(cell, opts, lambda s: click.echo(s, err=True))
