@@ -384,3 +384,14 @@ def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
             elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "docker":
                 users.append(module_name(path, PACKAGE))
     assert sorted(set(users)) == ["deploy.runtime.engine"]
+
+
+def test_the_files_the_package_runs_from_its_own_tree_are_where_the_code_looks():
+    """A module moved into a room finds what it mounts or reads beside it: smoke's probe (mounted into every
+    image's L0-L2 and L3 containers), rehearse's programs, the templates, the fetch plans (a probe path that
+    pointed into deploy/runtime/smoke/ after the move made docker mount an empty directory: every L0 failed)."""
+    from builder import deps, rehearse, templates
+    from builder.deploy.runtime import engine
+
+    assert engine.PROBE.is_file() and engine.PROBE.name == "probe.py"
+    assert rehearse.PROGRAMS.is_dir() and templates.TEMPLATE_DIR.is_dir() and deps.PLAN_DIR.is_dir()

@@ -42,7 +42,7 @@ from ...image.launchline import MODEL_ROOT, LaunchLine
 
 log = logging.getLogger("builder.commands")
 
-PROBE = Path(__file__).with_name("smoke") / "probe.py"
+PROBE = Path(__file__).parent.parent / "smoke" / "probe.py"  # deploy/smoke/probe.py, mounted into the image
 RUN_LABEL = "io.builder.smoke.run"  # one value per smoke run: what DockerLauncher.close() removes
 MARK = "BUILDER-PROBE-RESULT: "
 
