@@ -274,7 +274,6 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
     import io
     import tarfile
 
-    from builder.cli.warm import _epoch
     from builder.image import oci
     from builder.deploy.warm import layer as warm_mod
 
@@ -285,7 +284,7 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
         (tree / "triton" / "k").mkdir(parents=True)
         (tree / "triton" / "k" / "k.cubin").write_text(text)  # same name, same size, other bytes
         packed = warm_mod.pack(tree, "/opt/jit-cache", base, [], tmp_path / "work",  # the same work dir, as `warm`
-                               "builder-test/warm-sizes:1", _epoch(cold_image))
+                               "builder-test/warm-sizes:1", warm_mod.image_epoch(cold_image))
         with oci.Archive(packed.archive) as a, tarfile.open(fileobj=io.BytesIO(a.blob(packed.layer))) as t:
             layers[run] = (packed.layer, t.extractfile("opt/jit-cache/triton/k/k.cubin").read().decode())
     assert layers["a"][1] == "run-1\n" and layers["b"][1] == "run-2\n", layers
@@ -302,7 +301,6 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     import shutil
     import tarfile
 
-    from builder.cli.warm import _epoch
     from builder.image import launchline, oci
     from builder.deploy.warm import layer as warm_mod
 
@@ -345,7 +343,7 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     # the layer, by BuildKit, FROM the cold image by digest
     base = base_by_digest(cold_image, tmp_path)
     packed = warm_mod.pack(Path(paths.cache_root), paths.cache_root, base, [], tmp_path / "work",
-                           "builder-test/ninja-warm:1", _epoch(cold_image))
+                           "builder-test/ninja-warm:1", warm_mod.image_epoch(cold_image))
     layer = tmp_path / "layer.tar.gz"
     with oci.Archive(packed.archive) as a:
         layer.write_bytes(a.blob(packed.layer))

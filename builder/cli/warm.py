@@ -38,21 +38,6 @@ def _model_hash(target: Path) -> str:
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else ""
 
 
-def _epoch(image: str) -> str:
-    """The cold image's creation time as SOURCE_DATE_EPOCH: the warm image is as old as its content."""
-    from .. import docker
-
-    import re
-    from datetime import datetime
-
-    _, out, _ = docker.probe(["docker", "image", "inspect", "--format", "{{.Created}}", image], timeout=60)
-    try:
-        return str(int(datetime.fromisoformat(re.sub(r"\.\d+", "", out.strip())).timestamp()))
-    except ValueError:  # not 0: the layer's files must not be older than the image's (warm.pack says why)
-        raise UserError(f"{image}: its creation time {out.strip()!r} is not a date: the warm layer's file times are "
-                        "taken from it") from None
-
-
 @main.command("warm")
 @click.argument("target")
 @click.option("--strategy", required=True, help="The strategy to warm the image for (e.g. MTP2): one per warm image.")
@@ -203,14 +188,13 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     code, out = docker.make_local_digest_resolvable(base, image, work / "resolve")
     if code != 0:
         raise UserError(f"{base}: BuildKit cannot resolve the image by digest here: {out[-300:]}")
-    epoch = _epoch(image)
+    epoch = warm_mod.image_epoch(image)
 
     def pack(extra: dict) -> "warm_mod.Packed":
         values = {**facts, **extra, "files": str(len(files)), "bytes": str(sum(files.values()))}
         values = {k: "" if v is None else str(v) for k, v in values.items()}
         packed = warm_mod.pack(tree, root, base, labels_mod.warm_written(values, digest), work, warm_ref, epoch)
-        docker.load_archive(packed.archive)
-        docker.point_tag(warm_ref, packed.digest)
+        warm_mod.load(packed, warm_ref)
         return packed
 
     packed = pack({})
