@@ -159,6 +159,19 @@ def test_images_json_is_replaced_atomically_and_merged(tmp_path):
         pub.load_images(path)
 
 
+@pytest.mark.pure
+def test_the_warm_table_of_images_json_is_recorded_beside_what_publish_wrote(tmp_path):
+    path = tmp_path / "images.json"
+    published = {"format": 1, "images": {"a": {"digest": "sha256:" + "0" * 64}}, "aliases": {"r:latest": {"digest": "d"}}}
+    path.write_text(json.dumps(published))
+    pub.record_warm(path, "r:t-warm-mtp2-sm90", {"digest": "sha256:" + "1" * 64})
+    pub.record_warm(path, "r:t-warm-eagle-sm90", {"digest": "sha256:" + "2" * 64})
+    data = json.loads(path.read_text())
+    assert (data["images"], data["aliases"]) == (published["images"], published["aliases"])
+    assert sorted(data["warm"]) == ["r:t-warm-eagle-sm90", "r:t-warm-mtp2-sm90"]
+    assert [p.name for p in tmp_path.iterdir()] == ["images.json"]
+
+
 def test_publish_dry_run_prints_the_push_and_needs_no_registry(tmp_path):
     res = subprocess.run([sys.executable, "-m", "builder.cli", "publish", "--matrix", str(MATRIX), "--dry-run",
                           "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "w"),

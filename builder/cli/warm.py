@@ -218,13 +218,11 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
     if push_to is not None:  # `publish` was imported where push_to was made
         repository = push_to.repository(cell.engine)
         pushed = publish.push_archive(packed.archive, repository, tag, packed.digest, False, push_to, say)
-        data = publish.load_images(push_to.images_json)
-        data["warm"][f"{repository}:{tag}"] = {
+        publish.record_warm(push_to.images_json, f"{repository}:{tag}", {
             "cell": cell.id, "digest": pushed, "pull": f"docker pull {repository}@{pushed}", "layer": packed.layer,
             "of": f"{repository}@{digest}", "strategy": strategy, "files": len(files), "bytes": sum(files.values()),
             **{k: facts.get(k) for k in ("gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256",
-                                         "engine-args", "cold-boot-s", "warm-boot-s", "captured-on")}}
-        publish.write_images(push_to.images_json, data)
+                                         "engine-args", "cold-boot-s", "warm-boot-s", "captured-on")}})
         say(f"pushed {repository}:{tag} ({pushed}) beside its cold image; wrote {push_to.images_json}")
     result = {"image": warm_ref, "digest": packed.digest, "layer": packed.layer, "of": digest, "files": len(files),
               "bytes": sum(files.values()), "cold_boot_s": facts.get("cold-boot-s"),
