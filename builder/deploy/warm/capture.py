@@ -19,7 +19,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable
 
 from ... import docker
 from ...errors import Failed, UserError
@@ -110,7 +110,7 @@ class Captured:
                 f"--strategy {self.strategy} --from-dir {Path(self.capture).name}")
 
 
-Result = Union[Warmed, Captured]
+Result = Warmed | Captured
 
 
 class BootFailed(Failed):
@@ -142,7 +142,7 @@ class Boots:
     model: Model | None
 
     @classmethod
-    def of(cls, request: Request, packing: bool) -> "Boots":
+    def of(cls, request: Request, packing: bool) -> Boots:
         run = request.run
         host = gpus.read() if run.gpus.mode != "none" else None
         return cls(request, host, Model.resolve(run.model, run.drafter) if not packing else None)
