@@ -159,6 +159,59 @@ def test_images_json_is_replaced_atomically_and_merged(tmp_path):
         pub.load_images(path)
 
 
+@pytest.mark.pure
+def test_the_warm_table_of_images_json_is_recorded_beside_what_publish_wrote(tmp_path):
+    path = tmp_path / "images.json"
+    published = {"format": 1, "images": {"a": {"digest": "sha256:" + "0" * 64}}, "aliases": {"r:latest": {"digest": "d"}}}
+    path.write_text(json.dumps(published))
+    pub.record_warm(path, "r:t-warm-mtp2-sm90", {"digest": "sha256:" + "1" * 64})
+    pub.record_warm(path, "r:t-warm-eagle-sm90", {"digest": "sha256:" + "2" * 64})
+    data = json.loads(path.read_text())
+    assert (data["images"], data["aliases"]) == (published["images"], published["aliases"])
+    assert sorted(data["warm"]) == ["r:t-warm-eagle-sm90", "r:t-warm-mtp2-sm90"]
+    assert [p.name for p in tmp_path.iterdir()] == ["images.json"]
+
+
+def images_json_writers(package: Path) -> list[str]:
+    """Modules that write images.json themselves: a call of write_images, or a table of what load_images returned
+    changed (`data["warm"][k] = ...`), anywhere but in image/publish.py. "module:line"."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package).with_suffix("").parts)
+        if module == "image.publish":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        name_of = lambda f: f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""  # noqa: E731
+        loaded = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and name_of(n.value.func) == "load_images" for t in n.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and name_of(node.func) == "write_images":
+                found.append(f"{module}:{node.lineno}")
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                base = node.value
+                while isinstance(base, ast.Subscript):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in loaded:
+                    found.append(f"{module}:{node.lineno}")
+    return found
+
+
+@pytest.mark.pure
+def test_images_json_and_its_warm_table_have_one_writer_publish(tmp_path):
+    """images.json is publish's: the cells and aliases it pushed, and the warm images `builder warm --push` pushed
+    (through publish.record_warm); no other module writes it or changes what it read of it."""
+    pkg = tmp_path / "builder"
+    (pkg / "image").mkdir(parents=True)
+    (pkg / "image" / "publish.py").write_text("def write_images(p, d): pass\n")
+    (pkg / "warm.py").write_text("from .image import publish\n"
+                                 "def f(p):\n    data = publish.load_images(p)\n    data['warm']['x'] = 1\n"
+                                 "    publish.write_images(p, data)\n")
+    assert images_json_writers(pkg) == ["warm:4", "warm:5"]
+    assert images_json_writers(REPO / "builder") == []
+
+
 def test_publish_dry_run_prints_the_push_and_needs_no_registry(tmp_path):
     res = subprocess.run([sys.executable, "-m", "builder.cli", "publish", "--matrix", str(MATRIX), "--dry-run",
                           "--wheelhouse", str(tmp_path / "wh"), "--work-dir", str(tmp_path / "w"),

@@ -120,6 +120,40 @@ def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path
     assert res.returncode == 2, res.stderr
 
 
+@pytest.mark.pure
+def test_the_request_refuses_flags_that_do_not_go_together():
+    from builder.deploy.runflags import RunFlags
+    from builder.deploy.warm.capture import Request
+    from builder.errors import UserError
+
+    docker_run, process_run = RunFlags.convert(launcher="auto"), RunFlags.convert(launcher="process")
+    with pytest.raises(UserError, match="--resume continues a cut cold boot on this host; --from-dir packs a capture: "
+                                        "give one"):
+        Request("cell", "MTP2", process_run, resume=True, from_dir=Path("warm/x"))
+    with pytest.raises(UserError, match="--launcher process captures only"):
+        Request("cell", "MTP2", process_run, registry="127.0.0.1:9/x")
+    Request("cell", "MTP2", process_run, resume=True)  # each alone is fine
+    Request("img:t", "MTP2", docker_run, registry="127.0.0.1:9/x", from_dir=Path("warm/x"))
+
+
+@pytest.mark.pure
+def test_the_results_print_as_the_verb_always_printed_them():
+    from builder.deploy.warm.capture import Captured, Warmed
+
+    warmed = Warmed(image="r/e:t-warm-mtp2-nogpu", digest="sha256:d", layer="sha256:l", of="sha256:o", files=3,
+                    bytes=12, cold_boot_s=5.0, warm_boot_s=1.5, capture="warm/t-warm-mtp2-nogpu", pushed="",
+                    cache_root="/opt/jit-cache")
+    assert list(warmed.to_json()) == ["image", "digest", "layer", "of", "files", "bytes", "cold_boot_s", "warm_boot_s",
+                                      "capture", "pushed"]
+    assert warmed.text() == "r/e:t-warm-mtp2-nogpu sha256:d: 3 files under /opt/jit-cache, cold 5.0 s, warm 1.5 s"
+    captured = Captured(capture="w/t-warm-mtp2-sm90", cache_root="/r", files=15, bytes=99, cold_boot_s=9.1,
+                        cold_boots=2, warm_boot_s=1.0, layout=None, strategy="MTP2")
+    assert list(captured.to_json()) == ["capture", "cache_root", "files", "bytes", "cold_boot_s", "cold_boots",
+                                        "warm_boot_s", "layout"]
+    assert captured.text() == ("w/t-warm-mtp2-sm90: 15 files, 99 bytes under /r, cold 9.1 s, warm 1.0 s; pack it "
+                               "where the image is: builder warm IMAGE --strategy MTP2 --from-dir t-warm-mtp2-sm90")
+
+
 # -- doctor --host and bench: the warm labels read back (no Docker) ---------------------------------------------
 def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
     from builder.deploy import host
@@ -274,7 +308,6 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
     import io
     import tarfile
 
-    from builder.cli.warm import _epoch
     from builder.image import oci
     from builder.deploy.warm import layer as warm_mod
 
@@ -285,7 +318,7 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
         (tree / "triton" / "k").mkdir(parents=True)
         (tree / "triton" / "k" / "k.cubin").write_text(text)  # same name, same size, other bytes
         packed = warm_mod.pack(tree, "/opt/jit-cache", base, [], tmp_path / "work",  # the same work dir, as `warm`
-                               "builder-test/warm-sizes:1", _epoch(cold_image))
+                               "builder-test/warm-sizes:1", warm_mod.image_epoch(cold_image))
         with oci.Archive(packed.archive) as a, tarfile.open(fileobj=io.BytesIO(a.blob(packed.layer))) as t:
             layers[run] = (packed.layer, t.extractfile("opt/jit-cache/triton/k/k.cubin").read().decode())
     assert layers["a"][1] == "run-1\n" and layers["b"][1] == "run-2\n", layers
@@ -302,7 +335,6 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     import shutil
     import tarfile
 
-    from builder.cli.warm import _epoch
     from builder.image import launchline, oci
     from builder.deploy.warm import layer as warm_mod
 
@@ -345,7 +377,7 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     # the layer, by BuildKit, FROM the cold image by digest
     base = base_by_digest(cold_image, tmp_path)
     packed = warm_mod.pack(Path(paths.cache_root), paths.cache_root, base, [], tmp_path / "work",
-                           "builder-test/ninja-warm:1", _epoch(cold_image))
+                           "builder-test/ninja-warm:1", warm_mod.image_epoch(cold_image))
     layer = tmp_path / "layer.tar.gz"
     with oci.Archive(packed.archive) as a:
         layer.write_bytes(a.blob(packed.layer))

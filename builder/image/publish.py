@@ -271,6 +271,14 @@ def write_images(path: Path, data: dict) -> None:
         raise
 
 
+def record_warm(path: Path, ref: str, entry: dict) -> None:
+    """List the warm image REF (REPO:TAG, pushed by `builder warm --push`) in images.json's `warm` table: the file
+    read, that one entry set, written again (the cells and aliases publish wrote kept as they are)."""
+    data = load_images(path)
+    data["warm"][ref] = entry
+    write_images(path, data)
+
+
 def image_entry(outcome, plan, pushed: dict, aliases: list[str], epoch: str | None) -> dict:
     cell = outcome.cell
     plan = getattr(outcome, "plan", None) or plan  # the routes build chose for `source = "auto"` packages

@@ -16,6 +16,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ... import docker
@@ -68,6 +69,16 @@ def write_capture(directory: Path, facts: dict) -> None:
     (directory / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
 
 
+def image_epoch(image: str) -> str:
+    """The cold image's creation time as SOURCE_DATE_EPOCH: the warm image is as old as its content."""
+    _, out, _ = docker.probe(["docker", "image", "inspect", "--format", "{{.Created}}", image], timeout=60)
+    try:
+        return str(int(datetime.fromisoformat(re.sub(r"\.\d+", "", out.strip())).timestamp()))
+    except ValueError:  # not 0: the layer's files must not be older than the image's (pack says why)
+        raise UserError(f"{image}: its creation time {out.strip()!r} is not a date: the warm layer's file times are "
+                        "taken from it") from None
+
+
 def dockerfile(base: str, root: str, labels: list[tuple[str, str]]) -> str:
     lines = [f"FROM {base}", f"COPY {TREE}/ {root}/"]
     lines += [f"LABEL {k}={json.dumps(v)}" for k, v in labels]
@@ -85,7 +96,7 @@ class Packed:
 def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: Path, name: str,
          epoch: str, builder: str | None = None) -> Packed:
     """Build the warm image FROM `base` (an image by digest that the daemon holds) with `tree` at `root` as one
-    layer, into an OCI archive under `work` named `name`. Nothing is loaded or tagged here."""
+    layer, into an OCI archive under `work` named `name`. Nothing is loaded or tagged here (`load` does that)."""
     files = file_list(tree)
     if not root.startswith("/"):
         raise UserError(f"the cache root {root!r} is not an absolute path")
@@ -116,3 +127,9 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     with oci.Archive(archive) as a:
         image = a.image()
     return Packed(archive, image.digest, image.layers[-1]["digest"], files)
+
+
+def load(packed: Packed, name: str) -> None:
+    """The packed archive into the local daemon, and the name NAME moved to it."""
+    docker.load_archive(packed.archive)
+    docker.point_tag(name, packed.digest)
