@@ -91,7 +91,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
       builder warm IMAGE --strategy MTP2 --from-dir warm/<tag>   # packs a capture from another host
     """
     from .. import docker
-    from ..deploy import subject
+    from ..deploy import strategies, subject
     from ..deploy.runtime import gpus
     from ..deploy.smoke import Model, SmokeOptions, image_caches, smoke_image
     from ..image import labels as labels_mod
@@ -144,7 +144,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         if capture is not None:
             raise UserError("--from-dir packs a capture into an image: that needs Docker (--launcher docker)")
         cell, _ = subject.target(target, m, Selection(), "process", matrix_path, what="warm TARGET")
-        labels_mod.check_strategy(cell.engine_recipe, strategy, cell.strategies, target)
+        strategies.check_strategy(cell.engine_recipe, strategy, cell.strategies, target)
         capture = capture_dir(ImageRef.parse(cell.ref).tag)
         result = _process_capture(cell, capture, run, cache_root, image_paths, resume, options, capture_facts, say)
         click.echo(json.dumps(result, indent=2) if as_json else
@@ -164,7 +164,7 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         raise UserError(f"{image}: already a warm image (label {labels_mod.WARM}); warm its cold image "
                         f"{labels_mod.warm(lab)['of']}")
     cell = subject.cell_from_labels(image, lab, m.knowledge if m is not None else None)
-    labels_mod.check_strategy(cell.engine_recipe, strategy, labels_mod.strategies(lab), image)
+    strategies.check_strategy(cell.engine_recipe, strategy, labels_mod.strategies(lab), image)
     if capture is not None:
         _fits_the_image(capture, facts, root, paths_of(cell))
     if not found.local:

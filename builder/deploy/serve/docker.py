@@ -23,6 +23,7 @@ from ... import docker
 from ...image import labels as labels_mod
 from ...errors import UserError
 from ...image import launchline
+from ..strategies import check_strategy
 
 MODEL_ROOT = launchline.MODEL_ROOT
 LABEL_ENGINE, LABEL_VERSION, LABEL_STRATEGIES = labels_mod.ENGINE, labels_mod.ENGINE_VERSION, labels_mod.STRATEGIES
@@ -149,7 +150,7 @@ def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Pat
         raise UserError(f"{image}: no {LABEL_ENGINE} / {LABEL_VERSION} labels: not an image builder made")
     recipe = kn.recipe(engine, version)
     built_for = labels_mod.strategies(labels)
-    labels_mod.check_strategy(recipe, strategy, built_for, image)
+    check_strategy(recipe, strategy, built_for, image)
     s = recipe.strategy(strategy)
     source = ModelSource.parse(str(model))
     if source.kind == "pvc":

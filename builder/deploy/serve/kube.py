@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ...errors import UserError
 from ...image import labels as labels_mod
 from ...image import launchline
+from ..strategies import check_strategy
 from . import docker as serve_mod
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
@@ -86,7 +87,7 @@ def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: str,
     if not engine or not version:
         raise UserError(f"{image}: no {labels_mod.ENGINE} / {labels_mod.ENGINE_VERSION} labels: not an image builder made")
     recipe = kn.recipe(engine, version)
-    labels_mod.check_strategy(recipe, strategy, labels_mod.strategies(labels), image)
+    check_strategy(recipe, strategy, labels_mod.strategies(labels), image)
     s = recipe.strategy(strategy)
     source = serve_mod.ModelSource.parse(model)
     if source.kind == "volume":
