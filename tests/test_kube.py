@@ -88,9 +88,9 @@ def test_every_shipped_cell_every_strategy_validates_against_the_kubernetes_sche
     for image, labels in IMAGES:
         recipe = kn.recipe(labels[labels_mod.ENGINE], labels[labels_mod.ENGINE_VERSION])
         for strategy in labels_mod.strategies(labels):
-            opts = kube.KubeOptions(tp=tp, replicas=2, anti_affinity=True, pod_monitor=True, cpu="16", memory="256Gi")
+            opts = kube.KubeOptions(replicas=2, anti_affinity=True, pod_monitor=True, cpu="16", memory="256Gi")
             docs = validate(kube.to_yaml(kube.manifests(image, labels, kn, strategy, "pvc:models/Qwen3.8-27B-FP8",
-                                                        opts)))
+                                                        opts, tp=tp)))
             assert [d["kind"] for d in docs] == ["Deployment", "Service", "PodMonitor"]
             c = container(docs)
             s = recipe.strategy(strategy)
@@ -111,7 +111,7 @@ def test_probes_shm_model_and_compile_cache():
     kn = load_knowledge()
     image, labels = pick("sglang")
     docs = validate(kube.to_yaml(kube.manifests(image, labels, kn, "MTP2", "hostpath:/srv/models/Q",
-                                                kube.KubeOptions(tp=8, shm="32Gi"))))
+                                                kube.KubeOptions(), tp=8, shm="32Gi")))
     dep = docs[0]
     pod, c = dep["spec"]["template"]["spec"], container(docs)
     # no boot label: the stated default, 900 s at 10 s a probe; the annotation says so

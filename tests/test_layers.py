@@ -210,7 +210,7 @@ def test_the_deployers_side_stands_apart_from_the_build(graph):
                for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in reaches.items() if t} == {}
     assert {"deploy.subject", "deploy.runtime.gpus", "deploy.runtime.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
-            "deploy.host", "deploy.serve.docker", "deploy.serve.kube"} <= set(graph)
+            "deploy.host", "deploy.serve.plan", "deploy.serve.docker", "deploy.serve.kube"} <= set(graph)
 
 
 # The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI

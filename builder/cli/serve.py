@@ -15,10 +15,10 @@ from . import flags
 from .app import main
 
 
-def serve_mod_default(name: str):
-    from ..deploy.serve import docker as serve_mod
+def plan_default(name: str):
+    from ..deploy.serve import plan as plan_mod
 
-    return getattr(serve_mod, name)
+    return getattr(plan_mod, name)
 
 
 def _bind_address(value: str) -> str:
@@ -53,7 +53,7 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
 @click.option("--gpus", default=flag_default("serve_gpus"), show_default=True, help=flags.GPUS_HELP)
 @click.option("--tp", "tp", type=flags.Number(1, 64, "a tensor-parallel size", integer=True), default=1,
               show_default=True, help=flags.TP_HELP)
-@click.option("--shm-size", "shm", default=serve_mod_default("DEFAULT_SHM"), show_default=True,
+@click.option("--shm-size", "shm", default=plan_default("DEFAULT_SHM"), show_default=True,
               help="/dev/shm for NCCL between the tensor-parallel ranks: docker's --shm-size, a memory emptyDir's "
                    "sizeLimit on Kubernetes.")
 @click.option("--drafter", default=None, help="The strategy's draft model: a directory (mounted) or a hub id "
@@ -98,68 +98,77 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
       builder serve registry.example.com/ml/vllm@sha256:… --strategy MTP2 --tp 8 --kubernetes \\
           --model pvc:models/Qwen3.8-27B-FP8 --replicas 2 --anti-affinity --pod-monitor -o vllm.yaml
     """
-    from .. import docker, grammar
-    from ..deploy.runtime import gpus as gpus_mod
-    from ..deploy.serve import docker as serve_mod
     from ..deploy import subject
+    from ..deploy.serve import plan as plan_mod
     from ..engines import load_knowledge
     from ..image import launchline
 
     tp = runflags.tp(tp)
     runflags.port(port)
     bind = _bind_address(bind)
-    given = {k: v for k, v in dict(output=output, namespace=namespace, replicas=replicas, anti_affinity=anti_affinity,
-                                    pod_monitor=pod_monitor, cpu=cpu, memory=memory,
-                                    compile_cache_claim=compile_cache_claim, gpu_family=gpu_family).items()
-             if v is not None}
-    if not kubernetes and given:
-        raise UserError(f"--{next(iter(given)).replace('_', '-')}: a Kubernetes option (give --kubernetes)")
-    if kubernetes and do_run:
-        raise UserError("--run runs the docker line; --kubernetes writes manifests (kubectl apply -f them)")
-    source = serve_mod.ModelSource.parse(model_path)
-    if not kubernetes:
-        grammar.check(grammar.image_ref, image, "IMAGE")
-        if source.kind == "dir" and not Path(model_path).is_dir():  # before the image is looked up
-            raise UserError(f"--model: {model_path} is not a directory (the checkpoint to mount)")
-    serve_mod.docker_shm(shm)  # the size's grammar, either way
-    chosen_gpus = runflags.Gpus.parse(gpus)
-    if tp > 1 and not kubernetes:  # N device ids; auto / all: the host's first N when nvidia-smi lists its GPUs,
-        # else docker's count N; more than the host has is refused before the image is looked up
-        chosen_gpus = chosen_gpus.for_tp(tp, gpus_mod.read() if chosen_gpus.mode in ("auto", "all") else None)
+    target, kube_opts = _target(kubernetes, do_run, name, {
+        "output": output, "namespace": namespace, "replicas": replicas, "anti_affinity": anti_affinity,
+        "pod_monitor": pod_monitor, "cpu": cpu, "memory": memory, "compile_cache_claim": compile_cache_claim,
+        "gpu_family": gpu_family})
+    gpus = plan_mod.check_flags(target, image, model_path, shm, gpus, tp)  # before the image is looked up
     if name is not None and not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
         raise UserError(f"--name: {name!r} is not a container name (letters, digits, '_', '.', '-')")
     extra = runflags.engine_args(engine_args)
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
     strategy = strategies.one(strategy, strategies.known(kn))  # the engine data's names, extra files included
-    found = subject.read(image, files=kubernetes)  # the daemon's, else the registry's: nothing pulled
+    found = subject.read(image, files=target.image_file)  # the daemon's, else the registry's: nothing pulled
     launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
-    if kubernetes:
-        from ..deploy.serve import kube
+    plan = plan_mod.derive(target, plan_mod.reference(target, image, found.digest), found.labels, kn, strategy,
+                           model_path, port=port, gpus=gpus, tp=tp, shm=shm, drafter=drafter, extra_args=extra)
+    if kube_opts is not None:
+        _write_manifests(plan, kube_opts, output)
+    else:
+        _docker_line(plan, image, bind, name, do_run)
 
-        ref = image if "@sha256:" in image else found.digest
-        if "@sha256:" not in ref:
-            raise UserError(f"{image}: no registry digest known (push it, then serve REPO@sha256:…): Kubernetes runs "
-                            "an image by digest")
-        opts = kube.KubeOptions(tp=tp, port=port, name=name, namespace=namespace, replicas=replicas or 1,
-                                anti_affinity=bool(anti_affinity), shm=shm, cpu=cpu, memory=memory,
-                                compile_cache_claim=compile_cache_claim, gpu_family=gpu_family,
-                                pod_monitor=bool(pod_monitor), drafter=drafter, extra_args=extra)
-        text = kube.to_yaml(kube.manifests(ref, found.labels, kn, strategy, model_path, opts))
-        if output:
-            try:
-                Path(output).write_text(text)
-            except OSError as exc:
-                raise UserError(f"-o {output}: {exc.strerror or exc}") from None
-            click.echo(f"wrote {output}", err=True)
-        else:
-            click.echo(text, nl=False)
-        return
-    # the digest read, never the tag: what runs is what was read (local: its repo digest, else its ID)
-    line = serve_mod.serve_line(found.digest or image, found.labels, kn, strategy, model_path, port=port, bind=bind,
-                                gpus="all" if chosen_gpus.mode == "auto" else str(chosen_gpus),
-                                drafter=drafter, name=name, extra_args=extra, tp=tp, shm=shm)
-    if found.digest and found.digest != image:
-        click.echo(f"# {image} read as {found.digest}: the command runs that image, wherever the tag moves", err=True)
+
+def _target(kubernetes: bool, do_run: bool, name: str | None, kube_only: dict):
+    """(the plan's target, the manifests' options): the one place --kubernetes is read. Without it a Kubernetes
+    option is refused; with it, --run."""
+    from ..deploy.serve import plan as plan_mod
+
+    given = {k: v for k, v in kube_only.items() if v is not None}
+    if not kubernetes:
+        if given:
+            raise UserError(f"--{next(iter(given)).replace('_', '-')}: a Kubernetes option (give --kubernetes)")
+        return plan_mod.DOCKER, None
+    if do_run:
+        raise UserError("--run runs the docker line; --kubernetes writes manifests (kubectl apply -f them)")
+    from ..deploy.serve import kube
+
+    opts = kube.KubeOptions(name=name, namespace=given.get("namespace"), replicas=given.get("replicas") or 1,
+                            anti_affinity=bool(given.get("anti_affinity")), cpu=given.get("cpu"),
+                            memory=given.get("memory"), compile_cache_claim=given.get("compile_cache_claim"),
+                            gpu_family=given.get("gpu_family"), pod_monitor=bool(given.get("pod_monitor")))
+    return plan_mod.KUBERNETES, opts
+
+
+def _write_manifests(plan, opts, output: str | None) -> None:
+    from ..deploy.serve import kube
+
+    text = kube.to_yaml(kube.resources(plan, opts))
+    if output:
+        try:
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise UserError(f"-o {output}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _docker_line(plan, image: str, bind: str, name: str | None, do_run: bool) -> None:
+    """Print the `docker run` of PLAN (its notes on stderr) and, with --run, run it in the foreground."""
+    from .. import docker
+    from ..deploy.serve import docker as serve_docker
+
+    line = serve_docker.line(plan, bind=bind, name=name)
+    if plan.image != image:  # the digest read, never the tag: what runs is what was read
+        click.echo(f"# {image} read as {plan.image}: the command runs that image, wherever the tag moves", err=True)
     for note in line.notes:
         click.echo(f"# {note}", err=True)
     if line.health:

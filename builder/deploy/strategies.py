@@ -1,12 +1,13 @@
 """The one reading of --strategy: names of the engine data (matched without regard to case), checked against the
-engine version and what the image was built for. smoke runs the names it is given (`all`: every strategy of the
-data; the engine data refuses, per layer, one the version cannot run); bench adds `none`, no speculation, the
-baseline of its comparison (`all`: none + every strategy the image was built for); serve starts one."""
+engine version and what the image was built for (`check_strategy`). smoke runs the names it is given (`all`: every
+strategy of the data; the engine data refuses, per layer, one the version cannot run); bench adds `none`, no
+speculation, the baseline of its comparison (`all`: none + every strategy the image was built for); serve and warm
+start one."""
 
 from __future__ import annotations
 
-from ..image import labels as labels_mod
 from ..errors import UserError
+from ..image import labels as labels_mod
 from ..schema import did_you_mean
 
 NONE = "none"  # bench's row without speculation
@@ -58,6 +59,18 @@ def bench_names(value: str, names: tuple[str, ...] | None = None) -> tuple[str, 
     return tuple(dict.fromkeys([NONE] * (NONE in got) + [n for n in got if n != NONE]))
 
 
+def check_strategy(recipe, strategy: str, built_for: list[str] | tuple[str, ...], subject: str) -> None:
+    """Refuses a strategy the engine version cannot run, or one the image was not built and smoke-tested for
+    (its io.builder.strategies label, `built_for`): what `builder serve`, `builder bench` and `builder warm` may
+    start."""
+    why = recipe.strategy_problem(strategy)
+    if why:
+        raise UserError(f"--strategy {strategy}: {why}")
+    if strategy not in built_for:
+        raise UserError(f"--strategy {strategy}: {subject} was built and smoke-tested for "
+                        f"{', '.join(built_for) or 'no strategy'} (label {labels_mod.STRATEGIES})")
+
+
 def for_bench(value: str, built_for: tuple[str, ...], recipe, subject: str,
               names: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """none + the named strategies; `all` is none + every strategy the image was built for. A strategy the
@@ -67,5 +80,5 @@ def for_bench(value: str, built_for: tuple[str, ...], recipe, subject: str,
         return (NONE, *built_for)
     for s in chosen:
         if s != NONE:
-            labels_mod.check_strategy(recipe, s, built_for, subject)
+            check_strategy(recipe, s, built_for, subject)
     return chosen

@@ -223,19 +223,6 @@ def package_facts(labels: dict[str, str], name: str) -> dict:
     return out
 
 
-def check_strategy(recipe, strategy: str, built_for: list[str] | tuple[str, ...], subject: str) -> None:
-    """Refuses a strategy the engine version cannot run, or one the image was not built and smoke-tested for
-    (its io.builder.strategies label): what `builder serve` and `builder bench` may start."""
-    from ..errors import UserError
-
-    why = recipe.strategy_problem(strategy)
-    if why:
-        raise UserError(f"--strategy {strategy}: {why}")
-    if strategy not in built_for:
-        raise UserError(f"--strategy {strategy}: {subject} was built and smoke-tested for "
-                        f"{', '.join(built_for) or 'no strategy'} (label {STRATEGIES})")
-
-
 # the labels smoke L0 holds against the plan: (label, the Cell attribute it names)
 PLAN_FIELDS = ((CELL, "id"), (ENGINE, "engine"), (ENGINE_VERSION, "version"), (CUDA, "cuda"), (TORCH, "torch"),
                (PYTHON, "python"))

@@ -1,27 +1,31 @@
-"""`builder serve IMAGE --kubernetes`: the manifests that run a published image on Kubernetes — a Deployment and a
-Service (and a prometheus-operator PodMonitor when asked) — built with lightkube's typed models, never as loose
-dicts, and written as YAML.
+"""`builder serve IMAGE --kubernetes`: a serve plan (deploy/serve/plan.py) rendered as the manifests that run a
+published image on Kubernetes — a Deployment and a Service (and a prometheus-operator PodMonitor when asked) — built
+with lightkube's typed models, never as loose dicts, and written as YAML.
 
-The container is the image by digest with its own ENTRYPOINT and, as its arguments, the rest of the strategy's
-launch line (builder/image/launchline.py, the derivation of `docker run` and smoke L3): the strategy's real flags
-and environment, and the engine's own tensor-parallel flag for --tp N, which also asks `nvidia.com/gpu: N`. The
-probes mean what deployers ask: a startup probe whose budget is the image's measured boot plus a stated margin
-(deploy/serve/docker.py BootBudget; the budget and why in the annotation io.builder/startup-budget), readiness on the
-model list (/v1/models: the model serves), liveness on the engine data's health path. /dev/shm is a memory
+The container is the image by digest with its own ENTRYPOINT and, as its arguments, the plan's: the rest of the
+strategy's launch line (builder/image/launchline.py, the derivation of `docker run` and smoke L3), the strategy's
+real flags and environment, and the engine's own tensor-parallel flag for --tp N, which also asks
+`nvidia.com/gpu: N`. The probes are the plan's: a startup probe whose budget is the image's measured boot plus a
+stated margin (plan.py BootBudget; the budget and why in the annotation io.builder/startup-budget), readiness on
+the model list (/v1/models: the model serves), liveness on the engine data's health path. /dev/shm is a memory
 emptyDir (NCCL between the TP ranks); the model comes read-only from a PVC or a node's directory; a cold image
-gets a volume at the engine data's JIT cache root with each JIT framework's cache variable pointed into it (a warm,
-jit = "prebuilt", image carries its modules and gets none).
+gets a volume at the engine data's JIT cache root with each JIT framework's cache variable pointed into it (the
+plan's compile cache; a warm, jit = "prebuilt", image carries its modules and gets none).
+
+What is Kubernetes' own is here and only here: the objects' names and labels, replicas, anti-affinity, the node
+selector on the GPU family (checked against the image's archs), requests and limits, the PodMonitor.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...errors import UserError
 from ...image import labels as labels_mod
-from ...image import launchline
-from . import docker as serve_mod
+from . import plan as plan_mod
+from .plan import DEFAULT_SHM, ServePlan
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
 GPU_FAMILY_LABEL = "nvidia.com/gpu.family"  # NVIDIA GPU feature discovery's node label
@@ -30,26 +34,21 @@ GPU_FAMILY_LABEL = "nvidia.com/gpu.family"  # NVIDIA GPU feature discovery's nod
 FAMILIES = {70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 87: "ampere", 89: "ada-lovelace",
             90: "hopper", 100: "blackwell", 103: "blackwell", 110: "blackwell", 120: "blackwell", 121: "blackwell"}
 ANNOTATION_BUDGET = "io.builder/startup-budget"
-LIVENESS_PERIOD_S = 30
-LIVENESS_TIMEOUT_S = 10  # SGLang's health path runs a one-token generation
 
 
 @dataclass(frozen=True)
 class KubeOptions:
-    tp: int = 1
-    port: int = 8000
+    """What only the manifests take (the plan holds the rest: tp, port, /dev/shm, the drafter, engine args)."""
+
     name: str | None = None
     namespace: str | None = None
     replicas: int = 1
     anti_affinity: bool = False  # replicas on different hosts (required)
-    shm: str = serve_mod.DEFAULT_SHM
     cpu: str | None = None
     memory: str | None = None
     compile_cache_claim: str | None = None  # a PVC for the compile cache (default: an emptyDir)
     gpu_family: str | None = None  # a node selector on GPU feature discovery's family label
     pod_monitor: bool = False
-    drafter: str | None = None
-    extra_args: tuple[str, ...] = ()
 
 
 def _quantity(value: str, flag: str) -> str:
@@ -69,62 +68,29 @@ def _label_value(value: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: str, opts: KubeOptions) -> list:
-    """The Deployment, the Service and (opts.pod_monitor) the PodMonitor of IMAGE (REPO@sha256:…) under STRATEGY,
-    as lightkube resources."""
-    from lightkube.generic_resource import create_namespaced_resource
-    from lightkube.models import core_v1 as core
-    from lightkube.models.apps_v1 import DeploymentSpec
-    from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
-    from lightkube.resources.apps_v1 import Deployment
-    from lightkube.resources.core_v1 import Service
-
-    if "@sha256:" not in image:
-        raise UserError(f"{image}: Kubernetes runs an image by digest (REPO@sha256:…): the digest is what smoke "
-                        "tested; a tag can be pushed again")
-    engine, version = labels_mod.engine(labels)
-    if not engine or not version:
-        raise UserError(f"{image}: no {labels_mod.ENGINE} / {labels_mod.ENGINE_VERSION} labels: not an image builder made")
-    recipe = kn.recipe(engine, version)
-    labels_mod.check_strategy(recipe, strategy, labels_mod.strategies(labels), image)
-    s = recipe.strategy(strategy)
-    source = serve_mod.ModelSource.parse(model)
-    if source.kind == "volume":
-        raise UserError(f"--model {model}: volume:NAME is a docker named volume; on Kubernetes use pvc:CLAIM[/PATH] "
-                        "or hostpath:/DIR")
-    if source.kind == "dir":
-        if not source.name.startswith("/"):
-            raise UserError(f"--model {model}: on Kubernetes the model is pvc:CLAIM[/PATH] or a node's directory "
-                            "(hostpath:/DIR, or an absolute path)")
-        source = serve_mod.ModelSource("hostpath", source.name.rstrip("/"))
-    name = _dns_name(opts.name or _label_value(f"{engine}-{strategy}".lower()).replace(".", "-").replace("_", "-"),
-                     "--name")
+def _name(plan: ServePlan, opts: KubeOptions) -> str:
+    """The objects' name, the options checked against Kubernetes' grammars and the image's archs."""
+    name = _dns_name(opts.name or _label_value(f"{plan.engine}-{plan.strategy}".lower()).replace(".", "-")
+                     .replace("_", "-"), "--name")
     if opts.namespace is not None:
         _dns_name(opts.namespace, "--namespace")
     if not 1 <= opts.replicas <= 1000:
         raise UserError(f"--replicas {opts.replicas}: from 1 to 1000")
-    shm = _quantity(opts.shm, "--shm-size")
-    archs = [int(a) for a in labels.get(labels_mod.ARCHS, "").split(",") if a.strip().isdigit()]
+    _quantity(plan.shm, "--shm-size")
     if opts.gpu_family is not None:
-        families = sorted({FAMILIES[a] for a in archs if a in FAMILIES})
+        families = sorted({FAMILIES[a] for a in plan.archs if a in FAMILIES})
         if opts.gpu_family not in families:
             raise UserError(f"--gpu-family {opts.gpu_family}: the image is compiled for {', '.join(families) or 'no known family'}"
-                            f" (label {labels_mod.ARCHS}={labels.get(labels_mod.ARCHS, '')})")
+                            f" (label {labels_mod.ARCHS}={plan.archs_label})")
+    return name
 
-    inside = source.inside
-    drafter_value = opts.drafter or s.drafter
-    values = {"model": inside, "drafter": drafter_value or "", "host": "0.0.0.0", "port": str(opts.port)}
-    args = list(launchline.launch_line(recipe, s, values, extra=tuple(opts.extra_args), tp=opts.tp).args)
-    budget = serve_mod.BootBudget.of(labels)
 
-    app = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "inference-engine"}
-    facts = {"io.builder/engine": engine, "io.builder/engine-version": version, "io.builder/strategy": strategy,
-             "io.builder/tp": str(opts.tp)}
-    if labels_mod.cell(labels):
-        facts["io.builder/cell"] = labels_mod.cell(labels) or ""
-    pod_labels = {**app, **{k: _label_value(v) for k, v in facts.items()}}
+def _volumes(plan: ServePlan, opts: KubeOptions) -> tuple[list, list, list]:
+    """(volumes, the container's mounts, its environment): /dev/shm, the model, a cold image's compile cache."""
+    from lightkube.models import core_v1 as core
 
-    volumes = [core.Volume(name="dshm", emptyDir=core.EmptyDirVolumeSource(medium="Memory", sizeLimit=shm))]
+    source, inside = plan.model, plan.model.inside
+    volumes = [core.Volume(name="dshm", emptyDir=core.EmptyDirVolumeSource(medium="Memory", sizeLimit=plan.shm))]
     mounts = [core.VolumeMount(name="dshm", mountPath="/dev/shm")]
     if source.kind == "pvc":
         volumes.append(core.Volume(name="model", persistentVolumeClaim=core.PersistentVolumeClaimVolumeSource(
@@ -133,57 +99,80 @@ def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: str,
     else:
         volumes.append(core.Volume(name="model", hostPath=core.HostPathVolumeSource(path=source.name, type="Directory")))
         mounts.append(core.VolumeMount(name="model", mountPath=inside, readOnly=True))
-    env = [core.EnvVar(name=k, value=v) for k, v in s.env]
-    # cold: what it compiles at its first requests survives a restart; a warm image (builder warm) carries it
-    if not labels_mod.jit_prebuilt(labels) and not labels_mod.warm(labels):
-        root = kn.jit_cache_root()
+    env = [core.EnvVar(name=k, value=v) for k, v in plan.env]
+    cache = plan.compile_cache
+    if cache is not None:
         volumes.append(core.Volume(name="compile-cache", persistentVolumeClaim=core.PersistentVolumeClaimVolumeSource(
             claimName=opts.compile_cache_claim)) if opts.compile_cache_claim else
             core.Volume(name="compile-cache", emptyDir=core.EmptyDirVolumeSource()))
-        mounts.append(core.VolumeMount(name="compile-cache", mountPath=root))
-        caches = {m["cache_env"]: m["cache_dir"] for m in kn.jit_modules_of(recipe, (strategy,))}
-        env += [core.EnvVar(name=k, value=v) for k, v in sorted(caches.items()) if k not in dict(s.env)]
+        mounts.append(core.VolumeMount(name="compile-cache", mountPath=cache.root))
+        env += [core.EnvVar(name=k, value=v) for k, v in cache.env]
+    return volumes, mounts, env
 
-    gpus = {GPU_RESOURCE: str(opts.tp)}
+
+def _probe(probe: plan_mod.Probe):
+    from lightkube.models import core_v1 as core
+
+    return core.Probe(httpGet=core.HTTPGetAction(path=probe.path, port="http"), periodSeconds=probe.period_s,
+                      timeoutSeconds=probe.timeout_s, failureThreshold=probe.failures)
+
+
+def _pod(plan: ServePlan, opts: KubeOptions, app: dict[str, str]):
+    """The pod: the engine's container (the plan's image, arguments, environment, GPUs and probes), its volumes,
+    anti-affinity, the node selector and the GPU toleration."""
+    from lightkube.models import core_v1 as core
+    from lightkube.models.meta_v1 import LabelSelector
+
+    volumes, mounts, env = _volumes(plan, opts)
+    gpus = {GPU_RESOURCE: str(plan.tp)}
     requests, limits = dict(gpus), dict(gpus)
     if opts.cpu:
         requests["cpu"] = _quantity(opts.cpu, "--cpu")
     if opts.memory:
         requests["memory"] = limits["memory"] = _quantity(opts.memory, "--memory")
-
-    def http(path: str):
-        return core.HTTPGetAction(path=path, port="http")
-
     container = core.Container(
-        name="engine", image=image, args=args, env=env or None,
-        ports=[core.ContainerPort(name="http", containerPort=opts.port, protocol="TCP")],
+        name="engine", image=plan.image, args=list(plan.args), env=env or None,
+        ports=[core.ContainerPort(name="http", containerPort=plan.port, protocol="TCP")],
         resources=core.ResourceRequirements(requests=requests, limits=limits),
-        volumeMounts=mounts,
-        startupProbe=core.Probe(httpGet=http(serve_mod.READY_PATH), periodSeconds=serve_mod.PROBE_PERIOD_S,
-                                timeoutSeconds=serve_mod.PROBE_TIMEOUT_S, failureThreshold=budget.failures),
-        readinessProbe=core.Probe(httpGet=http(serve_mod.READY_PATH), periodSeconds=serve_mod.PROBE_PERIOD_S,
-                                  timeoutSeconds=serve_mod.PROBE_TIMEOUT_S, failureThreshold=3),
-        livenessProbe=core.Probe(httpGet=http(recipe.health or serve_mod.READY_PATH), periodSeconds=LIVENESS_PERIOD_S,
-                                 timeoutSeconds=LIVENESS_TIMEOUT_S, failureThreshold=3),
+        volumeMounts=mounts, startupProbe=_probe(plan.startup), readinessProbe=_probe(plan.readiness),
+        livenessProbe=_probe(plan.liveness),
     )
     affinity = None
     if opts.anti_affinity:
         affinity = core.Affinity(podAntiAffinity=core.PodAntiAffinity(requiredDuringSchedulingIgnoredDuringExecution=[
             core.PodAffinityTerm(topologyKey="kubernetes.io/hostname", labelSelector=LabelSelector(matchLabels=app))]))
-    pod = core.PodSpec(
+    return core.PodSpec(
         containers=[container], volumes=volumes, affinity=affinity,
         nodeSelector={GPU_FAMILY_LABEL: opts.gpu_family} if opts.gpu_family else None,
         tolerations=[core.Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")],
     )
-    annotations = {ANNOTATION_BUDGET: budget.why}
-    meta = ObjectMeta(name=name, namespace=opts.namespace, labels=pod_labels)
+
+
+def resources(plan: ServePlan, opts: KubeOptions) -> list:
+    """The Deployment, the Service and (opts.pod_monitor) the PodMonitor of PLAN, as lightkube resources."""
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.models import core_v1 as core
+    from lightkube.models.apps_v1 import DeploymentSpec
+    from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.core_v1 import Service
+
+    name = _name(plan, opts)
+    app = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "inference-engine"}
+    facts = {"io.builder/engine": plan.engine, "io.builder/engine-version": plan.version,
+             "io.builder/strategy": plan.strategy, "io.builder/tp": str(plan.tp)}
+    if plan.cell:
+        facts["io.builder/cell"] = plan.cell
+    pod_labels = {**app, **{k: _label_value(v) for k, v in facts.items()}}
+    annotations = {ANNOTATION_BUDGET: plan.budget.why}
     deployment = Deployment(
-        metadata=meta,
+        metadata=ObjectMeta(name=name, namespace=opts.namespace, labels=pod_labels),
         spec=DeploymentSpec(
             replicas=opts.replicas, selector=LabelSelector(matchLabels=app),
-            template=core.PodTemplateSpec(metadata=ObjectMeta(labels=pod_labels, annotations=annotations), spec=pod)))
+            template=core.PodTemplateSpec(metadata=ObjectMeta(labels=pod_labels, annotations=annotations),
+                                          spec=_pod(plan, opts, app))))
     service = Service(metadata=ObjectMeta(name=name, namespace=opts.namespace, labels=pod_labels),
-                      spec=core.ServiceSpec(selector=app, ports=[core.ServicePort(name="http", port=opts.port,
+                      spec=core.ServiceSpec(selector=app, ports=[core.ServicePort(name="http", port=plan.port,
                                                                                   targetPort="http", protocol="TCP")]))
     out = [deployment, service]
     if opts.pod_monitor:
@@ -193,6 +182,15 @@ def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: str,
                               spec={"selector": {"matchLabels": app},
                                     "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}]}))
     return out
+
+
+def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: Path | str, opts: KubeOptions, *,
+              tp: int = 1, port: int = 8000, shm: str = DEFAULT_SHM, drafter: str | None = None,
+              extra_args: tuple[str, ...] = ()) -> list:
+    """The manifests of IMAGE (REPO@sha256:…, whose labels are LABELS) under STRATEGY: its plan, derived, rendered."""
+    plan = plan_mod.derive(plan_mod.KUBERNETES, image, labels, kn, strategy, model, port=port, tp=tp, shm=shm,
+                           drafter=drafter, extra_args=extra_args)
+    return resources(plan, opts)
 
 
 def to_yaml(resources: list) -> str:
