@@ -395,3 +395,31 @@ def test_the_files_the_package_runs_from_its_own_tree_are_where_the_code_looks()
 
     assert engine.PROBE.is_file() and engine.PROBE.name == "probe.py"
     assert rehearse.PROGRAMS.is_dir() and templates.TEMPLATE_DIR.is_dir() and deps.PLAN_DIR.is_dir()
+
+
+# The deployer's rooms (builder/deploy/) and what each may take of the others: runtime/ is their floor (where an engine
+# runs and what its caches hold), the proof and the measure (smoke/, bench/) run engines, serve/ prints how to run
+# one, warm/ boots through smoke's L3 and packs what the boot wrote. The loose modules (subject, strategies,
+# runflags, host) are the rooms' common ground.
+DEPLOY_ROOMS = {
+    "runtime": set(),
+    "smoke": {"runtime"},
+    "bench": {"runtime", "smoke"},
+    "serve": {"runtime"},
+    "warm": {"runtime", "smoke"},
+}
+
+
+def test_the_deployers_rooms_import_only_the_rooms_below_them(graph):
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[0] == "deploy" and parts[1] in DEPLOY_ROOMS else None
+
+    assert {room(m) for m in graph} - {None} == set(DEPLOY_ROOMS)
+    wrong = {m: sorted(t for t in graph[m] if room(t) not in (None, room(m)) and room(t) not in DEPLOY_ROOMS[room(m)])
+             for m in graph if room(m)}
+    assert {m: t for m, t in wrong.items() if t} == {}
+    # the loose modules stand below every room but runtime/ (subject reads an image through the daemon's client)
+    loose = {m: sorted(t for t in graph[m] if room(t) not in (None, "runtime"))
+             for m in graph if m.startswith("deploy.") and room(m) is None}
+    assert {m: t for m, t in loose.items() if t} == {}
