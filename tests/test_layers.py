@@ -186,7 +186,18 @@ def test_the_deployers_side_stands_apart_from_the_build(graph):
                for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in reaches.items() if t} == {}
     assert {"deploy.subject", "deploy.runtime.gpus", "deploy.runtime.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
-            "deploy.host", "deploy.serve.docker", "deploy.serve.kube"} <= set(graph)
+            "deploy.host", "deploy.serve.docker", "deploy.serve.kube", "deploy.runtime.hostenv", "deploy.warm.restore",
+            "deploy.gpuhost"} <= set(graph)
+
+
+def test_the_runtime_stands_below_the_warm_layer(graph):
+    """deploy/runtime/ (the engine, the GPUs, the image's paths, a GPU host's environment) never imports deploy/warm/:
+    the warm layer is made and restored on the runtime, not the other way round (scripts/gpu-host-run's route,
+    deploy/gpuhost.py, takes both)."""
+    reaches = {m: sorted(t for t in graph[m] if unit(t) == "deploy" and t.startswith("deploy.warm"))
+               for m in graph if m.startswith("deploy.runtime")}
+    assert {m: t for m, t in reaches.items() if t} == {}
+    assert {"deploy.runtime.hostenv", "deploy.warm.restore"} <= graph["deploy.gpuhost"]
 
 
 # The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI
