@@ -5,7 +5,7 @@
   (BUILT_IN, EXTRA), and matrix.lock (LOCK). Each file is checked key by key before anything reads it; what only
   the engine data can judge (an engine's versions, strategy names) the reader checks after.
   The JSON files builder writes for itself are read through shapes too: the image ledger's entries
-  (LEDGER_ENTRY, builder/image/ledger.py).
+  (LEDGER_ENTRY, builder/image/ledger.py). The GPU-host route's carry spec is one too (CARRY_SPEC).
 
 A type here is a description, not code that runs: `noun` is how messages spell the expectation
 ("a list of strings", "one of engine, kernels").
@@ -170,6 +170,10 @@ class ListOf:
     @property
     def noun(self) -> str:
         return f"a{' non-empty' if self.nonempty else ''} list of {self.item.plural}"
+
+    @property
+    def plural(self) -> str:
+        return f"{'non-empty ' if self.nonempty else ''}lists of {self.item.plural}"
 
 
 @dataclass(frozen=True)
@@ -1103,6 +1107,70 @@ def _device_code(value: str) -> str:
 DEVICE_CODE = _said(_device_code, "a device code like sm_90 or compute_90", "device codes like sm_90")
 # io.builder.package.<name>.binaries: per binary of the wheel, the device code it carries
 BINARIES = TableOf(Table(optional={"sass": ListOf(DEVICE_CODE), "ptx": ListOf(DEVICE_CODE)}, open=True))
+
+
+# -- the GPU-host route: a carry bundle's spec (scripts/gpu-host/<name>.toml, carried beside the bundle's parts) --
+# gpu-host-bundle reads its wheel set, gpu-host-run its [serve] table (builder/deploy/runtime/hostenv.py)
+def _host_python(value: str) -> str:
+    if not re.fullmatch(r"3\.[0-9]{1,2}", value):
+        raise ValueError("is not a Python version like \"3.12\"")
+    return value
+
+
+def _carry_requirement(value: str) -> str:
+    """A requirement pip is given as one argument (never a shell's): packaging's grammar, no option."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if value.startswith("-"):
+        raise ValueError("is an option, not a requirement (like name==1.0)")
+    try:
+        Requirement(value)
+    except InvalidRequirement as exc:  # packaging's words, without the lines that point at the column
+        raise ValueError(f"is not a requirement like name==1.0 ({str(exc).splitlines()[0]})") from None
+    return value
+
+
+def _shell_words(value: str) -> str:
+    import shlex
+
+    try:
+        shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"is not one shell-quoted string ({exc})") from None
+    return value
+
+
+def _name_value(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", value):
+        raise ValueError("is not a NAME=VALUE string")
+    return value
+
+
+CARRY_REQUIREMENT = _said(_carry_requirement, "a requirement like name==1.0", "requirements like name==1.0")
+CARRY_SERVE = Table(
+    required={"cell": Key(_grammar(grammar.bundle_name, "a cell name"), "The cell of the GPU host's matrix "
+                          "(tests/fixtures/gpu-host/matrix.toml) that smoke, bench and warm run."),
+              "engine_args": Key(_said(_shell_words, "one shell-quoted string"),
+                                 "The engine's own flags, one shell-quoted string (--engine-args).")},
+    optional={"env": Key(ListOf(_said(_name_value, "a NAME=VALUE string", "NAME=VALUE strings")),
+                         "The engine's environment on the host (--env).")})
+_CARRY_WHEELS = {
+    "python": Key(_said(_host_python, 'a Python version like "3.12"'), "The host's Python: pip downloads for it."),
+    "platforms": Key(ListOf(STR, nonempty=True), "The wheel platform tags pip downloads for (manylinux_2_28_x86_64, any)."),
+    "wheels": Key(ListOf(CARRY_REQUIREMENT), "The wheels the bundle carries besides the engine, one requirement each."),
+}
+_CARRY_MORE = {
+    "engine": Key(CARRY_REQUIREMENT, "The engine wheel (absent: a bundle of wheels only, carried with --with)."),
+    "strip": Key(ListOf(STR), "Globs of the engine wheel's members left out of the bundle."),
+    "repack": Key(TableOf(ListOf(STR), key=CARRY_REQUIREMENT),
+                  "Other wheels of the set (a requirement each) that travel without the members these globs match."),
+    "serve": Key(CARRY_SERVE, "How gpu-host-run serves the bundle: its cell, engine flags and environment."),
+}
+# the whole spec, as gpu-host-bundle checks it
+CARRY_SPEC = Table(required=_CARRY_WHEELS, optional=_CARRY_MORE)
+# the same keys as gpu-host-run reads them: [serve] given, the wheel set (gpu-host-bundle's) not needed
+CARRY_SPEC_SERVED = Table(required={"serve": _CARRY_MORE["serve"]},
+                          optional={**_CARRY_WHEELS, **{k: v for k, v in _CARRY_MORE.items() if k != "serve"}})
 
 
 def noun_of(value) -> str:

@@ -254,3 +254,65 @@ def test_bundle_then_run_end_to_end_from_local_wheels_in_parts_of_one_mib(script
     ok = gpu_host_run("install", "unit-e2e", store=store, root=script_root)
     assert ok.returncode == 0, ok.stderr
     assert value_of(store / "py-unit-e2e") == "e2e"
+
+
+# -- the spec through schema.py, the route in the package, one error tree --------------------------------------
+@pytest.mark.pure
+def test_every_spec_of_scripts_gpu_host_is_a_carry_spec_and_a_served_one_has_serve():
+    from builder import schema
+    from builder.deploy.runtime import hostenv
+
+    specs = sorted((REPO / "scripts" / "gpu-host").glob("*.toml"))
+    assert len(specs) >= 4
+    for p in specs:
+        data = hostenv.read_spec(p, schema.CARRY_SPEC)
+        if "serve" in data:
+            assert hostenv.read_spec(p, schema.CARRY_SPEC_SERVED)["serve"]["cell"]
+
+
+BAD_SPECS = {  # text -> what the one-line message names; `served`: as a run reads it (only [serve] needed)
+    ('python = "3.12"\nplatforms = ["any"]\nwheels = ["a==1"]\nwheel = []\n', False): "unknown key 'wheel'",
+    ('python = "3.12"\nplatforms = []\nwheels = []\n', False): "platforms: expected a non-empty list",
+    ('python = "3"\nplatforms = ["any"]\nwheels = []\n', False): "python: '3' is not a Python version",
+    ('python = "3.12"\nplatforms = ["any"]\nwheels = ["a (\\n"]\n', False): "wheels[0]:",
+    ('python = "3.12"\nplatforms = ["any"]\nwheels = []\n[repack]\n"a==1" = "x"\n', False): 'repack."a==1": expected a list',
+    ('python = "3.12"\nplatforms = ["any"]\nwheels = []\n[serve]\ncell = "c"\n', False): "serve: missing key 'engine_args'",
+    ('python = "3.12"\nplatforms = ["any"]\nwheels = []\n', True): "missing key 'serve'",
+    ('[serve]\ncell = "a b"\nengine_args = ""\n', True): "serve.cell: 'a b' is not a name",
+    ('[serve]\ncell = "c"\nengine_args = "\'"\n', True): "serve.engine_args:",
+    ('[serve]\ncell = "c"\nengine_args = ""\nenv = ["1A=x"]\n', True): "serve.env[0]: '1A=x' is not a NAME=VALUE",
+    ('[serve\n', True): "the spec is not TOML",
+}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("text, served, says", [(*k, v) for k, v in BAD_SPECS.items()],
+                         ids=[f"spec-{i}" for i in range(len(BAD_SPECS))])
+def test_a_bad_spec_is_refused_in_one_line_through_the_schema(text, served, says):
+    from builder import schema
+    from builder.deploy.runtime import hostenv
+    from builder.errors import EXIT_BAD_INPUT, UserError
+
+    with pytest.raises(UserError) as caught:
+        hostenv.parse_spec(text, "x/spec.toml", schema.CARRY_SPEC_SERVED if served else schema.CARRY_SPEC)
+    message = str(caught.value)
+    assert says in message and message.startswith("x/spec.toml: ") and "\n" not in message, message
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.pure
+def test_gpu_host_run_is_a_shim_over_the_package_and_both_scripts_use_builders_files_and_errors():
+    """The route is builder/deploy/gpuhost.py (the environment deploy/runtime/hostenv.py, --restore
+    deploy/warm/restore.py): the script finds its checkout and calls it. Neither script defines what builder/files.py
+    has, nor an error class of its own (builder's errors: 2 bad input, 3 the environment, 1 failed)."""
+    import ast
+
+    run = (REPO / "scripts" / "gpu-host-run").read_text()
+    assert len(run.splitlines()) <= 20
+    for script in ("gpu-host-run", "gpu-host-bundle"):
+        tree = ast.parse((REPO / "scripts" / script).read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & {"check_kind", "read_text", "sha256_file", "sha256_stream", "sha256", "_kind",
+                              "checked_spec"}, script
+        assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)], f"{script}: a class of its own"
+    assert "gpuhost.main(" in run

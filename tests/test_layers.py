@@ -210,7 +210,18 @@ def test_the_deployers_side_stands_apart_from_the_build(graph):
                for m in graph if unit(m) == "deploy"}
     assert {m: t for m, t in reaches.items() if t} == {}
     assert {"deploy.subject", "deploy.runtime.gpus", "deploy.runtime.engine", "deploy.strategies", "deploy.smoke", "deploy.bench",
-            "deploy.host", "deploy.serve.plan", "deploy.serve.docker", "deploy.serve.kube"} <= set(graph)
+            "deploy.host", "deploy.serve.plan", "deploy.serve.docker", "deploy.serve.kube", "deploy.runtime.hostenv", "deploy.warm.restore",
+            "deploy.gpuhost"} <= set(graph)
+
+
+def test_the_runtime_stands_below_the_warm_layer(graph):
+    """deploy/runtime/ (the engine, the GPUs, the image's paths, a GPU host's environment) never imports deploy/warm/:
+    the warm layer is made and restored on the runtime, not the other way round (scripts/gpu-host-run's route,
+    deploy/gpuhost.py, takes both)."""
+    reaches = {m: sorted(t for t in graph[m] if unit(t) == "deploy" and t.startswith("deploy.warm"))
+               for m in graph if m.startswith("deploy.runtime")}
+    assert {m: t for m, t in reaches.items() if t} == {}
+    assert {"deploy.runtime.hostenv", "deploy.warm.restore"} <= graph["deploy.gpuhost"]
 
 
 # The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI
@@ -399,14 +410,15 @@ def test_the_files_the_package_runs_from_its_own_tree_are_where_the_code_looks()
 
 # The deployer's rooms (builder/deploy/) and what each may take of the others: runtime/ is their floor (where an engine
 # runs and what its caches hold), the proof and the measure (smoke/, bench/) run engines, serve/ prints how to run
-# one, warm/ boots through smoke's L3 and packs what the boot wrote. The loose modules (subject, strategies,
-# runflags, host) are the rooms' common ground.
+# one, warm/ boots through smoke's L3 and packs what the boot wrote; gpuhost.py assembles a GPU host's run as a verb
+# does. The loose modules (subject, strategies, runflags, host) are the rooms' common ground.
 DEPLOY_ROOMS = {
     "runtime": set(),
     "smoke": {"runtime"},
     "bench": {"runtime", "smoke"},
     "serve": {"runtime"},
     "warm": {"runtime", "smoke"},
+    "gpuhost": {"runtime", "smoke", "warm"},  # scripts/gpu-host-run's route: a host's environment, a restore, a boot
 }
 
 

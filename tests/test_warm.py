@@ -325,7 +325,7 @@ def test_two_captures_of_the_same_sizes_but_other_bytes_give_other_layers(cold_i
     assert layers["a"][0] != layers["b"][0]
 
 
-def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_path, monkeypatch):
+def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_path):
     """FlashInfer JIT-builds its modules with ninja (deps = gcc), which rebuilds an output older than one of its
     inputs or newer than the time its deps log recorded. On the H200 a restore that stamped the layer's files with
     the restore time made the first boot rebuild fp8_blockscale_gemm_90 ("stored deps info out of date"). Here a real
@@ -336,14 +336,13 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     import tarfile
 
     from builder.image import launchline, oci
+    from builder.deploy.runtime import hostenv
     from builder.deploy.warm import layer as warm_mod
-
-    from .helpers import load_script
+    from builder.deploy.warm import restore as restore_mod
 
     ninja = shutil.which("ninja")
     assert ninja, "ninja (Debian's ninja-build) is part of the test machine: FlashInfer's JIT is what this models"
-    monkeypatch.setenv("BUILDER_CARRY_STORE", str(tmp_path / "store"))
-    ghr = load_script("gpu-host-run")
+    store = hostenv.Store(tmp_path / "store", REPO)
     py = "%d.%d" % sys.version_info[:2]
     paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
                                   cuda_home="", cache_root=str(tmp_path / "jit-cache"))
@@ -363,7 +362,7 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
 
     # capture host: the module built at the cache root, as the engine's first boot builds it
     install_bundle()
-    ghr.image_venv(["eng"], paths)
+    hostenv.image_venv(store, ["eng"], paths)
     build = Path(paths.cache_root) / "flashinfer" / "k"
     build.mkdir(parents=True)
     src = Path(paths.purelib) / "eng"
@@ -387,21 +386,21 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     # a fresh host: nothing at the cache root, the bundle installed and the venv made after the capture
     shutil.rmtree(paths.cache_root)
     install_bundle()
-    ghr.image_venv(["eng"], paths, ghr.layer_time(layer))
-    ghr.restore(layer, paths.cache_root)
+    hostenv.image_venv(store, ["eng"], paths, restore_mod.layer_time(layer))
+    restore_mod.restore(layer, paths.cache_root)
     assert explain().strip().endswith("ninja: no work to do.")
 
     # the next boot on that host, no layer: the venv is kept with its times (on the H200 a venv made anew here made
     # ninja rebuild the module), as an image's venv is between two boots
-    ghr.image_venv(["eng"], paths)
+    hostenv.image_venv(store, ["eng"], paths)
     assert explain().strip().endswith("ninja: no work to do.")
 
     # the two faults this guards against: the venv's files left at their install time (another bundle installed,
     # the venv made anew), the layer's at this moment
     install_bundle()
     (tmp_path / "store" / "installed-eng.sha256").write_text("0" * 64 + "\n")
-    ghr.image_venv(["eng"], paths)
+    hostenv.image_venv(store, ["eng"], paths)
     assert "older than most recent input" in explain()
-    ghr.image_venv(["eng"], paths, ghr.layer_time(layer))
+    hostenv.image_venv(store, ["eng"], paths, restore_mod.layer_time(layer))
     os.utime(build / "k.o")
     assert "stored deps info out of date" in explain()

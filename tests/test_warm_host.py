@@ -2,7 +2,8 @@
 (builder/image/launchline.py ImagePaths), `--image-paths` refusing an interpreter that does not run there, the process route's capture
 (a cold boot cut by its timeout and resumed, then a warm boot in place) against the stand-in engine (a TEST DOUBLE for
 a GPU engine: it writes fixed files into each compile cache its variables name), the content-based watch of the cache
-root, and scripts/gpu-host-run's venv at the image's paths and --restore. No Docker, no GPU."""
+root, and scripts/gpu-host-run's venv at the image's paths (builder/deploy/runtime/hostenv.py) and --restore
+(builder/deploy/warm/restore.py). No Docker, no GPU."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ import pytest
 from builder import matrix as matrix_mod
 from builder import plan as plan_mod
 from builder import render, resolve
-from builder.deploy.runtime import engine
+from builder.deploy.runtime import engine, hostenv
 from builder.deploy.runtime import imagepaths
+from builder.deploy.warm import restore as restore_mod
+from builder.errors import UserError
 from builder.image import launchline
 
-from .helpers import REPO, SMOKE_MATRIX, load_script
+from .helpers import REPO, SMOKE_MATRIX
 
 CELL = "stand-in-engine-1.0.0-cu130-py311-sm80.90"
 STAND_IN = REPO / "tests" / "fixtures" / "smoke" / "stand_in"
@@ -102,12 +105,11 @@ def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_pa
 
 # -- scripts/gpu-host-run: the venv at the image's paths, and --restore -----------------------------------------
 @pytest.fixture
-def ghr(tmp_path, monkeypatch):
-    monkeypatch.setenv("BUILDER_CARRY_STORE", str(tmp_path / "store"))
-    return load_script("gpu-host-run")
+def store(tmp_path):
+    return hostenv.Store(tmp_path / "store", REPO)
 
 
-def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(ghr, tmp_path):
+def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(store, tmp_path):
     site = tmp_path / "store" / "site-b"
     (site / "fakeengine").mkdir(parents=True)
     (site / "fakeengine" / "__init__.py").write_text("")
@@ -119,7 +121,7 @@ def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(
     py = "%d.%d" % sys.version_info[:2]
     paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
                          cuda_home="", cache_root=str(tmp_path / "root"))
-    python = ghr.image_venv(["b"], paths)
+    python = hostenv.image_venv(store, ["b"], paths)
     got = imagepaths.interpreter(str(python))
     assert (got["prefix"], got["purelib"]) == (paths.prefix, paths.purelib)
     purelib = Path(paths.purelib)
@@ -130,7 +132,7 @@ def test_the_image_venv_has_the_bundle_copied_in_and_this_hosts_packages_linked(
     imagepaths.check(str(python), paths, type("Cell", (), {"python": py})())  # it runs at those paths
 
 
-def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_another_bundle(ghr, tmp_path,
+def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_another_bundle(store, tmp_path,
                                                                                               monkeypatch):
     """On the H200 a boot after a restored one made the venv anew: its headers got the install's time, newer than
     the layer's FlashInfer module, and ninja rebuilt it (7 files, 155 s). An image's venv does not change between
@@ -147,18 +149,18 @@ def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_a
     host = tmp_path / "host-site-packages"  # this host's own packages, linked into the venv
     (host / "torch").mkdir(parents=True)
     monkeypatch.setattr("sysconfig.get_paths", lambda *a, **k: {"purelib": str(host)})
-    ghr.image_venv(["b"], paths, not_newer_than=1000)  # a restored boot: the venv's files at the layer's time
+    hostenv.image_venv(store, ["b"], paths, not_newer_than=1000)  # a restored boot: the venv's files at the layer's time
     assert header.stat().st_mtime == 1000
     (host / "__pycache__").mkdir()  # the boot's imports wrote bytecode of a host module: no package changed
-    ghr.image_venv(["b"], paths)  # the next boot, no layer: the same venv, the same times
+    hostenv.image_venv(store, ["b"], paths)  # the next boot, no layer: the same venv, the same times
     assert header.stat().st_mtime == 1000
     (host / "newpkg").mkdir()  # a package installed on the host: the venv's links are by name, made anew
-    ghr.image_venv(["b"], paths)
+    hostenv.image_venv(store, ["b"], paths)
     assert (Path(paths.purelib) / "newpkg").is_symlink()
     assert header.stat().st_mtime == (site / "eng" / "include" / "gemm.cuh").stat().st_mtime > 1000
-    ghr.image_venv(["b"], paths, not_newer_than=1000)
+    hostenv.image_venv(store, ["b"], paths, not_newer_than=1000)
     marker.write_text("b" * 64 + "\n")  # another bundle installed under that name
-    ghr.image_venv(["b"], paths)
+    hostenv.image_venv(store, ["b"], paths)
     assert header.stat().st_mtime > 1000
 
 
@@ -176,22 +178,22 @@ def layer_tar(path: Path, members: dict[str, bytes | None]) -> Path:
     return path
 
 
-def test_restore_puts_only_the_roots_files_there_and_refuses_anything_else(ghr, tmp_path):
+def test_restore_puts_only_the_roots_files_there_and_refuses_anything_else(tmp_path):
     root = tmp_path / "opt" / "jit-cache"
     rel = str(root).lstrip("/")
     parents = {p: None for p in [str(Path(rel).parents[i]) + "/" for i in range(len(Path(rel).parents) - 1)][::-1]}
     good = layer_tar(tmp_path / "l.tar.gz", {**parents, rel + "/": None, rel + "/triton/": None,
                                              rel + "/triton/k.cubin": b"sass"})
-    assert ghr.restore(good, str(root)) == 1
+    assert restore_mod.restore(good, str(root)) == 1
     assert (root / "triton" / "k.cubin").read_bytes() == b"sass"
-    assert (root / "triton" / "k.cubin").stat().st_mtime == ghr.layer_time(good) == 0  # the layer's own time
-    with pytest.raises(ghr.Refused, match="not empty"):
-        ghr.restore(good, str(root))
+    assert (root / "triton" / "k.cubin").stat().st_mtime == restore_mod.layer_time(good) == 0  # the layer's own time
+    with pytest.raises(UserError, match="not empty"):
+        restore_mod.restore(good, str(root))
     for name, bad in {"outside": {str(tmp_path / "etc" / "x").lstrip("/"): b"x"},
                       "whiteout": {rel + "/.wh.k": b""}}.items():
         other = tmp_path / f"other-{name}"
-        with pytest.raises(ghr.Refused, match="not a file under"):
-            ghr.restore(layer_tar(tmp_path / f"{name}.tar.gz", bad), str(other))
+        with pytest.raises(UserError, match="not a file under"):
+            restore_mod.restore(layer_tar(tmp_path / f"{name}.tar.gz", bad), str(other))
         assert not other.exists()
 
 

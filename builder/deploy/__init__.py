@@ -13,4 +13,5 @@ nor the verbs (cli): tests/test_layers.py holds it to that.
   launchline.py  the engine's launch line (also the image's ENTRYPOINT, for render)
   smoke/         the layered proof        bench/   the benchmark        serve.py  the `docker run`
   host.py        the rules of doctor --host
+  gpuhost.py     scripts/gpu-host-run: a GPU host without Docker (runtime/hostenv.py, warm/restore.py)
 """

@@ -29,7 +29,7 @@ from ...image.launchline import image_paths as paths_of
 from ...imageref import ImageRef
 from ...matrix import Matrix, Selection
 from ...resolve import Cell
-from .. import subject
+from .. import strategies, subject
 from ..runflags import RunFlags
 from ..runtime import gpus
 from ..smoke import Model, SmokeOptions, image_caches, process_caches, smoke_image, smoke_process
@@ -194,7 +194,7 @@ def _capture_in_place(boots: Boots, say) -> Captured:
     if req.from_dir is not None:
         raise UserError("--from-dir packs a capture into an image: that needs Docker (--launcher docker)")
     cell, _ = subject.target(req.target, req.matrix, Selection(), "process", req.matrix_path, what="warm TARGET")
-    labels_mod.check_strategy(cell.engine_recipe, req.strategy, cell.strategies, req.target)
+    strategies.check_strategy(cell.engine_recipe, req.strategy, cell.strategies, req.target)
     capture = boots.capture_dir(ImageRef.parse(cell.ref).tag)
     capture.mkdir(parents=True, exist_ok=True)
     opts = boots.options(capture.resolve() / "logs", capture.resolve() / layer.TREE)
@@ -349,7 +349,7 @@ def _read_cold(req: Request, given: tuple[Path, dict] | None) -> Cold:
         raise UserError(f"{image}: already a warm image (label {labels_mod.WARM}); warm its cold image "
                         f"{labels_mod.warm(lab)['of']}")
     cell = subject.cell_from_labels(image, lab, req.matrix.knowledge if req.matrix is not None else None)
-    labels_mod.check_strategy(cell.engine_recipe, req.strategy, labels_mod.strategies(lab), image)
+    strategies.check_strategy(cell.engine_recipe, req.strategy, labels_mod.strategies(lab), image)
     if given is not None:
         _fits_the_image(Path(req.from_dir), given[1], root, paths_of(cell))
     if not found.local:
