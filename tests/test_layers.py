@@ -435,3 +435,16 @@ def test_the_deployers_rooms_import_only_the_rooms_below_them(graph):
     loose = {m: sorted(t for t in graph[m] if room(t) not in (None, "runtime"))
              for m in graph if m.startswith("deploy.") and room(m) is None}
     assert {m: t for m, t in loose.items() if t} == {}
+
+
+@pytest.mark.parametrize("room", ["image", "deploy", "deploy/runtime", "deploy/serve", "deploy/warm"])
+def test_each_room_says_what_it_holds_and_what_it_may_not_import(room):
+    """A room's docstring names every module in it (a module added without a word fails here) and says what it may
+    not import, as the rules above hold it."""
+    import ast as ast_mod
+
+    folder = PACKAGE / room
+    doc = ast_mod.get_docstring(ast_mod.parse((folder / "__init__.py").read_text())) or ""
+    modules = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+    assert [m for m in modules if m not in doc] == []
+    assert "import" in doc and "tests/test_layers.py" in doc

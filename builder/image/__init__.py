@@ -3,6 +3,7 @@
 - labels.py, launchline.py: its contract, what an image says of itself (labels) and how it is started (the
   ENTRYPOINT and the launch line of every strategy). render writes it; deploy/ reads it, and only it.
 - ledger.py: its record, the digests builder built (and published) for each content key.
+- signing.py: the ledger record's DSSE signature, made by publish and verified by reuse.
 - reuse.py: the one decision "reuse this image (digest, who vouches) or build (why)", for an image of the local
   daemon and one of a registry alike, and the ledger record a registry keeps beside the image.
 - oci.py, publish.py: its archive and its publication (push by digest, aliases, images.json).

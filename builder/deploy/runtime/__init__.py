@@ -1,0 +1,16 @@
+"""Where an engine runs: the deployer's floor, which smoke, bench, serve and warm stand on.
+
+  engine.py      the launchers (a container of the image through the docker SDK, the one client; or a process on a
+                 GPU host without Docker) and the running engine: start, the one boot loop (wait_ready), models,
+                 complete, metrics, log_tail, stop
+  caches.py      CacheSetting, a returned value: where a run's compile caches go (from the image's labels, the cell, or
+                 --cache-root) and the variables that point each cache there; and the cache watch: what a boot wrote
+                 under the root (a container's diff and archive, a process's content snapshots)
+  imagepaths.py  --image-paths: the interpreter, site-packages and CUDA_HOME of the image, checked on a host
+  gpus.py        this host's GPUs, read once from nvidia-smi, typed
+  hostenv.py     a GPU host without Docker: the carried wheel bundles (their spec through schema.py) and the venv at
+                 the image's prefix, kept between boots
+
+It imports no other room of deploy/ (smoke, bench, serve, warm): they take it, never the reverse
+(tests/test_layers.py).
+"""
