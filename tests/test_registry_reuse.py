@@ -28,17 +28,28 @@ from .helpers import commit_image
 from .registry_runs import TAG, Run, builder, digest_in, forget_locally, local_id, push_under_tag
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-@pytest.fixture
-def published(registry, local_bases, docker_engine, tmp_path):
-    """The fixture cell compiled, built, smoked and published to a repository of this test only, its wheel in
-    the registry's wheel cache."""
+def _published(tmp: Path, registry: str):
+    """The fixture cell compiled, built, smoked and published to a repository of its own, its wheel in the registry's
+    wheel cache."""
     suffix = uuid.uuid4().hex[:8]
-    run = Run(tmp_path, f"127.0.0.1:5000/builder-test-rr{suffix}", f"{registry}/rr{suffix}")
+    run = Run(tmp, f"127.0.0.1:5000/builder-test-rr{suffix}", f"{registry}/rr{suffix}")
     try:
         res, steps, _ = run.run("publish")
         yield run, res, steps
     finally:
         forget_locally(run.ref)
+
+
+@pytest.fixture(scope="module")
+def published(registry, local_bases, docker_engine, tmp_path_factory):
+    """One publish for the tests that read it (each leaves the repository as it found it: a test that forges the
+    ledger record puts the genuine one back); a test that replaces what the registry serves takes its own."""
+    yield from _published(tmp_path_factory.mktemp("published"), registry)
+
+
+@pytest.fixture
+def published_alone(registry, local_bases, docker_engine, tmp_path):
+    yield from _published(tmp_path, registry)
 
 
 def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases(published):
@@ -94,10 +105,10 @@ def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases
 
 
 @pytest.mark.slow  # three builds (~65 s); the default tier keeps the fresh-runner reuse, the forged record (a digest the record does not name) and the local derived-image / moved-tag case (test_build.py)
-def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, local_bases):
+def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published_alone, local_bases):
     """The registry's tag replaced by an image that carries the key but not a digest builder recorded: built,
     said in one line; and a tag moved to an image of other inputs: built."""
-    run, _, steps = published
+    run, _, steps = published_alone
     digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]
     first_key = steps[f"image:{CELL}"]["artifacts"]["content_key"]
     host, repo = run.repo.split("/", 1)
@@ -160,6 +171,43 @@ def test_a_derived_image_a_copied_label_and_a_moved_tag_are_built(published, loc
     assert steps7[f"image:{CELL}"]["artifacts"]["digest"] == digest2
 
 
+def _forge_records(client, run, key: str, digest: str) -> None:
+    """Tampered, corrupt and foreign records under the cell's record tag: none vouches, each says why."""
+    # tampered: the record lists another digest only
+    forged = ledger.Entry(key, {"sha256:" + "e" * 64: {"cell": CELL, "recorded": "2026-01-01T00:00:00Z"}})
+    client.push_record(run.repo, forged)
+    back, problem = client.record(run.repo, key)
+    ok, why = ledger.vouches(back, digest)
+    assert not problem and not ok and f"its digest {digest} is not the one builder recorded" in why
+
+    def raw_record(body: bytes, artifact: str = reuse.RECORD_TYPE) -> None:
+        layer = client.upload(run.repo, body)
+        client.upload(run.repo, reuse.EMPTY)
+        manifest = {"schemaVersion": 2, "mediaType": reuse.OCI_MANIFEST, "artifactType": artifact,
+                    "config": {"mediaType": reuse.EMPTY_TYPE, "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+                               "size": 2},
+                    "layers": [{"mediaType": reuse.RECORD_TYPE, "digest": layer, "size": len(body)}]}
+        resp = client.send("PUT", client.url(run.repo, "manifests", reuse.record_tag(key)), run.repo, push=True,
+                            data=json.dumps(manifest).encode(), headers={"Content-Type": reuse.OCI_MANIFEST})
+        assert resp.status_code == 201, resp.status_code
+
+    cases = {
+        b"not json {": "not JSON",
+        json.dumps({"format": 1, "content_key": "a" * 64, "images": {digest: {"cell": CELL, "recorded":
+                    "2026-01-01T00:00:00Z"}}}).encode(): f"not the {key} its name says",
+        json.dumps({"format": 1, "content_key": key, "images": {digest: "yes"}}).encode(): "images",
+        json.dumps({"format": 2, "content_key": key, "images": {}}).encode(): "format 2",
+        b"[" * 100000 + b"]" * 100000: "nested too deeply",
+    }
+    for body, words in cases.items():
+        raw_record(body)
+        entry, problem = client.record(run.repo, key)
+        assert entry is None and words in problem, (body[:60], problem)
+    raw_record(json.dumps(forged.to_json()).encode(), artifact="application/vnd.other+json")
+    entry, problem = client.record(run.repo, key)
+    assert entry is None and "is not a builder ledger record" in problem
+
+
 def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
     """Read through the same client a build uses, against the real registry: a record that lists other
     digests does not vouch; one that is not JSON, names another key, has the wrong shape or is not builder's
@@ -171,41 +219,18 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
     with reuse.Client(source) as client:
         found = client.image(run.repo, TAG)
         assert found.digest == digest and labels.content_key(found.labels) == key
-        entry, _ = client.record(run.repo, key)
-        assert ledger.vouches(entry, digest)[0]
-        # tampered: the record lists another digest only
-        forged = ledger.Entry(key, {"sha256:" + "e" * 64: {"cell": CELL, "recorded": "2026-01-01T00:00:00Z"}})
-        client.push_record(run.repo, forged)
-        back, problem = client.record(run.repo, key)
-        ok, why = ledger.vouches(back, digest)
-        assert not problem and not ok and f"its digest {digest} is not the one builder recorded" in why
-
-        def raw_record(body: bytes, artifact: str = reuse.RECORD_TYPE) -> None:
-            layer = client.upload(run.repo, body)
-            client.upload(run.repo, reuse.EMPTY)
-            manifest = {"schemaVersion": 2, "mediaType": reuse.OCI_MANIFEST, "artifactType": artifact,
-                        "config": {"mediaType": reuse.EMPTY_TYPE, "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
-                                   "size": 2},
-                        "layers": [{"mediaType": reuse.RECORD_TYPE, "digest": layer, "size": len(body)}]}
-            resp = client.send("PUT", client.url(run.repo, "manifests", reuse.record_tag(key)), run.repo, push=True,
-                                data=json.dumps(manifest).encode(), headers={"Content-Type": reuse.OCI_MANIFEST})
-            assert resp.status_code == 201, resp.status_code
-
-        cases = {
-            b"not json {": "not JSON",
-            json.dumps({"format": 1, "content_key": "a" * 64, "images": {digest: {"cell": CELL, "recorded":
-                        "2026-01-01T00:00:00Z"}}}).encode(): f"not the {key} its name says",
-            json.dumps({"format": 1, "content_key": key, "images": {digest: "yes"}}).encode(): "images",
-            json.dumps({"format": 2, "content_key": key, "images": {}}).encode(): "format 2",
-            b"[" * 100000 + b"]" * 100000: "nested too deeply",
-        }
-        for body, words in cases.items():
-            raw_record(body)
-            entry, problem = client.record(run.repo, key)
-            assert entry is None and words in problem, (body[:60], problem)
-        raw_record(json.dumps(forged.to_json()).encode(), artifact="application/vnd.other+json")
-        entry, problem = client.record(run.repo, key)
-        assert entry is None and "is not a builder ledger record" in problem
+        genuine, _ = client.record(run.repo, key)
+        assert ledger.vouches(genuine, digest)[0]
+        try:
+            _forge_records(client, run, key, digest)
+            # and a build says so in one line, and builds
+            res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
+            assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
+            assert f"registry: {run.repo}:{TAG} carries content key {key} but its ledger record is ignored (" \
+                in res.stderr
+        finally:  # the module's other tests read the same publish: the genuine record back
+            client.push_record(run.repo, genuine)
+        assert ledger.vouches(client.record(run.repo, key)[0], digest)[0]
     # a registry that does not answer: the reason, no traceback
     from .helpers import free_port
 
@@ -213,10 +238,6 @@ def test_a_tampered_or_corrupt_ledger_record_is_ignored(published):
     with pytest.raises(reuse.Unusable, match="did not answer"):
         with reuse.Client(RegistryPath(nobody, Endpoint(nobody.split("/")[0], tls_verify=False))) as client:
             client.image(f"{nobody}/cuda-ext", TAG)
-    # and a build says so in one line, and builds
-    res, steps2, _ = run.run("build", "--no-smoke", "--reuse-from", run.registry)
-    assert steps2[f"image:{CELL}"]["artifacts"]["reused"] is False
-    assert f"registry: {run.repo}:{TAG} carries content key {key} but its ledger record is ignored (" in res.stderr
 
 
 REAL_CELL = "vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index"
