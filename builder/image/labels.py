@@ -19,7 +19,6 @@ from .. import archs as archs_mod
 
 if TYPE_CHECKING:
     from ..audit import AuditReport
-    from ..resolve import Cell
 
 CELL = "io.builder.cell"
 ENGINE = "io.builder.engine"
@@ -63,8 +62,10 @@ def audit_arg(name: str, what: str) -> str:
     return "BUILDER_AUDIT_" + re.sub(r"[^A-Z0-9]+", "_", f"{name}_{what}".upper())
 
 
-# (label, value, the value is a build argument's ${NAME}: it must expand)
-def written(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
+# (label, value, the value is a build argument's ${NAME}: it must expand) of a resolve.Cell, read by its attributes:
+# labels.py imports nothing of resolve, so the runtime's cache setting (deploy/runtime/caches.py) that reads the
+# labels, and the engine's boot loop on it, add no floor above the resolver (test_layers: the longest chain)
+def written(cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
     out = [
         ("org.opencontainers.image.title", f"{cell.engine} {cell.version}", False),
         ("org.opencontainers.image.version", cell.version, False),
@@ -94,7 +95,7 @@ def written(cell: Cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def audit_args(cell: Cell) -> list[str]:
+def audit_args(cell) -> list[str]:
     return [audit_arg(p.name, what) for p in cell.packages if p.recipe.compiled for what in AUDITED]
 
 
