@@ -422,7 +422,8 @@ def test_the_boot_state_is_measured_at_the_cache_root_cold_then_warm(tiny, tmp_p
     cache it is given): the first boot finds the root empty and compiles (cold), the second finds those files and
     compiles nothing new (warm; only its lock files are written again). Measured: files at boot, files written."""
     from builder.deploy.runtime.engine import ProcessLauncher
-    from builder.deploy.smoke import Model, process_cache_env
+    from builder.deploy.runtime import caches
+    from builder.deploy.smoke import Model
 
     from .helpers import stand_in_cell
 
@@ -430,12 +431,12 @@ def test_the_boot_state_is_measured_at_the_cache_root_cold_then_warm(tiny, tmp_p
     fake.write_text(COUNTING_CLIENT)
     fake.chmod(0o755)
     cell = stand_in_cell()
-    root, env = process_cache_env(cell, str(tmp_path / "root"))
+    setting = caches.of_cell(cell, str(tmp_path / "root"))
+    root = setting.root
     opts = run.BenchOptions(strategies=(NONE,), workload=workload.load("quick", None, None, None),
                             model=Model(tiny.target, tiny.drafter, tiny=True), client_python=str(fake),
                             client_env={"FAKE_CALLS": str(tmp_path / "calls")}, out_dir=tmp_path / "out",
-                            lossless=False, gpus=False, boot_timeout=60, warmup=False, repeats=1, cache_root=root,
-                            cache_env=env)
+                            lossless=False, gpus=False, boot_timeout=60, warmup=False, repeats=1, caches=setting)
     launcher = ProcessLauncher(python=sys.executable, gpus=False, extra_env={"PYTHONPATH": str(STAND_IN)})
     cold = run.bench_strategy(cell, launcher, run.NO_SPECULATION, opts, tmp_path / "d.jsonl")
     kernels = [f for f in cold["cache_written"] if f.endswith(".bin")]

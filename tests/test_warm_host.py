@@ -21,7 +21,7 @@ import pytest
 from builder import matrix as matrix_mod
 from builder import plan as plan_mod
 from builder import render, resolve
-from builder.deploy.runtime import engine, hostenv
+from builder.deploy.runtime import caches, hostenv
 from builder.deploy.runtime import imagepaths
 from builder.deploy.warm import restore as restore_mod
 from builder.errors import UserError
@@ -93,13 +93,13 @@ def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_pa
     (root / "a").mkdir(parents=True)
     (root / "a" / "k.bin").write_bytes(b"kernel")
     (root / "a" / "best_config").write_text('{"XBLOCK": 64}')
-    before = engine.snapshot(str(root))
+    before = caches.snapshot(str(root))
     time.sleep(0.01)
     (root / "a" / "k.bin").write_bytes(b"kernel")  # re-saved on a hit: a new time, the same bytes
     os.utime(root / "a" / "best_config")
     (root / "a" / "best_config").write_text('{"XBLOCK": 128}')  # tuned again: other bytes
     (root / "b.bin").write_bytes(b"new")
-    written = engine.process_written(str(root), before, None)
+    written = caches.process_written(str(root), before, None)
     assert sorted(written.files) == ["a/best_config", "b.bin"] and written.held_before == 2
 
 
@@ -211,9 +211,9 @@ def judge_recorded(directory: str, runs: list[str]) -> dict[str, tuple[str, str,
         (rep,) = json.loads((recorded / f"smoke-{run}.json").read_text())
         l3 = next(r for r in rep["results"] if r["layer"] == "L3")
         files = {f: 1 for f in l3["figures"]["cache_written"]}
-        opts = SmokeOptions(strategies=("MTP2",), model=None, warm_allowance=tuple(g for g, _ in cell.warm_allowance))
+        opts = SmokeOptions(strategies=("MTP2",), model=None, caches=caches.NONE.warm_boot(cell.warm_globs))
         passed = Result("L3", "MTP2", "pass", "ready", figures={"boot_s": l3["figures"]["boot_s"]})
-        verdict = cache_verdict(passed, engine.Written("/opt/jit-cache", files), opts,
+        verdict = cache_verdict(passed, caches.Written("/opt/jit-cache", files), opts,
                                 lambda why, tail=True: Result("L3", "MTP2", "fail", why))
         verdicts[run] = (verdict.status, verdict.reason, l3["figures"]["boot_s"])
     return verdicts

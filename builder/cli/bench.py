@@ -104,7 +104,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
       builder bench diff old/bench.json new/bench.json
     """
     from ..deploy import subject
-    from ..deploy.runtime import engine, gpus
+    from ..deploy.runtime import caches, engine, gpus
     from ..deploy.bench import run as run_mod
     from ..image import launchline
     from ..deploy.bench import workload as workload_mod
@@ -155,19 +155,13 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
                         cuda=probe.get("torch_cuda") or cell.cuda, torch=probe.get("torch"), python=probe.get("python"))
     env_info.update(host.describe() if have_gpu and host is not None else {"gpu": "none", "driver": None})
     dataset_info = workload_mod.write_dataset(w, model_obj.target, base_dir / f"workload-{w.name}.jsonl")
+    # the image's own root and variables (its ENV sets the same), as smoke runs it; a process: the cell's
+    setting = caches.of_image(found.labels) if run.launcher == "docker" else caches.of_cell(cell, cache_root)
     opts = run_mod.BenchOptions(strategies=chosen, workload=w, model=model_obj, repeats=repeats, warmup=not no_warmup,
                                 boot_timeout=run.boot_timeout,
                                 client_python=client_python,
                                 extra_args=run.engine_args, extra_env=run.env, out_dir=base_dir, slo_ttft_ms=slo,
-                                lossless=not no_lossless, gpus=have_gpu, tp=run.tp)
-    if run.launcher == "docker":  # the image's own root and variables (its ENV sets the same), as smoke runs it
-        opts.cache_root = labels_mod.cache_root(found.labels) or ""
-        opts.cache_env = labels_mod.cache_env(found.labels)
-        opts.warm_layer = bool(labels_mod.warm(found.labels))
-    else:
-        from ..deploy.smoke import process_cache_env
-
-        opts.cache_root, opts.cache_env = process_cache_env(cell, cache_root)
+                                lossless=not no_lossless, gpus=have_gpu, tp=run.tp, caches=setting)
     rows, failures = [], []
     t_all = time.monotonic()
 

@@ -37,6 +37,24 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
     return tuple(x for x in LAYERS if x in layers)
 
 
+def _process_options(opts, cell, python: str, cache_root: str | None, image_paths: bool, expect_warm: bool):
+    """The process route's options: at the image's paths (--image-paths, its interpreter checked), the cell's caches
+    under --cache-root or the image's root; --expect-warm: a warm layer restored there, which the boot may not
+    compile beyond."""
+    import dataclasses
+
+    from ..deploy.runtime import caches, imagepaths
+
+    paths = imagepaths.of_cell(cell, python, cache_root)[0] if image_paths else None
+    setting = caches.of_cell(cell, cache_root)
+    if expect_warm:
+        if not setting.root or not any(p.is_file() for p in Path(setting.root).rglob("*")):
+            raise UserError(f"--expect-warm: the cache root {setting.root or '(none)'} holds no file: restore "
+                            "a warm layer there first")
+        setting = setting.warm_boot(cell.warm_globs)
+    return dataclasses.replace(opts, paths=paths, caches=setting)
+
+
 @main.command("smoke", epilog=EPILOG)
 @click.argument("target")
 @flags.matrix
@@ -122,17 +140,8 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
         rep = smoke_image(cell, image, opts, say, client=client, subject=found,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
-        from ..deploy.smoke import image_paths as at_image_paths, process_caches
-
-        if image_paths:
-            at_image_paths(opts, cell, run.python, cache_root)
-        process_caches(opts, cell, cache_root)
-        if expect_warm:
-            if not opts.cache_root or not any(p.is_file() for p in Path(opts.cache_root).rglob("*")):
-                raise UserError(f"--expect-warm: the cache root {opts.cache_root or '(none)'} holds no file: restore "
-                                "a warm layer there first")
-            opts.warm_allowance = cell.warm_globs
-        rep = smoke_process(cell, run.python, opts, say, extra_env=run.env)
+        rep = smoke_process(cell, run.python, _process_options(opts, cell, run.python, cache_root, image_paths,
+                                                               expect_warm), say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))

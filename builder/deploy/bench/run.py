@@ -19,6 +19,8 @@ from ...engines import Strategy
 from ...errors import UserError
 from ...resolve import Cell
 from ..runtime import gpus as gpus_mod
+from ..runtime.caches import NONE as NO_CACHES
+from ..runtime.caches import CacheSetting
 from ..runtime.engine import (HUB_OFF, BootFailed, DockerLauncher, Launcher, RunningEngine, StartFailed, find_key,
                               free_port, kv_cache_tokens)
 from ...image.launchline import LaunchLine
@@ -54,11 +56,10 @@ class BenchOptions:
     lossless: bool = True
     gpus: bool = True
     tp: int = 1  # tensor parallel: the engine's own flag for this many GPUs (--tp)
-    # the engine's compile caches: the root watched (a path in the image, or this host's directory for a process),
-    # the variables that put them there (a process's; an image sets its own), whether the image has a warm layer
-    cache_root: str = ""
-    cache_env: dict[str, str] = field(default_factory=dict)
-    warm_layer: bool = False
+    # the engine's compile caches (runtime/caches.py): the root watched (a path in the image, or this host's
+    # directory for a process), the variables that put them there (an image sets its own too), whether the image
+    # has a warm layer (an allowance)
+    caches: CacheSetting = NO_CACHES
 
 
 class GpuMemory:
@@ -98,7 +99,7 @@ class GpuMemory:
 
 def boot_state(written, container: bool, warm_layer: bool) -> str:
     """How the engine's compile caches stood at boot, as measured under the cache root (`written`: what the run found
-    there and wrote, engine.Written; None: no root watched): "cold" (the root held nothing), "restored" (a container
+    there and wrote, caches.Written; None: no root watched): "cold" (the root held nothing), "restored" (a container
     whose image brought a warm layer's files: every container starts from the image's root), "warm" (a process's
     root held files an earlier boot or a restored layer left: the process route does not tell those apart), "prebuilt"
     (an image without a warm layer whose root held files: jit = "prebuilt"), "unknown" (no root watched)."""
@@ -192,7 +193,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                                      log_dir=opts.out_dir, boot_timeout=opts.boot_timeout, tp=opts.tp)
     port = free_port()
     line = launch_line(cell, launcher, smoke_opts, strategy, port)
-    env = {**HUB_OFF, **opts.cache_env, **dict(strategy.env), **opts.extra_env}
+    env = {**HUB_OFF, **opts.caches.env, **dict(strategy.env), **opts.extra_env}
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.out_dir / f"{cell.id}-{strategy.name}-{opts.workload.name}.log").resolve()
     row: dict = {"strategy": strategy.name, "workload": opts.workload.name, "argv": line.argv,
@@ -200,7 +201,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
     with GpuMemory(opts.gpus) as mem:
         try:
             engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
-                                         smoke.get("completions", "/v1/completions"), watch_root=opts.cache_root)
+                                         smoke.get("completions", "/v1/completions"), watch_root=opts.caches.root)
         except StartFailed as exc:
             raise BenchFailed(strategy.name, str(exc)) from None
         try:
@@ -270,7 +271,7 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
         finally:
             written = engine.stop()
             # measured, not read from a label: what the root held at boot and what this run compiled into it
-            row["boot_state"] = boot_state(written, isinstance(launcher, DockerLauncher), opts.warm_layer)
+            row["boot_state"] = boot_state(written, isinstance(launcher, DockerLauncher), opts.caches.warm)
             if written is not None:
                 row.update(cache_root=written.root, cache_files_at_boot=written.held_before,
                            cache_files_written=len(written.files), cache_bytes_written=written.bytes,

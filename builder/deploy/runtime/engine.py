@@ -3,7 +3,7 @@ image (the `docker` SDK, the one docker client of builder/deploy/, GPUs through 
 process in a Python environment (a GPU host without Docker) — and a running engine (`RunningEngine`: start,
 wait_ready, models, complete, metrics, log_tail, stop), the one boot loop smoke L3 and bench share. Both
 launchers run the same probe and the same launch line; only how a path, the host address and the GPUs reach the
-engine differs.
+engine differs. What a boot wrote under its cache root (the watch that stop() reports) is caches.py's.
 
 The engine is always stopped and its container removed: Server.stop() runs from a `finally`, so a failure,
 a timeout and Ctrl-C (SIGTERM is turned into KeyboardInterrupt by the CLI) all end it. No container can escape
@@ -15,7 +15,6 @@ that was making it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from ...errors import EnvironmentProblem, UserError
 from ...imageref import ImageRef
@@ -39,6 +38,7 @@ from ...owner import die_with_parent, owner
 from ...owner import alive as owner_alive
 from ...image import labels as labels_mod
 from ...image.launchline import MODEL_ROOT, LaunchLine
+from .caches import Written, container_written, process_written, snapshot
 
 log = logging.getLogger("builder.commands")
 
@@ -419,139 +419,6 @@ class DockerLauncher:
         server._thread.start()
         time.sleep(0.2)
         return server
-
-
-# -- what a run wrote under the cache root -------------------------------------------------------------------
-@dataclass
-class Written:
-    """What an engine run wrote: under the cache root (path relative to it -> size) and outside it (a container's
-    diff; a process's writes outside the root are not watched: None)."""
-
-    root: str
-    files: dict[str, int]
-    outside: list[str] | None = None
-    held_before: int | None = None  # the files under the root when the run began (None: not counted)
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.files.values())
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-@contextlib.contextmanager
-def _root_tar(container, root: str) -> Iterator["tarfile.TarFile | None"]:
-    """`docker cp` of `root` out of the container (spooled to a temporary file) as an open tar; None when the
-    container has no such path."""
-    import tarfile
-    import tempfile
-
-    try:
-        stream, _ = container.get_archive(root)
-    except Exception:  # noqa: BLE001 - docker.errors.NotFound: the run made no root at all
-        yield None
-        return
-    with tempfile.TemporaryFile() as buf:
-        for chunk in stream:
-            buf.write(chunk)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf) as tar:
-            yield tar
-
-
-def container_written(container, root: str, dest: Path | None, mounts: tuple[str, ...] = ()) -> Written:
-    """The files the container added or changed under `root` (`docker diff` kinds 0 and 1, regular files of
-    `docker cp` of the root; a file of the image written again with the same bytes left out) and the paths it wrote
-    elsewhere (its ancestors and the mount points left out)."""
-    from ...files import sha256_stream
-
-    diff = container.diff() or []
-    changed = {c["Path"] for c in diff if c.get("Kind") in (0, 1)}  # 0 changed, 1 added (2 deleted)
-    added = {c["Path"] for c in diff if c.get("Kind") == 1}
-    root = root.rstrip("/")
-    keep = set(mounts) | {root}
-    outside = sorted(p for p in changed if not _under(p, root)
-                     and not any(_under(k, p) for k in keep) and not any(_under(p, m) for m in mounts))
-    files: dict[str, int] = {}
-    held = 0  # files under the root that the run did not add: the image's own (a warm layer, prebuilt JIT)
-    with _root_tar(container, root) as tar:
-        if tar is None:
-            return Written(root, files, outside, 0)
-        members = {}
-        for member in tar:
-            rel = member.name.partition("/")[2]
-            if not rel or not member.isfile():
-                continue
-            held += f"{root}/{rel}" not in added
-            if f"{root}/{rel}" in changed:
-                members[rel] = member
-        # a file the image had, saved again with the same bytes (a cache hit that re-saves its entry: Inductor's
-        # autotune results, AOT-autograd entries on the H200) is not a compile: compared with the image's copy
-        again = [rel for rel in members if f"{root}/{rel}" not in added]
-        if again:
-            theirs = _image_sha256(container, root, set(again))
-            for rel in again:
-                with tar.extractfile(members[rel]) as src:
-                    if theirs.get(rel) == sha256_stream(src):
-                        del members[rel]
-        for rel, member in members.items():
-            files[rel] = member.size
-            if dest is not None:
-                target = Path(dest) / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with tar.extractfile(member) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                os.chmod(target, member.mode & 0o777)
-    return Written(root, files, outside, held)
-
-
-def _image_sha256(container, root: str, wanted: set[str]) -> dict[str, str]:
-    """{path relative to root: sha256} of the `wanted` files as the container's image holds them, read from a
-    container of the image that is created and never started."""
-    from ...files import sha256_stream
-
-    probe = container.client.containers.create(container.attrs["Image"], labels={"io.builder.smoke": "1"})
-    out = {}
-    try:
-        with _root_tar(probe, root) as tar:
-            for member in tar or ():
-                rel = member.name.partition("/")[2]
-                if rel in wanted and member.isfile():
-                    with tar.extractfile(member) as src:
-                        out[rel] = sha256_stream(src)
-    finally:
-        probe.remove(force=True)
-    return out
-
-
-def snapshot(root: str) -> dict[str, tuple[int, str]]:
-    """{path relative to root: (size, sha256)} of every file under a host directory (empty when it is absent): by
-    content, so a cache entry an engine writes again with the same bytes (a hit that re-saves or touches it) is not
-    taken for a compile."""
-    from ...files import sha256_file
-
-    out = {}
-    base = Path(root)
-    if base.is_dir():
-        for p in base.rglob("*"):
-            if p.is_file() and not p.is_symlink():
-                out[str(p.relative_to(base))] = (p.stat().st_size, sha256_file(p))
-    return out
-
-
-def process_written(root: str, before: dict[str, tuple[int, str]], dest: Path | None) -> Written:
-    """The files a process added or changed (their content) under the host directory `root` since `before`, copied
-    to `dest`."""
-    after = snapshot(root)
-    files = {rel: st[0] for rel, st in after.items() if before.get(rel) != st}
-    if dest is not None:
-        for rel in files:
-            target = Path(dest) / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(root) / rel, target)
-    return Written(root, files, None, len(before))
 
 
 class StartFailed(Exception):

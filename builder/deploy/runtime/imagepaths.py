@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from ...errors import UserError
-from ...image.launchline import ImagePaths
+from ...image.launchline import ImagePaths, image_paths
 
 PROBE = ("import json, sys, sysconfig; print(json.dumps({'prefix': sys.prefix, "
          "'purelib': sysconfig.get_paths()['purelib'], 'python': '%d.%d' % sys.version_info[:2]}))")
@@ -38,6 +38,17 @@ def check(python: str, paths: ImagePaths, cell) -> dict:
         raise UserError(f"--image-paths: {python} does not run at the image's paths: {'; '.join(wrong)} "
                         "(scripts/gpu-host-run --image-paths sets such an interpreter up on a GPU host)")
     return got
+
+
+def of_cell(cell, python: str, cache_root: str | None) -> tuple[ImagePaths, dict]:
+    """--image-paths: the image's paths of `cell`, `python` checked to be the image's interpreter (its prefix and
+    site-packages), CUDA_HOME and the model root as the image has them, the caches at the image's root (a
+    --cache-root elsewhere is refused). The paths, and what the interpreter reported with them."""
+    paths = image_paths(cell)
+    if cache_root is not None and cache_root.rstrip("/") != paths.cache_root:
+        raise UserError(f"--image-paths with --cache-root {cache_root}: the image's cache root is {paths.cache_root}")
+    got = check(python, paths, cell)
+    return paths, {**paths.to_json(), "python": got["python"]}
 
 
 def env(paths: ImagePaths) -> dict[str, str]:

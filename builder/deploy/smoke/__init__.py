@@ -10,19 +10,18 @@ JUnit XML / table forms; where the engine runs, and the running engine L3 talks 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ... import audit as audit_mod
-from ...errors import UserError
-from ...image import labels as labels_mod
 from ...resolve import Cell
 from .layers import Model, SmokeOptions, run
+from ..runtime import caches
 from ..runtime.engine import DockerLauncher, ProcessLauncher
 from ..subject import Subject, read_local
 from .report import LAYERS, SmokeReport
 
-__all__ = ["LAYERS", "Model", "SmokeOptions", "SmokeReport", "image_caches", "process_caches", "smoke_image",
-           "smoke_process"]
+__all__ = ["LAYERS", "Model", "SmokeOptions", "SmokeReport", "smoke_image", "smoke_process"]
 
 
 def _audit_image_files(image: str):
@@ -42,56 +41,18 @@ def _audit_local_files(paths: list[str], archs: list[int], scopes=()) -> audit_m
     return report
 
 
-def image_caches(opts: SmokeOptions, labels: dict[str, str]) -> None:
-    """L3 of an image boots with its compile caches (labels io.builder.cache-env) and watches its cache root; an
-    image with a warm layer must boot without compiling beyond its allowance."""
-    if not opts.cache_root and labels_mod.cache_root(labels):
-        opts.cache_root, opts.cache_env = labels_mod.cache_root(labels), labels_mod.cache_env(labels)
-    if opts.warm_allowance is None and labels_mod.warm(labels):
-        opts.warm_allowance = tuple(labels_mod.warm_allowance(labels))
-
-
-def process_cache_env(cell: Cell, cache_root: str | None) -> tuple[str, dict[str, str]]:
-    """The process route runs the engine with the image's compile caches at the same paths: the cell's cache
-    variables (engine data compile_caches) under `cache_root` (default: the image's own root, jit_cache_root). The
-    root and the variables; ("", {}) for a cell without a cache root."""
-    if not cell.cache_root:
-        return "", {}
-    root = (cache_root or cell.cache_root).rstrip("/") or "/"
-    return root, {k: root + v[len(cell.cache_root):] for k, v in cell.compile_caches}
-
-
-def process_caches(opts: SmokeOptions, cell: Cell, cache_root: str | None) -> None:
-    """process_cache_env into smoke's options (a cell without a cache root leaves them as they are)."""
-    if cell.cache_root:
-        opts.cache_root, opts.cache_env = process_cache_env(cell, cache_root)
-
-
-def image_paths(opts: SmokeOptions, cell: Cell, python: str, cache_root: str | None) -> dict:
-    """--image-paths: the process route at the image's paths, `python` checked to be the image's interpreter (its
-    prefix and site-packages), CUDA_HOME and the model root as the image has them, the caches at the image's root
-    (a --cache-root elsewhere is refused). What the interpreter reported."""
-    from ...image.launchline import image_paths as paths_of
-    from ..runtime.imagepaths import check
-
-    paths = paths_of(cell)
-    if cache_root is not None and cache_root.rstrip("/") != paths.cache_root:
-        raise UserError(f"--image-paths with --cache-root {cache_root}: the image's cache root is {paths.cache_root}")
-    got = check(python, paths, cell)
-    opts.paths = paths
-    return {**paths.to_json(), "python": got["python"]}
-
-
 def smoke_image(cell: Cell, image: str, opts: SmokeOptions, say=lambda s: None, client=None,
                 subject: Subject | None = None, run_ref: str | None = None) -> SmokeReport:
     """L0–L3 on a local image (never pulled here), through the docker SDK; `subject` is the image as read
     already (its config and labels), else it is read from the daemon. `run_ref`: what runs and is audited (the
-    read image's ID: subject.pinned), else `image`; the report records the digest read."""
+    read image's ID: subject.pinned), else `image`; the report records the digest read. L3 boots with the image's
+    compile caches and watches its cache root (runtime/caches.py of_image; what opts.caches holds wins); an image
+    with a warm layer must boot without compiling beyond its allowance."""
     launcher = DockerLauncher(run_ref or image, gpus=opts.gpus, client=client, gpu_ids=opts.gpu_ids)
     try:
         found = subject if subject is not None else read_local(image, launcher.client)
         config = found.config if found is not None else {}
-        image_caches(opts, config.get("Labels") or {})
+        opts = dataclasses.replace(opts, caches=caches.of_image(config.get("Labels") or {}, opts.caches))
         rep = run(cell, launcher, opts, config.get("Labels") or {}, image, _audit_image_files(run_ref or image), say,
                   entrypoint=config.get("Entrypoint"))
         rep.digest = found.digest if found is not None else ""

@@ -42,6 +42,8 @@ from ...engines import Strategy
 from ...image.launchline import LaunchLine, launch_line
 from ...resolve import Cell
 from . import tinymodel
+from ..runtime.caches import NONE as NO_CACHES
+from ..runtime.caches import CacheSetting
 from ..runtime.engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
                               kv_cache_tokens, port_in_use)
 from .report import FAIL, LAYERS, PASS, SKIP, Result, SmokeReport
@@ -93,15 +95,18 @@ class SmokeOptions:
     log_dir: Path = Path("logs/smoke")
     probe_timeout: float = 600.0
     max_tokens: int = 64
-    # the image's compile caches (labels io.builder.cache-env, or the engine data's with --cache-root for a process):
-    # L3 boots with them and watches the root; `capture_to` receives what the boot wrote there (builder warm);
-    # `warm_allowance` not None: the image has a warm layer, and a boot that writes anything else fails
-    cache_env: dict[str, str] = field(default_factory=dict)
-    cache_root: str = ""
+    # the compile caches (runtime/caches.py: an image's labels, or the cell's engine data for a process): L3 boots
+    # with their variables and watches their root; `capture_to` receives what the boot wrote there (builder warm);
+    # with an allowance (a warm layer) a boot that writes anything else there fails
+    caches: CacheSetting = NO_CACHES
     capture_to: Path | None = None
-    warm_allowance: tuple[str, ...] | None = None
     # --image-paths (process route): the engine runs at the image's paths (image/launchline.ImagePaths), as checked
     paths: object = None
+
+    @property
+    def cache_root(self) -> str:
+        """The cache root L3 watches ("" none): caches.root, read only."""
+        return self.caches.root
 
 
 # -- small helpers -----------------------------------------------------------------------------------------
@@ -371,12 +376,12 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
     line = engine_line(cell, launcher, opts, strategy, port)
-    env = {**HUB_OFF, **opts.cache_env, **dict(getattr(strategy, "env", ())), **opts.extra_env}
+    env = {**HUB_OFF, **opts.caches.env, **dict(getattr(strategy, "env", ())), **opts.extra_env}
     figures: dict = {"port": port}
     t0 = time.monotonic()
     try:
         engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
-                                     smoke.get("completions", "/v1/completions"), watch_root=opts.cache_root)
+                                     smoke.get("completions", "/v1/completions"), watch_root=opts.caches.root)
     except StartFailed as exc:
         return Result("L3", strategy.name, FAIL, str(exc), time.monotonic() - t0, log=str(log_path))
 
@@ -485,9 +490,9 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
 
 
 def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
-    """What the boot wrote under the image's cache root, as figures; a warm image's boot (opts.warm_allowance not
-    None) that wrote anything beyond the allowance compiled what its warm layer should have held: L3 fails, naming
-    the files."""
+    """What the boot wrote under the image's cache root, as figures; a warm image's boot (an allowance in
+    opts.caches) that wrote anything beyond the allowance compiled what its warm layer should have held: L3 fails,
+    naming the files."""
     if written is None:
         return result
     result.figures.update({"cache_root": written.root, "cache_files_written": len(written.files),
@@ -498,13 +503,14 @@ def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
         result.figures["cache_written"] = sorted(written.files)[:50]
     if written.outside is not None:
         result.figures["written_outside_cache_root"] = written.outside[:50]
-    if opts.warm_allowance is None or result.status != PASS:
+    allowance = opts.caches.allowance
+    if allowance is None or result.status != PASS:
         return result
-    extra = sorted(f for f in written.files if not any(fnmatch.fnmatchcase(f, g) for g in opts.warm_allowance))
+    extra = sorted(f for f in written.files if not any(fnmatch.fnmatchcase(f, g) for g in allowance))
     if extra:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
         failed = fail(f"the image has a warm layer, yet its boot compiled {len(extra)} file(s) under {written.root} "
-                      f"beyond the allowance ({' '.join(opts.warm_allowance) or 'none'}): {shown}", tail=False)
+                      f"beyond the allowance ({' '.join(allowance) or 'none'}): {shown}", tail=False)
         failed.figures.update(result.figures)
         return failed
     return result

@@ -31,9 +31,8 @@ from ...matrix import Matrix, Selection
 from ...resolve import Cell
 from .. import strategies, subject
 from ..runflags import RunFlags
-from ..runtime import gpus
-from ..smoke import Model, SmokeOptions, image_caches, process_caches, smoke_image, smoke_process
-from ..smoke import image_paths as at_image_paths
+from ..runtime import caches, gpus, imagepaths
+from ..smoke import Model, SmokeOptions, smoke_image, smoke_process
 from . import layer
 
 
@@ -198,8 +197,8 @@ def _capture_in_place(boots: Boots, say) -> Captured:
     capture = boots.capture_dir(ImageRef.parse(cell.ref).tag)
     capture.mkdir(parents=True, exist_ok=True)
     opts = boots.options(capture.resolve() / "logs", capture.resolve() / layer.TREE)
-    made_at = at_image_paths(opts, cell, req.run.python, req.cache_root) if req.image_paths else None
-    process_caches(opts, cell, req.cache_root)
+    paths, made_at = imagepaths.of_cell(cell, req.run.python, req.cache_root) if req.image_paths else (None, None)
+    opts = dataclasses.replace(opts, paths=paths, caches=caches.of_cell(cell, req.cache_root))
     if not opts.cache_root:
         raise UserError(f"{cell.id}: the engine data gives {cell.engine} {cell.version} no compile caches: nothing "
                         "to warm")
@@ -225,7 +224,7 @@ def _capture_in_place(boots: Boots, say) -> Captured:
     files = layer.file_list(tree)
     say(f"captured {len(files)} files, {sum(files.values())} bytes; warm boot from them in place")
     opts = dataclasses.replace(opts, log_dir=capture.resolve() / "logs-warm", capture_to=None,
-                               warm_allowance=cell.warm_globs)
+                               caches=opts.caches.warm_boot(cell.warm_globs))
     warm_boot = _l3(smoke_process(cell, req.run.python, opts, say, extra_env=req.run.env))
     facts.update({"warm-boot-s": warm_boot.figures.get("boot_s"),
                   "warm-boot-files-written": warm_boot.figures.get("cache_files_written"),
@@ -364,7 +363,7 @@ def _cold_capture(boots: Boots, cold: Cold, say) -> tuple[Path, Path, dict]:
         shutil.rmtree(capture / layer.TREE)
     capture.mkdir(parents=True, exist_ok=True)
     opts = boots.options(capture.resolve() / "logs", capture.resolve() / layer.TREE)
-    image_caches(opts, cold.labels)
+    opts = dataclasses.replace(opts, caches=caches.of_image(cold.labels))
     say(f"cold boot of {cold.image} ({boots.request.strategy}), caches under {opts.cache_root}")
     booted = _l3(smoke_image(cold.cell, cold.image, opts, say))
     (capture / layer.TREE).mkdir(exist_ok=True)
@@ -380,7 +379,8 @@ def _warm_boot(boots: Boots, packing: Packing, capture: Path, facts: dict, packe
     facts, and the image is packed again with them (the same files: the same layer)."""
     cold = packing.cold
     opts = boots.options(capture.resolve() / "logs-warm", None)
-    image_caches(opts, {**cold.labels, **dict(labels_mod.warm_written({}, cold.digest))})
+    warm_labels = {**cold.labels, **dict(labels_mod.warm_written({}, cold.digest))}
+    opts = dataclasses.replace(opts, caches=caches.of_image(warm_labels))
     say(f"warm boot of {packing.name}")
     try:
         warm_boot = _l3(smoke_image(cold.cell, packing.name, opts, say))
