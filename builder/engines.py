@@ -593,6 +593,12 @@ class Knowledge:
             out[entry["env"]] = f"{self.jit_cache_root()}/{entry['subdir']}"
         return tuple(out.items())
 
+    def cache_root_of(self, recipe: "Recipe") -> str:
+        """A release's cache root, the one directory its compile caches go under in its image (a cell's cache_root,
+        whether resolved from the matrix or read from an image's labels): jit_cache_root when its rules name compile
+        caches, "" when they name none."""
+        return self.jit_cache_root() if recipe.compile_caches else ""
+
     def jit_cache_root(self) -> str:
         """The image's one directory for the JIT caches of prebuilt modules (jit_cache_root)."""
         root = self.data.get("jit_cache_root")

@@ -537,7 +537,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         jit_modules=tuple(jit_modules),
         jit_prebuilt=prebuilt,
         compile_caches=kn.compile_caches_of(eng),
-        cache_root=kn.jit_cache_root() if eng.compile_caches else "",
+        cache_root=kn.cache_root_of(eng),
         warm_allowance=eng.warm_allowance,
     )
 

@@ -118,7 +118,7 @@ def cell_from_labels(ref: str, labels: dict[str, str], kn=None):
                 archs=archs, packages=tuple(packages), strategies=profile.strategies, base_devel="", base_runtime="",
                 image=image, tag=tag, runtime_jit=jit, serve_jit=serve_jit, jit_modules=jit_modules,
                 jit_prebuilt=prebuilt, compile_caches=kn.compile_caches_of(eng),
-                cache_root=kn.jit_cache_root() if eng.compile_caches else "", warm_allowance=eng.warm_allowance)
+                cache_root=kn.cache_root_of(eng), warm_allowance=eng.warm_allowance)
 
 
 # -- reading -------------------------------------------------------------------------------------------------
