@@ -85,10 +85,8 @@ def bench():
               help="The interpreter with vLLM installed that runs the load generator (default: --python for a vLLM "
                    "cell, else python3).")
 @flags.run_flags
-@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
-              help="With --launcher process: the directory the engine's compile caches go to (default the image's own "
-                   "root, /opt/jit-cache, as smoke's). Each row's boot_state is measured there: cold (it held nothing "
-                   "at boot) or warm; in an image's container: cold, restored (its warm layer) or prebuilt.")
+@flags.cache_root(". Each row's boot_state is measured there: cold (it held nothing at boot) or warm; in an image's "
+                  "container: cold, restored (its warm layer) or prebuilt.")
 @flags.out_dir("bench_out_dir", "bench.json, bench.csv, bench.txt, bench.png and the engine logs go to DIR/<cell>/")
 @flags.as_json
 def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no_warmup, slo_ttft_ms, no_lossless,

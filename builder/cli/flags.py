@@ -121,6 +121,16 @@ image_paths = _declare("--image-paths", "image_paths", is_flag=True,
                             "root as in the image; the caches at its root), so the compile caches it fills are the "
                             "image's (their keys hold absolute paths). scripts/gpu-host-run --image-paths sets such "
                             "an interpreter up.")
+
+
+def cache_root(then: str):
+    """--cache-root DIR, the one declaration smoke, bench and warm take (builder/deploy/runtime/caches.py of_cell);
+    `then` is what the verb does there."""
+    return _declare("--cache-root", "cache_root", default=None, metavar="DIR",
+                    help="With --launcher process: the directory the engine's compile caches go to, each at its "
+                         "variable (engine data compile_caches); default the image's own root (/opt/jit-cache)" + then)
+
+
 profile = _declare("--profile", multiple=True,
                    help="Profiles to use (default: the matrix's default; 'all' for every one).")
 

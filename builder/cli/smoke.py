@@ -65,10 +65,8 @@ def _process_options(opts, cell, python: str, cache_root: str | None, image_path
                    "strategies).")
 @click.option("--layers", default=None, help="Layers to run, e.g. L0,L1,JIT,L2 (default: all; L3 needs a GPU).")
 @flags.run_flags
-@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
-              help="With --launcher process: the directory the engine's compile caches go to, each at its variable "
-                   "(engine data compile_caches); default the image's own root (/opt/jit-cache), so the caches sit at "
-                   "the paths an image has and a warm layer captured here or there fits both.")
+@flags.cache_root(", so the caches sit at the paths an image has and a warm layer captured here or there fits "
+                  "both.")
 @flags.image_paths
 @click.option("--expect-warm", "expect_warm", is_flag=True,
               help="With --launcher process: the cache root holds a warm layer's files (restored at the image's paths): "

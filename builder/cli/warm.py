@@ -21,9 +21,7 @@ from .app import main
 @click.option("--strategy", required=True, help="The strategy to warm the image for (e.g. MTP2): one per warm image.")
 @flags.matrix
 @flags.run_flags
-@click.option("--cache-root", "cache_root", default=None, metavar="DIR",
-              help="With --launcher process: where the engine's compile caches go (default the image's own root, so "
-                   "the captured paths are the image's paths); it must be empty.")
+@flags.cache_root(", so the captured paths are the image's paths; it must be empty.")
 @flags.image_paths
 @click.option("--resume", is_flag=True,
               help="With --launcher process: the cache root holds what a cold boot of this capture left when it was cut "
