@@ -102,7 +102,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
       builder bench diff old/bench.json new/bench.json
     """
     from ..deploy import subject
-    from ..deploy.runtime import caches, engine, gpus
+    from ..deploy.runtime import caches, gpus
     from ..deploy.bench import run as run_mod
     from ..image import launchline
     from ..deploy.bench import workload as workload_mod
@@ -140,17 +140,8 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     base_dir = out_dir.resolve() / cell.id
     bench_data = data()
     slo = slo_ttft_ms if slo_ttft_ms is not None else bench_data["slo"]["ttft_ms"]
-    if run.launcher == "docker":
-        run_ref = subject.pinned(found, dock, say)  # the image read, by digest: never a tag moved since
-        env_info["image_id"] = run_ref
-        lch = engine.DockerLauncher(run_ref, gpus=have_gpu, client=dock, gpu_ids=chosen_gpus.ids)
-        engine_name, engine_version = found.engine()
-        env_info.update(engine=engine_name, engine_version=engine_version, cuda=found.labels.get(labels_mod.CUDA))
-    else:
-        lch = engine.ProcessLauncher(python=run.python, gpus=have_gpu, extra_env=dict(run.env), gpu_ids=chosen_gpus.ids)
-        probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
-        env_info.update(engine=cell.engine, engine_version=(probe.get("dists") or {}).get(recipe.pypi),
-                        cuda=probe.get("torch_cuda") or cell.cuda, torch=probe.get("torch"), python=probe.get("python"))
+    lch, engine_facts = _launcher(run, cell, found, dock, have_gpu, chosen_gpus.ids, say)
+    env_info.update(engine_facts)
     env_info.update(host.describe() if have_gpu and host is not None else {"gpu": "none", "driver": None})
     dataset_info = workload_mod.write_dataset(w, model_obj.target, base_dir / f"workload-{w.name}.jsonl")
     # the image's own root and variables (its ENV sets the same), as smoke runs it; a process: the cell's
@@ -160,36 +151,64 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
                                 client_python=client_python,
                                 extra_args=run.engine_args, extra_env=run.env, out_dir=base_dir, slo_ttft_ms=slo,
                                 lossless=not no_lossless, gpus=have_gpu, tp=run.tp, caches=setting)
-    rows, failures = [], []
-    t_all = time.monotonic()
-
-    def document() -> dict:
-        return {"environment": env_info, "client": client.NAME, "workload": {**w.to_json(), "dataset": dataset_info},
-                "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"],
-                "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
-
-    for name in chosen:
-        strat = run_mod.NO_SPECULATION if name == NONE else recipe.strategy(name)
-        say(f"[{name}] starting {cell.engine} ({lch.name})")
-        t0 = time.monotonic()
-        try:
-            row = run_mod.bench_strategy(cell, lch, strat, opts, Path(dataset_info["path"]), say)
-            row["seconds"] = round(time.monotonic() - t0, 1)
-            rows.append(row)
-        except run_mod.BenchFailed as exc:
-            failures.append({"strategy": name, "why": exc.why, "log_tail": exc.tail})
-            say(f"[{name}] FAILED: {exc.why}\n{exc.tail}")
-        run_mod.lossless(rows, float(bench_data["lossless"]["threshold"]))
-        results.write(document(), base_dir, png=False)  # what is done so far survives an interrupted run
-    doc = document()
+    head = {"environment": env_info, "client": client.NAME, "workload": {**w.to_json(), "dataset": dataset_info},
+            "slo": {"ttft_ms": slo}, "lossless_threshold": bench_data["lossless"]["threshold"]}
+    doc = _bench_strategies(cell, lch, opts, Path(dataset_info["path"]), head, base_dir, say)
     paths = results.write(doc, base_dir)
     click.echo(json.dumps(doc, indent=1) if as_json else results.table(doc))
     if not as_json:
         click.echo("results: " + " ".join(str(p) for k, p in paths.items() if k != "png_missing"))
         if "png_missing" in paths:
             click.echo(f"no PNG: {paths['png_missing']}")
-    if failures:
+    if doc["failures"]:
         raise Failed()
+
+
+def _launcher(run, cell, found, dock, have_gpu: bool, gpu_ids: tuple[int, ...], say):
+    """The launcher of the benchmark's boots, and what the result's environment says of the engine it runs: the
+    image read (by digest: never a tag moved since) in a container, or the engine of --python's environment."""
+    from ..deploy import subject
+    from ..deploy.runtime import engine
+
+    recipe = cell.engine_recipe
+    if run.launcher == "docker":
+        run_ref = subject.pinned(found, dock, say)
+        lch = engine.DockerLauncher(run_ref, gpus=have_gpu, client=dock, gpu_ids=gpu_ids)
+        engine_name, engine_version = found.engine()
+        return lch, {"image_id": run_ref, "engine": engine_name, "engine_version": engine_version,
+                     "cuda": found.labels.get(labels_mod.CUDA)}
+    lch = engine.ProcessLauncher(python=run.python, gpus=have_gpu, extra_env=dict(run.env), gpu_ids=gpu_ids)
+    probe = lch.probe("env", {"dists": [recipe.pypi], "torch": bool(cell.torch)}, {}, 300).result() or {}
+    return lch, {"engine": cell.engine, "engine_version": (probe.get("dists") or {}).get(recipe.pypi),
+                 "cuda": probe.get("torch_cuda") or cell.cuda, "torch": probe.get("torch"),
+                 "python": probe.get("python")}
+
+
+def _bench_strategies(cell, lch, opts, dataset: Path, head: dict, base_dir: Path, say) -> dict:
+    """Each strategy of opts booted and measured in turn (a failure recorded, the next one run); the result so far
+    written after each, so what is done survives an interrupted run. The result: `head`, the rows and failures."""
+    from ..deploy.bench import run as run_mod
+
+    rows, failures = [], []
+    t_all = time.monotonic()
+
+    def document() -> dict:
+        return {**head, "rows": rows, "failures": failures, "seconds": round(time.monotonic() - t_all, 1)}
+
+    for name in opts.strategies:
+        strat = run_mod.NO_SPECULATION if name == NONE else cell.engine_recipe.strategy(name)
+        say(f"[{name}] starting {cell.engine} ({lch.name})")
+        t0 = time.monotonic()
+        try:
+            row = run_mod.bench_strategy(cell, lch, strat, opts, dataset, say)
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            rows.append(row)
+        except run_mod.BenchFailed as exc:
+            failures.append({"strategy": name, "why": exc.why, "log_tail": exc.tail})
+            say(f"[{name}] FAILED: {exc.why}\n{exc.tail}")
+        run_mod.lossless(rows, float(head["lossless_threshold"]))
+        results.write(document(), base_dir, png=False)  # what is done so far survives an interrupted run
+    return document()
 
 
 @bench.command("diff", epilog=EPILOG)

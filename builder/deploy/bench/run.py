@@ -233,51 +233,67 @@ def bench_strategy(cell: Cell, launcher: Launcher, strategy: Strategy, opts: Ben
                 row["warmup"] = {"request_throughput": rate, "client_seconds": round(done.seconds, 2)}
                 say(f"[{strategy.name}] warm-up pass (discarded): {'-' if rate is None else f'{rate:.2f}'} req/s "
                     f"in {done.seconds:.1f}s")
-            runs = []
-            for i in range(opts.repeats):
-                _, before = engine.metrics()
-                args, done = drive(str(i))
-                _, after = engine.metrics()
-                info = None
-                if smoke.get("server_info"):
-                    _, info = engine.get_json(smoke["server_info"])
-                figs = client.figures(done.result)
-                figs.update(spec_figures(smoke, before, after, info))
-                figs["client_seconds"] = round(done.seconds, 2)
-                check = cross_check(figs)
-                if check:
-                    figs["spec_cross_check"] = check
-                runs.append(figs)
-                rate, ttft = figs["request_throughput"], figs["ttft_ms_p99"]
-                say(f"[{strategy.name}] run {i + 1}/{opts.repeats}: "
-                    f"{'-' if rate is None else f'{rate:.2f}'} req/s, "
-                    f"TTFT p99 {'-' if ttft is None else f'{ttft:.0f}'} ms in {done.seconds:.1f}s")
-            row["client_argv"] = args
-            row["runs"] = runs
-            spec_keys = sorted({k for r in runs for k in r if k.startswith("spec_") and k != "spec_cross_check"})
-            med, spread = median_and_spread(runs, SUMMARY_KEYS + spec_keys)
-            row.update(med)
-            row["spread"] = spread
-            row["repeats"] = len(runs)
-            row["comparable"] = len(runs) >= int(bench_data["diff"]["min_repeats"])  # what `bench diff` can judge
-            if opts.slo_ttft_ms is not None and row.get("ttft_ms_p99") is not None:  # the article's target: P99
-                row["slo_ttft_p99_met"] = row["ttft_ms_p99"] < opts.slo_ttft_ms
-            checks = {r.get("spec_cross_check") for r in runs if r.get("spec_cross_check")}
-            if checks:
-                row["spec_cross_check"] = "; ".join(sorted(checks))
+            row["client_argv"], runs = _measured_runs(engine, drive, smoke, opts, strategy.name, say)
+            _summarise(row, runs, opts, int(bench_data["diff"]["min_repeats"]))
             if opts.lossless:
                 ll = bench_data["lossless"]
                 row["greedy_outputs"] = greedy_outputs(engine, name, list(ll["prompts"]), int(ll["max_tokens"]), 300)
         finally:
-            written = engine.stop()
-            # measured, not read from a label: what the root held at boot and what this run compiled into it
-            row["boot_state"] = boot_state(written, isinstance(launcher, DockerLauncher), opts.caches.warm)
-            if written is not None:
-                row.update(cache_root=written.root, cache_files_at_boot=written.held_before,
-                           cache_files_written=len(written.files), cache_bytes_written=written.bytes,
-                           cache_written=sorted(written.files)[:50])
+            _cache_figures(row, engine.stop(), isinstance(launcher, DockerLauncher), opts.caches.warm)
     row.update(mem.figures())
     return row
+
+
+def _measured_runs(engine: RunningEngine, drive, smoke: dict, opts: BenchOptions, strategy: str,
+                   say) -> tuple[list[str] | None, list[dict]]:
+    """The measured repeats of the workload on one boot, each with the engine's own speculative-decoding figures
+    (/metrics deltas around it, its server info) cross-checked: the last run's client argv, and the runs."""
+    runs, args = [], None
+    for i in range(opts.repeats):
+        _, before = engine.metrics()
+        args, done = drive(str(i))
+        _, after = engine.metrics()
+        info = None
+        if smoke.get("server_info"):
+            _, info = engine.get_json(smoke["server_info"])
+        figs = client.figures(done.result)
+        figs.update(spec_figures(smoke, before, after, info))
+        figs["client_seconds"] = round(done.seconds, 2)
+        check = cross_check(figs)
+        if check:
+            figs["spec_cross_check"] = check
+        runs.append(figs)
+        rate, ttft = figs["request_throughput"], figs["ttft_ms_p99"]
+        say(f"[{strategy}] run {i + 1}/{opts.repeats}: "
+            f"{'-' if rate is None else f'{rate:.2f}'} req/s, "
+            f"TTFT p99 {'-' if ttft is None else f'{ttft:.0f}'} ms in {done.seconds:.1f}s")
+    return args, runs
+
+
+def _summarise(row: dict, runs: list[dict], opts: BenchOptions, min_repeats: int) -> None:
+    """The runs into the row: each figure's median and spread, whether `bench diff` can judge it, the SLO."""
+    row["runs"] = runs
+    spec_keys = sorted({k for r in runs for k in r if k.startswith("spec_") and k != "spec_cross_check"})
+    med, spread = median_and_spread(runs, SUMMARY_KEYS + spec_keys)
+    row.update(med)
+    row["spread"] = spread
+    row["repeats"] = len(runs)
+    row["comparable"] = len(runs) >= min_repeats  # what `bench diff` can judge
+    if opts.slo_ttft_ms is not None and row.get("ttft_ms_p99") is not None:  # the article's target: P99
+        row["slo_ttft_p99_met"] = row["ttft_ms_p99"] < opts.slo_ttft_ms
+    checks = {r.get("spec_cross_check") for r in runs if r.get("spec_cross_check")}
+    if checks:
+        row["spec_cross_check"] = "; ".join(sorted(checks))
+
+
+def _cache_figures(row: dict, written, container: bool, warm: bool) -> None:
+    """Measured, not read from a label: how the caches stood at boot (boot_state) and, with a root watched, what it
+    held then and what this run compiled into it (caches.Written)."""
+    row["boot_state"] = boot_state(written, container, warm)
+    if written is not None:
+        row.update(cache_root=written.root, cache_files_at_boot=written.held_before,
+                   cache_files_written=len(written.files), cache_bytes_written=written.bytes,
+                   cache_written=sorted(written.files)[:50])
 
 
 def lossless(rows: list[dict], threshold: float) -> None:

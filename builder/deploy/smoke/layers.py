@@ -395,11 +395,7 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
         except BootFailed as exc:
             return fail(exc.why)
         if eng.ready_log:  # the engine's own "ready" line, a moment after health answers
-            for _ in range(10):
-                figures["ready_log_seen"] = eng.ready_log in engine.log_text()
-                if figures["ready_log_seen"]:
-                    break
-                time.sleep(0.5)
+            figures["ready_log_seen"] = _ready_line_seen(engine, eng.ready_log)
         name = engine.models() or launcher.where(opts.model.target)
         try:  # warm-up: the first request compiles graphs / JIT kernels
             engine.complete(name, PROMPT, 4, opts.request_timeout)
@@ -420,50 +416,11 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
         })
         if not done["text"].strip():
             return fail("the completion returned no text", tail=False)
-        problems = []
-        m = smoke.get("spec_metrics", {})
-        if code != 200 and m:
-            problems.append(f"GET /metrics answered {code or 'nothing'}")
-
-        def delta(key: str) -> float | None:
-            name = m.get(key)
-            if not name:
-                return None
-            if name not in after:
-                problems.append(f"{name} is not on /metrics")
-                return None
-            return after[name] - before.get(name, 0.0)
-
-        drafts, draft_tokens, accepted = delta("drafts"), delta("draft_tokens"), delta("accepted")
-        for key, value in (("drafts", drafts), ("draft_tokens", draft_tokens), ("accepted_tokens", accepted)):
-            if value is not None:
-                figures[key] = int(value)
-        if drafts is not None and drafts <= 0:
-            problems.append(f"speculative decoding did not run: {m['drafts']} did not rise ({before.get(m['drafts'], 0):g} "
-                            f"before the completion, {after.get(m['drafts'], 0):g} after)")
-        if drafts and draft_tokens is not None and strategy.k and draft_tokens != drafts * strategy.k:
-            problems.append(f"{m['draft_tokens']} rose by {draft_tokens:g}, expected {drafts:g} drafts x K={strategy.k}")
-        if draft_tokens:
-            figures["acceptance_rate"] = round((accepted or 0) / draft_tokens, 3)
-        if m.get("accept_length"):
-            value = after.get(m["accept_length"])
-            if value is None or value <= 0:
-                problems.append(f"{m['accept_length']} did not move (got {value})")
-            else:
-                figures["accept_length"] = value
+        drafts, draft_tokens, problems = _spec_metrics(smoke.get("spec_metrics", {}), strategy, code, before, after,
+                                                       figures)
         if smoke.get("server_info"):
-            code, info = engine.get_json(smoke["server_info"])
-            if info is None:
-                problems.append(f"GET {smoke['server_info']} answered {code or 'nothing'}")
-            else:
-                values = placeholders(cell, launcher, opts, strategy, port)
-                for key, want in strategy.expect:
-                    if "@" in key or "." in key:
-                        continue
-                    want = _fill(want, values) if isinstance(want, str) else want
-                    got = find_key(info, key)
-                    if got != want:
-                        problems.append(f"{smoke['server_info']}: {key} = {got!r}, expected {want!r}")
+            problems += _server_info(engine, smoke["server_info"], strategy,
+                                     lambda: placeholders(cell, launcher, opts, strategy, port))
         text = engine.log_text()
         tokens = kv_cache_tokens(text)
         if tokens is not None:
@@ -487,6 +444,71 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     finally:
         written = engine.stop(opts.capture_to)
     return cache_verdict(result, written, opts, fail)
+
+
+def _ready_line_seen(engine: RunningEngine, ready_log: str) -> bool:
+    """Whether the engine's log holds its own "ready" line, looked for a few seconds after health answered."""
+    for _ in range(10):
+        seen = ready_log in engine.log_text()
+        if seen:
+            break
+        time.sleep(0.5)
+    return seen
+
+
+def _spec_metrics(m: dict, strategy: Strategy, code: int, before: dict[str, float], after: dict[str, float],
+                  figures: dict) -> tuple[float | None, float | None, list[str]]:
+    """Speculative decoding seen to run, from the engine's /metrics before and after the completion (`m`: the
+    engine data's spec_metrics names): drafts rose, draft tokens = drafts x K where the strategy says K, the
+    acceptance length moved. The figures go into `figures`; the drafts, draft tokens and the problems found."""
+    problems = []
+    if code != 200 and m:
+        problems.append(f"GET /metrics answered {code or 'nothing'}")
+
+    def delta(key: str) -> float | None:
+        name = m.get(key)
+        if not name:
+            return None
+        if name not in after:
+            problems.append(f"{name} is not on /metrics")
+            return None
+        return after[name] - before.get(name, 0.0)
+
+    drafts, draft_tokens, accepted = delta("drafts"), delta("draft_tokens"), delta("accepted")
+    for key, value in (("drafts", drafts), ("draft_tokens", draft_tokens), ("accepted_tokens", accepted)):
+        if value is not None:
+            figures[key] = int(value)
+    if drafts is not None and drafts <= 0:
+        problems.append(f"speculative decoding did not run: {m['drafts']} did not rise ({before.get(m['drafts'], 0):g} "
+                        f"before the completion, {after.get(m['drafts'], 0):g} after)")
+    if drafts and draft_tokens is not None and strategy.k and draft_tokens != drafts * strategy.k:
+        problems.append(f"{m['draft_tokens']} rose by {draft_tokens:g}, expected {drafts:g} drafts x K={strategy.k}")
+    if draft_tokens:
+        figures["acceptance_rate"] = round((accepted or 0) / draft_tokens, 3)
+    if m.get("accept_length"):
+        value = after.get(m["accept_length"])
+        if value is None or value <= 0:
+            problems.append(f"{m['accept_length']} did not move (got {value})")
+        else:
+            figures["accept_length"] = value
+    return drafts, draft_tokens, problems
+
+
+def _server_info(engine: RunningEngine, path: str, strategy: Strategy, values) -> list[str]:
+    """The server's own view of its speculative settings (GET `path`) against the strategy's expect (its plain
+    keys; `values()`: the placeholders they may hold): the problems found."""
+    code, info = engine.get_json(path)
+    if info is None:
+        return [f"GET {path} answered {code or 'nothing'}"]
+    problems, filled = [], values()
+    for key, want in strategy.expect:
+        if "@" in key or "." in key:
+            continue
+        want = _fill(want, filled) if isinstance(want, str) else want
+        got = find_key(info, key)
+        if got != want:
+            problems.append(f"{path}: {key} = {got!r}, expected {want!r}")
+    return problems
 
 
 def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
