@@ -224,6 +224,25 @@ def test_the_runtime_stands_below_the_warm_layer(graph):
     assert {"deploy.runtime.hostenv", "deploy.warm.restore"} <= graph["deploy.gpuhost"]
 
 
+# The runtime room's own floor: the cache setting and watch (deploy/runtime/caches.py) and the image's paths
+# (imagepaths.py), which smoke, bench, warm and serve take (the room as a whole: test_the_deployers_rooms_...; it
+# never imports deploy/warm/: test_the_runtime_stands_below_the_warm_layer).
+VERB_ROOMS = ("deploy.smoke", "deploy.bench", "deploy.warm", "deploy.serve")
+
+
+def test_the_cache_setting_and_the_image_paths_import_no_verbs_room(graph):
+    """deploy/runtime/caches.py and imagepaths.py import nothing of smoke, bench, warm or serve, and caches.py nothing
+    of the engine that uses its watch."""
+    def inside(module: str, room: str) -> bool:
+        return module == room or module.startswith(room + ".")
+
+    for m in ("deploy.runtime.caches", "deploy.runtime.imagepaths"):
+        assert m in graph
+        assert sorted(t for t in graph[m] if any(inside(t, room) for room in VERB_ROOMS)) == [], m
+    assert "deploy.runtime.engine" not in graph["deploy.runtime.caches"]
+    assert "deploy.runtime.caches" in graph["deploy.runtime.engine"]
+
+
 # The image's own room (builder/image/): its contract (labels, launch line), its record (ledger), its reuse, its OCI
 # archive and its publication. The build's steps and the deployer's side both stand on it.
 IMAGE_CONTRACT = {"image.labels", "image.launchline"}
