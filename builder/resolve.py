@@ -456,6 +456,18 @@ def _jit_of(kn, prof: Profile, eng: Recipe, archs: tuple[int, ...]):
     return jit, serve_jit, jit_modules, prebuilt
 
 
+def _targetable(kn, prof: Profile, archs: tuple[int, ...], archs_from: str) -> None:
+    """The profile's CUDA toolkit must be able to target every arch."""
+    possible = kn.cuda_archs(prof.cuda)
+    for a in archs:
+        if a not in possible:
+            lo, hi = min(possible), max(possible)
+            raise UserError(
+                f"{archs_from}: arch {a} cannot be targeted by CUDA {prof.cuda} of profile {prof.name} "
+                f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
+            )
+
+
 def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[int, ...], archs_from: str = "",
               base_devel: str | None = None, base_runtime: str | None = None) -> Cell:
     version = prof.engines[engine]
@@ -482,16 +494,7 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     if locked and locked.requires_python and Version(prof.python + ".0") not in SpecifierSet(locked.requires_python):
         raise UserError(f"{where}.python: {engine} {version} requires Python {locked.requires_python}, not {prof.python}")
 
-    # the CUDA toolkit must be able to target every arch
-    possible = kn.cuda_archs(prof.cuda)
-    for a in archs:
-        if a not in possible:
-            lo, hi = min(possible), max(possible)
-            raise UserError(
-                f"{archs_from}: arch {a} cannot be targeted by CUDA {prof.cuda} of profile {prof.name} "
-                f"(its nvcc emits sm_{lo}..sm_{hi}: {', '.join(map(str, possible))})"
-            )
-
+    _targetable(kn, prof, archs, archs_from)
     packages = _packages(m, lock, prof, eng, pins, archs, archs_from, torch)
     jit, serve_jit, jit_modules, prebuilt = _jit_of(kn, prof, eng, archs)
 
