@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/hardening.py            # everything (needs Docker and the local bases)
     .venv/bin/python benchmarks/hardening.py --inputs   # only the bad-input table (no Docker)
     .venv/bin/python benchmarks/hardening.py --quick    # the bad-input table on every 20th case (the suite's mode;
-                                                        # tests/test_hardening.py runs every case)
+                                                        # tests/hardening/test_hardening.py runs every case)
 
-- inputs: every case of tests/hardening_cases.py through the real CLI on a copy of the fixture: clear (the
+- inputs: every case of tests/hardening/cases.py through the real CLI on a copy of the fixture: clear (the
   expected exit code, a message naming the problem, no traceback, nothing written), tracebacks, silently
   accepted (exit 0), other (a wrong code or message, or something written);
 - faults: real ones during real commands — a read-only and a full wheelhouse, a work dir under a file, no
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import hardening_cases as hc  # noqa: E402
+from tests.hardening import cases as hc  # noqa: E402
 
 PY = [sys.executable, "-m", "builder.cli"]
 
@@ -83,7 +83,7 @@ def inputs(every: int = 1) -> bool:
     for case, v, _ in results:
         per_class[case.cls] += 1
         per_class_clear[case.cls] += v.clear
-    print("bad inputs (tests/hardening_cases.py, each through the real CLI)")
+    print("bad inputs (tests/hardening/cases.py, each through the real CLI)")
     print(f"  inputs tried        {tried}")
     print(f"  clear               {clear} (of which fine: {fine}, inputs that are acceptable and ran as they should)")
     print(f"  misleading          {misleading}")
@@ -179,7 +179,7 @@ def fault_no_docker(tmp: Path) -> tuple[bool, str]:
 
 
 def _interrupt(tmp: Path, sig: int) -> tuple[bool, str]:
-    from tests.test_hardening import SLOW_KNOWLEDGE, SLOW_SETUP, _processes, _wait_for
+    from tests.hardening.test_hardening import SLOW_KNOWLEDGE, SLOW_SETUP, _processes, _wait_for
 
     marker = f"{9000 + uuid.uuid4().int % 999}.{uuid.uuid4().int % 10**6:06d}"
     (tmp / "src").mkdir()
@@ -239,7 +239,7 @@ PEAK_RSS: list[int] = []  # MB, every verb against the 2 GB remote
 def _hostile(mode: str):
     def fault(tmp: Path) -> tuple[bool, str]:
         from tests import hostile
-        from tests.test_hostile_remotes import RSS_LIMIT_MB, run, verbs
+        from tests.unit.net.test_hostile_remotes import RSS_LIMIT_MB, run, verbs
 
         hc.make_fixture(tmp)
         (tmp / "real.toml").write_text((REPO / "matrix.toml").read_text())
@@ -266,7 +266,8 @@ def _hostile(mode: str):
 def fault_foreign_wheelhouse(tmp: Path) -> tuple[bool, str]:
     """prune (every flag) and verify --quarantine against a wheelhouse full of foreign files and directories."""
     from builder.cache.local import Wheelhouse
-    from tests.test_wheelhouse_ownership import OWN_GOOD, fingerprint, foreign_tree, own_entry
+    from tests.support.wheelhouse_ownership import OWN_GOOD, own_entry
+    from tests.docker.cache.test_wheelhouse_ownership import fingerprint, foreign_tree
 
     root, outside = tmp / "wh", tmp / "outside"
     own = own_entry(Wheelhouse(root), OWN_GOOD, tmp)
@@ -285,8 +286,8 @@ def fault_foreign_wheelhouse(tmp: Path) -> tuple[bool, str]:
 def fault_push_to_a_registry_that_keeps_nothing(tmp: Path) -> tuple[bool, str]:
     from builder.cache.local import MANIFEST, Wheelhouse
     from tests import hostile
-    from tests.test_hostile_remotes import run
-    from tests.test_wheelhouse_ownership import OWN_GOOD, own_entry
+    from tests.unit.net.test_hostile_remotes import run
+    from tests.support.wheelhouse_ownership import OWN_GOOD, own_entry
 
     wh = Wheelhouse(tmp / "wh")
     entry = own_entry(wh, OWN_GOOD, tmp)
@@ -348,7 +349,7 @@ def secrets() -> bool:
         tar = tmp / "image.tar"
         subprocess.run(["docker", "save", "-o", str(tar), ref], check=True)
         searched["image (docker save: layers, config, manifest)"] = tar.read_bytes()
-        from tests.test_secret_probe import _blobs  # every blob, gzip layers decompressed (their bytes hide a marker)
+        from tests.docker.net.test_secret_probe import _blobs  # every blob, gzip layers decompressed (their bytes hide a marker)
 
         searched.update({f"image blob {name}": data for name, data in _blobs(tar).items()})
         searched["image history"] = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True,

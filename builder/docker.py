@@ -1,6 +1,6 @@
 """Every external command builder runs — docker, docker buildx, skopeo, git — goes through this module, which
 logs the exact argv (logger ``builder.commands``; `builder --debug` prints it) before running it. No other module
-runs the docker CLI (tests/test_layers.py holds that): the build side (steps, audit, pins, lock, rehearse) reaches
+runs the docker CLI (tests/unit/project/test_layers.py holds that): the build side (steps, audit, pins, lock, rehearse) reaches
 the local daemon through the functions here. The deployer's side (builder/deploy/: smoke, bench, doctor --host)
 reads images and runs its containers through the docker SDK instead, one client made in deploy/runtime/engine.py
 (`docker_client`) for containers it waits on, reads the logs of and removes by label, and logs each container it

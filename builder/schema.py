@@ -191,7 +191,7 @@ class TableOf:
 @dataclass(frozen=True)
 class Key:
     """One key of a Table: its shape and its meaning — what the key does and why a user would set it, one or two
-    sentences. The reference (scripts/gen-reference) prints the meaning beside the shape, and tests/test_docs.py
+    sentences. The reference (scripts/gen-reference) prints the meaning beside the shape, and tests/unit/project/test_docs.py
     fails naming every key of the matrix, [defaults], the engine data and matrix.lock that has none."""
 
     shape: object

@@ -1,4 +1,4 @@
-"""What the registry-reuse tests share (tests/test_registry_reuse.py, tests/test_ledger_signing.py): a builder run as
+"""What the registry-reuse tests share (tests/docker/image/test_registry_reuse.py, tests/docker/image/test_ledger_signing.py): a builder run as
 a fresh runner would make it, and the registry reads and pushes around it."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ runs on a host's GPUs (doctor --host). The image is the subject; no matrix is ne
 
 It imports nothing of the build (runner, steps, cache) nor the verbs (cli), and of builder/image/ only the image's
 contract (labels, launch line; warm/ also the archive and publication it makes the warm image with). Its rooms import
-only the rooms below them (tests/test_layers.py DEPLOY_ROOMS):
+only the rooms below them (tests/unit/project/test_layers.py DEPLOY_ROOMS):
 
   runtime/       the floor: where an engine runs (launchers, the boot loop), where its caches go and what a boot
                  wrote there, the image's paths on a host, this host's GPUs, a GPU host's environment

@@ -8,5 +8,5 @@
   daemon and one of a registry alike, and the ledger record a registry keeps beside the image.
 - oci.py, publish.py: its archive and its publication (push by digest, aliases, images.json).
 
-It imports neither the build's runner and steps, the verbs, nor deploy/ (tests/test_layers.py).
+It imports neither the build's runner and steps, the verbs, nor deploy/ (tests/unit/project/test_layers.py).
 """

@@ -10,7 +10,7 @@ own.
 
 The paths the image runs its engine at are part of the same contract (`ImagePaths`): the venv (interpreter prefix and
 site-packages), CUDA_HOME of the engine's nvcc JIT, the compile caches' one root, and where a model is mounted. The
-templates write them (dockerfiles/macros.j2 python_venv, stages/runtime.j2; tests/test_warm_host.py holds the
+templates write them (dockerfiles/macros.j2 python_venv, stages/runtime.j2; tests/unit/deploy/test_warm_host.py holds the
 rendered Dockerfile to these values). They matter beyond the image because the compile caches' keys hold absolute
 paths (vLLM's compile-cache hash, DeepGEMM's include path, the model's path in vLLM's config hash: docs/warm.md): a
 capture made on a GPU host without Docker is only the image's when the engine ran there at these very paths

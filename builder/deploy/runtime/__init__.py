@@ -12,5 +12,5 @@
                  the image's prefix, kept between boots
 
 It imports no other room of deploy/ (smoke, bench, serve, warm): they take it, never the reverse
-(tests/test_layers.py).
+(tests/unit/project/test_layers.py).
 """

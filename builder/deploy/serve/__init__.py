@@ -6,5 +6,5 @@
   kube.py        the Kubernetes manifests of the plan (lightkube's typed models)
 
 It imports runtime/ (the GPUs) and the loose modules of deploy/; never smoke/, bench/ or warm/
-(tests/test_layers.py). The verb is builder/cli/serve.py.
+(tests/unit/project/test_layers.py). The verb is builder/cli/serve.py.
 """

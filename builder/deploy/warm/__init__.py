@@ -9,5 +9,5 @@
   restore.py     a warm layer's files put at a GPU host's cache root, with their times
 
 It stands on runtime/ and smoke/; of builder/image/ it takes the contract, the OCI archive and the publication
-(tests/test_layers.py). runtime/ never imports it. The verb is builder/cli/warm.py.
+(tests/unit/project/test_layers.py). runtime/ never imports it. The verb is builder/cli/warm.py.
 """

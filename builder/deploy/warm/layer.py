@@ -112,7 +112,7 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     # booted in 52-56 s: docs/evidence/2026-12-02-h200-warm-layer.md). The context's files get this moment, later
     # than the epoch, and BuildKit's rewrite-timestamp clamps them to it: a time fixed here would make BuildKit,
     # which sends a context file again only when its size, mode or time changed, pack another capture's bytes of the
-    # same sizes (tests/test_warm.py).
+    # same sizes (tests/docker/deploy/test_warm.py).
     now = max(time.time_ns(), (int(epoch) + 1) * 10**9)
     for p in [context / TREE, *(context / TREE).rglob("*")]:
         os.chmod(p, 0o777 if p.is_dir() else 0o666)  # any user the container runs as writes the caches

@@ -1,0 +1,36 @@
+"""What the two halves of test_benchmarks.py share: tests/unit/project/test_benchmarks.py (its tests that need no
+Docker) and tests/docker/project/test_benchmarks.py (those that do). Written by scripts/layout-tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+
+# script -> (arguments, the figure line it must print, marks)
+QUICK = {
+    "plan_speed.py": (["--quick"], rf"builder plan --profile all \(\d+ cells\): median {NUMBER} ms, max {NUMBER} ms over 1 runs",
+                      []),
+    "hardening.py": (["--quick"], r"inputs tried +\d+\n  clear +\d+ .*\n  misleading +0\n  tracebacks +0\n  silently accepted +0",
+                     []),
+    "compile_units.py": (["--quick"], r"flash-attn 2\.8\.3\.post2 \(\d+ CUDA sources\) for sm_80, sm_90: \d+ kernel×arch units built "
+                                      rf"of \d+ for setup\.py's default arch list \({NUMBER} %\)", [pytest.mark.network]),
+    "build_overhead.py": (["--quick"], rf"median builder build {NUMBER} s, raw docker buildx build {NUMBER} s, overhead "
+                                       rf"ratio {NUMBER}x over 1 round", [pytest.mark.slow, pytest.mark.docker]),
+    "image_size.py": ([], rf"pull size runtime {NUMBER} MB vs devel {NUMBER} MB = {NUMBER}%", [pytest.mark.slow, pytest.mark.docker]),
+    "cache_warm_cold.py": (["--quick"], rf"warm remote  build +{NUMBER} s   wheel step .*% of the cold compile(.|\n)*"
+                                        rf"64 MB-class artifact", [pytest.mark.slow, pytest.mark.docker]),
+    # its exit status also says whether its speed goals were met: a figure, not what this test checks
+    "compile_cache.py": (["--quick"], rf"key change: {NUMBER} % hits \(goal >= 95 %\)(.|\n)*(goals met|GOALS NOT MET)",
+                         [pytest.mark.slow, pytest.mark.docker]),
+    "jit_modules.py": (["--quick"], rf"jit = prebuilt: \+{NUMBER} MiB image, build {NUMBER} s after the first-request "
+                                   rf"cell's {NUMBER} s", [pytest.mark.slow, pytest.mark.docker]),
+    "registry_reuse.py": (["--quick"], rf"registry reuse: median {NUMBER} s wall \(image step {NUMBER} s, pull included\), "
+                                       rf"fresh build {NUMBER} s wall \(image step {NUMBER} s\), over 1 round",
+                          [pytest.mark.slow, pytest.mark.docker]),
+    "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
+                        [pytest.mark.slow, pytest.mark.toolchain]),
+}

@@ -1,0 +1,72 @@
+"""builder warm against the stand-in engine server (tests/fixtures/smoke/stand_in: a TEST DOUBLE for a GPU engine,
+which writes a few files with fixed content into each compile cache its variables name): the cold boot at the
+image's empty cache root, the capture (exactly those files, nothing written outside the root), the warm image (one
+layer, the same digest from the same files and labels, its labels), its warm boot, smoke L3's refusal of a warm
+image whose boot compiles, and bad input. Real Docker daemon with buildx; traffic to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.pure
+def test_the_request_refuses_flags_that_do_not_go_together():
+    from builder.deploy.runflags import RunFlags
+    from builder.deploy.warm.capture import Request
+    from builder.errors import UserError
+
+    docker_run, process_run = RunFlags.convert(launcher="auto"), RunFlags.convert(launcher="process")
+    with pytest.raises(UserError, match="--resume continues a cut cold boot on this host; --from-dir packs a capture: "
+                                        "give one"):
+        Request("cell", "MTP2", process_run, resume=True, from_dir=Path("warm/x"))
+    with pytest.raises(UserError, match="--launcher process captures only"):
+        Request("cell", "MTP2", process_run, registry="127.0.0.1:9/x")
+    Request("cell", "MTP2", process_run, resume=True)  # each alone is fine
+    Request("img:t", "MTP2", docker_run, registry="127.0.0.1:9/x", from_dir=Path("warm/x"))
+
+
+@pytest.mark.pure
+def test_the_results_print_as_the_verb_always_printed_them():
+    from builder.deploy.warm.capture import Captured, Warmed
+
+    warmed = Warmed(image="r/e:t-warm-mtp2-nogpu", digest="sha256:d", layer="sha256:l", of="sha256:o", files=3,
+                    bytes=12, cold_boot_s=5.0, warm_boot_s=1.5, capture="warm/t-warm-mtp2-nogpu", pushed="",
+                    cache_root="/opt/jit-cache")
+    assert list(warmed.to_json()) == ["image", "digest", "layer", "of", "files", "bytes", "cold_boot_s", "warm_boot_s",
+                                      "capture", "pushed"]
+    assert warmed.text() == "r/e:t-warm-mtp2-nogpu sha256:d: 3 files under /opt/jit-cache, cold 5.0 s, warm 1.5 s"
+    captured = Captured(capture="w/t-warm-mtp2-sm90", cache_root="/r", files=15, bytes=99, cold_boot_s=9.1,
+                        cold_boots=2, warm_boot_s=1.0, layout=None, strategy="MTP2")
+    assert list(captured.to_json()) == ["capture", "cache_root", "files", "bytes", "cold_boot_s", "cold_boots",
+                                        "warm_boot_s", "layout"]
+    assert captured.text() == ("w/t-warm-mtp2-sm90: 15 files, 99 bytes under /r, cold 9.1 s, warm 1.0 s; pack it "
+                               "where the image is: builder warm IMAGE --strategy MTP2 --from-dir t-warm-mtp2-sm90")
+
+
+# -- doctor --host and bench: the warm labels read back (no Docker) ---------------------------------------------
+def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
+    from builder.deploy import host
+    from builder.deploy.runtime.gpus import Gpu
+    from builder.image import labels
+
+    lab = dict(labels.warm_written({"strategy": "MTP2", "gpu": "NVIDIA H200", "gpu-arch": "sm90", "driver": "580.95.05",
+                                    "cold-boot-s": "500", "warm-boot-s": "52"}, "sha256:" + "a" * 64))
+    h200 = Gpu(index=0, name="NVIDIA H200", driver="580.95.05", compute_cap=90, brand="NVIDIA")
+    assert "this host matches" in host.warm_match(h200, lab) and "52 s" in host.warm_match(h200, lab)
+    a100 = Gpu(index=0, name="NVIDIA A100", driver="580.95.05", compute_cap=80, brand="NVIDIA")
+    line = host.warm_match(a100, lab)
+    assert "GPU arch sm80 (the layer: sm90)" in line and "the first boot will compile (cold boot 500 s" in line
+    assert host.warm_match(h200, {}) is None
+
+
+def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
+    from builder.deploy.bench import results, run
+
+    assert run.kv_cache_tokens("INFO GPU KV cache size: 4,096 tokens\n") == 4096
+    assert run.kv_cache_tokens("nothing") is None
+    old = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "cold"}]}
+    new = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "warm"}]}
+    assert "booted cold against warm" in results.comparable(old, new)[0]
+    assert results.comparable(old, old) == []
