@@ -2,7 +2,8 @@
 directories it will write to — every fault a one-line UserError naming the path, never a traceback or a hang.
 
 - a file that is missing, a directory, a FIFO or device (reading one would block), unreadable, absurdly
-  large, not UTF-8, not TOML, or nested deeper than any real file is refused;
+  large, not UTF-8, not TOML (or a TOML file with a line of over 64 KiB), or nested deeper than any real file is
+  refused;
 - an output directory must exist as a writable directory or be creatable under one.
 """
 
@@ -21,6 +22,7 @@ from .errors import UserError
 
 MAX_BYTES = 16 << 20  # no matrix, lock or knowledge file comes near this
 MAX_DEPTH = 32  # tables and arrays nested deeper than this are no data builder reads
+MAX_LINE = 64 << 10  # characters of one line of a TOML file builder reads (its longest real line: under 1,000)
 
 
 def read_text(path: Path, what: str) -> str:
@@ -77,9 +79,23 @@ def _parsed(path: Path, what: str, text: str, parse, malformed: type[Exception],
     return data
 
 
+def _long_line(path: Path, what: str, text: str) -> None:
+    """Refuse a line longer than MAX_LINE before the TOML parser reads it (pure Python: megabytes of one string
+    take it seconds, and every check after it would quote the value)."""
+    if len(text) > MAX_LINE:
+        lengths = [len(line) for line in text.split("\n")]
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[longest] > MAX_LINE:
+            raise UserError(f"{path}: line {longest + 1} is {lengths[longest]} characters long; no line of a {what} "
+                            f"is longer than {MAX_LINE}")
+
+
 def load_toml(path: Path, what: str, fix: str = "") -> dict:
-    """A TOML file as a dict, or a UserError: file faults (read_text), malformed TOML, absurd nesting."""
-    return _parsed(path, what, read_text(path, what), tomllib.loads, tomllib.TOMLDecodeError,
+    """A TOML file as a dict, or a UserError: file faults (read_text), a line longer than MAX_LINE, malformed TOML,
+    absurd nesting."""
+    text = read_text(path, what)
+    _long_line(path, what, text)
+    return _parsed(path, what, text, tomllib.loads, tomllib.TOMLDecodeError,
                    "{path}: malformed TOML: {exc}" + fix.replace("{", "{{").replace("}", "}}"), "tables or arrays")
 
 

@@ -151,6 +151,30 @@ def _redacted(value, depth: int = 0):
     return value
 
 
+LINE_WIDTH = 990  # the most characters of one line of a message builder prints (clip): with `error: `, under 1,000
+MESSAGE_LINES = 100  # and the most lines of it
+
+
+def clip(message: str, width: int = LINE_WIDTH, lines: int = MESSAGE_LINES) -> str:
+    """A message of bounded size, whatever a value it quotes held: a line longer than `width` keeps its head and its
+    tail (what to do is said last), the middle replaced by `…[N characters cut]…`; more than `lines` lines keep the
+    first and the last ones. The last net under every message the CLI prints (builder/cli/app.py): the checks quote
+    a value through `describe`, which says more of it. Redact before clipping (a cut could leave part of a secret
+    that no rule recognises any more); clipping a redacted text reveals nothing."""
+    count = message.count("\n") + 1
+    if len(message) <= width and count <= lines:
+        return message
+    if count <= lines:
+        parts = message.split("\n")
+    else:  # the first lines, a mark, the last tenth
+        last = max(1, lines // 10)
+        parts = [*message.split("\n", lines - last - 1)[:-1], f"…[{count - lines + 1} lines cut]…",
+                 *message.rsplit("\n", last)[1:]]
+    head, tail = width * 2 // 3, width // 3 - 24
+    return "\n".join(p if len(p) <= width else f"{p[:head]}…[{len(p) - head - tail} characters cut]…{p[len(p) - tail:]}"
+                     for p in parts)
+
+
 def describe(value, width: int = 80) -> str:
     """A short, one-line repr for messages: credentials and URL queries redacted first (`redact`), so that no
     cut leaves part of a secret; then long or deeply nested values cut to about `width` characters."""
