@@ -9,6 +9,7 @@ directories it will write to — every fault a one-line UserError naming the pat
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -25,25 +26,70 @@ MAX_DEPTH = 32  # tables and arrays nested deeper than this are no data builder 
 MAX_LINE = 64 << 10  # characters of one line of a TOML file builder reads (its longest real line: under 1,000)
 
 
-def read_text(path: Path, what: str) -> str:
-    """The text of a regular UTF-8 file, or a UserError saying what is wrong with it."""
+NOT_REGULAR = "not a regular file (a FIFO, socket or device)"
+
+
+class NotRegular(OSError):
+    """A path that is a FIFO, a socket or a device where a file is read (read_regular): never opened to be read."""
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path`: at most `limit` + 1 of them (a caller tells a file over `limit` by
+    the length). Never blocks and never reads forever: a directory is IsADirectoryError and a FIFO, socket or device
+    NotRegular before anything is opened, and the file is opened without blocking and checked again on the open
+    descriptor (a FIFO put in its place after the first look is refused too). Other faults: the OSError."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(errno.EINVAL, NOT_REGULAR, str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(errno.EINVAL, NOT_REGULAR, str(path))
+        blocks, size = [], 0
+        while size <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not block:
+                break
+            blocks.append(block)
+            size += len(block)
+        return b"".join(blocks)
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (read_regular), or a UserError naming the path and `what`
+    it was read as: missing, a directory, a FIFO, socket or device, unreadable, too large."""
     path = Path(path)
     try:
-        st = path.stat()
+        data = read_regular(path, limit)
     except FileNotFoundError:
         raise UserError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except NotRegular:
+        raise UserError(f"{path}: {NOT_REGULAR}; the {what} must be a file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{path}: is a directory, not a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{path}: not a regular file (a FIFO, socket or device); the {what} must be a file")
-    if st.st_size > MAX_BYTES:
-        raise UserError(f"{path}: {st.st_size} bytes; a {what} is never that large")
+    if len(data) > limit:
+        size = max(len(data), _size(path))
+        raise UserError(f"{path}: {size} bytes; a {what} is never that large")
+    return data
+
+
+def _size(path: Path) -> int:
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def read_text(path: Path, what: str) -> str:
+    """The text of a regular UTF-8 file (read_bytes), or a UserError saying what is wrong with it."""
+    path = Path(path)
+    data = read_bytes(path, what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

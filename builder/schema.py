@@ -870,6 +870,16 @@ def _runner_label(value: str) -> str:
     return value
 
 
+def _key_file(value) -> str:
+    """The path of a key file (ledger_public_key): one line, and not empty ("" would turn the check it asks for off
+    without a word: leave the key out for that)."""
+    value = grammar.line(value)
+    if not value.strip():
+        raise ValueError("is empty: name the PEM public key file, or leave the key out (unset, reuse takes the "
+                         "registry's unsigned word)")
+    return value
+
+
 def _said(rule, noun: str, plural: str = "", types: tuple[type, ...] = (str,)) -> Parsed:
     """A grammar whose reason already says what is expected (the message is the grammar's own)."""
     return Parsed(rule, noun, plural or noun, explain=True, say_expected=False, types=types)
@@ -915,7 +925,7 @@ DEFAULTS = Table(optional={
     "registry": Key(_said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
                     "Where publish pushes the images (REGISTRY/ENGINE:TAG), and the base of the \"registry\" wheel "
                     "store, build cache and image reuse."),
-    "ledger_public_key": Key(_said(grammar.line, "a path on one line"),
+    "ledger_public_key": Key(_said(_key_file, "a path on one line"),
                              "A PEM public key file (ECDSA P-256 or Ed25519), relative to the matrix file: a registry's "
                              "ledger record is adopted for image reuse only when signed by this key (publish signs with "
                              "the private key in BUILDER_LEDGER_SIGNING_KEY and refuses to push unsigned records); "
