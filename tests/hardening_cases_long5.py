@@ -1,6 +1,6 @@
 """Round five of the bad-input table: inputs of absurd length, key files that are no files, hostile credential helpers.
 
-- long values: 120 KiB (the most a command line carries: the kernel's MAX_ARG_STRLEN is 128 KiB) to the flags of
+- long values: 120 KiB (near the most one argument carries: the kernel's MAX_ARG_STRLEN is 128 KiB) to the flags of
   several verbs, 60 KiB and 10 MB to matrix and engine-data keys and key names. Each is refused in one line the
   judge holds under 1,000 characters (an echo of the input cut short: redact.describe, redact.clip), within the
   table's CPU bound; 10 MB on one line of a TOML file is refused before the TOML parser reads it;

@@ -63,10 +63,10 @@ def _bounded_usage_errors():
         raise
 
 
-# The longest argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages): a longer one can only come from a caller
-# in this process (click's CliRunner), and is refused before click reads it (click's "did you mean" alone takes
-# seconds over megabytes).
-MAX_ARG_CHARS = 128 << 10
+# The longest argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages, less the terminating NUL): a longer one
+# can only come from a caller in this process (click's CliRunner), and is refused before click reads it (click's
+# "did you mean" alone takes seconds over megabytes).
+MAX_ARG_CHARS = (128 << 10) - 1
 
 # Which module of builder/cli declares each verb. A run imports only its verb's module: importing all of them
 # costs ~0.8 s of CPU, which every refusal of bad input would pay before it could say a word.
