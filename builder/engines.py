@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import archs as archs_mod
-from . import files, schema
+from . import files, redact, schema
 from .errors import UserError
 
 from .schema import did_you_mean  # noqa: F401 - callers name it from here too
@@ -461,7 +461,7 @@ class Recipe:
 
     def strategy_problem(self, name: str) -> str | None:
         if name not in self.strategies:
-            return f"{self.name} has no strategy {name!r}{did_you_mean(name, self.strategies)}"
+            return f"{self.name} has no strategy {redact.describe(name)}{did_you_mean(name, self.strategies)}"
         s = self.strategies[name]
         if Version(self.version) not in s.versions:
             return f"{name} cannot run on {self.name} {self.version}: {s.why_not}; versions that can: {self.name}{s.versions}"
@@ -547,7 +547,7 @@ class Knowledge:
         """One serve-time compile path of the knowledge, its apt packages spelt for this Python."""
         table = self.data.get("serve_jit", {})
         if name not in table:
-            raise UserError(f"serve_jit {name!r} is named by an engine rule and defined nowhere in the engine "
+            raise UserError(f"serve_jit {redact.describe(name)} is named by an engine rule and defined nowhere in the engine "
                             f"knowledge{did_you_mean(name, table)}; known: {', '.join(table) or 'none'}")
         entry = dict(table[name])
         return {"name": name, "why": entry["why"], "probe": entry["probe"],
@@ -558,7 +558,7 @@ class Knowledge:
         """One JIT module of the knowledge with its framework's settings; its links include the framework's."""
         modules, frameworks = self.data.get("jit_modules", {}), self.data.get("jit_frameworks", {})
         if name not in modules:
-            raise UserError(f"jit_modules {name!r} is named by an engine rule and defined nowhere in the engine "
+            raise UserError(f"jit_modules {redact.describe(name)} is named by an engine rule and defined nowhere in the engine "
                             f"knowledge{did_you_mean(name, modules)}; known: {', '.join(modules) or 'none'}")
         entry = modules[name]
         fw = entry["framework"]
@@ -582,7 +582,7 @@ class Knowledge:
         out: dict[str, str] = {}
         for name in recipe.compile_caches:
             if name not in table:
-                raise UserError(f"compile_caches {name!r} is named by {recipe.name} {recipe.version}'s rules and defined "
+                raise UserError(f"compile_caches {redact.describe(name)} is named by {recipe.name} {recipe.version}'s rules and defined "
                                 f"nowhere in the engine knowledge{did_you_mean(name, table)}; known: "
                                 f"{', '.join(table) or 'none'}")
             entry = table[name]
@@ -635,7 +635,7 @@ class Knowledge:
     def _package(self, name: str) -> dict:
         pkgs = self.data["packages"]
         if name not in pkgs:
-            raise UserError(f"unknown package {name!r}{did_you_mean(name, pkgs)}; known: {', '.join(pkgs)}")
+            raise UserError(f"unknown package {redact.describe(name)}{did_you_mean(name, pkgs)}; known: {', '.join(pkgs)}")
         return pkgs[name]
 
     def recipe(self, name: str, version: str) -> Recipe:
@@ -681,7 +681,7 @@ def parse_version(text: str, what: str) -> Version:
     try:
         return Version(text)
     except InvalidVersion:
-        raise UserError(f"{what}: {text!r} is not a version") from None
+        raise UserError(f"{what}: {redact.describe(text)} is not a version") from None
 
 
 def recipe(name: str, version: str) -> Recipe:

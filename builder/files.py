@@ -2,12 +2,14 @@
 directories it will write to — every fault a one-line UserError naming the path, never a traceback or a hang.
 
 - a file that is missing, a directory, a FIFO or device (reading one would block), unreadable, absurdly
-  large, not UTF-8, not TOML, or nested deeper than any real file is refused;
+  large, not UTF-8, not TOML (or a TOML file with a line of over 64 KiB), or nested deeper than any real file is
+  refused;
 - an output directory must exist as a writable directory or be creatable under one.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -21,27 +23,73 @@ from .errors import UserError
 
 MAX_BYTES = 16 << 20  # no matrix, lock or knowledge file comes near this
 MAX_DEPTH = 32  # tables and arrays nested deeper than this are no data builder reads
+MAX_LINE = 64 << 10  # characters of one line of a TOML file builder reads (its longest real line: under 1,000)
+
+
+NOT_REGULAR = "not a regular file (a FIFO, socket or device)"
+
+
+class NotRegular(OSError):
+    """A path that is a FIFO, a socket or a device where a file is read (read_regular): never opened to be read."""
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path`: at most `limit` + 1 of them (a caller tells a file over `limit` by
+    the length). Never blocks and never reads forever: a directory is IsADirectoryError and a FIFO, socket or device
+    NotRegular before anything is opened, and the file is opened without blocking and checked again on the open
+    descriptor (a FIFO put in its place after the first look is refused too). Other faults: the OSError."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(errno.EINVAL, NOT_REGULAR, str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(errno.EINVAL, NOT_REGULAR, str(path))
+        blocks, size = [], 0
+        while size <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not block:
+                break
+            blocks.append(block)
+            size += len(block)
+        return b"".join(blocks)
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (read_regular), or a UserError naming the path and `what`
+    it was read as: missing, a directory, a FIFO, socket or device, unreadable, too large."""
+    path = Path(path)
+    try:
+        data = read_regular(path, limit)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except NotRegular:
+        raise UserError(f"{path}: {NOT_REGULAR}; the {what} must be a file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        size = max(len(data), _size(path))
+        raise UserError(f"{path}: {size} bytes; a {what} is never that large")
+    return data
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def read_text(path: Path, what: str) -> str:
-    """The text of a regular UTF-8 file, or a UserError saying what is wrong with it."""
+    """The text of a regular UTF-8 file (read_bytes), or a UserError saying what is wrong with it."""
     path = Path(path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such {what}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{path}: is a directory, not a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{path}: not a regular file (a FIFO, socket or device); the {what} must be a file")
-    if st.st_size > MAX_BYTES:
-        raise UserError(f"{path}: {st.st_size} bytes; a {what} is never that large")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    data = read_bytes(path, what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -77,9 +125,23 @@ def _parsed(path: Path, what: str, text: str, parse, malformed: type[Exception],
     return data
 
 
+def _long_line(path: Path, what: str, text: str) -> None:
+    """Refuse a line longer than MAX_LINE before the TOML parser reads it (pure Python: megabytes of one string
+    take it seconds, and every check after it would quote the value)."""
+    if len(text) > MAX_LINE:
+        lengths = [len(line) for line in text.split("\n")]
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[longest] > MAX_LINE:
+            raise UserError(f"{path}: line {longest + 1} is {lengths[longest]} characters long; no line of a {what} "
+                            f"is longer than {MAX_LINE}")
+
+
 def load_toml(path: Path, what: str, fix: str = "") -> dict:
-    """A TOML file as a dict, or a UserError: file faults (read_text), malformed TOML, absurd nesting."""
-    return _parsed(path, what, read_text(path, what), tomllib.loads, tomllib.TOMLDecodeError,
+    """A TOML file as a dict, or a UserError: file faults (read_text), a line longer than MAX_LINE, malformed TOML,
+    absurd nesting."""
+    text = read_text(path, what)
+    _long_line(path, what, text)
+    return _parsed(path, what, text, tomllib.loads, tomllib.TOMLDecodeError,
                    "{path}: malformed TOML: {exc}" + fix.replace("{", "{{").replace("}", "}}"), "tables or arrays")
 
 

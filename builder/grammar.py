@@ -36,6 +36,8 @@ NAME_RE = re.compile(_NAME, re.ASCII)
 _TAG_RE = re.compile(_TAG, re.ASCII)
 _HOSTPORT_RE = re.compile(_DOMAIN, re.ASCII)
 NAME_MAX = 255
+REFERENCE_MAX = 1024  # a name of 255, a tag of 128 and a sha512 digest fit well within it
+HOST_MAX = 259  # a host name is at most 253 characters, then :PORT
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
@@ -57,6 +59,8 @@ def image_name(value) -> str:
     """A repository name without tag or digest: [host[:port]/]path (lowercase path components)."""
     value = _string(value)
     _no_control(value)
+    if len(value) > REFERENCE_MAX:  # before the grammar: it reads megabytes slowly
+        raise ValueError(f"is longer than {NAME_MAX} characters")
     if not NAME_RE.fullmatch(value):
         raise ValueError("is not an image name like registry.example.com:5000/team/cuda (lowercase letters, digits, "
                          "'.', '_', '-' and '/' only)")
@@ -69,6 +73,8 @@ def image_ref(value) -> str:
     """An image reference by the OCI distribution grammar: name[:tag][@digest]."""
     value = _string(value)
     _no_control(value)
+    if len(value) > REFERENCE_MAX:  # before the grammar: it reads megabytes slowly
+        raise ValueError(f"is longer than any image reference ({REFERENCE_MAX} characters)")
     m = _REFERENCE.fullmatch(value)
     if not m:
         raise ValueError("is not an image reference like nvidia/cuda:13.0.3-devel-ubuntu24.04 "
@@ -89,6 +95,8 @@ def registry_host(value) -> str:
     """host[:port] of a registry, e.g. 127.0.0.1:5000 or registry.example.com."""
     value = _string(value)
     _no_control(value)
+    if len(value) > HOST_MAX:
+        raise ValueError(f"is longer than any registry host[:port] ({HOST_MAX} characters)")
     if not _HOSTPORT_RE.fullmatch(value):
         raise ValueError("is not a registry host[:port] like 127.0.0.1:5000")
     port = value.rsplit(":", 1)[1] if ":" in value and not value.endswith("]") else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import archs as archs_mod
-from . import engines, files, schema
+from . import engines, files, redact, schema
 from .cache.config import parse_cache_table
 from .engines import Knowledge
 from .schema import did_you_mean
@@ -110,7 +110,7 @@ def load(path: Path) -> Matrix:
         raise UserError(f"{path.name}: no [profiles.*] table: nothing to build")
     profiles = {name: _profile(kn, name, p, defaults) for name, p in profiles_raw.items()}
     if defaults["profile"] not in profiles:
-        raise UserError(f"defaults.profile: {defaults['profile']!r} is not a profile{did_you_mean(defaults['profile'], profiles)}")
+        raise UserError(f"defaults.profile: {redact.describe(defaults['profile'])} is not a profile{did_you_mean(defaults['profile'], profiles)}")
     return Matrix(path=path, raw=raw, defaults=defaults, profiles=profiles, knowledge=kn)
 
 
@@ -125,13 +125,13 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         raise UserError(f"{where}.engines: empty: name at least one engine, e.g. {{ vllm = \"0.33.0\" }}")
     for eng, ver in engs.items():
         if eng not in kn.engine_names():
-            raise UserError(f"{where}.engines: unknown engine {eng!r}{did_you_mean(eng, kn.engine_names())}; known: {', '.join(kn.engine_names())}")
+            raise UserError(f"{where}.engines: unknown engine {redact.describe(eng)}{did_you_mean(eng, kn.engine_names())}; known: {', '.join(kn.engine_names())}")
         kn.recipe(eng, ver)  # unknown version range → error naming it
     torch = p.get("torch")
     if isinstance(torch, dict):
         for eng in torch:
             if eng not in engs:
-                raise UserError(f"{where}.torch: {eng!r} is not an engine of this profile ({', '.join(engs)})")
+                raise UserError(f"{where}.torch: {redact.describe(eng)} is not an engine of this profile ({', '.join(engs)})")
     fa = p.get("flash_attn")
     if fa is not None:
         kn.recipe("flash-attn", fa)
@@ -139,7 +139,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
     known = kn.strategy_names()  # the engine data's: a strategy added there is known here without a code change
     for s in strategies:
         if s not in known:
-            raise UserError(f"{where}.strategies: unknown strategy {s!r}{did_you_mean(s, known)}; known: {', '.join(known)}")
+            raise UserError(f"{where}.strategies: unknown strategy {redact.describe(s)}{did_you_mean(s, known)}; known: {', '.join(known)}")
     if len(set(strategies)) != len(strategies):
         raise UserError(f"{where}.strategies: a strategy is listed twice: {list(strategies)}")
     sources = p.get("source", {})
@@ -148,7 +148,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
     jit = p.get("jit", {})
     for eng in jit:
         if eng not in engs:
-            raise UserError(f"{where}.jit: {eng!r} is not an engine of this profile ({', '.join(engs)})")
+            raise UserError(f"{where}.jit: {redact.describe(eng)} is not an engine of this profile ({', '.join(engs)})")
     return Profile(
         name=name,
         cuda=cuda,
@@ -173,14 +173,14 @@ def selected_profiles(m: Matrix, sel: Selection, default_all: bool = False) -> l
     elif sel.profiles:
         for name in sel.profiles:
             if name not in m.profiles:
-                raise UserError(f"--profile: unknown profile {name!r}{did_you_mean(name, m.profiles)}; known: {', '.join(m.profiles)}, all")
+                raise UserError(f"--profile: unknown profile {redact.describe(name)}{did_you_mean(name, m.profiles)}; known: {', '.join(m.profiles)}, all")
         profiles = [m.profiles[n] for n in sel.profiles]
     else:
         profiles = [m.profiles[m.defaults["profile"]]]
     for eng in sel.engines:
         if eng not in m.knowledge.engine_names():
             names = m.knowledge.engine_names()
-            raise UserError(f"--engine: unknown engine {eng!r}{did_you_mean(eng, names)}; known: {', '.join(names)}")
+            raise UserError(f"--engine: unknown engine {redact.describe(eng)}{did_you_mean(eng, names)}; known: {', '.join(names)}")
     if sel.cuda:
         profiles = [p for p in profiles if any(p.cuda == c or p.cuda.startswith(c + ".") or p.cuda_tag == c for c in sel.cuda)]
     return profiles

@@ -574,26 +574,82 @@ _HELPER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _CONFIG_MAX_BYTES = 16 << 20
 
 
+HELPER_SECONDS = 30  # what a credential helper may take to answer
+HELPER_MAX_BYTES = 256 << 10  # what builder reads of its output and of its errors: its JSON answer is a few hundred bytes
+# what a helper says when it holds nothing for the host (docker-credential-helpers' ErrCredentialsNotFound)
+_HELPER_NOT_FOUND = "credentials not found"
+
+
+def _run_helper(argv: list[str], stdin: bytes) -> tuple[int | None, bytes, bytes]:
+    """Run a credential helper: (exit code, stdout, stderr), each stream read up to HELPER_MAX_BYTES. The exit code
+    is None when it printed more (it is killed then: nothing past the cap is read, however much it prints);
+    subprocess.TimeoutExpired past HELPER_SECONDS (killed too)."""
+    import selectors
+
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    deadline = time.monotonic() + HELPER_SECONDS
+    try:
+        with contextlib.suppress(BrokenPipeError):  # one that does not read its input: its answer says the rest
+            try:
+                proc.stdin.write(stdin)
+            finally:
+                proc.stdin.close()
+        with selectors.DefaultSelector() as sel:
+            for stream in (proc.stdout, proc.stderr):
+                sel.register(stream, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, HELPER_SECONDS)
+                for key, _ in sel.select(left):
+                    block = os.read(key.fd, 1 << 16)
+                    if not block:
+                        sel.unregister(key.fileobj)
+                        continue
+                    out[key.fd] += block
+                    if len(out[key.fd]) > HELPER_MAX_BYTES:
+                        return None, b"", b""
+        try:
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(argv, HELPER_SECONDS) from None
+        return code, bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+
+
 def _credential_helper(helper: str, host: str, path: Path, key: str) -> tuple[str, str] | None:
     """`docker-credential-HELPER get` for host: (user, secret), None when it holds nothing for host;
-    EnvironmentProblem when the helper is missing or fails (docker itself would fail the same way)."""
+    EnvironmentProblem when the helper is missing or fails (docker itself would fail the same way), in one line.
+
+    What it prints is read up to HELPER_MAX_BYTES (more is refused: its answer is a small JSON object) and never
+    quoted: a helper's error text can hold the very secret it guards ("cannot unlock the keychain for <password>").
+    Only its one known phrase is recognised: "credentials not found" (it holds nothing for the host)."""
     where = f"docker-credential-{helper} ({key} of {path})"
     try:
-        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=host, capture_output=True, text=True,
-                              timeout=30, check=False, errors="replace")
+        code, stdout, stderr = _run_helper([f"docker-credential-{helper}", "get"], host.encode())
     except FileNotFoundError:
         raise EnvironmentProblem(f"{where} is not installed: install it, or remove {key} from {path}") from None
     except subprocess.TimeoutExpired:
-        raise EnvironmentProblem(f"{where} did not answer within 30 s") from None
+        raise EnvironmentProblem(f"{where} did not answer within {HELPER_SECONDS} s") from None
     except OSError as exc:
         raise EnvironmentProblem(f"{where} cannot run ({exc.strerror or exc})") from None
-    said = redact((proc.stdout + proc.stderr).strip())
-    if proc.returncode != 0:
-        if "credentials not found" in said.lower():
+    if code is None:
+        raise EnvironmentProblem(f"{where} printed more than {HELPER_MAX_BYTES >> 10} KiB (a credential helper answers "
+                                 "a small JSON object); refused, nothing of it read further")
+    if code != 0:
+        said = (stdout + stderr).decode("utf-8", "replace").lower()
+        if _HELPER_NOT_FOUND in said:
             return None
-        raise EnvironmentProblem(f"{where} failed (exit {proc.returncode}): {(said.splitlines() or ['no output'])[0][:200]}")
+        raise EnvironmentProblem(f"{where} failed (exit {code}); its message is withheld (a credential helper's words "
+                                 f"can hold the secret it guards): run `docker-credential-{helper} get` to read it")
     try:
-        data = json.loads(proc.stdout)
+        data = json.loads(stdout.decode("utf-8"))
     except (ValueError, RecursionError):
         raise EnvironmentProblem(f"{where} answered no JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("Secret", ""), str) \

@@ -81,7 +81,7 @@ def check_builder_name(builder: str | None) -> None:
     if builder is not None:
         grammar.check(grammar.path_argument, builder, "--builder")
         if not _NAME.fullmatch(builder):
-            raise UserError(f"--builder: {builder!r} is not a builder name (letters, digits, '_', '.', '-')")
+            raise UserError(f"--builder: {redact.describe(builder)} is not a builder name (letters, digits, '_', '.', '-')")
 
 
 def _layer_cache(m, value: str | None) -> str | None:
@@ -91,7 +91,8 @@ def _layer_cache(m, value: str | None) -> str | None:
         grammar.check(grammar.image_name, value, "--layer-cache")
         port = re.match(r"[^/:]+:([0-9]+)/", value)
         if "/" not in value or (port and not 0 < int(port.group(1)) < 65536):
-            raise UserError(f"--layer-cache: {value!r} is not a registry repository HOST[:PORT]/PATH (port 1-65535)")
+            raise UserError(f"--layer-cache: {redact.describe(value)} is not a registry repository HOST[:PORT]/PATH "
+                            "(port 1-65535)")
     return value or None
 
 

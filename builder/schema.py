@@ -874,6 +874,16 @@ def _runner_label(value: str) -> str:
     return value
 
 
+def _key_file(value) -> str:
+    """The path of a key file (ledger_public_key): one line, and not empty ("" would turn the check it asks for off
+    without a word: leave the key out for that)."""
+    value = grammar.line(value)
+    if not value.strip():
+        raise ValueError("is empty: name the PEM public key file, or leave the key out (unset, reuse takes the "
+                         "registry's unsigned word)")
+    return value
+
+
 def _said(rule, noun: str, plural: str = "", types: tuple[type, ...] = (str,)) -> Parsed:
     """A grammar whose reason already says what is expected (the message is the grammar's own)."""
     return Parsed(rule, noun, plural or noun, explain=True, say_expected=False, types=types)
@@ -919,7 +929,7 @@ DEFAULTS = Table(optional={
     "registry": Key(_said(_registry_prefix, "a registry/repository prefix like 127.0.0.1:5000/builder"),
                     "Where publish pushes the images (REGISTRY/ENGINE:TAG), and the base of the \"registry\" wheel "
                     "store, build cache and image reuse."),
-    "ledger_public_key": Key(_said(grammar.line, "a path on one line"),
+    "ledger_public_key": Key(_said(_key_file, "a path on one line"),
                              "A PEM public key file (ECDSA P-256 or Ed25519), relative to the matrix file: a registry's "
                              "ledger record is adopted for image reuse only when signed by this key (publish signs with "
                              "the private key in BUILDER_LEDGER_SIGNING_KEY and refuses to push unsigned records); "
@@ -1179,11 +1189,16 @@ def noun_of(value) -> str:
 
 
 # -- the checker -------------------------------------------------------------------------------------------
+MAX_NAME_GUESSED = 100  # did_you_mean guesses for words up to this long
 _TOML_NOUNS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table",
                type(None): "null"}
 
 
 def did_you_mean(word: str, choices) -> str:
+    """` (did you mean 'x'?)` for the choice closest to a mistyped word; nothing for a word longer than any name
+    (difflib's comparison grows with its length: megabytes take seconds)."""
+    if not isinstance(word, str) or len(word) > MAX_NAME_GUESSED:
+        return ""
     by_lower = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
@@ -1240,7 +1255,7 @@ class _Checker:
                 if kind.ref_prefix and value.startswith(kind.ref_prefix):
                     self._package(value, path, kind.ref_prefix)
                 elif value not in kind.values:
-                    self._fail(path, f"{value!r} is not {kind.noun}{did_you_mean(value, kind.values)}")
+                    self._fail(path, f"{redact.describe(value)} is not {kind.noun}{did_you_mean(value, kind.values)}")
             case OrNull():
                 if value is not None:
                     self.check(value, kind.kind, path)
@@ -1259,7 +1274,8 @@ class _Checker:
         allowed = table.keys
         for key in value:
             if key not in allowed and not table.open:
-                self._fail(path, f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+                self._fail(path, f"unknown key {redact.describe(key)}{did_you_mean(key, allowed)}; allowed: "
+                                 f"{', '.join(sorted(allowed))}")
         for key, kind in table.required.items():
             if key not in value:
                 self._fail(path, f"missing key {key!r}: expected {kind.noun}")
@@ -1277,7 +1293,7 @@ class _Checker:
     def _package(self, value: str, path: str, prefix: str = "") -> None:
         if value.removeprefix(prefix) not in self.packages:
             hint = did_you_mean(value, [prefix + p for p in self.packages])
-            self._fail(path, f"{value!r} names no known package{hint}; known: {', '.join(self.packages)}")
+            self._fail(path, f"{redact.describe(value)} names no known package{hint}; known: {', '.join(self.packages)}")
 
     def _expect(self, ok: bool, value, kind, path: str) -> None:
         if not ok:
@@ -1312,6 +1328,10 @@ def _container(kind) -> tuple[type, ...]:
 
 
 def _key_path(path: str, key: str) -> str:
-    """`packages.vllm`, or `cuda."12.1"` for a key TOML must quote."""
-    part = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
+    """`packages.vllm`, or `cuda."12.1"` for a key TOML must quote; a key too long for a message cut short (redacted
+    first: redact.describe)."""
+    if len(key) > MAX_NAME_GUESSED:
+        part = redact.describe(key, 40)
+    else:
+        part = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
     return f"{path}.{part}" if path else part

@@ -60,11 +60,11 @@ def _fail(where: str, msg: str) -> UserError:
 
 def _registry_url(value: str, where: str) -> str:
     if not isinstance(value, str) or not _REGISTRY_RE.fullmatch(value):
-        raise _fail(where, f"{value!r} is not a registry repository like 127.0.0.1:5000/builder/wheels "
+        raise _fail(where, f"{redact.describe(value)} is not a registry repository like 127.0.0.1:5000/builder/wheels "
                            "(HOST[:PORT]/path, lowercase path)")
     port = _REGISTRY_RE.fullmatch(value).group("port")
     if port and not 0 < int(port) < 65536:
-        raise _fail(where, f"{value!r}: port {port} is out of range")
+        raise _fail(where, f"{redact.describe(value)}: port {port} is out of range")
     return value
 
 
@@ -75,15 +75,15 @@ def _http_url(value, where: str, what: str) -> str:
         parts = urllib.parse.urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
-        raise _fail(where, f"{value!r} is not an http(s) URL of {what} ({exc})") from None
+        raise _fail(where, f"{redact.describe(value)} is not an http(s) URL of {what} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in value):
-        raise _fail(where, f"{value!r} is not an http(s) URL of {what}")
+        raise _fail(where, f"{redact.describe(value)} is not an http(s) URL of {what}")
     if parts.port == 0:
-        raise _fail(where, f"{value!r}: port 0 is out of range (1-65535)")
+        raise _fail(where, f"{redact.describe(value)}: port 0 is out of range (1-65535)")
     if parts.username or parts.password:
         raise _fail(where, f"{what}: put no credentials in the URL (use BUILDER_INDEX_USER / BUILDER_INDEX_PASSWORD)")
     if parts.query or parts.fragment:
-        raise _fail(where, f"{value!r}: {what} takes no ?query or #fragment")
+        raise _fail(where, f"{redact.describe(value)}: {what} takes no ?query or #fragment")
     return value
 
 
@@ -92,23 +92,25 @@ def parse_spec(value, where: str, default_registry: str) -> RemoteSpec:
     if isinstance(value, str):
         kind, sep, rest = value.partition(":")
         if kind not in KINDS:
-            raise _fail(where, f"{value!r}: unknown store kind {kind!r}; write registry, registry:HOST/REPO or index:URL")
+            raise _fail(where, f"{redact.describe(value)}: unknown store kind {redact.describe(kind, 30)}; write registry, "
+                               "registry:HOST/REPO or index:URL")
         if kind == "index" and not sep:
             raise _fail(where, "index needs its URL: index:http://127.0.0.1:8080/simple")
         if sep and not rest:
-            raise _fail(where, f"{value!r}: nothing after the colon; write registry, registry:HOST/REPO or index:URL")
+            raise _fail(where, f"{redact.describe(value)}: nothing after the colon; write registry, registry:HOST/REPO or "
+                               "index:URL")
         value = {"kind": kind, "url": rest} if sep else {"kind": kind}
     if not isinstance(value, dict):
         raise _fail(where, f"expected a string like \"registry\" or a table, got {type(value).__name__}")
     unknown = sorted(set(value) - _TABLE_KEYS)
     if unknown:
-        raise _fail(where, f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(_TABLE_KEYS))}")
+        raise _fail(where, f"unknown key {redact.describe(unknown[0])}; allowed: {', '.join(sorted(_TABLE_KEYS))}")
     kind = value.get("kind")
     if kind not in KINDS:
-        raise _fail(where, f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise _fail(where, f"kind must be one of {', '.join(KINDS)}, got {redact.describe(kind)}")
     for key in ("push", "insecure"):
         if key in value and not isinstance(value[key], bool):
-            raise _fail(f"{where}.{key}", f"expected true or false, got {value[key]!r}")
+            raise _fail(f"{where}.{key}", f"expected true or false, got {redact.describe(value[key])}")
     if kind == "registry":
         if "upload" in value:
             raise _fail(f"{where}.upload", "only an index has an upload URL")
@@ -140,7 +142,7 @@ def parse_cache_table(table, where: str, default_registry: str) -> dict:
     cores = table.get("dist_cores", 0)
     if "dist_cores" in table:  # the build servers' cores together (`sccache --dist-status`): plan's estimates
         if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= 1_000_000:
-            raise _fail(f"{where}.dist_cores", f"expected the build servers' cores as a whole number from 1, got {cores!r}")
+            raise _fail(f"{where}.dist_cores", f"expected the build servers' cores as a whole number from 1, got {redact.describe(cores)}")
         if dist is None:
             raise _fail(f"{where}.dist_cores", "says the cores of sccache-dist's build servers, but no dist scheduler is set")
     return {"remotes": specs, "compile": parse_compile_cache(table.get("compile"), f"{where}.compile"), "dist": dist,

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .. import files
 from . import CacheCorrupt, CacheHit, manifest_problem, verify_files
 
 MANIFEST = "builder-wheel.json"
@@ -60,8 +61,7 @@ class Wheelhouse:
         try:
             if path.is_symlink() or (path.exists() and not path.is_file()):
                 return {"__unreadable__": f"{path.name} is not a regular file"}
-            with open(path, "rb") as fh:
-                raw = fh.read(MANIFEST_MAX_BYTES + 1)
+            raw = files.read_regular(path, MANIFEST_MAX_BYTES)  # a FIFO or device: refused, never opened to be read
             if len(raw) > MANIFEST_MAX_BYTES:
                 return {"__unreadable__": f"{path.name} is larger than {MANIFEST_MAX_BYTES} bytes"}
             meta = json.loads(raw)

@@ -3,6 +3,7 @@ every verb runs under. The verbs live in the modules beside this one and add the
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import signal
@@ -43,11 +44,29 @@ class VerbGroup(click.Group):
 
 
 def _report(ctx, message: str, trace: bool = True) -> None:
+    """The one error line (or few): no user:password@ of a URL, no secret, and bounded (redact.clip) whatever a
+    value it quotes held; --debug adds the traceback, redacted and clipped alike."""
     if trace and ctx.obj and ctx.obj.get("debug"):  # the same exit code, with the traceback
-        click.echo(redact.redact(traceback.format_exc()), err=True)
+        click.echo(redact.clip(redact.redact(traceback.format_exc()), lines=1000), err=True)
     if message:
-        click.secho(f"error: {redact.redact(message)}", fg="red", err=True)  # no user:password@ of a URL
+        click.secho(f"error: {redact.clip(redact.redact(message))}", fg="red", err=True)
 
+
+@contextlib.contextmanager
+def _bounded_usage_errors():
+    """click's own refusals (a value not among a Choice's, no such option or verb) quote what was given: redacted
+    and clipped like builder's (`_report`)."""
+    try:
+        yield
+    except click.ClickException as exc:
+        exc.message = redact.clip(redact.redact(exc.message))
+        raise
+
+
+# The longest argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages, less the terminating NUL): a longer one
+# can only come from a caller in this process (click's CliRunner), and is refused before click reads it (click's
+# "did you mean" alone takes seconds over megabytes).
+MAX_ARG_CHARS = (128 << 10) - 1
 
 # Which module of builder/cli declares each verb. A run imports only its verb's module: importing all of them
 # costs ~0.8 s of CPU, which every refusal of bad input would pay before it could say a word.
@@ -81,9 +100,17 @@ class BuilderGroup(VerbGroup):
         self._load(sorted(set(VERB_MODULES.values())))
         return super().list_commands(ctx)
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _bounded_usage_errors():
+            for i, arg in enumerate(args):  # only a caller in this process can pass more than the kernel execs
+                if len(arg) > MAX_ARG_CHARS:
+                    raise click.UsageError(f"argument {i + 1} ({redact.describe(arg, 40)}) is {len(arg)} characters; no "
+                                           f"argument of a command line is longer than {MAX_ARG_CHARS} (MAX_ARG_STRLEN)")
+            return super().make_context(info_name, args, parent=parent, **extra)
+
     def invoke(self, ctx):
         try:
-            with SIGNALS:
+            with SIGNALS, _bounded_usage_errors():
                 return super().invoke(ctx)
         except BuilderError as exc:
             _report(ctx, str(exc), trace=not isinstance(exc, Failed))  # a failed cell's table says it all

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .. import archs as archs_mod
-from .. import files, grammar
+from .. import files, grammar, redact
 from .. import matrix as matrix_mod
 from ..errors import UserError
 from ..globs import Glob
@@ -32,6 +32,14 @@ def split(values: str | tuple[str, ...] | None) -> tuple[str, ...]:
 def _plain(x: float) -> str:
     """4294967295 and 0.5 as written, not 4.29497e+09."""
     return str(int(x)) if math.isfinite(x) and float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+class Choice(click.Choice):
+    """click's Choice, quoting what was given as every message quotes a value: redacted and cut short
+    (redact.describe), not in full (megabytes of it, or a URL's password)."""
+
+    def get_invalid_choice_message(self, value, ctx) -> str:
+        return f"{redact.describe(value)} is not one of {', '.join(map(repr, self.choices))}."
 
 
 class Number(click.ParamType):
@@ -66,7 +74,7 @@ class Number(click.ParamType):
             text = str(value).strip()
             n = self._parse(text)
         if n is None or not (math.isfinite(n) and (self.lo < n if self.lo_open else self.lo <= n) and n <= self.hi):
-            raise UserError(f"{flag}: {text[:40]!r} is not {self.unit} {self.range()}")
+            raise UserError(f"{flag}: {redact.describe(text, 40)} is not {self.unit} {self.range()}")
         return int(n) if self.integer or self.scale else float(n)
 
     def _parse(self, text: str) -> float | None:
@@ -140,7 +148,7 @@ model = _declare("--model", "model", default=flag_default("model"), show_default
                       "weights.")
 drafter = _declare("--drafter", default=None,
                    help="The DFlash2 drafter (default: the tiny drafter with --model tiny, else the data's).")
-launcher = _declare("--launcher", type=click.Choice(["auto", "docker", "process"]), default=flag_default("launcher"),
+launcher = _declare("--launcher", type=Choice(["auto", "docker", "process"]), default=flag_default("launcher"),
                     show_default=True,
                     help="docker: a container of the image; process: the engine installed for --python on this host "
                          "(no Docker).")
@@ -323,7 +331,7 @@ _BUILD = {
     "smoke_model": _declare("--smoke-model", default=flag_default("smoke_model"), show_default=True,
                             help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy "
                                  "weights)."),
-    "progress_mode": _declare("--progress", "progress_mode", type=click.Choice(["auto", "tty", "plain", "quiet", "raw"]),
+    "progress_mode": _declare("--progress", "progress_mode", type=Choice(["auto", "tty", "plain", "quiet", "raw"]),
                               default=flag_default("progress"), show_default=True,
                               help="Compile progress: tty = one updating line per compile (objects done/total, elapsed, "
                                    "ETA); plain = a status line at most every 60 s (CI; GitHub Actions log groups); quiet "

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import schema
+from .. import files, schema
 from ..errors import UserError
 
 DIR_NAME = ".images"  # under the wheelhouse
@@ -107,8 +107,7 @@ class Ledger:
         if not stat.S_ISREG(st.st_mode):
             return None, f"{path} is not a regular file"
         try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_BYTES + 1)
+            raw = files.read_regular(path, MAX_BYTES)  # a FIFO put there after the look above: refused, not read
         except OSError as exc:
             return None, f"{path}: {exc.strerror or exc}"
         return parse(raw, str(path), key)

@@ -28,6 +28,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import files
 from ..errors import UserError
 
 ENV = "BUILDER_LEDGER_SIGNING_KEY"
@@ -51,12 +52,13 @@ def _from_pem_public(data: bytes):
 
 
 def public_key(path: Path, where: str):
-    """The public key of the PEM file at `path` (an SSlibKey); UserError naming `where` when it is not one."""
+    """The public key of the PEM file at `path` (an SSlibKey); UserError naming `where` when it is not one. A FIFO,
+    socket or device there is refused before it is opened (files.read_regular: reading one would block or never
+    end), a directory or a file over MAX_KEY_BYTES too."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_BYTES + 1)
+        data = files.read_regular(path, MAX_KEY_BYTES)
     except OSError as exc:
-        raise UserError(f"{where}: {path}: {exc.strerror or exc}") from None
+        raise UserError(f"{where}: {path}: {exc.strerror or exc}; name a PEM public key file") from None
     if len(data) > MAX_KEY_BYTES or b"PRIVATE KEY" in data:
         raise UserError(f"{where}: {path} is not a PEM public key"
                         + (" (it holds a PRIVATE key: keep that in CI's secret " + ENV + ", never beside the matrix)"

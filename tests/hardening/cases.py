@@ -933,6 +933,7 @@ def check_case(case: Case, in_process: bool = False) -> tuple["Verdict", list[st
 
 
 CPU_BOUND = 1.0  # seconds of CPU a refusal of bad input may take (exit 2): it must come before any real work
+LINE_BOUND = 1000  # characters of one line of what a case prints, whatever the input held
 
 
 def remeasure_cpu(case: Case, res, again: Callable[[], object], tries: int = 2) -> None:
@@ -948,7 +949,8 @@ def remeasure_cpu(case: Case, res, again: Callable[[], object], tries: int = 2) 
 
 @dataclass
 class Verdict:
-    clear: bool  # the expected exit code, a message naming the problem, nothing written, no secret echoed
+    clear: bool  # the expected exit code, a message naming the problem, nothing written, no secret echoed, no
+    # line over LINE_BOUND
     traceback: bool
     accepted: bool  # exit 0 where a refusal was expected: silently accepted
     why: str
@@ -980,6 +982,9 @@ def judge(case: Case, res: subprocess.CompletedProcess[str], before: dict, after
         problems.append("no 'error: ' line")
     if traceback:
         problems.append("traceback")
+    longest = max((len(line) for line in out.splitlines()), default=0)
+    if longest > LINE_BOUND:  # an echo of the input not cut short (redact.describe, redact.clip)
+        problems.append(f"printed a line of {longest} characters (at most {LINE_BOUND})")
     written = sorted(set(after) - set(before)) + sorted(k for k in before if k in after and before[k] != after[k])
     written = [w for w in written if not w.startswith("fx/__pycache__")]
     if written:

@@ -133,7 +133,7 @@ UNREADABLE_CONFIGS = {
     "store-missing": (config('{"credsStore": "nonexistent-store"}'), ENV,
                       ("docker-credential-nonexistent-store", "credsStore", "is not installed")),
     "helper-fails": ({**config('{"credsStore": "odd"}'), "bin": helper("odd", "echo 'keychain locked' >&2\nexit 5\n")},
-                     {**ENV, **_path_with("bin")}, ("docker-credential-odd", "failed (exit 5)", "keychain locked")),
+                     {**ENV, **_path_with("bin")}, ("docker-credential-odd", "failed (exit 5)", "message is withheld")),
     "helper-not-json": ({**config('{"credsStore": "odd"}'), "bin": helper("odd", "echo hello\n")},
                         {**ENV, **_path_with("bin")}, ("docker-credential-odd", "answered no JSON")),
     "helper-list": ({**config('{"credsStore": "odd"}'), "bin": helper("odd", "echo '[1]'\n")},

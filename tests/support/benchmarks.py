@@ -16,6 +16,8 @@ QUICK = {
                       []),
     "hardening.py": (["--quick"], r"inputs tried +\d+\n  clear +\d+ .*\n  misleading +0\n  tracebacks +0\n  silently accepted +0",
                      []),
+    "redact.py": (["--quick"], rf"redact \d+ MB: slowest shape {NUMBER} s CPU \(goal < 1 s\); the old expressions on \d+ KB: "
+                               rf"slowest (> )?{NUMBER} s", []),
     "compile_units.py": (["--quick"], r"flash-attn 2\.8\.3\.post2 \(\d+ CUDA sources\) for sm_80, sm_90: \d+ kernel×arch units built "
                                       rf"of \d+ for setup\.py's default arch list \({NUMBER} %\)", [pytest.mark.network]),
     "build_overhead.py": (["--quick"], rf"median builder build {NUMBER} s, raw docker buildx build {NUMBER} s, overhead "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,65 @@ def test_publish_refuses_an_unsigned_record_where_the_matrix_names_a_key(tmp_pat
     res = builder(*run.args("build", tmp_path / "r", "--dry-run"), cwd=tmp_path)
     assert res.returncode == 2 and "holds a PRIVATE key" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "MII" not in res.stderr + res.stdout
+
+
+KEY_FILES = {  # what ledger_public_key names → what the refusal says
+    "a FIFO": ("ledger.pub", "fifo", "not a regular file (a FIFO, socket or device)"),
+    "/dev/zero": ("/dev/zero", None, "not a regular file (a FIFO, socket or device)"),
+    "a directory": ("keys", "dir", "is a directory"),
+    "an empty path": ("", None, "ledger_public_key: '' is empty"),
+    "a blank path": ("  ", None, "ledger_public_key: '  ' is empty"),
+}
+
+
+@pytest.mark.parametrize("kind", KEY_FILES)
+def test_a_key_file_that_is_a_fifo_a_device_or_empty_is_refused_at_once(tmp_path, kind):
+    """A FIFO named as the ledger public key blocked build and publish (the key was opened and read); /dev/zero
+    read forever; `ledger_public_key = ""` turned verification off without a word. Each is refused now before it
+    is opened, in one line, exit 2, within seconds (the run is stopped at 30 s: a hang fails here)."""
+    import os
+
+    names = f"127.0.0.1:5000/builder-test-sg{uuid.uuid4().hex[:8]}"
+    run = Run(tmp_path, names, "127.0.0.1:1/nowhere")
+    named, make, words = KEY_FILES[kind]
+    if make == "fifo":
+        os.mkfifo(run.matrix.parent / named)
+    elif make == "dir":
+        (run.matrix.parent / named).mkdir()
+    text = run.matrix.read_text()
+    run.matrix.write_text(text.replace(f'registry = "{names}"', f'registry = "{names}"\nledger_public_key = "{named}"'))
+    pem, _ = pair()
+    for verb in ("build", "publish"):
+        res = builder(*run.args(verb, tmp_path / "r", "--dry-run"), cwd=tmp_path, timeout=30, env={signing.ENV: pem})
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and words in lines[0], f"{verb}: {res.stderr}"
+        assert "ledger_public_key" in lines[0] and "MII" not in res.stderr + res.stdout, lines[0]
+
+
+@pytest.mark.pure
+def test_a_key_or_record_read_never_opens_a_fifo_or_device_and_reads_at_most_its_limit(tmp_path):
+    """builder/files.py read_regular, under the public key, the local ledger's records and the wheelhouse manifests:
+    a FIFO, a device or a directory is refused before it is opened; a file is read up to its limit + 1 bytes."""
+    import os
+
+    from builder import files
+    from builder.cache.local import Wheelhouse
+
+    os.mkfifo(tmp_path / "fifo")
+    for path, error in ((tmp_path / "fifo", files.NotRegular), (Path("/dev/zero"), files.NotRegular),
+                        (tmp_path, IsADirectoryError)):
+        with pytest.raises(error):
+            files.read_regular(path, 100)
+    (tmp_path / "big").write_bytes(b"x" * 1000)
+    assert files.read_regular(tmp_path / "big", 10) == b"x" * 11 and files.read_regular(tmp_path / "big", 5000) == b"x" * 1000
+    with pytest.raises(UserError, match="fifo: not a regular file .*; the ledger public key must be a file"):
+        files.read_bytes(tmp_path / "fifo", "ledger public key")
+    book = ledger.Ledger(tmp_path / "ledger")
+    (tmp_path / "ledger").mkdir()
+    os.mkfifo(book.path(KEY))
+    entry, why = book.read(KEY)
+    assert entry is None and "not a regular file" in why
+    wh = Wheelhouse(tmp_path / "wh")
+    wh.entry_dir("demo", KEY).mkdir(parents=True)
+    os.mkfifo(wh.entry_dir("demo", KEY) / "builder-wheel.json")
+    assert "not a regular file" in wh.read_manifest("demo", KEY)["__unreadable__"]

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -157,3 +158,44 @@ def test_skopeos_auth_file_holds_only_the_hosts_its_arguments_name():
 
     assert docker._docker_hosts(["copy", "oci-archive:/a.tar", "docker://127.0.0.1:5000/x/y:t"]) == {"127.0.0.1:5000"}
     assert docker._docker_hosts(["inspect", "docker://ghcr.io/a/b@sha256:" + "a" * 64]) == {"ghcr.io"}
+
+
+# -- a credential helper that floods, or whose error holds the secret ---------------------------------------------
+HELPER_MODES = {  # what the stand-in docker-credential-flood does → what builder's one line says
+    "20 MB of output": ("head -c 20000000 /dev/zero | tr '\\0' a\n", "printed more than 256 KiB"),
+    "20 MB of errors": ("head -c 20000000 /dev/zero | tr '\\0' a >&2\nexit 1\n", "printed more than 256 KiB"),
+    "the secret in its error": (f"echo 'cannot unlock the keychain for {SECRET}' >&2\nexit 1\n",
+                                "its message is withheld"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(HELPER_MODES))
+def test_a_credential_helper_that_floods_or_names_the_secret_is_refused_in_one_line_at_once(tmp_path, mode):
+    """serve, doctor --host and plan --remote read the docker login of their registry through its credential
+    helper: one that prints 20 MB stalled them past 60 s (all of it read, then redacted), and one whose error held
+    the password had it quoted. Now at most 256 KiB is read (exit 3 at once), and a failing helper's words are
+    never quoted."""
+    script, says = HELPER_MODES[mode]
+    (tmp_path / "dc").mkdir()
+    (tmp_path / "dc" / "config.json").write_text('{"credsStore": "flood"}')
+    (tmp_path / "bin").mkdir()
+    helper = tmp_path / "bin" / "docker-credential-flood"
+    helper.write_text("#!/bin/sh\n" + script)
+    helper.chmod(0o755)
+    from tests.hardening import cases as hc
+
+    hc.make_fixture(tmp_path)
+    dead = "127.0.0.1:9"
+    verbs = {**{k: v for k, v in deploy_verbs(dead, tmp_path).items() if k in ("serve", "doctor --host")},
+             "plan --remote": ["plan", "--matrix", str(tmp_path / "fx" / "matrix.toml"), "--remote", "--cache-remote",
+                               f"registry:{dead}/w"]}
+    for name, argv in verbs.items():
+        took = -time.monotonic()
+        proc = cli(argv, tmp_path, {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+        took += time.monotonic()
+        out = proc.stdout + proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+        assert proc.returncode == 3 and "Traceback" not in out, f"{name}: exit {proc.returncode}\n{out[-2000:]}"
+        assert len(errors) == 1 and "docker-credential-flood" in errors[0] and says in errors[0], f"{name}:\n{out[-2000:]}"
+        assert SECRET not in out and "keychain" not in out and len(out) < 4000, f"{name}:\n{out[-2000:]}"
+        assert took < 20, f"{name} took {took:.1f} s"
