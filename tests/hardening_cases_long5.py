@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .hardening_cases import DRY, LOCK, M, PLAN, PUBLISH, SECRET, SMOKE, WH, Case, add_default, directory, fifo, replace, set_key
-from .hardening_cases_remote3 import ENV, _path_with, config, helper
+from tests.hardening.cases import DRY, LOCK, M, PLAN, PUBLISH, SECRET, SMOKE, WH, Case, add_default, directory, fifo, replace, set_key
+from tests.hardening.remotes import ENV, _path_with, config, helper
 
 DEAD = "127.0.0.1:9"
 ARG = 120 << 10  # under MAX_ARG_STRLEN: what a shell can pass as one argument

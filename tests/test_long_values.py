@@ -14,7 +14,7 @@ import pytest
 
 from builder import redact
 
-from . import hardening_cases as hc
+from tests.hardening import cases as hc
 
 MB10 = 10 << 20
 SHAPES = {"dots": "a.", "letters": "a", "colons": "a:"}

@@ -21,7 +21,7 @@ import pytest
 
 from builder import redact
 
-from .redact_reference import ref_bare_userinfo, ref_query, ref_userinfo, reference
+from tests.redact_reference import ref_bare_userinfo, ref_query, ref_userinfo, reference
 
 REWRITES = [(ref_userinfo, lambda t: redact._userinfo(t)), (ref_bare_userinfo, lambda t: redact._bare_userinfo(t)),
             (ref_query, lambda t: redact._query(t, from_marks=False)), (ref_query, lambda t: redact._query(t, from_marks=True)),
