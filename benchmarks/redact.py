@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from builder import redact  # noqa: E402
-from tests.test_redact import SHAPES, TAIL  # noqa: E402
+from tests.unit.net.test_redact import SHAPES, TAIL  # noqa: E402
 
 OLD = """
 import resource, sys, time

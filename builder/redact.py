@@ -37,7 +37,7 @@ def remember(secret: str) -> None:
 # "://", the last ':' before the '@', a '/', ':' or '.' before the '?', or the '?' itself where those are fewer),
 # and read the run before it backwards (over the reversed text) to where it starts. (Written as one regular
 # expression each, the rules were quadratic or worse: every position of a long run was a new start that read
-# the whole run again; 40 KB took seconds, 300 KB minutes. tests/test_redact.py holds those expressions as the
+# the whole run again; 40 KB took seconds, 300 KB minutes. tests/unit/net/test_redact.py holds those expressions as the
 # reference every rewrite must equal, on thousands of random texts.)
 #
 # The character classes are those of the rules: \s and \w are Unicode's (as re reads them in a str pattern) and a

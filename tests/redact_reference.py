@@ -1,5 +1,5 @@
 """builder/redact.py's rules as they were written, one regular expression each: the reference the linear rewrites
-must equal (tests/test_redact.py), and what benchmarks/redact.py times against them. Quadratic or worse on a long
+must equal (tests/unit/net/test_redact.py), and what benchmarks/redact.py times against them. Quadratic or worse on a long
 run of characters: keep the texts given to it short."""
 
 from __future__ import annotations
