@@ -1,11 +1,6 @@
 """builder.audit against real binaries: tiny CUDA libraries compiled here, and wheels from PyPI.
 
-Every binary is also read by NVIDIA's own cuobjdump, and the two must agree entry for entry.
-
-Needs: nvcc (on PATH, $CUDA_HOME/bin or /usr/local/cuda-13.0/bin), a host C compiler, cuobjdump
-(the `nvidia-cuda-cuobjdump` wheel of the test extras, else /usr/local/cuda-13.0/bin) and PyPI for
-the third-party wheels, cached by sha256 under $BUILDER_TEST_CACHE or ~/.cache/builder-tests.
-"""
+The Docker half of tests/unit/builds/test_audit.py: its docstring says the rest."""
 
 from __future__ import annotations
 

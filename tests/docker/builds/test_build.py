@@ -1,5 +1,6 @@
 """`builder build` end to end on the real Docker engine: a small real CUDA package (tests/fixtures/cuda-ext)
-compiled from source by nvcc through the same templates as the engines, on the local CUDA 13 bases."""
+
+The Docker half of tests/unit/builds/test_build.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """Compile work counted in the real build systems' own build.ninja (benchmarks/build_ninja_units.py), for the cell's
-archs and for upstream's default, with no network:
 
-- flash-attn 2.8.3: torch 2.14.0's BuildExtension and nvcc 13.0 configure the real sdist (a network namespace of
-  its own). torch 2.14.0 with its CUDA 13 libraries (~4 GB) is installed once into ~/.cache/builder-bench/torch-venv.
-- vLLM 0.33.0: its setup.py's CMake configure of the real sdist in the trixie devel base (GCC 14; make-local-bases.sh
-  --trixie) with --network=none and builder's rendered knobs and overrides. Its fetch-plan sources live on GitHub,
-  which this machine cannot reach: BUILDER_VLLM_SOURCES names a directory of checkouts, one per source named as the
-  fetch plan names it (at least `cutlass`: the configure generates the Machete kernels with CUTLASS's Python
-  library); every other source is a stub, which the benchmark names. torch 2.14.0 for the base's Python is
-  installed once into ~/.cache/builder-bench/torch-venv-trixie.
-
-Slow."""
+The Docker half of tests/unit/builds/test_build_ninja_units.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a run killed outright leaves is cleaned (builder/owner.py): its children die with it (PR_SET_PDEATHSIG,
-shown on a real child of builder's docker.py runner and of the process launcher), and the names and containers it
-left in the daemon carry an owner that a later run finds dead."""
+
+The Docker half of tests/unit/builds/test_owner.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Progress and estimates for long compiles: counters read from real build-output shapes, the ETA from the
-rate so far, the three displays (tty line, bounded plain lines without control characters, GitHub Actions
-groups), estimates from earlier builds in the wheelhouse — and a real fixture build that records its compile
-and is estimated the next time."""
+
+The Docker half of tests/unit/builds/test_progress.py: its docstring says the rest."""
 
 from __future__ import annotations
 

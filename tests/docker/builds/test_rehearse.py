@@ -1,7 +1,6 @@
 """`builder rehearse` on the fixture package: its real CUDA kernel (csrc/saxpy.cu) captured from its own build
-command in its build stage and compiled there by nvcc 13.0, measured, audited and projected; and the failures a user
-fixes, each from a real compiler run: nvcc killed for memory under a container limit, a GCC below the engine's
-floor (measured in the stage), a header the stage lacks. The real engines' units are in test_rehearse_real.py."""
+
+The Docker half of tests/unit/builds/test_rehearse.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The local wheel cache never trusts an entry blindly: hashes, sizes and the recorded audit are checked on
-every reuse; a bad entry is quarantined (not deleted) and rebuilt; one compile per key across concurrent
-builds; entries follow the umask. Real files, real locks, real processes; the end-to-end cases run real
-builds of the fixture cell (tests/fixtures/cuda-ext) on the Docker engine."""
+
+The Docker half of tests/unit/cache/test_cache.py: its docstring says the rest."""
 
 from __future__ import annotations
 

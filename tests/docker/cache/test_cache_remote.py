@@ -1,7 +1,6 @@
 """Remote wheel stores: the images' OCI registry (oras) and a PEP 503 index (twine + pip), pull-through and
-write-through behind the local wheelhouse, against REAL services on 127.0.0.1 started as containers through
-testcontainers (tests/services.py; images built locally from the Debian base). The first part needs no
-service: configuration, relabelled wheels, and a remote that is down."""
+
+The Docker half of tests/unit/cache/test_cache_remote.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """builder moves and removes only its own wheelhouse entries: a directory that carries a valid manifest for its
-own package and key (builder/cache/local.py, Wheelhouse.not_own), and the quarantined entries and temporary
-directories it names itself. Every `wheels` verb runs against a wheelhouse that also holds foreign files and
-directories (a copy of a source tree, entries copied under another key, symlinks out of the tree, look-alike
-names), and every foreign byte must still be there afterwards."""
+
+The Docker half of tests/unit/cache/test_wheelhouse_ownership.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """builder doctor --host: which image runs on which GPU, judged from the image's config and labels (never pulled)
-and nvidia-smi's view of the GPU, with the rules of builder/data/host.toml — against 22 (driver, GPU) pairs
-(tests/fixtures/host/gpus.toml) and the configs of real cells (tests/fixtures/host/images/, written from
-render.labels by make_images.py)."""
+
+The Docker half of tests/unit/deploy/test_host.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`builder serve IMAGE --strategy S --model PATH`: the exact `docker run` for a published image — GPUs, the model
-mounted read-only, the port, the strategy's real flags and environment from builder/data/engines.toml — and
-with --run, that very command, run."""
+
+The Docker half of tests/unit/deploy/test_serve.py: its docstring says the rest."""
 
 from __future__ import annotations
 

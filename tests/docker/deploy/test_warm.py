@@ -1,8 +1,6 @@
 """builder warm against the stand-in engine server (tests/fixtures/smoke/stand_in: a TEST DOUBLE for a GPU engine,
-which writes a few files with fixed content into each compile cache its variables name): the cold boot at the
-image's empty cache root, the capture (exactly those files, nothing written outside the root), the warm image (one
-layer, the same digest from the same files and labels, its labels), its warm boot, smoke L3's refusal of a warm
-image whose boot compiles, and bad input. Real Docker daemon with buildx; traffic to 127.0.0.1 only."""
+
+The Docker half of tests/unit/deploy/test_warm.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Trust across runners is a signature (builder/image/signing.py, builder/image/reuse.py): the ledger record a
-registry keeps beside an image is a DSSE envelope signed with the key CI holds (BUILDER_LEDGER_SIGNING_KEY), and
-where the matrix names the public key ([defaults] ledger_public_key) a record that is unsigned, signed by another
-key or edited after it was signed is never adopted. Where it names none, the registry's word is taken and said once.
-Real keys made here, a real registry on 127.0.0.1, the real fixture cell for the end-to-end case."""
+
+The Docker half of tests/unit/image/test_ledger_signing.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """`builder publish`: the image smoke ran is pushed by digest (an OCI archive with rewritten timestamps, copied
-by skopeo with the digest preserved), aliases move only when every cell of the run is in the registry,
-images.json records what was published, credentials never land anywhere, transient registry errors are
-retried — checked against real registries on 127.0.0.1 (docker-registry, with and without htpasswd auth)."""
+
+The Docker half of tests/unit/image/test_publish.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Reproducible images: `builder lock` pins the base images by digest, and `builder verify-repro` builds the
-fixture cell twice from nothing (empty wheelhouse, no BuildKit cache) and gets the same wheel and the same image
-digest — and when two builds differ it names the files, per layer and per wheel member."""
+
+The Docker half of tests/unit/image/test_repro.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """Git sources against a local repository with SGLang's layout (GitHub cannot be reached here).
 
-SGLang >= 0.5.11 and sglang-kernel publish no sdist: builder builds them from the git repository at the release
-commit. What breaks such a build is the layout, so the repository made here reproduces it (the real check needs
-the git host: see docs/testing.md):
-
-- python/pyproject.toml takes its version from git through setuptools-scm ([tool.setuptools_scm] root "..",
-  version_file, fallback_version "0.0.0.dev0"), and the build fetches one commit with depth 1 and no tags: the
-  rendered build stage must pretend the pinned version, and its wheel check must refuse a dev-version wheel;
-- python/sglang/kernels/aot/ (sgl-kernel/ up to sglang-kernel 0.4.5) is a scikit-build-core project whose
-  CMakeLists and cmake/*.cmake FetchContent-download its dependencies by URL with a hash: `builder lock` reads them
-  at the locked commit into a fetch plan, the deps stage fetches them, and the compile is pointed at the checkouts
-  through FETCHCONTENT_SOURCE_DIR_<NAME> as -Ccmake.define.
-
-The Docker test runs the real rendered SGLang 0.5.23 stages (source-git, build-sglang, wheels-sglang) with the
-repository URL and commit of the local repository, no torch (the stand-in has no extension) and no Rust toolchain
-(rustup's server is unreachable here).
-"""
+The Docker half of tests/unit/matrix/test_git_source.py: its docstring says the rest."""
 
 from __future__ import annotations
 

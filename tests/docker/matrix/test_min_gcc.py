@@ -1,5 +1,6 @@
 """GCC floors in the engine data (min_gcc), checked against the devel base's OS before anything is built: vLLM 0.33's
-CMakeLists stops its configure with "GCC >= 13 is required", which Debian 12's gcc 12.2 hits for real."""
+
+The Docker half of tests/unit/matrix/test_min_gcc.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Resolution as of the engine's own era (engine data `resolve_as_of`): a cell's first build takes only files the
-index uploaded before that time (pip --uploaded-prior-to, PEP 700 upload-time) and records them hash-locked; the
-build requirements are installed with the build tools' pins as constraints, so none of those is replaced.
 
-The fixture (tests/fixtures/cuda-ext, `packaging>=23`) is built for real against PyPI: as of 2024-06-01 the newest
-packaging is 24.0 (24.1 was uploaded 2024-06-09, today's is 26.x). The slow test at the end resolves vLLM
-0.6.3.post1's runtime requirements as of its own release and runs the real vLLM with them."""
+The Docker half of tests/unit/matrix/test_resolve_era.py: its docstring says the rest."""
 
 from __future__ import annotations
 

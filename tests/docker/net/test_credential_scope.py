@@ -1,12 +1,6 @@
 """Issue 34, item 1: a registry credential is bound to the host it was given for, and sent only after that host
-asks (a 401). BUILDER_REGISTRY_USER / _PASSWORD go to BUILDER_REGISTRY_HOST when it is set, else only to the
-registry the command was given (the matrix's, publish's --registry, the wheel cache's remote); nothing goes
-before a 401; a bearer realm on another host over plain http never sees them; skopeo's auth file holds only the
-hosts its arguments name.
 
-The impostor is a logging registry on 127.0.0.1 (tests/hostile.py, a test double: no real registry steals
-passwords on demand) that records every request's Authorization header; the positive case is a real registry
-with htpasswd auth (tests/conftest.py auth_registry)."""
+The Docker half of tests/unit/net/test_credential_scope.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Bounded against hostile remotes (builder/net.py): every answer read from a registry, an index or a download
-has a size cap and a timeout from one place, enforced while it streams. The remotes are stand-ins on 127.0.0.1
-(tests/hostile.py, test doubles: no real service misbehaves on demand) answering 500, garbage, nothing (hang),
-a redirect loop, 401 forever, and 2 GB bodies with and without a Content-Length. Every verb that reads a remote
-must end with exit 3 and one message naming the remote, no traceback, within the timeout, and under the 2 GB
-body its peak RSS (measured by the kernel for the child: wait4's ru_maxrss) must stay under 300 MB."""
+
+The Docker half of tests/unit/net/test_hostile_remotes.py: its docstring says the rest."""
 
 from __future__ import annotations
 

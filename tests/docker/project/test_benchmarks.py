@@ -1,6 +1,6 @@
 """Benchmarks cannot rot: every script in benchmarks/ runs here in its quick mode and must print its figure. The ones
-that need minutes (builds, compiles) are slow; tests/docker/builds/test_build_ninja_units.py runs build_ninja_units.py (slow:
-a torch venv and the vLLM configure)."""
+
+The Docker half of tests/unit/project/test_benchmarks.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
 """The engine's own JIT modules (engine data jit_modules): what each shipped engine version builds at its first
-requests, per GPU family, with the libraries those builds link; the runtime's unversioned links derived from that;
-smoke's JIT layer building them inside the image through their own generators; jit = "prebuilt".
 
-- pure: every shipped engine version lists every JIT path it can take, covered by the layer or why not; vLLM 0.33.0
-  builds FlashInfer's fp8_blockscale_gemm_sm90 at sm_90 and its sampler at each arch; the runtime's links come from
-  the modules' links (a module that links another library gets that link too); bad data is refused.
-- docker: the fixture package as an engine with a JIT module of its own (tests/fixtures/cuda-ext/pkg/cuda_ext/jit.py,
-  a generator shaped like FlashInfer's that links -lnvrtc against the real CUDA 13 nvrtc wheel). Its image passes
-  the JIT layer; the same image with the unversioned links removed (the runtime as it was: libcudart.so only) fails
-  it with the linker's own `cannot find -lnvrtc`; the jit = "prebuilt" image compiles nothing at smoke (one cell
-  build: the prebuilt image smoked as the first-request cell is that runtime at its first request). What
-  prebuilding costs is benchmarks/jit_modules.py's figure (slow).
-- slow: the real vLLM 0.33.0 index image: FlashInfer's own generators build in it, and fail without the links.
-"""
+The Docker half of tests/unit/render/test_jit_modules.py: its docstring says the rest."""
 
 from __future__ import annotations
 

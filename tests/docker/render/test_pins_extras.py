@@ -1,11 +1,6 @@
 """Runtime pins keep extras: a hash-locked file written from `pip freeze` alone makes pip refuse the next build
-when one installed distribution requires another with an extra (vLLM 0.33.0: nvidia-cudnn-frontend requires
-`nvidia-cutlass-dsl[cu13]>=4.8.0`; pip: "These do not: nvidia-cutlass-dsl[cu13]>=4.8.0"). The pins writer reads
-the extras from the installed distributions' Requires-Dist. The refusal needs a newer release on the index than
-the pinned one (the real index had nvidia-cutlass-dsl 4.8.1 beside the pinned 4.8.0): with a local --find-links of
-the pinned files only, no pip refused. Reproduced here against a real pypiserver that serves both: pip 23.2.1
-refuses the freeze-style file (pypa/pip#12345) and installs the file with extras; pip 26.1.2, the [build_tools]
-pin the runtime stage now installs before the pins, installs both."""
+
+The Docker half of tests/unit/render/test_pins_extras.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
 """The runtime's JIT toolchain: what vLLM 0.33 / SGLang 0.5.23 need to compile kernels at first use, and what it costs.
 
-vLLM 0.33.0 turns FlashInfer off when neither flashinfer-cubin nor nvcc (CUDA_HOME/bin) plus ninja is there
-(vllm/utils/flashinfer.py has_flashinfer()), and DeepGEMM, TileLang and FlashInfer's JIT need nvcc, its headers
-and a host compiler at run time. Engine data `runtime_jit` gives those cells the CUDA table's pieces: g++ from
-the distribution, nvcc + headers from PyPI (the cuda-toolkit version torch 2.14 itself pins) and ninja.
-
-- docker (slow: ~400 MB of downloads): the rendered runtime stage's own JIT instructions on the local CUDA 13
-  base compile and link a kernel with the nvcc they install; the size they add is measured and printed.
-- slow: vLLM 0.33.0 from PyPI in a venv (~10 GB): its own has_flashinfer() is False without that toolchain and
-  True with exactly the pieces the runtime installs.
-"""
+The Docker half of tests/unit/render/test_runtime_jit.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """What an engine compiles at its first request is in its runtime image, and smoke's JIT layer proves it without
-a GPU (engine data serve_jit; ENGINES.md 7: Triton's launcher needs Python.h and a C compiler).
 
-- no Docker: every shipped cell names its serve-time compiles, and its rendered runtime stage installs what each
-  needs for the cell's Python (cu121 included) and the libcuda link stub; an unknown path is refused.
-- docker: the fixture package as an engine that compiles a C extension against the Python headers at its first
-  request. With the needs unmet (the runtime as it was) the JIT layer fails naming Python.h and the C compiler,
-  and the cell fails; with the data's needs the same build passes it.
-"""
+The Docker half of tests/unit/render/test_serve_jit.py: its docstring says the rest."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """Source contract: the rendered stages of every shipped cell, held against the real source at the pinned version.
 
-Issue 7 found that no engine cell would get through a real build (a requirements file vLLM 0.33.0 no longer has,
-a version check setuptools-scm sources can never pass, a missing FlashInfer) because no test ran a template
-against the source it builds. These tests do, for every package version the index serves as an sdist (vLLM
-0.33.0, 0.6.3.post1, 0.5.5, flash-attn 2.8.3 and 2.6.3, SGLang 0.3.2), with the sdists the lock pins
-(downloaded once, sha256-checked, cached like `builder lock` caches them):
-
-- without Docker (network): every file a build stage reads is in the source, its build requirements parse and
-  pin no other torch, the source builds the pinned name and version, every arch knob and build switch the stage
-  sets is read by the build system (or by the subproject or library named here), and the engine facts behind
-  the data (FA4's import rewrite, the Rust frontend switch, the V2 model runner) are still what the data says;
-- with Docker on the local CUDA 13 base (slow: torch installs): the rendered source stage and build stage up to
-  its compile RUN, then tests/fixtures/local-engines/source_contract.py in that stage: the build requirements
-  install, pip prepares the pinned version from the source, and vLLM's own configure prints the arch list.
-
-Git sources (SGLang >= 0.5.11, sglang-kernel, FlashInfer 0.1.6) cannot be reached here: tests/docker/matrix/test_git_source.py
-runs the same stages against a local repository with SGLang's layout; the real check needs the git host.
-"""
+The Docker half of tests/unit/render/test_source_contract.py: its docstring says the rest."""
 
 from __future__ import annotations
 
