@@ -1,28 +1,81 @@
 """A warm layer restored on a host without Docker (scripts/gpu-host-run --restore): the layer's tar (as `builder
 warm` packs it, builder/deploy/warm/layer.py) unpacked at the image's cache root, with the layer's own file times.
-Refusals are UserErrors (one line, exit 2)."""
+Refusals are UserErrors (one line, exit 2); a restore that fails part way leaves the root as empty as it found it."""
 
 from __future__ import annotations
 
+import shutil
 import tarfile
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 
 from ...errors import UserError
+
+# A member's time is a SOURCE_DATE_EPOCH: after 1970 and before 2200 (what os.utime and every file system take).
+# Outside that, the layer was not made by `builder warm`.
+LATEST_TIME = 7_258_118_400
+# What a damaged layer raises while it is read: tar's own errors, the file system's, gzip's (a cut stream is an
+# EOFError, a corrupt one zlib.error) and a header field tarfile cannot parse.
+UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error, ValueError, OverflowError)
+
+
+def _said(exc: BaseException, limit: int) -> str:
+    """An exception as one clipped line (tarfile's open error spans a line per method)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:limit]}"
+
+
+def _members(tar: tarfile.TarFile, layer: Path, root: str) -> list[tuple[tarfile.TarInfo, str]]:
+    """(member, its path under the root) of every file and directory under the root; the root's parents are skipped.
+    Anything else is refused: a name with '..' or '.' parts or a doubled slash (`opt/jit-cache/../../etc/x` starts
+    with the root and is not under it), a link, a device, a FIFO, a whiteout, a time no epoch has."""
+    rel = PurePosixPath(root.strip("/"))
+    out = []
+    for m in tar.getmembers():
+        name = m.name.removeprefix("./").rstrip("/")
+        parts = name.split("/")
+        bad = (not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts)
+               or not (m.isfile() or m.isdir()) or any(p.startswith(".wh.") for p in parts))
+        path = PurePosixPath(name)
+        if not bad and m.isdir() and path in rel.parents:
+            continue  # opt/, the root's parents
+        if bad or not (path == rel or rel in path.parents):
+            raise UserError(f"--restore {layer}: member {m.name[:200]!r} is not a file under {root}: not a warm layer")
+        if not 0 <= m.mtime <= LATEST_TIME:
+            raise UserError(f"--restore {layer}: member {m.name[:200]!r} has the time {str(m.mtime)[:40]}, which no "
+                            "SOURCE_DATE_EPOCH has: not a warm layer")
+        out.append((m, str(path.relative_to(rel))))
+    return out
 
 
 def layer_time(layer: Path) -> int:
     """The newest time of a warm layer's files: builder warm gives them all the cold image's SOURCE_DATE_EPOCH."""
     try:
         with tarfile.open(layer) as tar:
-            return max((int(m.mtime) for m in tar.getmembers() if m.isfile()), default=0)
-    except (tarfile.TarError, OSError) as exc:
-        raise UserError(f"--restore {layer}: {exc}") from None
+            times = [int(m.mtime) for m in tar.getmembers() if m.isfile()]
+    except UNREADABLE as exc:
+        raise UserError(f"--restore {layer}: not a readable tar ({_said(exc, 200)})") from None
+    newest = max(times, default=0)
+    if not 0 <= newest <= LATEST_TIME or min(times, default=0) < 0:
+        raise UserError(f"--restore {layer}: a member has the time {str(newest)[:40]}, which no SOURCE_DATE_EPOCH has: "
+                        "not a warm layer")
+    return newest
+
+
+def _empty(target: Path) -> None:
+    """The root as a fresh host has it: empty (what a failed restore wrote, removed)."""
+    for p in target.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def restore(layer: Path, root: str) -> int:
     """Put a warm layer's files (its tar, gzip or not) at the image's cache root, which must be empty: members under
     the root only (its parent directories are skipped), no link, no device. Their times are the layer's own; how
-    many files.
+    many files. The files are extracted into the root itself (tarfile's data filter with the root as its
+    destination), so no name reaches outside it; on any failure (a damaged layer, a full disk) what was written is
+    removed again.
 
     Why the times matter: FlashInfer JIT-builds with ninja, which rebuilds an output older than one of its inputs
     and one newer than the time its deps log recorded for it. The layer's times (the cold image's
@@ -30,24 +83,28 @@ def restore(layer: Path, root: str) -> int:
     stamped with this moment instead, the H200's restored boot rebuilt fp8_blockscale_gemm_90 ("stored deps info
     out of date"). The venv's own files are set back to the layer's time for the same reason
     (builder/deploy/runtime/hostenv.py image_venv)."""
-    rel = root.strip("/")
     target = Path(root)
-    if target.is_dir() and any(target.rglob("*")):
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise UserError(f"--restore: the cache root {root} is not a directory")
+    if target.is_dir() and any(target.iterdir()):
         raise UserError(f"--restore: the cache root {root} is not empty (a fresh host has it empty)")
+    made = not target.exists()
     try:
         with tarfile.open(layer) as tar:
-            members = []
-            for m in tar.getmembers():
-                name = m.name.removeprefix("./").rstrip("/")
-                if rel.startswith(name + "/") and m.isdir():
-                    continue  # opt/, the root's parents
-                if not (name == rel or name.startswith(rel + "/")) or not (m.isfile() or m.isdir()) \
-                        or "/.wh." in "/" + name:
-                    raise UserError(f"--restore {layer}: member {m.name!r} is not a file under {root}: not a warm layer")
-                members.append(m)
-            tar.extractall("/", members=members, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        raise UserError(f"--restore {layer}: {exc}") from None
-    files = sum(m.isfile() for m in members)
+            members = _members(tar, layer, root)
+            target.mkdir(parents=True, exist_ok=True)
+            for m, under in members:
+                m.name = under  # relative to the root: extracted there, never above it
+            try:
+                tar.extractall(target, members=[m for m, under in members if under != "."], filter="data")
+            except BaseException:
+                _empty(target)
+                if made:
+                    target.rmdir()
+                raise
+    except UNREADABLE as exc:
+        raise UserError(f"--restore {layer}: {_said(exc, 300)}; the cache root {root} is left "
+                        "empty") from None
+    files = sum(m.isfile() for m, _ in members)
     print(f"restored {files} files of {layer.name} under {root}", flush=True)
     return files

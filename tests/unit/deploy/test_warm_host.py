@@ -164,11 +164,11 @@ def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_a
     assert header.stat().st_mtime > 1000
 
 
-def layer_tar(path: Path, members: dict[str, bytes | None]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
+def layer_tar(path: Path, members: dict[str, bytes | None], mtime: float = 0) -> Path:
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:  # PAX: any time, as a hostile layer has it
         for name, data in members.items():
             info = tarfile.TarInfo(name)
-            info.mtime = 0
+            info.mtime = mtime
             if data is None:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
@@ -195,6 +195,77 @@ def test_restore_puts_only_the_roots_files_there_and_refuses_anything_else(tmp_p
         with pytest.raises(UserError, match="not a file under"):
             restore_mod.restore(layer_tar(tmp_path / f"{name}.tar.gz", bad), str(other))
         assert not other.exists()
+
+
+def cache_root(tmp_path: Path, name: str) -> tuple[Path, str, dict]:
+    """(root, its name in a layer, the layer's members for the root's parents) of a cache root under tmp_path."""
+    root = tmp_path / name / "opt" / "jit-cache"
+    rel = str(root).lstrip("/")
+    parents = {str(p) + "/": None for p in reversed(Path(rel).parents) if str(p) != "."}
+    return root, rel, parents
+
+
+def test_restore_writes_nothing_outside_the_root_whatever_the_members_name(tmp_path):
+    """Issue 46 item 1: `opt/jit-cache/../../X` starts with the root's name; it was extracted at / and wrote X beside
+    the root's parent. Now every name with a '.' or '..' part, a doubled slash or a link type is refused before a
+    byte is written, and what is extracted goes into the root (the data filter's destination), never above it."""
+    root, rel, parents = cache_root(tmp_path, "escape")
+    outside = root.parent.parent / "X"
+    for i, bad in enumerate([{rel + "/../../X": b"x"}, {rel + "/./k": b"x"}, {rel + "//k": b"x"},
+                             {rel + "/..": None}, {rel + "/a/../../../X": b"x"}, {"./" + rel + "/../../X": b"x"}]):
+        root.mkdir(parents=True, exist_ok=True)  # it exists and is empty: what the old check allowed
+        with pytest.raises(UserError, match="not a file under"):
+            restore_mod.restore(layer_tar(tmp_path / f"bad{i}.tar.gz", {**parents, **bad}), str(root))
+        assert not outside.exists() and not any(root.iterdir())
+    hard = tmp_path / "hard.tar"  # a hard link to a host file, and a symlink, named under the root
+    with tarfile.open(hard, "w") as tar:
+        for kind, name in ((tarfile.LNKTYPE, "/etc/passwd"), (tarfile.SYMTYPE, "/etc/passwd")):
+            info = tarfile.TarInfo(rel + f"/link{kind.decode()}")
+            info.type, info.linkname = kind, name
+            tar.addfile(info)
+    with pytest.raises(UserError, match="not a file under"):
+        restore_mod.restore(hard, str(root))
+
+
+def test_restore_refuses_a_damaged_layer_and_times_no_epoch_has_in_one_line(tmp_path):
+    """Issue 46 item 5: a truncated layer, a member time of 10^30 and a negative one were tracebacks (or, the
+    negative one, taken); now each is one UserError and the root stays empty."""
+    root, rel, parents = cache_root(tmp_path, "damaged")
+    good = layer_tar(tmp_path / "good.tar.gz", {**parents, rel + "/k.cubin": os.urandom(200_000)}, mtime=1_700_000_000)
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    for layer, says in ((cut, "tar|EOF|ended|compressed"),
+                        (layer_tar(tmp_path / "future.tar.gz", {rel + "/k": b"x"}, mtime=10**30), "time"),
+                        (layer_tar(tmp_path / "past.tar.gz", {rel + "/k": b"x"}, mtime=-5), "time")):
+        for call in (restore_mod.layer_time, lambda l: restore_mod.restore(l, str(root))):
+            with pytest.raises(UserError, match=says):
+                call(layer)
+            assert not root.exists() or not any(root.iterdir())
+    assert restore_mod.layer_time(good) == 1_700_000_000
+    assert restore_mod.restore(good, str(root)) == 1
+
+
+def test_a_restore_the_file_system_refuses_part_way_leaves_the_root_empty(tmp_path):
+    """Issue 46 item 5 (full disk): the file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored the write fails with
+    EFBIG) stands in for a full disk, which a test cannot make without root: the second file's write fails after
+    the first was written. The restore says so in one line and removes what it wrote; the root is empty again."""
+    root, rel, parents = cache_root(tmp_path, "full")
+    layer = layer_tar(tmp_path / "l.tar.gz", {**parents, rel + "/a/small": b"s" * 1000,
+                                               rel + "/b/large": b"L" * 3_000_000}, mtime=1_700_000_000)
+    root.mkdir(parents=True)
+    code = ("import resource, signal, sys\n"
+            "from pathlib import Path\n"
+            "from builder.deploy.warm import restore\n"
+            "from builder.errors import UserError\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))\n"
+            "try:\n    restore.restore(Path(sys.argv[1]), sys.argv[2])\n"
+            "except UserError as e:\n    print('REFUSED', e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(layer), str(root)], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.startswith("REFUSED"), out.stdout + out.stderr
+    assert "left empty" in out.stdout and len(out.stdout.splitlines()) == 1
+    assert root.is_dir() and not any(root.iterdir())
 
 
 def judge_recorded(directory: str, runs: list[str]) -> dict[str, tuple[str, str, float]]:
