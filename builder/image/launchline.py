@@ -19,6 +19,7 @@ capture made on a GPU host without Docker is only the image's when the engine ra
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 from ..engines import Recipe, Strategy
@@ -67,6 +68,30 @@ def split(launch) -> tuple[list[str], list[str]]:
 
 
 def fill(text: str, values: dict[str, str]) -> str:
+    """`text` with {model}, {drafter}, ... replaced by `values`. A flag value that is JSON (vLLM's
+    --speculative-config) gets each value inside its strings and is encoded again, so a value is one JSON string
+    whatever it holds: a drafter `org/a","method":"ngram` cannot add or change a key."""
+    if text[:1] in "{[":
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None  # "{drafter}" itself, an expected value: not JSON
+        if isinstance(parsed, (dict, list)):
+            return json.dumps(_fill_json(parsed, values), separators=(",", ":"), ensure_ascii=False)
+    return _plain(text, values)
+
+
+def _fill_json(node, values: dict[str, str]):
+    if isinstance(node, str):
+        return _plain(node, values)
+    if isinstance(node, list):
+        return [_fill_json(v, values) for v in node]
+    if isinstance(node, dict):
+        return {_plain(k, values): _fill_json(v, values) for k, v in node.items()}
+    return node
+
+
+def _plain(text: str, values: dict[str, str]) -> str:
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
     return text

@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from ... import archs as archs_mod
 from ...image import labels as labels_mod
 from ...engines import Strategy
-from ...image.launchline import LaunchLine, launch_line
+from ...image.launchline import LaunchLine, fill, launch_line
 from ...resolve import Cell
 from . import tinymodel
 from ..runtime.caches import NONE as NO_CACHES
@@ -121,12 +121,6 @@ def _same_version(found: str | None, planned: str) -> bool:
 
 def _major_minor(v: str | None) -> str:
     return ".".join((v or "").split(".")[:2])
-
-
-def _fill(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
 
 
 def _probe_failure(run: ProbeRun, what: str) -> str:
@@ -311,7 +305,7 @@ def placeholders(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: S
 
 
 def strategy_argv(strategy: Strategy, values: dict[str, str]) -> list[str]:
-    return [_fill(f, values) for f in strategy.flags]
+    return [fill(f, values) for f in strategy.flags]
 
 
 def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Strategy]) -> list[Result]:
@@ -322,7 +316,7 @@ def l2(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategies: list[Stra
     cases, read = [], {}
     for s in strategies:
         values = placeholders(cell, launcher, opts, s)
-        read[s.name] = {k: (_fill(v, values) if isinstance(v, str) else v) for k, v in s.expect}
+        read[s.name] = {k: (fill(v, values) if isinstance(v, str) else v) for k, v in s.expect}
         argv = [smoke.get("model_flag", "--model"), values["model"], *strategy_argv(s, values)]
         cases.append({"name": s.name, "argv": argv, "read": [k for k in read[s.name] if "@" not in k]})
     spec = {"args_class": smoke["args_class"], "parser": list(smoke.get("parser", ["argparse:ArgumentParser"])),
@@ -504,7 +498,7 @@ def _server_info(engine: RunningEngine, path: str, strategy: Strategy, values) -
     for key, want in strategy.expect:
         if "@" in key or "." in key:
             continue
-        want = _fill(want, filled) if isinstance(want, str) else want
+        want = fill(want, filled) if isinstance(want, str) else want
         got = find_key(info, key)
         if got != want:
             problems.append(f"{path}: {key} = {got!r}, expected {want!r}")

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,16 +37,47 @@ def tag_for(cold_tag: str, strategy: str, gpu: str) -> str:
     return tag
 
 
-def file_list(tree: Path) -> dict[str, int]:
-    """{path relative to the tree: size} of every regular file; a link or a special file is refused (a layer holds
-    exactly what the boot compiled)."""
-    out = {}
+def _walk(tree: Path) -> dict[str, os.stat_result]:
+    """{path relative to the tree: its lstat} of every regular file, refused (one line) where a layer would hold
+    anything but compiled files: a link, a special file, or a hard link to a file outside the tree, whose bytes are
+    a host file's (/etc/shadow linked into a capture brought with --from-dir would be packed into the image). Two
+    names of one file, both in the tree, are two files of the layer."""
+    out, names = {}, {}
     for p in sorted(tree.rglob("*")):
-        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             raise UserError(f"{p}: not a regular file or directory; a warm layer holds compiled files only")
-        if p.is_file():
-            out[str(p.relative_to(tree))] = p.stat().st_size
+        if stat.S_ISREG(st.st_mode):
+            out[str(p.relative_to(tree))] = st
+            names[st.st_dev, st.st_ino] = names.get((st.st_dev, st.st_ino), 0) + 1
+    for rel, st in out.items():
+        if st.st_nlink > names[st.st_dev, st.st_ino]:
+            raise UserError(f"{tree / rel}: a hard link to a file outside {tree} ({st.st_nlink} names, "
+                            f"{names[st.st_dev, st.st_ino]} in it); a warm layer holds compiled files, never a host "
+                            "file's bytes")
     return out
+
+
+def file_list(tree: Path) -> dict[str, int]:
+    """{path relative to the tree: size} of every regular file (what _walk refuses, refused)."""
+    return {rel: st.st_size for rel, st in _walk(tree).items()}
+
+
+def copy_tree(tree: Path, dest: Path) -> dict[str, int]:
+    """The tree copied to `dest` (file_list's files and every directory), each file opened without following a link
+    and checked to be the file that was walked, so a name swapped for a link after the check is not copied."""
+    walked = _walk(tree)
+    dest.mkdir(parents=True)
+    for d in sorted(p for p in tree.rglob("*") if p.is_dir() and not p.is_symlink()):
+        (dest / d.relative_to(tree)).mkdir()
+    for rel, st in walked.items():
+        with open(os.open(tree / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as src:
+            now = os.fstat(src.fileno())
+            if (now.st_dev, now.st_ino, now.st_nlink) != (st.st_dev, st.st_ino, st.st_nlink):
+                raise UserError(f"{tree / rel}: changed while it was packed; pack the capture again")
+            with open(dest / rel, "wb") as out:
+                shutil.copyfileobj(src, out)
+    return {rel: st.st_size for rel, st in walked.items()}
 
 
 def read_capture(directory: Path) -> tuple[Path, dict]:
@@ -97,14 +129,13 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
          epoch: str, builder: str | None = None) -> Packed:
     """Build the warm image FROM `base` (an image by digest that the daemon holds) with `tree` at `root` as one
     layer, into an OCI archive under `work` named `name`. Nothing is loaded or tagged here (`load` does that)."""
-    files = file_list(tree)
     if not root.startswith("/"):
         raise UserError(f"the cache root {root!r} is not an absolute path")
     work.mkdir(parents=True, exist_ok=True)
     context = work / "context"
     if context.exists():
         shutil.rmtree(context)
-    shutil.copytree(tree, context / TREE, symlinks=False)
+    files = copy_tree(tree, context / TREE)
     # The files' own times and modes are not part of it: in the layer every one has the cold image's
     # SOURCE_DATE_EPOCH, which is not older than any file of the cold image. That order is what a ninja-built JIT
     # cache needs: ninja rebuilds an output older than one of its inputs, and with time 0 FlashInfer rebuilt its

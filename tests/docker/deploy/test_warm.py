@@ -118,6 +118,26 @@ def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path
     assert res.returncode == 2, res.stderr
 
 
+
+def test_a_capture_holding_a_hard_link_to_a_host_file_is_refused_before_anything_is_built(cold_image, tmp_path):
+    """Issue 46 item 2: `warm --from-dir` packed a hard-linked host file's bytes into the warm image. Now the verb
+    refuses the capture in one line, before BuildKit is called: no warm image, no tag."""
+    tree = tmp_path / "cap" / "tree" / "triton"
+    tree.mkdir(parents=True)
+    (tree / "k.cubin").write_bytes(b"sass")
+    (tmp_path / "host-secret").write_text("a host file\n")
+    os.link(tmp_path / "host-secret", tree / "k2.cubin")
+    (tmp_path / "cap" / "warm.json").write_text(json.dumps({"cache_root": "/opt/jit-cache", "strategy": "MTP2"}))
+    images = lambda: subprocess.run(["docker", "image", "ls", "-q", "--no-trunc"], capture_output=True, text=True,  # noqa: E731
+                                    check=True).stdout.split()
+    before = images()
+    res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
+                  str(tmp_path / "cap"), cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "hard link to a file outside" in res.stderr
+    assert images() == before
+
+
 def test_no_file_of_the_cold_image_is_newer_than_the_warm_layers_files(warmed, cold_image):
     """ninja (FlashInfer's JIT) rebuilds an output older than one of its inputs: with the layer's times at 0, the
     H200's restored first boot rebuilt a module (docs/evidence/2026-12-02-h200-warm-layer.md). The layer's files carry

@@ -100,3 +100,23 @@ def test_serve_refuses_bad_input_before_docker(tmp_path, model):
         res = subprocess.run([sys.executable, "-m", "builder.cli", "serve", *args], capture_output=True, text=True,
                              cwd=tmp_path)
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+
+
+@pytest.mark.pure
+def test_a_hostile_drafter_changes_no_key_of_the_speculative_config_in_docker_or_kubernetes(model):
+    """Issue 46 item 4: `--drafter 'org/a","num_speculative_tokens":99,"method":"ngram'` turned vLLM's DFlash2 into
+    ngram with 99 tokens, in the docker line and the Kubernetes manifest alike. Now it is the model's name, whole."""
+    from builder.deploy.serve import kube
+
+    kn, hostile = load_knowledge(), 'org/a","num_speculative_tokens":99,"method":"ngram'
+    want = {"method": "dflash", "model": hostile, "num_speculative_tokens": 7}
+    line = serve.serve_line("img:tag", labels("vllm", "0.33.0"), kn, "DFlash2", model, drafter=hostile, gpus="none")
+    assert json.loads(line.argv[line.argv.index("--speculative-config") + 1]) == want
+    import yaml
+
+    docs = yaml.safe_load_all(kube.to_yaml(kube.manifests("reg.example/ml/vllm@sha256:" + "a" * 64,
+                                                           labels("vllm", "0.33.0"), kn, "DFlash2",
+                                                           "pvc:models/Qwen3.8-27B-FP8", kube.KubeOptions(),
+                                                           drafter=hostile)))
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1]) == want

@@ -6,9 +6,12 @@ image whose boot compiles, and bad input. Real Docker daemon with buildx; traffi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from builder.errors import UserError
 
 
 @pytest.mark.pure
@@ -70,3 +73,26 @@ def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
     new = {"environment": {}, "rows": [{"strategy": "MTP2", "workload": "w", "boot_state": "warm"}]}
     assert "booted cold against warm" in results.comparable(old, new)[0]
     assert results.comparable(old, old) == []
+
+
+@pytest.mark.pure
+def test_a_hard_link_to_a_file_outside_the_capture_is_refused_and_one_inside_is_two_files(tmp_path):
+    """Issue 46 item 2: a capture's tree holding a hard link to a host file (a second name of a file outside the
+    tree) was packed with that file's bytes. Two names of one file inside the tree are fine: two files of the layer,
+    copied as bytes."""
+    from builder.deploy.warm import layer
+
+    host_file = tmp_path / "host-secret"
+    host_file.write_text("not a compiled file\n")
+    tree = tmp_path / "cap" / "tree"
+    (tree / "triton").mkdir(parents=True)
+    (tree / "triton" / "k.cubin").write_bytes(b"sass")
+    os.link(tree / "triton" / "k.cubin", tree / "triton" / "k-again.cubin")
+    assert layer.file_list(tree) == {"triton/k-again.cubin": 4, "triton/k.cubin": 4}
+    assert layer.copy_tree(tree, tmp_path / "copy") == {"triton/k-again.cubin": 4, "triton/k.cubin": 4}
+    assert (tmp_path / "copy" / "triton" / "k-again.cubin").stat().st_nlink == 1
+    os.link(host_file, tree / "triton" / "passwd")
+    for call in (layer.file_list, lambda t: layer.copy_tree(t, tmp_path / "copy2")):
+        with pytest.raises(UserError, match="hard link to a file outside"):
+            call(tree)
+    assert not (tmp_path / "copy2").exists()

@@ -59,3 +59,42 @@ def test_l3_starts_what_builder_serve_prints_after_the_images_own_entrypoint(cel
     assert process_line.entrypoint == docker_line.entrypoint
     assert list(process_line.args) == [str(model) if a == f"/models/{model.name}" else "127.0.0.1" if a == "0.0.0.0"
                                        else a for a in served]
+
+
+HOSTILE = ['org/a","num_speculative_tokens":99,"method":"ngram', 'a"}, {"x": "', "back\\slash\\", "line\nbreak",
+           "{drafter}", '"', "ünïcode ✓", "x" * 4096]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("engine,version", [("vllm", "0.33.0"), ("sglang", "0.5.23")])
+def test_every_strategy_flag_takes_any_value_as_one_value(engine, version):
+    """Issue 46 item 4: `--drafter` was pasted raw into `--speculative-config`'s JSON, so `org/a","method":"ngram`
+    changed the speculative method. Every strategy flag of every engine is filled with hostile values: a JSON flag
+    keeps exactly its keys, each value lands whole in its string; any other flag is one argv element equal to the
+    plain substitution."""
+    recipe = load_knowledge().recipe(engine, version)
+    checked = 0
+    for strategy in recipe.strategies.values():
+        for hostile in HOSTILE:
+            values = {"model": hostile + "-model", "drafter": hostile, "host": "0.0.0.0", "port": "8000"}
+            line = launch_line_args(recipe, strategy, values)
+            for template in strategy.flags:
+                filled = line[strategy.flags.index(template)]
+                if template.startswith('{"'):  # a JSON value (a bare "{model}" is a placeholder)
+                    want = {k: (v.replace("{drafter}", hostile).replace("{model}", hostile + "-model")
+                                if isinstance(v, str) else v) for k, v in json.loads(template).items()}
+                    assert json.loads(filled) == want, (strategy.name, filled)
+                else:
+                    assert filled == template.replace("{drafter}", hostile).replace("{model}", hostile + "-model")
+                checked += 1
+    assert checked >= 3 * len(HOSTILE) * 2
+
+
+def launch_line_args(recipe, strategy, values) -> list[str]:
+    """The strategy's flags as launch_line fills them (they follow the model, serve args and tiny/dummy flags)."""
+    from builder.image.launchline import launch_line
+
+    args = list(launch_line(recipe, strategy, values).args)
+    without = list(launch_line(recipe, None, values).args)
+    assert args[:len(without)] == without
+    return args[len(without):len(without) + len(strategy.flags)]
