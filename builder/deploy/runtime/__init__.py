@@ -7,6 +7,8 @@
                  --cache-root) and the variables that point each cache there; and the cache watch: what a boot wrote
                  under the root (a container's diff and archive, a process's content snapshots)
   imagepaths.py  --image-paths: the interpreter, site-packages and CUDA_HOME of the image, checked on a host
+  client.py      the docker SDK's client, made in this one place
+  watchdog.py    the process that removes a run's containers when builder is killed outright (SIGKILL)
   gpus.py        this host's GPUs, read once from nvidia-smi, typed
   hostenv.py     a GPU host without Docker: the carried wheel bundles (their spec through schema.py) and the venv at
                  the image's prefix, kept between boots

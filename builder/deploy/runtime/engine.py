@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -38,6 +39,8 @@ from ...owner import die_with_parent, owner
 from ...owner import alive as owner_alive
 from ...image import labels as labels_mod
 from ...image.launchline import MODEL_ROOT, LaunchLine
+from . import watchdog
+from .client import docker_client
 from .caches import Written, container_written, process_written, snapshot
 
 log = logging.getLogger("builder.commands")
@@ -225,21 +228,6 @@ class ProcessLauncher:
 
 
 # -- a container -------------------------------------------------------------------------------------------
-def docker_client():
-    try:
-        import docker as docker_sdk
-    except ImportError:
-        raise EnvironmentProblem("the `docker` Python package is missing: pip install docker "
-                                 "(it is a dependency of builder; reinstall builder)") from None
-    try:
-        client = docker_sdk.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and requests' errors
-        raise EnvironmentProblem(f"the Docker daemon is not reachable: {exc}\n"
-                                 "fix: run scripts/setup-docker.sh (as root); `builder doctor` says more") from None
-    return client
-
-
 @dataclass
 class ContainerServer:
     container: object
@@ -294,11 +282,32 @@ class DockerLauncher:
     mounts: dict[str, str] = field(default_factory=dict)  # host path -> path in the container
     gpu_ids: tuple[int, ...] = ()  # --gpus 0,1: a device request for these only; () every GPU
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the label value of this run's containers
+    _watchdog: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.client is None:
             self.client = docker_client()
         self.reap_orphans()
+
+    def _watch(self) -> None:
+        """Start this run's watchdog (watchdog.py) once, before its first container: a builder killed outright
+        leaves no container running, not even until the next run."""
+        if self._watchdog is None:
+            self._watchdog = subprocess.Popen([sys.executable, "-m", "builder.deploy.runtime.watchdog", self.run_label],
+                                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              start_new_session=True, text=True)
+
+    def _unwatch(self) -> None:
+        """Tell the watchdog the containers are removed, and let it go."""
+        dog, self._watchdog = self._watchdog, None
+        if dog is None:
+            return
+        try:
+            dog.stdin.write(watchdog.DONE + "\n")
+            dog.stdin.close()
+            dog.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):  # it is gone, or slow: it finds nothing to remove
+            pass
 
     def reap_orphans(self) -> list[str]:
         """Remove the smoke and bench containers of earlier runs whose builder is gone (killed outright: no handler
@@ -337,6 +346,7 @@ class DockerLauncher:
                 c.remove(force=True)
             except Exception:  # noqa: BLE001 - removed meanwhile
                 pass
+        self._unwatch()
 
     def where(self, path: Path) -> str:
         """Under /models/ as `builder serve` mounts a model."""
@@ -360,6 +370,7 @@ class DockerLauncher:
         log.debug("docker run --name %s %s (SDK) --entrypoint %s %s", name, self.image,
                   entrypoint if entrypoint is not None else "<the image's>", args[:3])
         kw = {"entrypoint": entrypoint} if entrypoint is not None else {}
+        self._watch()
         try:
             c = self.client.containers.create(self.image, command=args, name=name,
                                               labels={"io.builder.smoke": "1", RUN_LABEL: self.run_id,

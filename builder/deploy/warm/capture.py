@@ -17,11 +17,12 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ... import docker
+from ... import docker, files, redact
 from ...errors import Failed, UserError
 from ...image import labels as labels_mod
 from ...image import publish
@@ -34,6 +35,9 @@ from ..runflags import RunFlags
 from ..runtime import caches, gpus, imagepaths
 from ..smoke import Model, SmokeOptions, smoke_image, smoke_process
 from . import layer
+
+CUT = "cut.json"  # a process capture's cold boot record: --resume continues what it says
+MAX_BOOT_S = 10**7  # seconds (and boots) no record of a real cold boot comes near
 
 
 @dataclass(frozen=True)
@@ -202,9 +206,11 @@ def _capture_in_place(boots: Boots, say) -> Captured:
     if not opts.cache_root:
         raise UserError(f"{cell.id}: the engine data gives {cell.engine} {cell.version} no compile caches: nothing "
                         "to warm")
-    root, cut_file = Path(opts.cache_root), capture / "cut.json"
-    cut = _cut_boot(cut_file, opts.cache_root) if req.resume else {}
-    if not req.resume and any(root.rglob("*")):
+    root, cut_file = Path(opts.cache_root), capture / CUT
+    files.check_kind(root, "cache root", "directory")  # a file, a FIFO, a symlink loop in its place
+    files.writable_dir(root, "cache root")  # under a file, read-only
+    cut = _cut_boot(cut_file, opts.cache_root, root) if req.resume else {}
+    if not req.resume and root.is_dir() and any(root.iterdir()):
         raise UserError(f"cache root {opts.cache_root}: not empty; the cold boot starts from an empty cache root (move "
                         "it away; --resume continues a cut cold boot)")
     shutil.rmtree(capture / layer.TREE, ignore_errors=True)
@@ -221,8 +227,8 @@ def _capture_in_place(boots: Boots, say) -> Captured:
              "cold-boots": int(cut.get("boots", 0)) + 1, "kv-cache-tokens-cold": cold.figures.get("kv_cache_tokens")}
     layer.write_capture(capture, facts)
     tree, facts = layer.read_capture(capture)
-    files = layer.file_list(tree)
-    say(f"captured {len(files)} files, {sum(files.values())} bytes; warm boot from them in place")
+    captured = layer.file_list(tree)
+    say(f"captured {len(captured)} files, {sum(captured.values())} bytes; warm boot from them in place")
     opts = dataclasses.replace(opts, log_dir=capture.resolve() / "logs-warm", capture_to=None,
                                caches=opts.caches.warm_boot(cell.warm_globs))
     warm_boot = _l3(smoke_process(cell, req.run.python, opts, say, extra_env=req.run.env))
@@ -231,37 +237,67 @@ def _capture_in_place(boots: Boots, say) -> Captured:
                   "kv-cache-tokens-warm": warm_boot.figures.get("kv_cache_tokens")})
     layer.write_capture(capture, facts)
     cut_file.unlink(missing_ok=True)
-    return Captured(capture=str(capture), cache_root=opts.cache_root, files=len(files), bytes=sum(files.values()),
-                    cold_boot_s=facts["cold-boot-s"], cold_boots=facts["cold-boots"],
+    return Captured(capture=str(capture), cache_root=opts.cache_root, files=len(captured),
+                    bytes=sum(captured.values()), cold_boot_s=facts["cold-boot-s"], cold_boots=facts["cold-boots"],
                     warm_boot_s=facts["warm-boot-s"], layout=made_at, strategy=req.strategy)
 
 
-def _cut_boot(cut_file: Path, cache_root: str) -> dict:
-    """--resume: the cut cold boot cut_file records, whose caches are under cache_root."""
-    try:
-        cut = json.loads(cut_file.read_text())
-    except (OSError, ValueError):
-        raise UserError(f"--resume: {cut_file}: no cut cold boot recorded (a cold boot that was cut writes it)") \
-            from None
-    if cut.get("cache_root") != cache_root:
-        raise UserError(f"--resume: the cut boot's caches are under {cut.get('cache_root')}, not {cache_root}")
+def _cut_boot(cut_file: Path, cache_root: str, root: Path) -> dict:
+    """--resume: the cut cold boot cut_file records, whose caches are under cache_root. A boot that was killed
+    outright (no handler ran) left its record as it began it (`running_since`): its seconds are those until the
+    last file it wrote under the root."""
+    if not cut_file.exists():
+        raise UserError(f"--resume: {cut_file}: no cut cold boot recorded (a cold boot writes it as it starts); to "
+                        f"start over, move {cache_root} away and run without --resume")
+    cut = files.load_json(cut_file, "cut cold boot record")
+    fields = {"cache_root": str, "seconds": (int, float), "boots": int}
+    if not isinstance(cut, dict) or any(not isinstance(cut.get(k), t) or isinstance(cut.get(k), bool)
+                                        for k, t in fields.items()):
+        raise UserError(f"--resume: {cut_file}: not a cut cold boot record (it needs cache_root, seconds and boots, as "
+                        f"a cold boot writes them); to start over, move {cache_root} away and run without --resume")
+    if cut["cache_root"] != cache_root:
+        raise UserError(f"--resume: the cut boot's caches are under {redact.describe(cut['cache_root'])}, not "
+                        f"{cache_root}")
+    if not (0 <= cut["seconds"] <= MAX_BOOT_S and 0 <= cut["boots"] <= MAX_BOOT_S):
+        raise UserError(f"--resume: {cut_file}: {cut['seconds']!r} seconds in {cut['boots']!r} boots is no cut cold "
+                        "boot's record")
+    since = cut.get("running_since")
+    if isinstance(since, (int, float)) and not isinstance(since, bool):  # killed outright: until its last write
+        last = max((p.stat().st_mtime for p in root.rglob("*") if p.is_file()), default=since)
+        cut["seconds"] = round(cut["seconds"] + min(max(0.0, last - since), MAX_BOOT_S), 1)
     return cut
 
 
+def _record_cut(cut_file: Path, cache_root: str, seconds: float, boots: int, reason: str, **more) -> None:
+    """cut.json, written whole (a temporary file renamed over it): a killed write leaves the last record."""
+    tmp = cut_file.with_name(cut_file.name + ".tmp")
+    tmp.write_text(json.dumps({"cache_root": cache_root, "seconds": round(seconds, 1), "boots": boots,
+                               "reason": reason[-400:], **more}) + "\n")
+    tmp.replace(cut_file)
+
+
 def _cold_boot_in_place(req: Request, cell, opts: SmokeOptions, cut: dict, cut_file: Path, say):
-    """The cold boot's L3 result; one that fails leaving files under the root is recorded as cut (its seconds,
-    added to those of the boots it continued) and says how to continue it."""
-    root = Path(opts.cache_root)
+    """The cold boot's L3 result. Its record (cut.json) is written as it starts, so a boot killed outright (SIGKILL,
+    a lost session) is continued by --resume too; one that fails or is interrupted leaving files under the root
+    records its seconds (added to those of the boots it continued) and says how to continue it; one that passes
+    records itself as done, for a warm boot that fails after it."""
+    root, before, boots = Path(opts.cache_root), float(cut.get("seconds", 0)), int(cut.get("boots", 0)) + 1
+    started = time.time()
+    _record_cut(cut_file, opts.cache_root, before, boots, "killed before it ended", running_since=started)
     try:
-        return _l3(smoke_process(cell, req.run.python, opts, say, extra_env=req.run.env))
-    except BootFailed as exc:
-        if root.is_dir() and any(p.is_file() for p in root.rglob("*")):
-            spent = float(cut.get("seconds", 0)) + (exc.result.seconds if exc.result is not None else 0.0)
-            cut_file.write_text(json.dumps({"cache_root": opts.cache_root, "seconds": round(spent, 1),
-                                            "boots": int(cut.get("boots", 0)) + 1, "reason": str(exc)[-400:]}) + "\n")
-            raise Failed(f"{exc}\nthe cold boot stopped after {spent:.0f} s in all; what it compiled stays under "
-                         f"{root}: continue it with --resume (the same flags)") from None
-        raise
+        result = _l3(smoke_process(cell, req.run.python, opts, say, extra_env=req.run.env))
+    except (BootFailed, KeyboardInterrupt) as exc:
+        spent = before + (exc.result.seconds if getattr(exc, "result", None) is not None else time.time() - started)
+        if not (root.is_dir() and any(p.is_file() for p in root.rglob("*"))):
+            cut_file.unlink(missing_ok=True)  # nothing to continue
+            raise
+        _record_cut(cut_file, opts.cache_root, spent, boots, str(exc) or "interrupted")
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise Failed(f"{exc}\nthe cold boot stopped after {spent:.0f} s in all; what it compiled stays under "
+                     f"{root}: continue it with --resume (the same flags)") from None
+    _record_cut(cut_file, opts.cache_root, before + float(result.figures.get("boot_s", 0.0)), boots, "done")
+    return result
 
 
 # -- the docker route: the warm image ----------------------------------------------------------------------------

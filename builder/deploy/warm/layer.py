@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ... import docker
+from ... import docker, files
 from ...errors import UserError
 from ...image import oci
 
@@ -85,14 +85,10 @@ def read_capture(directory: Path) -> tuple[Path, dict]:
     tree, facts_file = directory / TREE, directory / FACTS
     if not tree.is_dir() or not facts_file.is_file():
         raise UserError(f"{directory}: not a warm capture (it needs {TREE}/ and {FACTS}, as `builder warm` writes them)")
-    try:
-        facts = json.loads(facts_file.read_text())
-    except ValueError as exc:
-        raise UserError(f"{facts_file}: not JSON ({exc})") from None
+    facts = files.load_json(facts_file, "warm capture's facts")  # a FIFO, 100,000 nested arrays: one line
     if not isinstance(facts, dict) or not isinstance(facts.get("cache_root"), str):
         raise UserError(f"{facts_file}: no cache_root: not a warm capture")
-    files = file_list(tree)
-    if not files:
+    if not file_list(tree):
         raise UserError(f"{tree}: empty: the boot compiled nothing under the cache root, there is no warm layer to make")
     return tree, facts
 
@@ -135,7 +131,7 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     context = work / "context"
     if context.exists():
         shutil.rmtree(context)
-    files = copy_tree(tree, context / TREE)
+    copied = copy_tree(tree, context / TREE)
     # The files' own times and modes are not part of it: in the layer every one has the cold image's
     # SOURCE_DATE_EPOCH, which is not older than any file of the cold image. That order is what a ninja-built JIT
     # cache needs: ninja rebuilds an output older than one of its inputs, and with time 0 FlashInfer rebuilt its
@@ -157,7 +153,7 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
     docker.run(argv, timeout=1800, env={**os.environ, "SOURCE_DATE_EPOCH": epoch})
     with oci.Archive(archive) as a:
         image = a.image()
-    return Packed(archive, image.digest, image.layers[-1]["digest"], files)
+    return Packed(archive, image.digest, image.layers[-1]["digest"], copied)
 
 
 def load(packed: Packed, name: str) -> None:

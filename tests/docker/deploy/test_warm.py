@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,39 @@ def test_a_restored_warm_layer_leaves_ninja_nothing_to_rebuild(cold_image, tmp_p
     hostenv.image_venv(store, ["eng"], paths, restore_mod.layer_time(layer))
     os.utime(build / "k.o")
     assert "stored deps info out of date" in explain()
+
+
+def test_a_warm_killed_outright_in_its_cold_boot_leaves_no_container_running(cold_image, tmp_path):
+    """Issue 46 item 8: `builder warm` SIGKILLed in its cold boot left the engine's container running (on a GPU host,
+    holding the GPUs) until some later run reaped it. Its watchdog (builder/deploy/runtime/watchdog.py) removes it
+    as soon as builder's process is gone."""
+    from builder.image.labels import OWNER
+
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "warm", cold_image, "--matrix", str(MATRIX),
+                             "--strategy", "MTP2", "--gpus", "none", "--model", "tiny", "--boot-timeout", "300",
+                             "--env", "STAND_IN_MODE=never-ready"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "BUILDER_CACHE_DIR": str(tmp_path / "cache"),
+                                                             "PYTHONPATH": str(REPO)})
+
+    def running() -> list[str]:
+        out = subprocess.run(["docker", "ps", "--filter", f"label={OWNER}", "--format",
+                              f'{{{{.ID}}}} {{{{.Label "{OWNER}"}}}}'], capture_output=True, text=True, check=True)
+        return [line.split()[0] for line in out.stdout.splitlines() if line.split()[1].startswith(f"{proc.pid}@")]
+
+    try:
+        deadline = time.monotonic() + 120
+        while not (ours := running()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ours, "the cold boot's container never ran"
+        time.sleep(1)  # mid-boot: the engine is up, never ready
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert running() == [], "the engine's container outlived builder's SIGKILL"
+    finally:
+        proc.kill()
+        proc.wait()
+        for cid in running():
+            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)

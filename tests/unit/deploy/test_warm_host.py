@@ -88,6 +88,72 @@ def test_the_process_route_captures_resumes_a_cut_cold_boot_and_boots_warm_in_pl
     assert res.returncode == 2 and "--launcher process captures only" in res.stderr, res.stderr
 
 
+def test_a_cold_boot_killed_outright_on_the_process_route_is_continued_by_resume(tmp_path):
+    """Issue 46 item 8: builder SIGKILLed in its cold boot (no handler runs) kept the caches but wrote no cut.json:
+    the rerun said to use --resume and --resume refused, a loop. The record is written as the boot starts; --resume
+    counts the killed boot's seconds until its last write."""
+    root = tmp_path / "root"
+    common = ["warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+              "--gpus", "none", "--cache-root", str(root), "--strategy", "MTP2", "--out", str(tmp_path / "w")]
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", *common, "--boot-timeout", "300", "--env",
+                             "STAND_IN_MODE=never-ready"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": f"{STAND_IN}:{REPO}",
+                                                             "BUILDER_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        deadline = time.monotonic() + 120
+        while not (root.is_dir() and len([p for p in root.rglob("*.bin")]) >= 9) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the cold boot ended by itself"
+        time.sleep(1)
+    finally:
+        proc.kill()
+        proc.wait()
+    again = builder(*common, cwd=tmp_path)
+    assert again.returncode == 2 and "--resume continues" in again.stderr, again.stderr
+    res = builder(*common, "--resume", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["cold_boots"] == 2 and out["cold_boot_s"] >= 1 and out["files"] == 15
+
+
+def test_warm_refuses_a_cache_root_it_cannot_use_and_a_cut_record_it_cannot_read_in_one_line(tmp_path):
+    """Issue 46 item 5: a cache root that is a file, under a file, a symlink loop or a FIFO, and a cut.json that is
+    not JSON, not an object, lacks its fields, is nested 100,000 deep or holds negative seconds were tracebacks (or,
+    the last, taken). Each is one line, exit 2, before any boot."""
+    common = ["warm", CELL, "--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable,
+              "--gpus", "none", "--strategy", "MTP2", "--out", str(tmp_path / "w")]
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    os.mkfifo(tmp_path / "fifo")
+    for bad in ("a-file", "a-file/root", "loop", "fifo"):
+        res = builder(*common, "--cache-root", str(tmp_path / bad), cwd=tmp_path)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (bad, res.stderr)
+        assert "cache root" in res.stderr, (bad, res.stderr)
+    root = tmp_path / "root"
+    (root / "triton").mkdir(parents=True)
+    (root / "triton" / "k.bin").write_bytes(b"k")
+    capture = tmp_path / "w" / "capture"
+    for i, text in enumerate(["{not json", "[1, 2]", '{"cache_root": "%s"}' % root, "[" * 100_000 + "]" * 100_000,
+                              json.dumps({"cache_root": str(root), "seconds": -5, "boots": 1}),
+                              json.dumps({"cache_root": str(root), "seconds": "5", "boots": 1})]):
+        res = builder(*common, "--cache-root", str(root), "--resume", cwd=tmp_path)
+        if i == 0:  # the capture directory is made by the run: the record goes where it said it looked
+            assert res.returncode == 2 and "move" in res.stderr and "without --resume" in res.stderr, res.stderr
+            capture = Path(res.stderr.split("--resume: ", 1)[1].split(": no cut", 1)[0]).parent
+        capture.mkdir(parents=True, exist_ok=True)
+        (capture / "cut.json").write_text(text)
+        res = builder(*common, "--cache-root", str(root), "--resume", cwd=tmp_path)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (i, res.stderr)
+        assert "Traceback" not in res.stderr and "cut.json" in res.stderr, (i, res.stderr)
+    deep = tmp_path / "deep"  # a capture brought with --from-dir: its warm.json is read before any docker call
+    (deep / "tree" / "triton").mkdir(parents=True)
+    (deep / "tree" / "triton" / "k.bin").write_bytes(b"k")
+    (deep / "warm.json").write_text("[" * 100_000 + "]" * 100_000)
+    res = builder("warm", "no-such/image:tag", "--matrix", str(SMOKE_MATRIX), "--strategy", "MTP2", "--from-dir",
+                  str(deep), cwd=tmp_path)
+    assert res.returncode == 2 and "nested too deeply" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_a_cache_entry_written_again_with_the_same_bytes_is_not_a_compile(tmp_path):
     root = tmp_path / "root"
     (root / "a").mkdir(parents=True)

@@ -5,6 +5,7 @@ network is builder/net.py's — a module that talks to a remote imports net, nev
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -406,8 +407,9 @@ def test_only_docker_py_runs_the_docker_cli():
 
 
 def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
-    """The deployer's side talks to the daemon through the docker SDK, made in one place (deploy/runtime/engine.py
-    `docker_client`); the build side through the docker CLI (builder/docker.py)."""
+    """The deployer's side talks to the daemon through the docker SDK, its client made in one place
+    (deploy/runtime/client.py `docker_client`), its types used by the launchers (engine.py); the build side through
+    the docker CLI (builder/docker.py)."""
     users = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -415,7 +417,10 @@ def test_only_the_deployers_engine_uses_the_docker_sdk(graph):
                 users.append(module_name(path, PACKAGE))
             elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "docker":
                 users.append(module_name(path, PACKAGE))
-    assert sorted(set(users)) == ["deploy.runtime.engine"]
+    assert sorted(set(users)) == ["deploy.runtime.client", "deploy.runtime.engine"]
+    made = [module_name(p, PACKAGE) for p in sorted(PACKAGE.rglob("*.py"))
+            if re.search(r"docker(_sdk)?\.from_env\(", p.read_text())]
+    assert made == ["deploy.runtime.client"]
 
 
 def test_the_files_the_package_runs_from_its_own_tree_are_where_the_code_looks():
