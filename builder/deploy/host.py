@@ -281,6 +281,9 @@ def warm_match(gpu: Gpu, labels: dict[str, str]) -> str | None:
     w = labels_mod.warm(labels)
     if not w:
         return None
+    if problem := labels_mod.warm_problem(labels):
+        return (f"warm labels that builder warm did not write: {problem}; nothing is known of this layer: judge the "
+                "first boot as cold")
     want_arch, want_driver, want_gpu = w.get("gpu-arch", ""), w.get("driver", ""), w.get("gpu", "")
     have_arch = f"sm{gpu.compute_cap}"
     differ = [f"{what} {have} (the layer: {want})" for what, have, want in

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .. import archs as archs_mod
+from .. import redact
 
 if TYPE_CHECKING:
     from ..audit import AuditReport
@@ -192,6 +193,26 @@ def warm(labels: dict[str, str]) -> dict[str, str]:
     if labels.get(WARM) != "1":
         return {}
     return {f: labels.get(f"{WARM}.{f}", "") for f in ("of", *WARM_FIELDS)}
+
+
+WARM_NUMBERS = ("files", "bytes", "cold-boot-s", "warm-boot-s")
+
+
+def warm_problem(labels: dict[str, str]) -> str | None:
+    """Why an image's io.builder.warm.* labels are not the ones `builder warm` writes (warm_written), or None (they
+    are, or the image has none): a cold digest that is no digest (`../../x`), a GPU arch that is no sm number, a
+    figure that is no number. Such labels say nothing about the layer; a deployer is told so, not given them."""
+    w = warm(labels)
+    if not w:
+        return None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", w["of"]):
+        return f"{WARM_OF} {redact.describe(w['of'])} is not the cold image's digest (sha256:<64 hex>)"
+    if w["gpu-arch"] and not re.fullmatch(r"sm[0-9]{2,3}[af]?|none", w["gpu-arch"]):
+        return f"{WARM}.gpu-arch {redact.describe(w['gpu-arch'])} is not a GPU arch (sm90, none)"
+    for f in WARM_NUMBERS:
+        if w[f] not in ("", "None") and not re.fullmatch(r"[0-9]{1,15}(\.[0-9]{1,6})?", w[f]):
+            return f"{WARM}.{f} {redact.describe(w[f])} is not a number"
+    return None
 
 
 def warm_written(facts: dict[str, str], of: str) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import redact
 from ...errors import UserError
 from ...image import labels as labels_mod
 from . import plan as plan_mod
@@ -77,6 +78,9 @@ def _name(plan: ServePlan, opts: KubeOptions) -> str:
     if not 1 <= opts.replicas <= 1000:
         raise UserError(f"--replicas {opts.replicas}: from 1 to 1000")
     _quantity(plan.shm, "--shm-size")
+    if opts.compile_cache_claim is not None and not re.fullmatch(plan_mod.CLAIM_NAME, opts.compile_cache_claim):
+        raise UserError(f"--compile-cache-claim {redact.describe(opts.compile_cache_claim)}: not a claim name "
+                        "(lower-case letters, digits, '-', '.'; at most 253)")
     if opts.gpu_family is not None:
         families = sorted({FAMILIES[a] for a in plan.archs if a in FAMILIES})
         if opts.gpu_family not in families:

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import grammar
+from ... import grammar, redact
+from ...imageref import ImageRef
 from ...errors import UserError
 from ...image import labels as labels_mod
 from ...image import launchline
@@ -85,6 +86,9 @@ class BootBudget:
                 f"margin {margin:g}s (the boot again, at least {MIN_MARGIN_S}s)")
 
 
+CLAIM_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a PersistentVolumeClaim's name: a DNS subdomain
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where the checkpoint comes from: a directory of this host (docker: bind-mounted), `hostpath:/DIR` (a node's
@@ -105,7 +109,7 @@ class ModelSource:
                 raise UserError(f"--model {value}: hostpath:/DIR takes an absolute directory of the node")
             return cls(kind, rest.rstrip("/"))
         name, _, sub = rest.partition("/")
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+        if not re.fullmatch(CLAIM_NAME, name):
             raise UserError(f"--model {value}: {name!r} is not a {'claim' if kind == 'pvc' else 'volume'} name "
                             "(lower-case letters, digits, '-', '.')")
         sub = sub.strip("/")
@@ -225,7 +229,17 @@ def reference(target: Target, image: str, digest: str) -> str:
     if "@sha256:" not in ref:
         raise UserError(f"{image}: no registry digest known (push it, then serve REPO@sha256:…): Kubernetes runs "
                         "an image by digest")
-    return ref
+    return pullable(ref, image)
+
+
+def pullable(ref: str, image: str) -> str:
+    """REF (IMAGE's, or the RepoDigests entry of IMAGE's JSON file) as an image Kubernetes can pull by digest:
+    REPO@sha256:<64 hex> by the reference grammar (builder/imageref.py), refused in one line otherwise."""
+    parsed = ImageRef.parse(ref, f"{redact.describe(image)}: the image Kubernetes would pull")
+    if not parsed.digest.startswith("sha256:"):
+        raise UserError(f"{redact.describe(image)}: {redact.describe(ref)} names no sha256 digest: Kubernetes runs an "
+                        "image by digest (REPO@sha256:…)")
+    return str(parsed)
 
 
 def _model(target: Target, value: str) -> ModelSource:
@@ -272,6 +286,8 @@ def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str
     if target.by_digest and "@sha256:" not in image:
         raise UserError(f"{image}: Kubernetes runs an image by digest (REPO@sha256:…): the digest is what smoke "
                         "tested; a tag can be pushed again")
+    if target.by_digest:
+        image = pullable(image, image)
     engine, version = labels_mod.engine(labels)
     if not engine or not version:
         raise UserError(f"{image}: no {labels_mod.ENGINE} / {labels_mod.ENGINE_VERSION} labels: not an image builder made")

@@ -382,7 +382,7 @@ def _read_cold(req: Request, given: tuple[Path, dict] | None) -> Cold:
                         "rebuild it")
     if labels_mod.warm(lab):
         raise UserError(f"{image}: already a warm image (label {labels_mod.WARM}); warm its cold image "
-                        f"{labels_mod.warm(lab)['of']}")
+                        f"{redact.describe(labels_mod.warm(lab)['of'])}")
     cell = subject.cell_from_labels(image, lab, req.matrix.knowledge if req.matrix is not None else None)
     strategies.check_strategy(cell.engine_recipe, req.strategy, labels_mod.strategies(lab), image)
     if given is not None:

@@ -232,3 +232,32 @@ def test_serve_kubernetes_writes_the_manifests_and_refuses_at_once(tmp_path):
         res = _cli("serve", target, "--strategy", "MTP2", "--model", str(tmp_path), *args, cwd=tmp_path)
         assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, \
             (args, res.stderr)
+
+
+def test_serve_kubernetes_refuses_an_image_kubernetes_cannot_pull_and_a_claim_that_is_no_claim(tmp_path):
+    """Issue 46 item 6: an image JSON's RepoDigests[0], or an IMAGE holding `@sha256:`, was taken as the container
+    image unchecked (quoted, no key injected, but nothing Kubernetes can pull); --compile-cache-claim was not checked
+    at all. Each is refused in one line now, and no manifest file is written."""
+    import json
+
+    _, labels = pick("vllm")
+    good = "registry.example.com/ml/vllm" + DIGEST
+    for i, digests in enumerate([["sha256:" + "a" * 64], ["not an image@sha256:" + "a" * 64],
+                                 ["registry.example.com/ml/vllm@sha256:" + "A" * 64],
+                                 ["registry.example.com/ml/vllm@sha256:" + "a" * 64 + "\nimage: evil"], [7]]):
+        image = tmp_path / f"image{i}.json"
+        image.write_text(json.dumps([{"RepoDigests": digests, "Config": {"Labels": labels}}]))
+        res = _cli("serve", str(image), "--strategy", "MTP2", "--kubernetes", "--model", "pvc:models/Q", "-o",
+                   str(tmp_path / "out.yaml"), cwd=tmp_path)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (digests, res.stderr)
+        assert not (tmp_path / "out.yaml").exists()
+    image = tmp_path / "image.json"
+    image.write_text(json.dumps([{"RepoDigests": [good], "Config": {"Labels": labels}}]))
+    for claim in ("Jit", "jit/../x", "a" * 254, "jit cache", "-jit"):
+        res = _cli("serve", str(image), "--strategy", "MTP2", "--kubernetes", "--model", "pvc:models/Q",
+                   "--compile-cache-claim", claim, "-o", str(tmp_path / "out.yaml"), cwd=tmp_path)
+        assert res.returncode == 2 and "--compile-cache-claim" in res.stderr, (claim, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.yaml").exists()
+    res = _cli("serve", str(image), "--strategy", "MTP2", "--kubernetes", "--model", "pvc:models/Q",
+               "--compile-cache-claim", "jit-cache.v2", "-o", str(tmp_path / "out.yaml"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr

@@ -62,6 +62,11 @@ def test_doctor_host_says_whether_this_gpu_matches_the_warm_layer():
     line = host.warm_match(a100, lab)
     assert "GPU arch sm80 (the layer: sm90)" in line and "the first boot will compile (cold boot 500 s" in line
     assert host.warm_match(h200, {}) is None
+    # issue 46 item 6: labels builder warm did not write are said to be so, never taken for a layer's facts
+    for field, value in (("of", "../../x"), ("gpu-arch", "sm90; rm -rf"), ("warm-boot-s", "fast")):
+        forged = {**lab, f"{labels.WARM}.{field}" if field != "of" else labels.WARM_OF: value}
+        line = host.warm_match(h200, forged)
+        assert "did not write" in line and "judge the first boot as cold" in line and "matches" not in line, line
 
 
 def test_bench_rows_carry_the_boot_state_and_diff_refuses_other_states():
