@@ -7,7 +7,8 @@ the markers that say so.
 - ``registry`` / ``auth_registry``: a throwaway ``docker-registry`` on 127.0.0.1.
 - ``nvcc`` / ``cuobjdump``: the host's CUDA 13 compiler and the fatbin dumper (the test extra's wheel).
 
-Any test using one of the first four is marked ``docker`` automatically, one using ``nvcc`` or ``cuobjdump``
+Any test using one of the first four is marked ``docker`` automatically (and, with every test under tests/docker/
+and tests/gpu/, put in the xdist group ``docker``: scripts/test runs that group on one worker, in order), one using ``nvcc`` or ``cuobjdump``
 (directly or through another fixture) ``toolchain``: ``-m "not toolchain"`` runs the suite on a machine without a
 CUDA toolkit. A test marked ``pure`` runs in-process only: starting any subprocess fails it (the guard below), so
 the fast tier (``-m pure``) cannot shell out by accident.
@@ -59,6 +60,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} is marked pure but uses {sorted((DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures)}")
         if "local_bases" in fixtures:  # the bases come from Debian's archive and PyPI; builds on them pip-install
             item.add_marker(pytest.mark.network)
+        if item.get_closest_marker("docker") or _tier(item) in ("docker", "gpu"):
+            # scripts/test runs two workers (pytest-xdist, --dist loadgroup): every test that drives the daemon or
+            # a GPU goes to one of them, in collection order, as it ran alone (module fixtures shared, no two builds
+            # racing for two cores); the in-process tests fill the other
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
+def _tier(item: pytest.Item) -> str:
+    """tests/<tier>/...: docker, unit, gpu, hardening."""
+    try:
+        return Path(str(item.path)).relative_to(REPO / "tests").parts[0]
+    except ValueError:
+        return ""
 
 
 def _no_subprocess(what: str, method: bool = False):

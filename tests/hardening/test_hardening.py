@@ -334,7 +334,9 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+# SIGTERM: slow (a second interrupted compile); the default tier interrupts with SIGINT
+@pytest.mark.parametrize("sig, code", [pytest.param(signal.SIGTERM, 143, id="SIGTERM", marks=pytest.mark.slow),
+                                       pytest.param(signal.SIGINT, 130, id="SIGINT")])
 def test_a_signal_stops_the_buildx_child_and_its_compile_and_says_what_was_interrupted(sig, code, local_bases, tmp_path):
     """A real build on the local bases whose compile step runs `sleep <unique>` inside BuildKit. The signal
     goes to builder only (as `timeout` or a CI runner sends it); builder forwards it to buildx's process group,
@@ -494,6 +496,9 @@ def test_build_passes_the_epoch_to_every_buildx_call(tmp_path):
     assert len(lines) == 2 and all("--build-arg SOURCE_DATE_EPOCH=1700000000" in l for l in lines), res.stdout + res.stderr
 
 
+# slow: two full compiles; the default tier holds reproducibility in tests/docker/project/test_infra.py (identical
+# digests) and tests/docker/image/test_repro.py (nvcc objects)
+@pytest.mark.slow
 def test_two_compiles_of_the_same_sources_give_the_same_wheel_bytes(local_bases, tmp_path):
     """The wheel stage compiled twice (different --max-jobs: BuildKit cannot reuse the first compile) into two
     empty wheelhouses, SOURCE_DATE_EPOCH from the matrix: byte-identical wheels, zip timestamps included."""

@@ -14,8 +14,9 @@ NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 QUICK = {
     "plan_speed.py": (["--quick"], rf"builder plan --profile all \(\d+ cells\): median {NUMBER} ms, max {NUMBER} ms over 1 runs",
                       []),
+    # slow: every 20th case as a process; the default tier runs every case in tests/hardening/test_hardening.py
     "hardening.py": (["--quick"], r"inputs tried +\d+\n  clear +\d+ .*\n  misleading +0\n  tracebacks +0\n  silently accepted +0",
-                     []),
+                     [pytest.mark.slow]),
     "redact.py": (["--quick"], rf"redact \d+ MB: slowest shape {NUMBER} s CPU \(goal < 1 s\); the old expressions on \d+ KB: "
                                rf"slowest (> )?{NUMBER} s", []),
     "compile_units.py": (["--quick"], r"flash-attn 2\.8\.3\.post2 \(\d+ CUDA sources\) for sm_80, sm_90: \d+ kernel×arch units built "

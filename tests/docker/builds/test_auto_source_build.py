@@ -86,6 +86,9 @@ def entries(tmp: Path) -> dict[str, str]:
     return {p.parent.name: p.name for p in (tmp / "wheelhouse").glob("cuda-ext/*/*.whl")}
 
 
+# slow: an index, two plans and a compile; the default tier takes an index wheel in
+# tests/docker/builds/test_index_source_build.py
+@pytest.mark.slow
 def test_auto_takes_the_index_wheel_when_its_audit_and_pins_fit_and_compiles_otherwise(
         index_image, published, local_bases, tmp_path, docker_engine, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the download cache of this test only

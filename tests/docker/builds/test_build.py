@@ -193,6 +193,8 @@ def test_a_knob_that_does_nothing_fails_the_audit_and_keep_going(local_bases, ca
     assert "cuda-ext-1.0.0-cu130-py311-sm80.90" not in res2.stdout
 
 
+# slow: a second build; the default tier reads and checks pins files in tests/unit/matrix/test_pins_files.py
+@pytest.mark.slow
 def test_runtime_dependencies_are_pinned_after_the_first_build(built_80_90, ca_bundle, docker_engine):
     """The first build records every distribution the image holds but its own wheels (packaging, and setuptools
     with pip: the fixture requires setuptools, as vLLM 0.33.0's closure does, and pip's freeze leaves it out), each
@@ -250,6 +252,8 @@ def image_id(ref: str) -> str:
                           check=True).stdout.strip()
 
 
+# slow: four builds; the default tier reuses a published image in tests/docker/image/test_registry_reuse.py
+@pytest.mark.slow
 def test_an_unchanged_cell_reuses_its_tagged_image_and_a_changed_one_is_built(built_80_90, local_bases, docker_engine,
                                                                                tmp_path):
     """The fixture cell under a registry of this test only, its wheel from the build above: the first build tags
@@ -310,6 +314,9 @@ def remove_images(registry: str) -> None:
         subprocess.run(["docker", "image", "rm", "-f", name], capture_output=True)
 
 
+# slow: three builds; the default tier holds the judge in tests/unit/image/test_ledger.py and a tampered record in
+# tests/docker/image/test_registry_reuse.py
+@pytest.mark.slow
 def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, local_bases, docker_engine, tmp_path):
     """The content-key label alone never makes a reuse (builder/image/ledger.py): an image built FROM the cell's image
     inherits the label, and any image can be given a copy of it. Only a digest the image ledger recorded for the
@@ -378,6 +385,9 @@ def test_reuse_takes_only_an_image_whose_digest_builder_recorded(built_80_90, lo
         remove_images(registry)
 
 
+# slow: a build interrupted during its reuse; the default tier interrupts a build with SIGINT in
+# tests/hardening/test_hardening.py
+@pytest.mark.slow
 def test_sigint_during_a_reuse_leaves_no_run_name(built_80_90, local_bases, docker_engine, tmp_path):
     """Ctrl-C while a reuse names the image for this run (`<tag>-run-<hex>`): the build exits 130 and the name
     is gone, the cell's tag untouched. The interrupt comes at that very moment from a docker wrapper that runs the

@@ -14,6 +14,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, run_cli
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
@@ -74,6 +76,9 @@ def test_the_fixture_kernel_is_compiled_measured_audited_and_projected(local_bas
     assert _images() == before  # its images are removed
 
 
+# slow: a rehearsal and a build; the default tier rehearses in
+# test_the_fixture_kernel_is_compiled_measured_audited_and_projected
+@pytest.mark.slow
 def test_the_build_compiles_the_rehearsed_units_from_the_object_cache(local_bases, docker_engine, tmp_path,
                                                                        monkeypatch):
     # an object cache of this test only (BuildKit cache mount builder-sccache-<namespace>), empty before
@@ -92,6 +97,9 @@ def test_the_build_compiles_the_rehearsed_units_from_the_object_cache(local_base
     assert f"sccache {steps}/{steps} hits" in built.stdout, built.stdout
 
 
+# slow: a second rehearsal; the default tier prints the table in
+# test_the_fixture_kernel_is_compiled_measured_audited_and_projected
+@pytest.mark.slow
 def test_the_table_prints_the_unit_and_the_projection(local_bases, docker_engine, tmp_path, monkeypatch, caplog):
     """... and under `builder --debug` every docker command the rehearsal starts is logged, exactly as it runs."""
     started = []

@@ -40,6 +40,8 @@ def finish(proc: subprocess.Popen, err_so_far: str = "") -> tuple[int, list, str
     return proc.returncode, json.loads(out) if out.strip().startswith("[") else [], err_so_far + err
 
 
+# slow: two builds racing over a full compile; the default tier holds the key lock in tests/unit/cache/test_cache.py
+@pytest.mark.slow
 def test_two_concurrent_builds_of_one_cell_compile_once(local_bases, docker_engine, tmp_path):
     shared = tmp_path / "shared-wheelhouse"
     # a SOURCE_DATE_EPOCH no earlier build used: BuildKit cannot take the compile from its layer cache, so
@@ -96,6 +98,9 @@ def test_two_builds_moving_one_cell_tag_at_once_both_succeed(local_bases, docker
         subprocess.run(["docker", "image", "rm", name], capture_output=True)
 
 
+# slow: a compile and a rebuild; the default tier holds a damaged entry never returned and quarantined in
+# tests/unit/cache/test_cache.py
+@pytest.mark.slow
 def test_a_tampered_cached_wheel_is_quarantined_and_rebuilt(local_bases, docker_engine, tmp_path):
     rc, out, err = finish(build(tmp_path))
     assert rc == 0, err

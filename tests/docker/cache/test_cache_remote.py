@@ -380,6 +380,10 @@ CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
 REF = "127.0.0.1:5000/builder-test/cuda-ext:1.0.0-cu130-py311-sm80.90"
 
 
+# slow: a compile, a push and a second build; the default tier pulls in
+# test_registry_down_mid_pull_leaves_the_wheelhouse_intact_and_nothing_half_written and reuses in
+# test_unchanged_package_is_never_compiled_twice
+@pytest.mark.slow
 def test_pull_into_an_empty_wheelhouse_then_build_with_zero_compiles(e2e, docker_engine):
     tmp, reg, idx, env = e2e
     registry = f"registry:{reg.host}/builder-test/wheels"

@@ -129,8 +129,9 @@ def test_a_capture_holding_a_hard_link_to_a_host_file_is_refused_before_anything
     (tmp_path / "host-secret").write_text("a host file\n")
     os.link(tmp_path / "host-secret", tree / "k2.cubin")
     (tmp_path / "cap" / "warm.json").write_text(json.dumps({"cache_root": "/opt/jit-cache", "strategy": "MTP2"}))
-    images = lambda: subprocess.run(["docker", "image", "ls", "-q", "--no-trunc"], capture_output=True, text=True,  # noqa: E731
-                                    check=True).stdout.split()
+    repo = cold_image.rsplit(":", 1)[0]  # the warm image would be REPO:<tag>-warm-...
+    images = lambda: subprocess.run(["docker", "image", "ls", "--no-trunc", "--format", "{{.Tag}} {{.ID}}",  # noqa: E731
+                                     repo], capture_output=True, text=True, check=True).stdout.split("\n")
     before = images()
     res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
                   str(tmp_path / "cap"), cwd=tmp_path)
@@ -170,6 +171,8 @@ def test_a_process_capture_is_packed_only_when_it_was_made_at_the_image_paths(co
         assert res.returncode == 2 and words in res.stderr, res.stderr
 
 
+# slow: a publish and a push; the default tier records the warm table in tests/unit/image/test_publish.py
+@pytest.mark.slow
 def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both(warmed, cold_image, registry,
                                                                                 tmp_path):
     """`warm --push REGISTRY` is refused (exit 2, before any boot or push) while REGISTRY does not serve the cold image
@@ -228,6 +231,8 @@ printf '{"duration": 1.0, "completed": 4, "request_throughput": 2, "p99_ttft_ms"
 '''
 
 
+# slow: two bench runs; the default tier reads the boot state into bench rows in tests/unit/deploy/test_warm.py
+@pytest.mark.slow
 def test_bench_measures_the_boot_state_cold_for_the_cold_image_restored_for_the_warm_one(warmed, cold_image, tmp_path):
     """bench's boot_state is what the container's cache root held at boot and what the run wrote there (the
     stand-in server, a TEST DOUBLE, compiles into each cache it is given; the load generator is a TEST DOUBLE): the

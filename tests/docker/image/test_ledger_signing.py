@@ -9,6 +9,8 @@ import json
 import subprocess
 import uuid
 
+import pytest
+
 from builder.image import ledger, reuse, signing
 from builder.registry_api import Endpoint, RegistryPath
 
@@ -99,6 +101,9 @@ def test_only_a_record_the_matrix_key_signed_is_adopted(registry, tmp_path):
     assert first and not again and signing.ENV in first and signing.MATRIX_KEY in first
 
 
+# slow: a publish, a forged push and two builds; the default tier holds signing and verification in
+# tests/unit/image/test_ledger_signing.py
+@pytest.mark.slow
 def test_a_signed_record_is_adopted_and_a_forged_one_never_reaches_the_local_ledger(registry, local_bases,
                                                                                      docker_engine, tmp_path):
     """The fixture cell published with a signing key, the matrix naming its public key. A fresh runner pulls it and

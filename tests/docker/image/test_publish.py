@@ -195,6 +195,10 @@ def test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases(s
     subprocess.run(["docker", "image", "rm", pulled], capture_output=True)
 
 
+# slow: a publish against a registry with auth; the default tier reads docker login's credentials in
+# tests/unit/image/test_publish.py and tests/unit/net/test_credential_scope.py, and pushes with auth in
+# test_publish_pushes_the_smoked_image_by_digest_with_auth_and_moves_aliases
+@pytest.mark.slow
 def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(shared, auth_registry, tmp_path):
     cfg = tmp_path / "docker-config"
     cfg.mkdir()
@@ -223,6 +227,8 @@ def test_docker_login_credentials_are_used_and_a_wrong_password_fails_at_once(sh
     assert not (tmp_path / "bad" / "images.json").exists()
 
 
+# slow: waits out real backoffs; the default tier holds the backoff in tests/unit/image/test_publish.py
+@pytest.mark.slow
 def test_a_registry_that_is_not_up_yet_is_retried_with_backoff(shared, tmp_path):
     """Connection refused on the first push attempt(s); the registry comes up; the push then goes through."""
     reg = Registry(tmp_path / "late")

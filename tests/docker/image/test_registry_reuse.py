@@ -52,6 +52,9 @@ def published_alone(registry, local_bases, docker_engine, tmp_path):
     yield from _published(tmp_path, registry)
 
 
+# slow: a second runner's pull and publish; the default tier pulls the published image in
+# test_a_teammates_plain_build_takes_the_cell_ci_published_to_the_matrix_registry
+@pytest.mark.slow
 def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases(published):
     run, res, steps = published
     digest = steps[f"publish:{CELL}"]["artifacts"]["digest"]

@@ -113,6 +113,9 @@ def test_verify_repro_builds_the_fixture_twice_from_nothing_and_gets_one_digest(
     assert pycs > 50  # pip, packaging, cuda_ext: compiled once, hash-based
 
 
+# slow: a build whose runtime stage fails; the default tier installs a hash-locked file with a real pip in
+# tests/unit/render/test_pins_extras.py
+@pytest.mark.slow
 def test_a_pinned_file_whose_sha256_differs_stops_the_build(fixture_copy, tmp_path):
     """The pins carry every release's sha256; a file from the index that is not the pinned one (here: a pin
     whose hash was altered) stops the runtime stage instead of being installed."""

@@ -39,6 +39,8 @@ def build(matrix: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, cwd=tmp)
 
 
+# slow: a full build against an index; the default tier resolves as of a date in tests/unit/matrix/test_resolve_era.py
+@pytest.mark.slow
 @pytest.mark.network  # the fixture's dependencies come from PyPI inside the build
 def test_first_build_resolves_as_of_the_date_and_records_it_hash_locked(local_bases, tmp_path):
     """The runtime's dependencies and the compile's build requirements are resolved as of the date and recorded

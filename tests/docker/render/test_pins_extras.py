@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from builder import pins
 
 from tests.support.pins_extras import CLOSURE, installed, wheel
@@ -42,6 +44,9 @@ def _pip(where: Path, version: str) -> list[str]:
     return [sys.executable, f"{whl}/pip"]
 
 
+# slow: two pips against a real index in a container; the default tier installs the pins with extras with a real pip
+# in tests/unit/render/test_pins_extras.py
+@pytest.mark.slow
 def test_pip_refuses_freeze_style_pins_and_installs_the_pins_with_extras_from_a_real_index(tmp_path, local_bases):
     """A real pypiserver (tests/services.py) serves the closure with the newer releases, and a real pip installs the
     hash-locked file from it. pip 23.2.1 refuses the freeze-style pins (no extras) with its own message and installs
