@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import redact
 from ...errors import UserError
 from ...image import labels as labels_mod
 from . import plan as plan_mod
@@ -34,6 +35,7 @@ GPU_FAMILY_LABEL = "nvidia.com/gpu.family"  # NVIDIA GPU feature discovery's nod
 FAMILIES = {70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 87: "ampere", 89: "ada-lovelace",
             90: "hopper", 100: "blackwell", 103: "blackwell", 110: "blackwell", 120: "blackwell", 121: "blackwell"}
 ANNOTATION_BUDGET = "io.builder/startup-budget"
+CLAIM = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a PersistentVolumeClaim's name: a DNS subdomain
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,27 @@ class KubeOptions:
     gpu_family: str | None = None  # a node selector on GPU feature discovery's family label
     pod_monitor: bool = False
 
+    def __post_init__(self) -> None:
+        """Each option by its grammar, before any image is looked up (what the image's archs allow: `_name`)."""
+        if self.name is not None:
+            _dns_name(self.name, "--name")
+        if self.namespace is not None:
+            _dns_name(self.namespace, "--namespace")
+        if not 1 <= self.replicas <= 1000:
+            raise UserError(f"--replicas {self.replicas}: from 1 to 1000")
+        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+            if value is not None:
+                _quantity(value, flag)
+        if self.compile_cache_claim is not None and not re.fullmatch(CLAIM, self.compile_cache_claim):
+            raise UserError(f"--compile-cache-claim {redact.describe(self.compile_cache_claim)}: not a "
+                            "PersistentVolumeClaim name (lower-case letters, digits, '-', '.'; at most 253)")
+        if self.gpu_family is not None and self.gpu_family not in set(FAMILIES.values()):
+            raise UserError(f"--gpu-family {redact.describe(self.gpu_family)}: not a family GPU feature discovery "
+                            f"names ({', '.join(sorted(set(FAMILIES.values())))})")
+
 
 def _quantity(value: str, flag: str) -> str:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(m|[KMGTPE]i?)?", value):
+    if len(value) > 24 or not re.fullmatch(r"[0-9]+(\.[0-9]+)?(m|[KMGTPE]i?)?", value):  # 24: beyond any machine
         raise UserError(f"{flag} {value}: not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     return value
 
@@ -72,10 +92,6 @@ def _name(plan: ServePlan, opts: KubeOptions) -> str:
     """The objects' name, the options checked against Kubernetes' grammars and the image's archs."""
     name = _dns_name(opts.name or _label_value(f"{plan.engine}-{plan.strategy}".lower()).replace(".", "-")
                      .replace("_", "-"), "--name")
-    if opts.namespace is not None:
-        _dns_name(opts.namespace, "--namespace")
-    if not 1 <= opts.replicas <= 1000:
-        raise UserError(f"--replicas {opts.replicas}: from 1 to 1000")
     _quantity(plan.shm, "--shm-size")
     if opts.gpu_family is not None:
         families = sorted({FAMILIES[a] for a in plan.archs if a in FAMILIES})

@@ -24,6 +24,7 @@ from ... import grammar
 from ...errors import UserError
 from ...image import labels as labels_mod
 from ...image import launchline
+from ...imageref import ImageRef
 from .. import runflags
 from ..strategies import check_strategy
 
@@ -101,8 +102,9 @@ class ModelSource:
         if not sep or kind not in ("hostpath", "pvc", "volume"):
             return cls("dir", value)
         if kind == "hostpath":
-            if not re.fullmatch(r"(/[A-Za-z0-9._@+-]+)+/?", rest):
-                raise UserError(f"--model {value}: hostpath:/DIR takes an absolute directory of the node")
+            if not re.fullmatch(r"(/[A-Za-z0-9._@+-]+)+/?", rest) or {".", ".."} & set(rest.split("/")):
+                raise UserError(f"--model {value}: hostpath:/DIR takes an absolute directory of the node (no '.' or "
+                                "'..' in it)")
             return cls(kind, rest.rstrip("/"))
         name, _, sub = rest.partition("/")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
@@ -181,7 +183,7 @@ class ServePlan:
 
 def check_shm(size: str) -> re.Match:
     """--shm-size: a size in Ki, Mi, Gi or Ti (16Gi, 512Mi), what both docker and Kubernetes take."""
-    m = re.fullmatch(r"([1-9][0-9]*)([KMGT])i", size)
+    m = re.fullmatch(r"([1-9][0-9]{0,11})([KMGT])i", size)  # at most 12 digits: beyond any machine's memory
     if not m:
         raise UserError(f"--shm-size {size}: write a size like 16Gi or 512Mi")
     return m
@@ -225,6 +227,7 @@ def reference(target: Target, image: str, digest: str) -> str:
     if "@sha256:" not in ref:
         raise UserError(f"{image}: no registry digest known (push it, then serve REPO@sha256:…): Kubernetes runs "
                         "an image by digest")
+    ImageRef.parse(ref, f"{image}: its reference by digest")  # a RepoDigests entry is the file's word, not checked
     return ref
 
 
