@@ -166,6 +166,7 @@ def _pod(plan: ServePlan, opts: KubeOptions, app: dict[str, str]):
 
 def resources(plan: ServePlan, opts: KubeOptions) -> list:
     """The Deployment, the Service and (opts.pod_monitor) the PodMonitor of PLAN, as lightkube resources."""
+    name = _name(plan, opts)  # refused before lightkube is imported
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.models import core_v1 as core
     from lightkube.models.apps_v1 import DeploymentSpec
@@ -173,7 +174,6 @@ def resources(plan: ServePlan, opts: KubeOptions) -> list:
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Service
 
-    name = _name(plan, opts)
     app = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "inference-engine"}
     facts = {"io.builder/engine": plan.engine, "io.builder/engine-version": plan.version,
              "io.builder/strategy": plan.strategy, "io.builder/tp": str(plan.tp)}
