@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/hardening.py --inputs   # only the bad-input table (no Docker)
     .venv/bin/python benchmarks/hardening.py --quick    # the bad-input table on every 20th case (the suite's mode;
                                                         # tests/hardening/test_hardening.py runs every case)
+    .venv/bin/python benchmarks/hardening.py --inputs --only w6-   # the cases whose id starts so (one round)
 
 - inputs: every case of tests/hardening/cases.py through the real CLI on a copy of the fixture: clear (the
   expected exit code, a message naming the problem, no traceback, nothing written), tracebacks, silently
@@ -52,12 +53,15 @@ def _rm(path: Path) -> None:
 
 # -- inputs -----------------------------------------------------------------------------------------------------
 
+HANG_S = 120.0  # a case still running after this long is killed: a hang
+
+
 def run_input(case: hc.Case) -> tuple[hc.Case, hc.Verdict, float]:
     tmp = _tempdir(world=case.as_nobody)
     try:
         hc.make_fixture(tmp, case)
         before = hc.snapshot(tmp)
-        res = hc.run(case, tmp)
+        res = hc.run(case, tmp, timeout=HANG_S)
         after = hc.snapshot(tmp)
         hc.remeasure_cpu(case, res, lambda: hc.run(case, tmp))
         return case, hc.judge(case, res, before, after), (res.wall, res.cpu, len(res.calls))
@@ -65,9 +69,13 @@ def run_input(case: hc.Case) -> tuple[hc.Case, hc.Verdict, float]:
         _rm(tmp)
 
 
-def inputs(every: int = 1) -> bool:
+def inputs(every: int = 1, only: tuple[str, ...] = ()) -> bool:
+    chosen = [c for c in hc.CASES if not only or c.id.startswith(only)][::every]
+    if not chosen:
+        print(f"no case of the table has an id starting with {' or '.join(only)}")
+        return False
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(run_input, hc.CASES[::every]))
+        results = list(pool.map(run_input, chosen))
     tried = len(results)
     clear = sum(v.clear for _, v, _ in results)
     fine = sum(v.clear and c.cls == "fine" for c, v, _ in results)
@@ -89,6 +97,7 @@ def inputs(every: int = 1) -> bool:
     print(f"  misleading          {misleading}")
     print(f"  tracebacks          {tracebacks}")
     print(f"  silently accepted   {accepted}")
+    print(f"  hangs               {sum(t[0] >= HANG_S for _, _, t in results)} (killed after {HANG_S:.0f} s)")
     print("  by verb             " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
     print("  by class            " + ", ".join(f"{c} {per_class_clear[c]}/{n}" for c, n in per_class.items()))
     refused = [t for c, _, t in results if c.code == 2]
@@ -375,13 +384,17 @@ def main() -> int:
     ap.add_argument("--inputs", action="store_true", help="only the bad-input table (no Docker needed)")
     ap.add_argument("--remotes", action="store_true", help="only the hostile remotes and the foreign wheelhouse")
     ap.add_argument("--quick", action="store_true", help="only the bad-input table, on every 20th case")
+    ap.add_argument("--only", action="append", default=[], metavar="PREFIX",
+                    help="with --inputs or --quick: only the cases whose id starts with PREFIX (repeatable), e.g. w6-")
     args = ap.parse_args()
+    if args.only and not (args.inputs or args.quick):
+        ap.error("--only chooses bad-input cases: give it with --inputs or --quick")
     if args.quick:
-        return 0 if inputs(every=20) else 1
+        return 0 if inputs(every=20, only=tuple(args.only)) else 1
     if args.remotes:
         FAULTS[:] = [f for f in FAULTS if f.__name__.startswith(("fault_remote_", "fault_foreign", "fault_push"))]
         return 0 if faults() else 1
-    ok = inputs()
+    ok = inputs(only=tuple(args.only))
     if not args.inputs:
         print()
         ok = faults() and ok

@@ -118,6 +118,7 @@ def run_cmd(target, strategy, workload, requests, concurrency, seed, repeats, no
     cell, image = subject.target(target, m, sel, run.launcher, matrix_path)
     if cell is not None:
         _client_python(client_python, run.python, cell)
+        launchline.tp_args(cell.engine_recipe, run.tp)  # before docker is asked
     model_obj = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
     cell, image, found, dock = subject.open_for(cell, image, run.launcher, m, sel)

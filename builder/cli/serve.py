@@ -138,6 +138,10 @@ def _target(kubernetes: bool, do_run: bool, name: str | None, kube_only: dict):
         return plan_mod.DOCKER, None
     if do_run:
         raise UserError("--run runs the docker line; --kubernetes writes manifests (kubectl apply -f them)")
+    if given.get("output"):  # a file in its way: refused now, not once the manifests are made
+        from .. import files
+
+        files.writable_dir(Path(given["output"]).parent, f"-o {given['output']}")
     from ..deploy.serve import kube
 
     opts = kube.KubeOptions(name=name, namespace=given.get("namespace"), replicas=given.get("replicas") or 1,

@@ -110,6 +110,8 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     if strategy is not None:
         strategies.for_smoke(strategy, (), names)  # the names now; the cell's own list later
     cell, image = subject.target(target, m, sel, run.launcher, matrix_path)  # refused before the model is read
+    if cell is not None:  # a cell's engine without a tensor-parallel flag: refused before docker is asked
+        launchline.tp_args(cell.engine_recipe, run.tp)
     model = Model.resolve(run.model, run.drafter)
     say = (lambda s: click.echo(s, err=True))
     cell, image, found, client = subject.open_for(cell, image, run.launcher, m, sel)

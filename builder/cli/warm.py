@@ -51,12 +51,25 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
           --image-paths --strategy MTP2                      # a GPU host without Docker: the capture only
       builder warm IMAGE --strategy MTP2 --from-dir warm/<tag>   # packs a capture from another host
     """
+    from .. import files
+    from ..deploy import strategies
     from ..deploy.warm import capture
+    from ..errors import UserError
 
     flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, resume=resume)
-    request = capture.Request(target=target, strategy=strategy, run=run, matrix=flags.given_matrix(matrix_path),
+    if from_dir is not None and not from_dir.strip():  # not a boot without a word
+        raise UserError("--from-dir: empty; name the capture directory to pack")
+    if registry is not None and not registry.strip():  # not a warm image left unpushed without a word
+        raise UserError("--push: empty; name the registry (HOST[:PORT]/PATH), or leave the flag out")
+    if from_dir is None:  # where the capture goes, before any boot (a file in its way, read-only)
+        if not out_dir.strip():
+            raise UserError("--out: empty; name the directory the captures go to")
+        files.writable_dir(Path(out_dir), "--out")
+    m = flags.given_matrix(matrix_path)
+    strategy = strategies.one(strategy, m.knowledge.strategy_names() if m is not None else strategies.known())
+    request = capture.Request(target=target, strategy=strategy, run=run, matrix=m,
                               matrix_path=matrix_path, cache_root=cache_root, image_paths=image_paths, resume=resume,
-                              from_dir=Path(from_dir) if from_dir else None, out_dir=Path(out_dir),
-                              registry=registry or None, images_json=Path(images_json))
+                              from_dir=Path(from_dir) if from_dir is not None else None, out_dir=Path(out_dir),
+                              registry=registry, images_json=Path(images_json))
     result = capture.run(request, lambda s: click.echo(s, err=True))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.text())

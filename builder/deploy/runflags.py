@@ -130,6 +130,8 @@ class RunFlags:
                 python: str = "python3", gpus: str = "auto", port_: int | None = None, boot_timeout_: float = 900.0,
                 engine_args_: str = "", env: tuple[str, ...] = (), tp_: int = 1) -> "RunFlags":
         """The flags as given on the command line, each checked (a UserError naming the flag)."""
+        chosen, shards = Gpus.parse(gpus), tp(tp_)
+        chosen.for_tp(shards)  # --gpus none, or ids that are not --tp of them: refused now, before any image is read
         return cls(model=model, drafter=drafter, launcher="docker" if launcher == "auto" else launcher,
-                   python=python, gpus=Gpus.parse(gpus), port=port(port_), boot_timeout=float(boot_timeout_),
-                   engine_args=engine_args(engine_args_), env=env_pairs(env), tp=tp(tp_))
+                   python=python, gpus=chosen, port=port(port_), boot_timeout=float(boot_timeout_),
+                   engine_args=engine_args(engine_args_), env=env_pairs(env), tp=shards)

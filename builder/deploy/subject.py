@@ -154,6 +154,7 @@ def read(ref: str, client=None, what: str = "IMAGE", files: bool = True) -> Subj
         digest = digests[0] if isinstance(digests, list) and digests and isinstance(digests[0], str) else ""
         return Subject(ref, FILE, config_from_json(ref, data), digest)
     grammar.check(grammar.image_ref, ref, what)  # neither a file nor an image reference: no docker call
+    ImageRef.parse(ref, what)  # nor a malformed digest (sha256 is 64 lowercase hex digits)
     found = read_local(ref, client)
     if found is None:
         found = read_registry(ref)

@@ -44,11 +44,30 @@ def short(keyid: str) -> str:
     return keyid[:16]
 
 
-def _from_pem_public(data: bytes):
-    from cryptography.hazmat.primitives.serialization import load_pem_public_key
-    from securesystemslib.signer import SSlibKey
+def _kind(key) -> str:
+    """'' for a key builder signs and verifies with (Ed25519, ECDSA P-256), else what it is: securesystemslib takes
+    RSA of any size and other curves too, which the record's envelope was never meant to carry."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-    return SSlibKey.from_crypto(load_pem_public_key(data))
+    if isinstance(key, (ed25519.Ed25519PublicKey, ed25519.Ed25519PrivateKey)):
+        return ""
+    if isinstance(key, (ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey)):
+        return "" if isinstance(key.curve, ec.SECP256R1) else f"ECDSA {key.curve.name}"
+    if isinstance(key, (rsa.RSAPublicKey, rsa.RSAPrivateKey)):
+        return f"RSA-{key.key_size}"
+    return type(key).__name__.removeprefix("_").removesuffix("PublicKey").removesuffix("PrivateKey")
+
+
+def _from_pem_public(data: bytes, where: str, path: Path):
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    key = load_pem_public_key(data)
+    if kind := _kind(key):
+        raise UserError(f"{where}: {path} holds a key of type {kind}; builder verifies with ECDSA P-256 or Ed25519 "
+                        "only")
+    from securesystemslib.signer import SSlibKey  # a refused key never pays for its import
+
+    return SSlibKey.from_crypto(key)
 
 
 def public_key(path: Path, where: str):
@@ -64,7 +83,9 @@ def public_key(path: Path, where: str):
                         + (" (it holds a PRIVATE key: keep that in CI's secret " + ENV + ", never beside the matrix)"
                            if b"PRIVATE KEY" in data else ""))
     try:
-        return _from_pem_public(data)
+        return _from_pem_public(data, where, path)
+    except UserError:
+        raise
     except Exception as exc:  # noqa: BLE001 - cryptography's parse errors, an unsupported key type
         raise UserError(f"{where}: {path} is not a PEM public key builder can verify with "
                         f"(ECDSA P-256 or Ed25519): {type(exc).__name__}") from None
@@ -82,10 +103,14 @@ def signer_from_env(environ=None):
 
     try:
         private = load_pem_private_key(text.encode(), password=None)
-        return CryptoSigner(private)
+        kind = _kind(private)
+        signer = None if kind else CryptoSigner(private)
     except Exception as exc:  # noqa: BLE001 - any parse error, an encrypted or unsupported key: never its text
         raise UserError(f"{ENV}: not an unencrypted PEM private key builder can sign with (PKCS#8, ECDSA P-256 or "
                         f"Ed25519; {type(exc).__name__})") from None
+    if signer is None:
+        raise UserError(f"{ENV}: a key of type {kind}; builder signs with ECDSA P-256 or Ed25519 only")
+    return signer
 
 
 def seal(payload: bytes, signer) -> bytes:

@@ -50,6 +50,12 @@ def test_the_table_covers_every_class_and_verb_with_over_three_hundred_inputs():
              or c.id.startswith("r3-")]
     assert len(third) >= 300 and classes >= {"bench", "bench-workload", "bench-diff", "bench-plot", "doctor-host", "pins",
                                              "reuse", "docker-config", "secret"}
+    # round six (tests/hardening/warm_serve.py): at least 300 new inputs over warm, serve --kubernetes, --tp and the
+    # signing keys
+    sixth = [c for c in hc.CASES if c.id.startswith("w6-")]
+    assert len(sixth) >= 300 and {c.cls for c in sixth} >= {"warm", "warm-capture", "warm-resume", "warm-push",
+                                                            "serve-kube", "serve-kube-image", "tp", "signing"}
+    assert "warm" in verbs and len({tuple(c.args) for c in sixth}) >= 300
     # the table stays in the fast tier: only what runs as another user or must start a program (docker, a
     # credential helper, the nvidia-smi test double) leaves it
     assert len(AS_A_PROCESS) < 60 and all(c.as_nobody or c.needs_programs for c in AS_A_PROCESS)

@@ -51,9 +51,27 @@ class KubeOptions:
     gpu_family: str | None = None  # a node selector on GPU feature discovery's family label
     pod_monitor: bool = False
 
+    def __post_init__(self) -> None:
+        """Each option by its grammar, before any image is looked up (what the image's archs allow: `_name`)."""
+        if self.name is not None:
+            _dns_name(self.name, "--name")
+        if self.namespace is not None:
+            _dns_name(self.namespace, "--namespace")
+        if not 1 <= self.replicas <= 1000:
+            raise UserError(f"--replicas {self.replicas}: from 1 to 1000")
+        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+            if value is not None:
+                _quantity(value, flag)
+        if self.compile_cache_claim is not None and not re.fullmatch(plan_mod.CLAIM_NAME, self.compile_cache_claim):
+            raise UserError(f"--compile-cache-claim {redact.describe(self.compile_cache_claim)}: not a "
+                            "PersistentVolumeClaim name (lower-case letters, digits, '-', '.'; at most 253)")
+        if self.gpu_family is not None and self.gpu_family not in set(FAMILIES.values()):
+            raise UserError(f"--gpu-family {redact.describe(self.gpu_family)}: not a family GPU feature discovery "
+                            f"names ({', '.join(sorted(set(FAMILIES.values())))})")
+
 
 def _quantity(value: str, flag: str) -> str:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(m|[KMGTPE]i?)?", value):
+    if len(value) > 24 or not re.fullmatch(r"[0-9]+(\.[0-9]+)?(m|[KMGTPE]i?)?", value):  # 24: beyond any machine
         raise UserError(f"{flag} {value}: not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     return value
 
@@ -73,14 +91,7 @@ def _name(plan: ServePlan, opts: KubeOptions) -> str:
     """The objects' name, the options checked against Kubernetes' grammars and the image's archs."""
     name = _dns_name(opts.name or _label_value(f"{plan.engine}-{plan.strategy}".lower()).replace(".", "-")
                      .replace("_", "-"), "--name")
-    if opts.namespace is not None:
-        _dns_name(opts.namespace, "--namespace")
-    if not 1 <= opts.replicas <= 1000:
-        raise UserError(f"--replicas {opts.replicas}: from 1 to 1000")
     _quantity(plan.shm, "--shm-size")
-    if opts.compile_cache_claim is not None and not re.fullmatch(plan_mod.CLAIM_NAME, opts.compile_cache_claim):
-        raise UserError(f"--compile-cache-claim {redact.describe(opts.compile_cache_claim)}: not a claim name "
-                        "(lower-case letters, digits, '-', '.'; at most 253)")
     if opts.gpu_family is not None:
         families = sorted({FAMILIES[a] for a in plan.archs if a in FAMILIES})
         if opts.gpu_family not in families:
@@ -154,6 +165,7 @@ def _pod(plan: ServePlan, opts: KubeOptions, app: dict[str, str]):
 
 def resources(plan: ServePlan, opts: KubeOptions) -> list:
     """The Deployment, the Service and (opts.pod_monitor) the PodMonitor of PLAN, as lightkube resources."""
+    name = _name(plan, opts)  # refused before lightkube is imported
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.models import core_v1 as core
     from lightkube.models.apps_v1 import DeploymentSpec
@@ -161,7 +173,6 @@ def resources(plan: ServePlan, opts: KubeOptions) -> list:
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Service
 
-    name = _name(plan, opts)
     app = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "inference-engine"}
     facts = {"io.builder/engine": plan.engine, "io.builder/engine-version": plan.version,
              "io.builder/strategy": plan.strategy, "io.builder/tp": str(plan.tp)}

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import grammar, redact
-from ...imageref import ImageRef
 from ...errors import UserError
 from ...image import labels as labels_mod
 from ...image import launchline
+from ...imageref import ImageRef
 from .. import runflags
 from ..strategies import check_strategy
 
@@ -105,8 +105,9 @@ class ModelSource:
         if not sep or kind not in ("hostpath", "pvc", "volume"):
             return cls("dir", value)
         if kind == "hostpath":
-            if not re.fullmatch(r"(/[A-Za-z0-9._@+-]+)+/?", rest):
-                raise UserError(f"--model {value}: hostpath:/DIR takes an absolute directory of the node")
+            if not re.fullmatch(r"(/[A-Za-z0-9._@+-]+)+/?", rest) or {".", ".."} & set(rest.split("/")):
+                raise UserError(f"--model {value}: hostpath:/DIR takes an absolute directory of the node (no '.' or "
+                                "'..' in it)")
             return cls(kind, rest.rstrip("/"))
         name, _, sub = rest.partition("/")
         if not re.fullmatch(CLAIM_NAME, name):
@@ -185,7 +186,7 @@ class ServePlan:
 
 def check_shm(size: str) -> re.Match:
     """--shm-size: a size in Ki, Mi, Gi or Ti (16Gi, 512Mi), what both docker and Kubernetes take."""
-    m = re.fullmatch(r"([1-9][0-9]*)([KMGT])i", size)
+    m = re.fullmatch(r"([1-9][0-9]{0,11})([KMGT])i", size)  # at most 12 digits: beyond any machine's memory
     if not m:
         raise UserError(f"--shm-size {size}: write a size like 16Gi or 512Mi")
     return m

@@ -61,6 +61,9 @@ class Request:
     def __post_init__(self) -> None:
         if self.resume and self.from_dir is not None:
             raise UserError("--resume continues a cut cold boot on this host; --from-dir packs a capture: give one")
+        if self.run.tp != 1:  # the capture is one engine's boot on one GPU: its caches are not a sharded one's
+            raise UserError(f"--tp {self.run.tp}: builder warm captures a boot of one engine on one GPU (tensor "
+                            "parallel 1); a warm layer for a sharded engine is not made")
         if self.registry and self.run.launcher == "process":
             raise UserError("--push pushes a warm image; --launcher process captures only (no image here): push where "
                             "the capture is packed (--from-dir)")
@@ -150,6 +153,11 @@ class Boots:
         host = gpus.read() if run.gpus.mode != "none" else None
         return cls(request, host, Model.resolve(run.model, run.drafter) if not packing else None)
 
+    def with_model(self) -> Boots:
+        """These boots with their model (--model, --drafter) resolved: 'tiny' is generated once, into the cache."""
+        run = self.request.run
+        return dataclasses.replace(self, model=Model.resolve(run.model, run.drafter))
+
     def options(self, log_dir: Path, capture_to: Path | None) -> SmokeOptions:
         run, host = self.request.run, self.host
         have_gpu, why = run.gpus.choose(host)
@@ -182,37 +190,39 @@ def run(request: Request, say: Callable[[str], None] = lambda s: None) -> Result
         push_to = publish.make_target(request.registry, Path(request.images_json))
         publish.check_images_json(push_to.images_json)
     given = layer.read_capture(request.from_dir) if request.from_dir is not None else None  # before any docker call
-    boots = Boots.of(request, packing=given is not None)
     if request.run.launcher == "process":  # a GPU host without Docker: capture, and boot warm from it in place
-        return _capture_in_place(boots, say)
-    return _warm_image(boots, push_to, given, say)
+        return _capture_in_place(Boots.of(request, packing=True), say)  # the model once every flag is checked
+    return _warm_image(request, push_to, given, say)
 
 
 # -- the process route: a capture on a host without Docker -------------------------------------------------------
 def _capture_in_place(boots: Boots, say) -> Captured:
     """A cold boot with the cache root empty (or, resume, continuing one that was cut), what it left under the root
     copied to capture/tree, then a warm boot from it in place that may write only the allowance. A cold boot that
-    fails leaving files under the root records itself in capture/cut.json."""
+    fails leaving files under the root records itself in capture/cut.json. Every refusal comes before the capture
+    directory is made and the model is resolved: a refused run writes nothing."""
     req = boots.request
     if req.from_dir is not None:
         raise UserError("--from-dir packs a capture into an image: that needs Docker (--launcher docker)")
     cell, _ = subject.target(req.target, req.matrix, Selection(), "process", req.matrix_path, what="warm TARGET")
     strategies.check_strategy(cell.engine_recipe, req.strategy, cell.strategies, req.target)
     capture = boots.capture_dir(ImageRef.parse(cell.ref).tag)
-    capture.mkdir(parents=True, exist_ok=True)
-    opts = boots.options(capture.resolve() / "logs", capture.resolve() / layer.TREE)
-    paths, made_at = imagepaths.of_cell(cell, req.run.python, req.cache_root) if req.image_paths else (None, None)
-    opts = dataclasses.replace(opts, paths=paths, caches=caches.of_cell(cell, req.cache_root))
-    if not opts.cache_root:
+    setting = caches.of_cell(cell, req.cache_root)
+    if not setting.root:
         raise UserError(f"{cell.id}: the engine data gives {cell.engine} {cell.version} no compile caches: nothing "
                         "to warm")
-    root, cut_file = Path(opts.cache_root), capture / CUT
+    root, cut_file = Path(setting.root), capture / CUT
     files.check_kind(root, "cache root", "directory")  # a file, a FIFO, a symlink loop in its place
     files.writable_dir(root, "cache root")  # under a file, read-only
-    cut = _cut_boot(cut_file, opts.cache_root, root) if req.resume else {}
+    cut = _cut_boot(cut_file, setting.root, root) if req.resume else {}
     if not req.resume and root.is_dir() and any(root.iterdir()):
-        raise UserError(f"cache root {opts.cache_root}: not empty; the cold boot starts from an empty cache root (move "
+        raise UserError(f"cache root {setting.root}: not empty; the cold boot starts from an empty cache root (move "
                         "it away; --resume continues a cut cold boot)")
+    paths, made_at = imagepaths.of_cell(cell, req.run.python, req.cache_root) if req.image_paths else (None, None)
+    boots = boots.with_model()
+    opts = boots.options(capture.resolve() / "logs", capture.resolve() / layer.TREE)
+    opts = dataclasses.replace(opts, paths=paths, caches=setting)
+    capture.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(capture / layer.TREE, ignore_errors=True)
     say(f"cold boot of {cell.id} ({opts.strategies[0]}, process{', at the image paths' if made_at else ''}), caches "
         f"under {opts.cache_root}" + (f", resumed after {cut['seconds']:.0f} s" if cut else ""))
@@ -342,11 +352,11 @@ class Packing:
         return packed
 
 
-def _warm_image(boots: Boots, push_to, given: tuple[Path, dict] | None, say) -> Warmed:
-    req = boots.request
+def _warm_image(req: Request, push_to, given: tuple[Path, dict] | None, say) -> Warmed:
     cold = _read_cold(req, given)
     if push_to is not None:
         _cold_is_published(push_to, cold.cell, cold.digest, say)
+    boots = Boots.of(req, packing=given is not None)  # this host's GPUs and the model once the image may be warmed
     if given is None:  # boot with the cache root empty, capture what it compiled
         capture, tree, facts = _cold_capture(boots, cold, say)
         tag = capture.name

@@ -83,6 +83,8 @@ def copy_tree(tree: Path, dest: Path) -> dict[str, int]:
 def read_capture(directory: Path) -> tuple[Path, dict]:
     """(tree, facts) of a capture directory, refused (one line) when it is not one."""
     tree, facts_file = directory / TREE, directory / FACTS
+    if tree.is_symlink():  # its files would be another directory's: a host's, packed into the image
+        raise UserError(f"{tree}: a symlink; a capture's {TREE}/ is a directory holding the compiled files themselves")
     if not tree.is_dir() or not facts_file.is_file():
         raise UserError(f"{directory}: not a warm capture (it needs {TREE}/ and {FACTS}, as `builder warm` writes them)")
     facts = files.load_json(facts_file, "warm capture's facts")  # a FIFO, 100,000 nested arrays: one line
