@@ -8,7 +8,7 @@ the markers that say so.
 - ``nvcc`` / ``cuobjdump``: the host's CUDA 13 compiler and the fatbin dumper (the test extra's wheel).
 
 Any test using one of the first four is marked ``docker`` automatically (and, with every test under tests/docker/
-and tests/gpu/, put in the xdist group ``docker``: scripts/test runs that group on one worker, in order), one using ``nvcc`` or ``cuobjdump``
+and tests/gpu/, run on one of scripts/test's two workers, in order: ``pytest_xdist_make_scheduler`` below), one using ``nvcc`` or ``cuobjdump``
 (directly or through another fixture) ``toolchain``: ``-m "not toolchain"`` runs the suite on a machine without a
 CUDA toolkit. A test marked ``pure`` runs in-process only: starting any subprocess fails it (the guard below), so
 the fast tier (``-m pure``) cannot shell out by accident.
@@ -16,6 +16,7 @@ the fast tier (``-m pure``) cannot shell out by accident.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -60,19 +61,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} is marked pure but uses {sorted((DOCKER_FIXTURES | TOOLCHAIN_FIXTURES) & fixtures)}")
         if "local_bases" in fixtures:  # the bases come from Debian's archive and PyPI; builds on them pip-install
             item.add_marker(pytest.mark.network)
-        if item.get_closest_marker("docker") or _tier(item) in ("docker", "gpu"):
-            # scripts/test runs two workers (pytest-xdist, --dist loadgroup): every test that drives the daemon or
-            # a GPU goes to one of them, in collection order, as it ran alone (module fixtures shared, no two builds
-            # racing for two cores); the in-process tests fill the other
-            item.add_marker(pytest.mark.xdist_group("docker"))
 
 
-def _tier(item: pytest.Item) -> str:
-    """tests/<tier>/...: docker, unit, gpu, hardening."""
+# -- two workers ---------------------------------------------------------------------------------------------------
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """scripts/test runs two workers (pytest-xdist): every test that drives the daemon or a GPU is one unit of work,
+    which one worker runs in collection order as if it ran alone (module fixtures shared, no two builds racing for
+    two cores); every other test is a unit of its own, and they fill the other worker. (xdist's own loadgroup
+    cannot be used: it renames an item through an attribute pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DaemonTestsInOrder(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "docker" if drives_the_daemon(nodeid) else nodeid
+
+    return DaemonTestsInOrder(config, log)
+
+
+def drives_the_daemon(nodeid: str) -> bool:
+    """tests/docker/ and tests/gpu/, and a test elsewhere that asks for a Docker fixture by name."""
+    path, _, rest = nodeid.partition("::")
+    if path.startswith(("tests/docker/", "tests/gpu/")):
+        return True
+    return rest.split("[")[0] in _daemon_tests(path)
+
+
+@functools.cache
+def _daemon_tests(path: str) -> frozenset[str]:
+    """The test functions of the module at `path` whose parameters name a Docker fixture."""
+    import ast
+
     try:
-        return Path(str(item.path)).relative_to(REPO / "tests").parts[0]
-    except ValueError:
-        return ""
+        tree = ast.parse((REPO / path).read_text())
+    except (OSError, SyntaxError):
+        return frozenset()
+    return frozenset(node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                     and node.name.startswith("test") and DOCKER_FIXTURES & {a.arg for a in node.args.args})
 
 
 def _no_subprocess(what: str, method: bool = False):
