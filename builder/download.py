@@ -6,6 +6,7 @@ the pin."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,9 @@ def fetch_pinned(session: requests.Session, url: str, dest: Path, sha256: str) -
     from .net import NETWORK_ERRORS
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f".{dest.name}.part")
+    # this process's own part: another builder downloading the same pinned file at once (two builds, two test
+    # workers) writes its own, and whichever lands last replaces the other with the same bytes
+    part = dest.with_name(f".{dest.name}.part-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         try:
             with session.get(url, stream=True, verify=ca_bundle()) as resp:

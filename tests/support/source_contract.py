@@ -3,6 +3,7 @@ need no Docker) and tests/docker/render/test_source_contract.py (those that do).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
 from functools import cache
@@ -33,12 +34,15 @@ def source_tree(url: str, sha256: str, filename: str) -> Path:
     """The sdist, downloaded once into the user cache (sha256-checked) and unpacked next to it."""
     sdist = _download(SimpleIndex(shipped()[0].defaults["index"]), url, sha256, filename)
     root = sdist.parent / "unpacked"
-    if not root.is_dir():
-        tmp = sdist.parent / "unpacked.part"
+    if not root.is_dir():  # unpacked apart, then renamed: the suite's other worker may unpack the same sdist now
+        tmp = sdist.parent / f"unpacked.part-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         with tarfile.open(sdist) as tf:
             tf.extractall(tmp, filter="data")
-        tmp.rename(root)
+        try:
+            tmp.rename(root)
+        except OSError:  # the other one renamed its tree first: the same bytes
+            shutil.rmtree(tmp, ignore_errors=True)
     (top,) = root.iterdir()
     return top
 
