@@ -803,8 +803,11 @@ def _signing_cases() -> list[Case]:
                  expect=("ledger_public_key", says)))
     add(Case("w6-ledger-key-unreadable-build", "signing", DRY, matrix=_named_key("ledger.pub"),
              files={"fx/ledger.pub": unreadable_key}, as_nobody=True, expect=("ledger_public_key", "Permission denied")))
+    # DOCKER_CONFIG: a directory of the case's own (CI points it into root's private temp dir, which uid 65534 cannot
+    # read: publish would stop there, at the docker credentials, before it reads the key)
     add(Case("w6-ledger-key-unreadable-publish", "signing", dead, matrix=_named_key("ledger.pub"),
-             files={"fx/ledger.pub": unreadable_key}, as_nobody=True, expect=("ledger_public_key", "Permission denied")))
+             files={"fx/ledger.pub": unreadable_key, "dc": directory}, env={"DOCKER_CONFIG": "dc"}, as_nobody=True,
+             expect=("ledger_public_key", "Permission denied")))
     # BUILDER_LEDGER_SIGNING_KEY, read by publish only; its value is never quoted
     signer = {
         "not-pem": ("not a key", "not an unencrypted PEM private key"),
