@@ -391,3 +391,11 @@ def build(repro: bool = False):
         return decorated
 
     return decorate
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave option `name` (its parameter name) on the command line or in its environment
+    variable, not its default: a flag that does nothing in this combination is refused, not dropped."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)

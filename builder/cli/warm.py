@@ -61,6 +61,9 @@ def warm(target, strategy, matrix_path, run, cache_root, image_paths, resume, fr
         raise UserError("--from-dir: empty; name the capture directory to pack")
     if registry is not None and not registry.strip():  # not a warm image left unpushed without a word
         raise UserError("--push: empty; name the registry (HOST[:PORT]/PATH), or leave the flag out")
+    if registry is None and flags.given(click.get_current_context(), "images_json"):  # not a list never written
+        raise UserError("--images-json: the images.json --push lists the warm image in; without --push nothing is "
+                        "listed (give --push REGISTRY, or leave --images-json out)")
     if from_dir is None:  # where the capture goes, before any boot (a file in its way, read-only)
         if not out_dir.strip():
             raise UserError("--out: empty; name the directory the captures go to")

@@ -845,5 +845,21 @@ def _env_value(value) -> str:
     return value() if callable(value) else value
 
 
+def _dropped_flag_cases() -> list[Case]:
+    """A flag that would do nothing in its combination is refused, never dropped without a word: docker's --gpus and
+    --bind given to serve --kubernetes, --images-json given to warm without --push."""
+    image = {"i.json": image_json()}
+    out = [Case(f"w6-kube-docker-flag-{flag.strip('-')}-{i}", "serve-kube", [*KUBE, flag, value], files=image,
+                expect=(flag, "docker option"))
+           for flag, values in (("--gpus", ("0,1", "all", "none")), ("--bind", ("127.0.0.1", "0.0.0.0")))
+           for i, value in enumerate(values)]
+    out.append(Case("w6-kube-docker-flags-both", "serve-kube", [*KUBE, "--gpus", "0", "--bind", "127.0.0.1"],
+                    files=image, expect=("--gpus, --bind", "docker options")))
+    out += [Case(f"w6-warm-images-json-without-push-{name}", "warm", [*argv, "--images-json", "{tmp}/images.json"],
+                 expect=("--images-json", "without --push")) for name, argv in (("image", WARM_IMAGE),
+                                                                               ("process", WARM))]
+    return out
+
+
 CASES: list[Case] = [*_warm_cases(), *_from_dir_cases(), *_resume_cases(), *_push_cases(), *_kube_image_cases(),
-                     *_kube_flag_cases(), *_tp_cases(), *_signing_cases()]
+                     *_kube_flag_cases(), *_tp_cases(), *_signing_cases(), *_dropped_flag_cases()]

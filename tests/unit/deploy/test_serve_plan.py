@@ -160,7 +160,7 @@ def test_the_verb_derives_the_plan_once_and_renders_it_once(kubernetes, model, t
     monkeypatch.setattr(serve_docker, "line", render(real_line))
     monkeypatch.setattr(kube, "resources", render(real_resources))
     args = ["serve", "registry.example.com/ml/vllm:0.33.0", "--strategy", "MTP2", "--model",
-            "pvc:models/Q" if kubernetes else str(model), "--tp", "2", "--gpus", "0,1"]
+            "pvc:models/Q" if kubernetes else str(model), "--tp", "2", *([] if kubernetes else ["--gpus", "0,1"])]
     if kubernetes:
         args += ["--kubernetes", "-o", str(tmp_path / "out.yaml")]
     result = run_cli(*args, cwd=tmp_path)
