@@ -29,7 +29,9 @@ from tests.helpers import REPO
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # the registry prefix of every cell the cases could build: the suite checks no image under it ever appears
-RUN_ID = uuid.uuid4().hex[:10]
+# one per test run, the same on both of scripts/test's workers (pytest-xdist names the run in every worker's
+# environment), so test_no_refused_input_ever_tagged_an_image looks under the prefix the cases used
+RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:10]
 REGISTRY = f"127.0.0.1:5000/hardening-{RUN_ID}"
 # the directories builder writes when it runs; none may appear for a refused input
 OUTPUTS = ("build", "logs", "wheelhouse", "runtime-pins", "w", "l", "p", "wh")

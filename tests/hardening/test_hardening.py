@@ -113,8 +113,10 @@ def test_case_modules_beside_the_table_plug_in_without_an_edit(tmp_path):
             del sys.modules[name]
 
 
-def test_no_refused_input_ever_tagged_an_image(docker_engine):
-    """Every case's cells live under a registry prefix of their own: no image may exist there."""
+@pytest.mark.docker
+def test_no_refused_input_ever_tagged_an_image():
+    """Every case's cells live under a registry prefix of their own: no image may exist there. It asks for no Docker
+    fixture, so scripts/test's scheduler runs it on the worker that ran the cases above, after them."""
     out = subprocess.run(["docker", "images", "--format", "{{.Repository}}"], capture_output=True, text=True, check=True)
     assert not [r for r in out.stdout.splitlines() if r.startswith(hc.REGISTRY)]
 
