@@ -134,12 +134,12 @@ image_paths = _declare("--image-paths", "image_paths", is_flag=True,
 def cache_root(then: str):
     """--cache-root DIR, the one declaration smoke, bench and warm take (builder/deploy/runtime/caches.py of_cell);
     `then` is what the verb does there."""
-    def given(ctx, param, value):
+    def not_empty(ctx, param, value):
         if value is not None and not value.strip():  # "" would be the image's own root, said without a word
             raise UserError("--cache-root: empty; name the directory, or leave the flag out for the image's own root")
         return value
 
-    return _declare("--cache-root", "cache_root", default=None, metavar="DIR", callback=given,
+    return _declare("--cache-root", "cache_root", default=None, metavar="DIR", callback=not_empty,
                     help="With --launcher process: the directory the engine's compile caches go to, each at its "
                          "variable (engine data compile_caches); default the image's own root (/opt/jit-cache)" + then)
 

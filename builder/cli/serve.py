@@ -108,8 +108,9 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     bind = _bind_address(bind)
     if kubernetes:  # docker's own options are not silently dropped from the manifests
         if said := [f"--{p}" for p in ("gpus", "bind") if flags.given(click.get_current_context(), p)]:
-            raise UserError(f"{', '.join(said)}: {'a docker option' if len(said) == 1 else 'docker options'}; on Kubernetes the pod asks for --tp GPUs "
-                            "(nvidia.com/gpu) and the Service publishes the port: leave them out")
+            what = "a docker option" if len(said) == 1 else "docker options"
+            raise UserError(f"{', '.join(said)}: {what}; on Kubernetes the pod asks for --tp GPUs (nvidia.com/gpu) "
+                            "and the Service publishes the port: leave them out")
     target, kube_opts = _target(kubernetes, do_run, name, {
         "output": output, "namespace": namespace, "replicas": replicas, "anti_affinity": anti_affinity,
         "pod_monitor": pod_monitor, "cpu": cpu, "memory": memory, "compile_cache_claim": compile_cache_claim,

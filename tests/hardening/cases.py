@@ -702,13 +702,18 @@ def make_fixture(tmp: Path, case: Case | None = None) -> Path:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        if callable(content):
-            content(path)
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
+        write(path, content)
     return tmp
+
+
+def write(path: Path, content: str | bytes | Callable[[Path], None]) -> None:
+    """A case's file: text, bytes, or a maker called with the path (a FIFO, a directory, a mode)."""
+    if callable(content):
+        content(path)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
 
 
 def _reachable_by_others(path: Path) -> bool:

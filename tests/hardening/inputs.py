@@ -39,7 +39,7 @@ from typing import Callable
 
 import click
 
-from tests.hardening.cases import REPO, Case, directory, fifo, loop
+from tests.hardening.cases import REPO, Case, directory, fifo, loop, write
 
 NUMBER_VALUES = {"inf": "inf", "neg-inf": "-inf", "nan": "nan", "1e400": "1e400", "1e20": "1e20"}
 INT_ONLY = {"10pow20": str(10**20)}
@@ -221,12 +221,7 @@ def sums_file(make: Callable[[Path], None] | str | bytes):
 
 def _write(p: Path, text: str | bytes | Callable[[Path], None]) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
-    if callable(text):
-        text(p)
-    elif isinstance(text, bytes):
-        p.write_bytes(text)
-    else:
-        p.write_text(text)
+    write(p, text)
 
 
 def spec_file(text: str | bytes | Callable[[Path], None], at: str = f"scripts/gpu-host/{NAME}.toml"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from tests.hardening.cases import (DRY, PUBLISH, REPO, REPRO, SECRET, SMOKE, Case, add_default, directory, fifo,
-                                   loop, proc_mem)
+                                   loop, proc_mem, write)
 from tests.helpers import SMOKE_MATRIX
 
 SM = str(SMOKE_MATRIX)
@@ -196,13 +196,7 @@ def capture(facts: str | bytes | Callable[[Path], None] | None = GOOD_FACTS,
     def make(p: Path) -> None:
         p.mkdir()
         if facts is not None:
-            f = p / "warm.json"
-            if callable(facts):
-                facts(f)
-            elif isinstance(facts, bytes):
-                f.write_bytes(facts)
-            else:
-                f.write_text(facts)
+            write(p / "warm.json", facts)
         if tree == "good":
             (p / "tree" / "triton").mkdir(parents=True)
             (p / "tree" / "triton" / "k.bin").write_bytes(b"kernel")

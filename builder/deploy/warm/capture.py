@@ -148,10 +148,10 @@ class Boots:
     model: Model | None
 
     @classmethod
-    def of(cls, request: Request, packing: bool) -> Boots:
+    def of(cls, request: Request) -> Boots:
+        """This host's GPUs; the model only once a boot is to come (with_model)."""
         run = request.run
-        host = gpus.read() if run.gpus.mode != "none" else None
-        return cls(request, host, Model.resolve(run.model, run.drafter) if not packing else None)
+        return cls(request, gpus.read() if run.gpus.mode != "none" else None, None)
 
     def with_model(self) -> Boots:
         """These boots with their model (--model, --drafter) resolved: 'tiny' is generated once, into the cache."""
@@ -191,7 +191,7 @@ def run(request: Request, say: Callable[[str], None] = lambda s: None) -> Result
         publish.check_images_json(push_to.images_json)
     given = layer.read_capture(request.from_dir) if request.from_dir is not None else None  # before any docker call
     if request.run.launcher == "process":  # a GPU host without Docker: capture, and boot warm from it in place
-        return _capture_in_place(Boots.of(request, packing=True), say)  # the model once every flag is checked
+        return _capture_in_place(Boots.of(request), say)
     return _warm_image(request, push_to, given, say)
 
 
@@ -214,7 +214,7 @@ def _capture_in_place(boots: Boots, say) -> Captured:
     root, cut_file = Path(setting.root), capture / CUT
     files.check_kind(root, "cache root", "directory")  # a file, a FIFO, a symlink loop in its place
     files.writable_dir(root, "cache root")  # under a file, read-only
-    cut = _cut_boot(cut_file, setting.root, root) if req.resume else {}
+    cut = _cut_boot(cut_file, setting.root) if req.resume else {}
     if not req.resume and root.is_dir() and any(root.iterdir()):
         raise UserError(f"cache root {setting.root}: not empty; the cold boot starts from an empty cache root (move "
                         "it away; --resume continues a cut cold boot)")
@@ -252,7 +252,7 @@ def _capture_in_place(boots: Boots, say) -> Captured:
                     warm_boot_s=facts["warm-boot-s"], layout=made_at, strategy=req.strategy)
 
 
-def _cut_boot(cut_file: Path, cache_root: str, root: Path) -> dict:
+def _cut_boot(cut_file: Path, cache_root: str) -> dict:
     """--resume: the cut cold boot cut_file records, whose caches are under cache_root. A boot that was killed
     outright (no handler ran) left its record as it began it (`running_since`): its seconds are those until the
     last file it wrote under the root."""
@@ -273,7 +273,7 @@ def _cut_boot(cut_file: Path, cache_root: str, root: Path) -> dict:
                         "boot's record")
     since = cut.get("running_since")
     if isinstance(since, (int, float)) and not isinstance(since, bool):  # killed outright: until its last write
-        last = max((p.stat().st_mtime for p in root.rglob("*") if p.is_file()), default=since)
+        last = max((p.stat().st_mtime for p in Path(cache_root).rglob("*") if p.is_file()), default=since)
         cut["seconds"] = round(cut["seconds"] + min(max(0.0, last - since), MAX_BOOT_S), 1)
     return cut
 
@@ -356,7 +356,9 @@ def _warm_image(req: Request, push_to, given: tuple[Path, dict] | None, say) -> 
     cold = _read_cold(req, given)
     if push_to is not None:
         _cold_is_published(push_to, cold.cell, cold.digest, say)
-    boots = Boots.of(req, packing=given is not None)  # this host's GPUs and the model once the image may be warmed
+    boots = Boots.of(req)  # once the image may be warmed
+    if given is None:
+        boots = boots.with_model()  # a capture packed from another host boots nothing here
     if given is None:  # boot with the cache root empty, capture what it compiled
         capture, tree, facts = _cold_capture(boots, cold, say)
         tag = capture.name

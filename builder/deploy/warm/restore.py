@@ -54,11 +54,10 @@ def layer_time(layer: Path) -> int:
             times = [int(m.mtime) for m in tar.getmembers() if m.isfile()]
     except UNREADABLE as exc:
         raise UserError(f"--restore {layer}: not a readable tar ({_said(exc, 200)})") from None
-    newest = max(times, default=0)
-    if not 0 <= newest <= LATEST_TIME or min(times, default=0) < 0:
-        raise UserError(f"--restore {layer}: a member has the time {str(newest)[:40]}, which no SOURCE_DATE_EPOCH has: "
+    if odd := [t for t in times if not 0 <= t <= LATEST_TIME]:
+        raise UserError(f"--restore {layer}: a member has the time {str(odd[0])[:40]}, which no SOURCE_DATE_EPOCH has: "
                         "not a warm layer")
-    return newest
+    return max(times, default=0)
 
 
 def _empty(target: Path) -> None:
