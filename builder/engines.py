@@ -666,14 +666,18 @@ def load_knowledge(extra: tuple[str, ...] = ()) -> Knowledge:
                                "index_wheels": {}, "jit_frameworks": {}, "jit_modules": {}, "compile_caches": {}}
     origin: dict[str, str] = {}
     root = ""
+    warm_keys: dict[str, list] = {"keys": [], "flags": []}  # an extra file's own (builder/data/warmkeys.toml's shape)
     for file, data, shape in files_:
         if shape is not schema.BUILT_IN:  # the built-in file was checked by _builtin_checked
             schema.check(file, data, shape, known)
+        for section in warm_keys:
+            warm_keys[section] += data.get("warm_keys", {}).get(section, [])
         for section, table in merged.items():
             table.update(data.get(section, {}))
         root = data.get("jit_cache_root", root)
         origin.update(dict.fromkeys(data.get("packages", {}), file))
     merged["jit_cache_root"] = root  # type: ignore[assignment]  # one value, not a section
+    merged["warm_keys"] = warm_keys
     return Knowledge(merged, origin)
 
 

@@ -738,6 +738,14 @@ BUILT_IN = Table(
               "compile_caches": Key(TableOf(COMPILE_CACHE, key=TOKEN), "Every compile cache engines fill at their "
                                                                        "first boot, by name: its variable, its directory "
                                                                        "under jit_cache_root, what its key holds."),
+              "warm_keys": Key(Table(optional={
+                  "keys": Key(ListOf(Table(open=True)), "Per compile cache and engine version range: the parts its key "
+                                                       "holds, each with the upstream line that says so."),
+                  "flags": Key(ListOf(Table(open=True)), "Per engine version range: which launch flag feeds which key "
+                                                        "part, and the flags that reach no key.")}),
+                               "What the compile caches of an engine this file adds are keyed on, as builder/data/"
+                               "warmkeys.toml says it for vLLM and SGLang ([[keys]], [[flags]]): the warm judge reads "
+                               "them to say whether a warm layer holds for a serve."),
               "jit_cache_root": Key(_grammar(_abs_dir, "an absolute directory like /opt/jit-cache"),
                                     "The image's one directory for its JIT and compile caches: prebuilt modules (jit "
                                     "= \"prebuilt\") and every compile cache of the engine (compile_caches), each a "
@@ -1102,7 +1110,8 @@ GPU_RECORD = Table(required={"name": _said(_one_line, "a GPU name on one line"),
                              "driver": _said(_driver, "an NVIDIA driver version like 580.65.06"),
                              "compute_cap": _said(_compute_cap, 'a compute capability like "9.0"', types=(str, int, float))},
                    optional={"index": _count(0, 999, "a GPU index from 0 to 999"),
-                             "brand": _said(grammar.line, "a product brand on one line")})
+                             "brand": _said(grammar.line, "a product brand on one line"),
+                             "sm_count": OrNull(_count(1, 4096, "a GPU's SM count from 1 to 4096"))})
 HOST_REPORT = Table(required={"gpus": ListOf(GPU_RECORD, nonempty=True)}, optional={"no_gpu": OrNull(STR)}, open=True)
 # an image config as docker image inspect, an OCI config or skopeo print it: the keys --host reads
 IMAGE_CONFIG = Table(optional={"Env": OrNull(ListOf(STR)), "Labels": OrNull(TableOf(STR))}, open=True)

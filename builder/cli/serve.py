@@ -124,11 +124,26 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     found = subject.read(image, files=target.image_file)  # the daemon's, else the registry's: nothing pulled
     launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
     plan = plan_mod.derive(target, plan_mod.reference(target, image, found.digest), found.labels, kn, strategy,
-                           model_path, port=port, gpus=gpus, tp=tp, shm=shm, drafter=drafter, extra_args=extra)
+                           model_path, port=port, gpus=gpus, tp=tp, shm=shm, drafter=drafter, extra_args=extra,
+                           gpu=_serving_gpu(target, found.labels, gpus))
     if kube_opts is not None:
         _write_manifests(plan, kube_opts, output)
     else:
         _docker_line(plan, image, bind, name, do_run)
+
+
+def _serving_gpu(target, labels: dict[str, str], gpus: str):
+    """The GPU the engine gets on this host (docker, a warm image: the judge compares it with the layer's key): the
+    first of --gpus IDS, else GPU 0; None on Kubernetes (the node is the scheduler's), without a warm layer or a
+    GPU here."""
+    from ..image import labels as labels_mod
+
+    if not target.this_host or not labels_mod.warm(labels) or gpus == "none":
+        return None
+    from ..deploy.runtime import gpus as gpus_mod
+
+    ids = tuple(int(i) for i in gpus.split(",") if i.isdigit()) if gpus not in ("all", "auto") else ()
+    return gpus_mod.read().chosen(ids)
 
 
 def _target(kubernetes: bool, do_run: bool, name: str | None, kube_only: dict):

@@ -37,13 +37,15 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
     return tuple(x for x in LAYERS if x in layers)
 
 
-def _process_options(opts, cell, python: str, cache_root: str | None, image_paths: bool, expect_warm: bool):
+def _process_options(opts, cell, python: str, cache_root: str | None, image_paths: bool, expect_warm: bool,
+                     warm_key: str | None = None):
     """The process route's options: at the image's paths (--image-paths, its interpreter checked), the cell's caches
     under --cache-root or the image's root; --expect-warm: a warm layer restored there, which the boot may not
-    compile beyond."""
+    compile beyond; --warm-key: the capture's warm.json, whose key the boot is judged against before it starts."""
     import dataclasses
 
     from ..deploy.runtime import caches, imagepaths
+    from ..deploy.warm import layer
 
     paths = imagepaths.of_cell(cell, python, cache_root)[0] if image_paths else None
     setting = caches.of_cell(cell, cache_root)
@@ -52,6 +54,11 @@ def _process_options(opts, cell, python: str, cache_root: str | None, image_path
             raise UserError(f"--expect-warm: the cache root {setting.root or '(none)'} holds no file: restore "
                             "a warm layer there first")
         setting = setting.warm_boot(cell.warm_globs)
+    if warm_key is not None:
+        if not expect_warm:
+            raise UserError("--warm-key judges a boot from a restored warm layer: with --expect-warm")
+        facts = layer.read_facts(Path(warm_key))
+        setting = dataclasses.replace(setting, warm_facts=tuple(sorted(facts.items())))
     return dataclasses.replace(opts, paths=paths, caches=setting)
 
 
@@ -71,10 +78,13 @@ def _process_options(opts, cell, python: str, cache_root: str | None, image_path
 @click.option("--expect-warm", "expect_warm", is_flag=True,
               help="With --launcher process: the cache root holds a warm layer's files (restored at the image's paths): "
                    "L3 fails when a boot compiles anything beyond the engine data's warm_allowance, naming the files.")
+@click.option("--warm-key", "warm_key", type=flags.FsPath(dir_okay=False), default=None,
+              help="With --expect-warm: the capture's warm.json (what the restored layer was made for): the boot is "
+                   "judged against its key before it starts, and what it compiled is set against that judgement.")
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
-def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, image_paths, expect_warm, out_dir,
-          as_json):
+def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, image_paths, expect_warm, warm_key,
+          out_dir, as_json):
     """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
     model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
@@ -100,8 +110,10 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     from ..deploy.runtime import gpus
     from ..image import launchline
     from ..deploy.smoke import Model, SmokeOptions, report, smoke_image, smoke_process
+    from ..deploy.runtime import warmkey
 
-    flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, expect_warm=expect_warm)
+    flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, expect_warm=expect_warm,
+                       warm_key=warm_key is not None)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
     m = flags.given_matrix(matrix_path)
@@ -135,13 +147,15 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
         extra_args=run.engine_args,
         extra_env=run.env,
         log_dir=out_dir.resolve() / cell.id,
+        gpu=host.chosen(chosen_gpus.ids) if have_gpu and host is not None else None,
+        warm_keys=warmkey.of_knowledge(m.knowledge if m is not None else None),
     )
     if run.launcher == "docker":
         rep = smoke_image(cell, image, opts, say, client=client, subject=found,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
         rep = smoke_process(cell, run.python, _process_options(opts, cell, run.python, cache_root, image_paths,
-                                                               expect_warm), say, extra_env=run.env)
+                                                               expect_warm, warm_key), say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))

@@ -275,25 +275,31 @@ def _why_not(codes: list[str], gpu: int) -> str:
     return "; ".join(reasons) + "; no PTX" if not any((_code(c) or ("",))[0] == "ptx" for c in codes) else "; ".join(reasons)
 
 
-def warm_match(gpu: Gpu, labels: dict[str, str]) -> str | None:
-    """Whether this GPU and driver are the ones the image's warm layer was made on (its io.builder.warm.* labels):
-    a line saying so, or that the first boot will compile (with the cold seconds measured); None without one."""
-    w = labels_mod.warm(labels)
-    if not w:
-        return None
-    if problem := labels_mod.warm_problem(labels):
-        return (f"warm labels that builder warm did not write: {problem}; nothing is known of this layer: judge the "
-                "first boot as cold")
-    want_arch, want_driver, want_gpu = w.get("gpu-arch", ""), w.get("driver", ""), w.get("gpu", "")
-    have_arch = f"sm{gpu.compute_cap}"
-    differ = [f"{what} {have} (the layer: {want})" for what, have, want in
-              (("GPU arch", have_arch, want_arch), ("GPU", gpu.name, want_gpu), ("driver", gpu.driver, want_driver))
-              if want and have != want]
-    made = f"warm layer for {w.get('strategy') or '?'} made on {want_gpu or '?'} ({want_arch or '?'}), driver {want_driver or '?'}"
-    if not differ:
-        return f"{made}: this host matches; the first boot reuses it (warm boot {w.get('warm-boot-s') or '?'} s)"
-    return (f"{made}: this host differs ({'; '.join(differ)}): the first boot will compile (cold boot "
-            f"{w.get('cold-boot-s') or '?'} s measured where the layer was made)")
+def warm_match(gpu: Gpu, labels: dict[str, str]) -> list[str]:
+    """What the image's warm layer does on this GPU (deploy/runtime/warmjudge.py, the one judge): per cache, whether its key's
+    host parts (GPU name, SM count, arch, driver where a key holds it) are this GPU's; the serve parts (model, flags,
+    TP) are judged by `builder serve`, which knows them: here they are said as the layer needs them. [] without a
+    warm layer."""
+    from .runtime import warmjudge as judge_mod
+    from .runtime.warmkey import LABEL, Record, Side
+    from .runtime.warmkey import data as key_data
+
+    raw = labels.get(LABEL)
+    record = Record.from_label(raw) if raw else None
+    engine, version = labels_mod.engine(labels)
+    parts = record.side(key_data().flags_of(engine or "", version or "")).parts if record is not None else {}
+    # the capture's own serve parts: only the host can differ here
+    serve = Side(gpu.name, gpu.sm_count, f"sm{gpu.compute_cap}", gpu.driver, dict(parts),
+                 record.ranks if record is not None else frozenset())
+    verdict = judge_mod.of_image(labels, serve)
+    if verdict is None:
+        return []
+    lines = verdict.lines()
+    if record is not None and not verdict.problem:
+        lines.append(f"  served as captured only: model {parts.get('model-path') or '?'} (config sha256 "
+                     f"{(parts.get('model-config') or '?')[:12]}), TP {parts.get('tp') or '?'}: `builder serve` judges "
+                     "another model, flags or TP before the boot")
+    return lines
 
 
 def report(images: list[str], gpus: list[Gpu]) -> list[Verdict]:
@@ -303,9 +309,7 @@ def report(images: list[str], gpus: list[Gpu]) -> list[Verdict]:
     for f in facts:
         for g in gpus:
             v = judge(g, f, data)
-            line = warm_match(g, f.labels)
-            if line:
-                v.details.append(line)
+            v.details += warm_match(g, f.labels)
             out.append(v)
     return out
 

@@ -50,8 +50,9 @@ WARM_ALLOWANCE = "io.builder.warm-allowance"  # globs under the root a warm boot
 # for; WARM_OF names the cold image's digest
 WARM = "io.builder.warm"
 WARM_OF = "io.builder.warm.of"
+WARM_KEY = "io.builder.warm.key"  # what its caches were keyed on (deploy/runtime/warmkey.py Record), JSON
 WARM_FIELDS = ("strategy", "gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256", "engine-args",
-               "files", "bytes", "cold-boot-s", "warm-boot-s", "captured-on")
+               "files", "bytes", "cold-boot-s", "warm-boot-s", "captured-on", "key")
 
 
 def package(name: str, what: str) -> str:

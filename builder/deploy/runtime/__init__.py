@@ -9,7 +9,11 @@
   imagepaths.py  --image-paths: the interpreter, site-packages and CUDA_HOME of the image, checked on a host
   client.py      the docker SDK's client, made in this one place
   watchdog.py    the process that removes a run's containers when builder is killed outright (SIGKILL)
-  gpus.py        this host's GPUs, read once from nvidia-smi, typed
+  gpus.py        this host's GPUs, read once from nvidia-smi (and their SM count from the CUDA driver), typed
+  warmkey.py     a warm layer's key: what each compile cache is keyed on (builder/data/warmkeys.toml), the record
+                 a capture writes (label io.builder.warm.key) and a launch line read into the key's parts
+  warmjudge.py   the one judge: per cache, whether a boot reuses a warm layer, compiles, or cannot be judged, before
+                 the boot (doctor --host, serve, smoke and warm ask it)
   hostenv.py     a GPU host without Docker: the carried wheel bundles (their spec through schema.py) and the venv at
                  the image's prefix, kept between boots
 

@@ -44,6 +44,10 @@ class CacheSetting:
     variables: tuple[tuple[str, str], ...] = ()
     allowance: tuple[str, ...] | None = None
     source: str = ""
+    # what the warm layer was made for (an image's io.builder.warm.* labels as labels.warm reads them, or a capture's
+    # warm.json), its key among them: what the judge (deploy/runtime/warmjudge.py) holds the boot against before it starts;
+    # () where none is known
+    warm_facts: tuple[tuple[str, object], ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
@@ -71,6 +75,8 @@ def of_image(labels: dict[str, str], given: CacheSetting = NONE) -> CacheSetting
                                                              given.allowance, LABELS)
     if base.allowance is None and labels_mod.warm(labels):
         base = base.warm_boot(tuple(labels_mod.warm_allowance(labels)))
+    if labels_mod.warm(labels) and not base.warm_facts and not labels_mod.warm_problem(labels):
+        base = dataclasses.replace(base, warm_facts=tuple(sorted(labels_mod.warm(labels).items())))
     return base
 
 

@@ -1,19 +1,22 @@
 """This host's NVIDIA GPUs, read once from nvidia-smi into typed records: what smoke, bench, `doctor` and
-`doctor --host` know of them (index, name, driver, compute capability, product brand), and the memory bench
-samples while an engine runs."""
+`doctor --host` know of them (index, name, driver, compute capability, product brand, and the SM count the CUDA
+driver reports), and the memory bench samples while an engine runs."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ... import archs as archs_mod
 from ... import redact, schema
 from ...errors import EnvironmentProblem, UserError
 
 QUERY = ("--query-gpu=index,name,driver_version,compute_cap", "--format=csv,noheader")
+BUS_QUERY = ("--query-gpu=index,pci.bus_id", "--format=csv,noheader")
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16  # cuda.h CUdevice_attribute
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,10 @@ class Gpu:
     driver: str
     compute_cap: int  # 90 = 9.0
     brand: str  # nvidia-smi's "Product Brand": NVIDIA, Tesla, GeForce, Quadro, ...
+    # streaming multiprocessors, as the CUDA driver reports them (cuDeviceGetAttribute): DeepGEMM compiles its kernels
+    # for this count (a template argument), so a warm layer's DeepGEMM cache fits only GPUs with the same count.
+    # None: not read (no libcuda here, a GPU record that does not say)
+    sm_count: int | None = None
 
     @classmethod
     def from_json(cls, data: dict, index: int = 0, where: str = "GPU record") -> "Gpu":
@@ -31,7 +38,8 @@ class Gpu:
         schema.check(where, data, schema.GPU_RECORD)
         cc = data["compute_cap"]
         cc = cc if isinstance(cc, int) else archs_mod.parse(str(cc), "compute_cap")[0]
-        return cls(data.get("index", index), data["name"], data["driver"], cc, data.get("brand", ""))
+        return cls(data.get("index", index), data["name"], data["driver"], cc, data.get("brand", ""),
+                   data.get("sm_count"))
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,13 @@ class HostGpus:
     def arch(self) -> int | None:
         """GPU 0's compute capability (90 = 9.0)."""
         return self.gpus[0].compute_cap if self.gpus else None
+
+    def chosen(self, ids: tuple[int, ...] = ()) -> Gpu | None:
+        """The GPU an engine runs on: the first of `ids` (--gpus IDS), else GPU 0; None without one. A warm layer's
+        key is judged against it."""
+        if not self.gpus:
+            return None
+        return next((g for g in self.gpus if g.index == ids[0]), self.gpus[0]) if ids else self.gpus[0]
 
     def describe(self) -> dict:
         """{"gpu": "2 x NVIDIA H200", "driver": "580.159.04"} for a bench result; gpu "none" without any."""
@@ -112,7 +127,32 @@ def read() -> HostGpus:
                         error=said.splitlines()[0] if said else f"exit {code}")
     _, q, _ = nvidia_smi("-q")
     gpus = parse_nvidia_smi(out, q)
+    if gpus:
+        _, buses, _ = nvidia_smi(*BUS_QUERY)
+        counts = sm_counts(dict(line.split(", ", 1) for line in buses.splitlines() if ", " in line))
+        gpus = [replace(g, sm_count=counts.get(str(g.index))) for g in gpus]
     return HostGpus(tuple(gpus), "" if gpus else "nvidia-smi lists no GPU")
+
+
+def sm_counts(bus_ids: dict[str, str], lib: str = "libcuda.so.1") -> dict[str, int]:
+    """{nvidia-smi index: SM count} read from the CUDA driver itself (cuInit, cuDeviceGetByPCIBusId,
+    cuDeviceGetAttribute MULTIPROCESSOR_COUNT), each GPU found by its PCI bus id: CUDA's own device order need not
+    be nvidia-smi's. {} where the driver library does not load or does not answer (a GPU whose count is not read is
+    judged as unknown, never guessed from its name)."""
+    try:
+        cuda = ctypes.CDLL(lib)
+        if cuda.cuInit(0) != 0:
+            return {}
+    except (OSError, AttributeError):
+        return {}
+    out = {}
+    for index, bus in bus_ids.items():
+        dev, count = ctypes.c_int(), ctypes.c_int()
+        if (cuda.cuDeviceGetByPCIBusId(ctypes.byref(dev), bus.strip().encode()) == 0 and
+                cuda.cuDeviceGetAttribute(ctypes.byref(count), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == 0
+                and count.value > 0):
+            out[index.strip()] = count.value
+    return out
 
 
 def memory_used() -> list[int] | None:

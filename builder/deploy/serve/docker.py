@@ -46,13 +46,30 @@ class ServeLine:
         return shlex.join(self.argv)
 
 
+def cache_volume(plan: ServePlan) -> str:
+    """The named volume a warm image off its key compiles into: one per image digest, so that docker fills it from
+    the image's own cache root (the warm layer's files, their times kept) when it is made, and a later run of the
+    same image, the same flags, finds what the first compiled."""
+    import hashlib
+
+    return "builder-jit-" + hashlib.sha256(plan.image.encode()).hexdigest()[:16]
+
+
 def line(plan: ServePlan, bind: str = "127.0.0.1", name: str | None = None, docker_cmd: str = "docker") -> ServeLine:
     """The `docker run` of PLAN, its port published on BIND, the container named NAME."""
+    cache = plan.compile_cache
+    writable = ((cache_volume(plan), cache.root),) if cache is not None and cache.seeded else ()
     argv = docker.run_argv(plan.image, list(plan.args), gpus=plan.gpus, shm_size=docker_shm(plan.shm),
                            ports=(f"{bind}:{plan.port}:{plan.port}",),
-                           mounts=tuple((m.name, m.inside) for m in plan.mounts), env=plan.env, name=name,
-                           docker=docker_cmd, options=tuple(health_options(plan)))
+                           mounts=tuple((m.name, m.inside) for m in plan.mounts),
+                           env=plan.env + (cache.env if writable else ()), name=name,
+                           writable=writable, docker=docker_cmd, options=tuple(health_options(plan)))
     notes = []
+    if plan.warm is not None:
+        notes += plan.warm.lines()
+    if writable:
+        notes.append(f"what the first boot compiles goes to the volume {writable[0][0]} at {cache.root} (filled from "
+                     "the image's warm layer when it is made): a restart or the next run reuses it")
     if plan.drafter_from_data:
         notes.append(f"{plan.strategy} drafts with {plan.spec.drafter} (engine data); the engine downloads it unless "
                      "you pass --drafter DIR (mounted read-only)")

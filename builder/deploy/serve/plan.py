@@ -58,18 +58,31 @@ KUBERNETES = Target("kubernetes", image_file=True, by_digest=True, this_host=Fal
 @dataclass(frozen=True)
 class BootBudget:
     """How long the engine may take to serve its model list before the runtime gives up on it: the measured boot
-    the image's labels record plus a margin (the larger of the boot itself and MIN_MARGIN_S), else the default."""
+    the image's labels record plus a margin (the larger of the boot itself and MIN_MARGIN_S), else the default. A
+    warm image that the judge (deploy/runtime/warmjudge.py) finds off its key gets the cold boot measured where its layer
+    was made: its first boot compiles, and a budget sized for the warm boot would kill it mid-compile, again and
+    again (a restart loop)."""
 
     boot_s: float | None  # the label's measured boot; None: no label
     seconds: int
     label: str = labels_mod.BOOT_SECONDS  # the label it was read from (a warm image's warm boot)
+    off_key: str = ""  # a warm image judged off its key: the judge's one line
 
     @classmethod
-    def of(cls, labels: dict[str, str]) -> BootBudget:
-        boot = labels_mod.boot_seconds(labels)
+    def of(cls, labels: dict[str, str], judgement=None) -> BootBudget:
+        boot = labels_mod.boot_seconds(labels)  # a label that is no number of seconds is refused, whatever is read
+        if judgement is not None and not judgement.holds:
+            cold = judgement.cold_s
+            if cold is None:
+                return cls(None, DEFAULT_BOOT_BUDGET_S, off_key=judgement.summary())
+            return cls(cold, cls._with_margin(cold), f"{labels_mod.WARM}.cold-boot-s", judgement.summary())
         if boot is None:
             return cls(None, DEFAULT_BOOT_BUDGET_S)
-        return cls(boot, int(math.ceil(boot + max(boot, MIN_MARGIN_S))), labels_mod.boot_label(labels))
+        return cls(boot, cls._with_margin(boot), labels_mod.boot_label(labels))
+
+    @staticmethod
+    def _with_margin(boot: float) -> int:
+        return int(math.ceil(boot + max(boot, MIN_MARGIN_S)))
 
     @property
     def failures(self) -> int:
@@ -79,11 +92,13 @@ class BootBudget:
     @property
     def why(self) -> str:
         if self.boot_s is None:
-            return (f"{self.seconds}s: the image records no boot (label {labels_mod.BOOT_SECONDS}); the stated default "
-                    "(measured boots run 26 s to 11 min)")
-        margin = self.seconds - self.boot_s
-        return (f"{self.seconds}s: the image's measured boot {self.boot_s:g}s (label {self.label}) + "
-                f"margin {margin:g}s (the boot again, at least {MIN_MARGIN_S}s)")
+            why = (f"{self.seconds}s: the image records no boot (label {labels_mod.BOOT_SECONDS}); the stated default "
+                   "(measured boots run 26 s to 11 min)")
+        else:
+            margin = self.seconds - self.boot_s
+            why = (f"{self.seconds}s: the image's measured {'cold ' if self.off_key else ''}boot {self.boot_s:g}s "
+                   f"(label {self.label}) + margin {margin:g}s (the boot again, at least {MIN_MARGIN_S}s)")
+        return f"{why}; off its warm key: {self.off_key}" if self.off_key else why
 
 
 CLAIM_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a PersistentVolumeClaim's name: a DNS subdomain
@@ -137,11 +152,15 @@ class Probe:
 
 @dataclass(frozen=True)
 class CompileCache:
-    """A cold image's compile cache: the engine data's JIT cache root and each JIT framework's cache variable
-    pointed into it (those the strategy's own environment does not set)."""
+    """A volume for what the first boot compiles, so that a restart finds it: a cold image's (the engine data's JIT
+    cache root and each JIT framework's cache variable pointed into it, those the strategy's own environment does
+    not set), or a warm image's judged off its key (`seeded`: the volume starts as a copy of the image's cache root,
+    the warm layer's files with their times, and the image's own cache variables point there already)."""
 
     root: str
     env: tuple[tuple[str, str], ...]
+    seeded: bool = False
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,7 +187,8 @@ class ServePlan:
     readiness: Probe
     liveness: Probe
     health_path: str  # the engine data's health path ("" when it has none)
-    compile_cache: CompileCache | None  # a cold image's (Kubernetes); None for a warm or jit-prebuilt one
+    compile_cache: CompileCache | None  # a cold image's (Kubernetes), a warm one's off its key; else None
+    warm: object  # deploy/runtime/warmjudge.Judgement of a warm image's layer for this serve; None for a cold image
     cell: str | None  # the image's io.builder.cell label
     archs: tuple[int, ...]  # the compute capabilities the image is compiled for (label io.builder.archs)
     archs_label: str  # that label as written
@@ -270,20 +290,45 @@ def _model(target: Target, value: str) -> ModelSource:
     return source
 
 
-def _compile_cache(target: Target, labels: dict[str, str], kn, recipe, strategy: str, env) -> CompileCache | None:
+def _compile_cache(target: Target, labels: dict[str, str], kn, recipe, strategy: str, env,
+                   judgement) -> CompileCache | None:
     """A cold image's, where the target gives it one: what it compiles at its first requests survives a restart; a
-    warm image (builder warm) or a jit = "prebuilt" one carries its modules and gets none."""
-    if not target.compile_cache or labels_mod.jit_prebuilt(labels) or labels_mod.warm(labels):
+    jit = "prebuilt" one carries its modules and gets none; a warm image gets one only where the judge finds it off
+    its key (on either target: its first boot compiles), seeded from the image's own cache root."""
+    if labels_mod.warm(labels):
+        if judgement is None or judgement.holds:
+            return None
+        root = labels_mod.cache_root(labels) or kn.jit_cache_root()  # the image's variables, said again: the volume
+        env = tuple(sorted((k, v) for k, v in labels_mod.cache_env(labels).items() if k not in dict(env)))
+        return CompileCache(root, env, seeded=True, why=judgement.summary())
+    if not target.compile_cache or labels_mod.jit_prebuilt(labels):
         return None
     root = kn.jit_cache_root()
     caches = {m["cache_env"]: m["cache_dir"] for m in kn.jit_modules_of(recipe, (strategy,))}
     return CompileCache(root, tuple((k, v) for k, v in sorted(caches.items()) if k not in dict(env)))
 
 
+def warm_judgement(target: Target, labels: dict[str, str], kn, recipe, args, env, source: ModelSource, gpu):
+    """The judge's answer (deploy/runtime/warmjudge.py) for serving a warm image with this launch line: `gpu` is this host's
+    (docker; None where it is not known: a Kubernetes node), the model's config is read where it is a directory
+    here. None for an image without a warm layer."""
+    if not labels_mod.warm(labels):
+        return None
+    from ..runtime import warmjudge as judge_mod
+    from ..runtime import warmkey as key_mod
+
+    config = key_mod.model_config_sha(source.name) if target.this_host and source.kind == "dir" else None
+    data = key_mod.of_knowledge(kn)
+    serve = judge_mod.side(gpu, data.flags_of(recipe.name, recipe.version), args, dict(env),
+                           set(labels_mod.cache_env(labels)), config)
+    return judge_mod.of_image(labels, serve, data)
+
+
 def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str, model: Path | str, *,
            port: int = 8000, gpus: str = "all", tp: int = 1, shm: str = DEFAULT_SHM, drafter: str | None = None,
-           extra_args: tuple[str, ...] = ()) -> ServePlan:
-    """The plan of serving IMAGE (whose labels are LABELS) under STRATEGY on TARGET, once."""
+           extra_args: tuple[str, ...] = (), gpu=None) -> ServePlan:
+    """The plan of serving IMAGE (whose labels are LABELS) under STRATEGY on TARGET, once. `gpu`: the GPU the engine
+    gets where it is known (docker: this host's first chosen GPU), for the warm judge."""
     if target.by_digest and "@sha256:" not in image:
         raise UserError(f"{image}: Kubernetes runs an image by digest (REPO@sha256:…): the digest is what smoke "
                         "tested; a tag can be pushed again")
@@ -302,7 +347,8 @@ def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str
         drafter_value = drafter_dir.inside
     values = {"model": source.inside, "drafter": drafter_value or "", "host": "0.0.0.0", "port": str(port)}
     args = tuple(launchline.launch_line(recipe, s, values, extra=tuple(extra_args), tp=tp).args)
-    budget = BootBudget.of(labels)
+    judgement = warm_judgement(target, labels, kn, recipe, args, s.env, source, gpu)
+    budget = BootBudget.of(labels, judgement)
     archs_label = labels.get(labels_mod.ARCHS, "")
     return ServePlan(
         target=target, image=image, engine=engine, version=version, recipe=recipe, strategy=strategy, spec=s,
@@ -311,6 +357,7 @@ def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str
         startup=Probe(READY_PATH, PROBE_PERIOD_S, PROBE_TIMEOUT_S, budget.failures),
         readiness=Probe(READY_PATH, PROBE_PERIOD_S, PROBE_TIMEOUT_S, PROBE_FAILURES),
         liveness=Probe(recipe.health or READY_PATH, LIVENESS_PERIOD_S, LIVENESS_TIMEOUT_S, PROBE_FAILURES),
-        health_path=recipe.health or "", compile_cache=_compile_cache(target, labels, kn, recipe, strategy, s.env),
+        health_path=recipe.health or "", warm=judgement,
+        compile_cache=_compile_cache(target, labels, kn, recipe, strategy, s.env, judgement),
         cell=labels_mod.cell(labels), archs=tuple(int(a) for a in archs_label.split(",") if a.strip().isdigit()),
         archs_label=archs_label)

@@ -102,6 +102,9 @@ class SmokeOptions:
     capture_to: Path | None = None
     # --image-paths (process route): the engine runs at the image's paths (image/launchline.ImagePaths), as checked
     paths: object = None
+    # the GPU the engine gets (runtime/gpus.Gpu; None: none, or not read): a warm layer's key is judged against it
+    gpu: object = None
+    warm_keys: object = None  # the key data (runtime/warmkey.of_knowledge: a matrix's extra engine files too); None built-in
 
     @property
     def cache_root(self) -> str:
@@ -371,7 +374,11 @@ def l3(cell: Cell, launcher: Launcher, opts: SmokeOptions, strategy: Strategy) -
     log_path = (opts.log_dir / f"{cell.id}-{strategy.name}-{launcher.name}.log").resolve()
     line = engine_line(cell, launcher, opts, strategy, port)
     env = {**HUB_OFF, **opts.caches.env, **dict(getattr(strategy, "env", ())), **opts.extra_env}
-    figures: dict = {"port": port}
+    # what the engine was started with: a warm layer's key (builder/deploy/runtime/warmkey.py) is read from these
+    figures: dict = {"port": port, "launch_args": list(line.args),
+                     "launch_env": {**dict(getattr(strategy, "env", ())), **opts.extra_env}}
+    if opts.caches.warm_facts:  # judged before the boot; the boot then measures it (cache_verdict)
+        figures["warm_judgement"] = warm_judgement(cell, opts, figures).to_json()
     t0 = time.monotonic()
     try:
         engine = RunningEngine.start(launcher, line, env, port, log_path, eng.health,
@@ -505,6 +512,41 @@ def _server_info(engine: RunningEngine, path: str, strategy: Strategy, values) -
     return problems
 
 
+def warm_judgement(cell: Cell, opts: SmokeOptions, figures: dict):
+    """The one judge's answer (deploy/runtime/warmjudge.py) for this boot from a warm layer: this GPU, the launch line,
+    the environment and the model's config against the layer's key."""
+    from ..runtime import warmjudge as judge_mod
+    from ..runtime import warmkey as key_mod
+
+    data = opts.warm_keys or key_mod.data()
+    side = judge_mod.side(opts.gpu, data.flags_of(cell.engine, cell.version), figures["launch_args"],
+                          figures["launch_env"], set(opts.caches.env), key_mod.model_config_sha(opts.model.target))
+    return judge_mod.of_facts(dict(opts.caches.warm_facts), cell.engine, cell.version, side, data)
+
+
+def _measured_against_judge(result: Result, extra: list[str]) -> str:
+    """What the boot compiled per cache, set against what the judge said before it: a judged hit that compiled is
+    a part the key data lacks; a judged miss is the expected reason."""
+    said = result.figures.get("warm_judgement")
+    if not said:
+        return ""
+    from ...files import package_data
+    from ..runtime import warmkey as key_mod
+
+    subdirs = {n: c["subdir"] for n, c in package_data("engines.toml")["compile_caches"].items()}
+    compiled = key_mod.files_per_cache({f: 0 for f in extra}, subdirs)
+    result.figures["compiled_per_cache"] = compiled
+    verdicts = {c["cache"]: c["verdict"] for c in said["caches"]}
+    wrong = [f"{c} (judged a hit, compiled {n}: its key holds a part warmkeys.toml does not list)"
+             for c, n in compiled.items() if verdicts.get(c) == "hit"]
+    if wrong:
+        return "; the judge was wrong for " + ", ".join(wrong)
+    if said.get("holds"):
+        return ""
+    return "; judged before the boot: " + said["made_for"] + " off its key (" + ", ".join(
+        c["cache"] for c in said["caches"] if c["verdict"] != "hit") + ")"
+
+
 def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
     """What the boot wrote under the image's cache root, as figures; a warm image's boot (an allowance in
     opts.caches) that wrote anything beyond the allowance compiled what its warm layer should have held: L3 fails,
@@ -526,7 +568,8 @@ def cache_verdict(result: Result, written, opts: SmokeOptions, fail) -> Result:
     if extra:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
         failed = fail(f"the image has a warm layer, yet its boot compiled {len(extra)} file(s) under {written.root} "
-                      f"beyond the allowance ({' '.join(allowance) or 'none'}): {shown}", tail=False)
+                      f"beyond the allowance ({' '.join(allowance) or 'none'}): {shown}"
+                      + _measured_against_judge(result, extra), tail=False)
         failed.figures.update(result.figures)
         return failed
     return result

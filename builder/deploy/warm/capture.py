@@ -34,6 +34,7 @@ from .. import strategies, subject
 from ..runflags import RunFlags
 from ..runtime import caches, gpus, imagepaths
 from ..smoke import Model, SmokeOptions, smoke_image, smoke_process
+from ..runtime import warmkey as key_mod
 from . import layer
 
 CUT = "cut.json"  # a process capture's cold boot record: --resume continues what it says
@@ -133,6 +134,11 @@ def _l3(rep):
     return found[0]
 
 
+def cache_subdirs() -> dict[str, str]:
+    """{compile cache name: its subdirectory under the cache root} (engines.toml compile_caches)."""
+    return {name: c["subdir"] for name, c in files.package_data("engines.toml")["compile_caches"].items()}
+
+
 def _model_hash(target: Path) -> str:
     config = Path(target) / "config.json"
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else ""
@@ -165,18 +171,27 @@ class Boots:
                             gpu_ids=run.gpus.ids, l3_without_gpu=run.gpus.mode == "none", no_gpu_reason=why,
                             gpu_arch=host.arch if host is not None else None, boot_timeout=run.boot_timeout,
                             port=run.port, extra_args=run.engine_args, extra_env=run.env, log_dir=log_dir,
-                            capture_to=capture_to)
+                            capture_to=capture_to, gpu=self.gpu() if have_gpu else None,
+                            warm_keys=key_mod.of_knowledge(self.request.matrix.knowledge if self.request.matrix else None))
 
-    def facts(self, cell, opts: SmokeOptions, cold_s, launcher: str) -> dict:
-        """warm.json's facts of a capture: what it was made for and on, and the cold boot's seconds."""
-        host, model = self.host, self.model
-        gpu = host.gpus[0] if host is not None and host.present else None
+    def gpu(self):
+        """The GPU the boots run on (HostGpus.chosen); None without one."""
+        return self.host.chosen(self.request.run.gpus.ids) if self.host is not None else None
+
+    def facts(self, cell, opts: SmokeOptions, booted, cold_s, launcher: str, tree: Path) -> dict:
+        """warm.json's facts of a capture: what it was made for and on, the cold boot's seconds, and the whole key
+        of its caches (key.py: this GPU, the launch line the engine ran, its environment, the model's config, the
+        rank directories and files per cache the tree holds)."""
+        model, gpu = self.model, self.gpu()
+        record = key_mod.Record.of(gpu, booted.figures.get("launch_args", ()), booted.figures.get("launch_env", {}),
+                                   _model_hash(model.target) or None, key_mod.ranks_in(tree),
+                                   key_mod.files_per_cache(layer.file_list(tree), cache_subdirs()))
         return {"cache_root": opts.cache_root, "strategy": self.request.strategy,
-                "gpu": gpu.name if gpu else "none", "gpu-arch": f"sm{host.arch}" if host and host.arch else "none",
+                "gpu": gpu.name if gpu else "none", "gpu-arch": f"sm{gpu.compute_cap}" if gpu else "none",
                 "driver": gpu.driver if gpu else "none", "engine": f"{cell.engine} {cell.version}",
                 "model": "tiny" if model.tiny else str(model.target), "model-config-sha256": _model_hash(model.target),
                 "engine-args": " ".join(self.request.run.engine_args), "cold-boot-s": cold_s,
-                "captured-on": launcher}
+                "captured-on": launcher, "key": record.to_label()}
 
     def capture_dir(self, tag: str) -> Path:
         gpu_slug = f"sm{self.host.arch}" if self.host is not None and self.host.arch else "nogpu"
@@ -233,7 +248,7 @@ def _capture_in_place(boots: Boots, say) -> Captured:
         shutil.copytree(root, tree, symlinks=True)
     tree.mkdir(exist_ok=True)
     cold_s = round(cold.figures.get("boot_s", 0.0) + float(cut.get("seconds", 0)), 1)
-    facts = {**boots.facts(cell, opts, cold_s, "process"), "layout": made_at,
+    facts = {**boots.facts(cell, opts, cold, cold_s, "process", tree), "layout": made_at,
              "cold-boots": int(cut.get("boots", 0)) + 1, "kv-cache-tokens-cold": cold.figures.get("kv_cache_tokens")}
     layer.write_capture(capture, facts)
     tree, facts = layer.read_capture(capture)
@@ -415,7 +430,7 @@ def _cold_capture(boots: Boots, cold: Cold, say) -> tuple[Path, Path, dict]:
     say(f"cold boot of {cold.image} ({boots.request.strategy}), caches under {opts.cache_root}")
     booted = _l3(smoke_image(cold.cell, cold.image, opts, say))
     (capture / layer.TREE).mkdir(exist_ok=True)
-    facts = {**boots.facts(cold.cell, opts, booted.figures.get("boot_s"), "docker"),
+    facts = {**boots.facts(cold.cell, opts, booted, booted.figures.get("boot_s"), "docker", capture / layer.TREE),
              "written-outside": booted.figures.get("written_outside_cache_root")}
     layer.write_capture(capture, facts)
     return (capture, *layer.read_capture(capture))

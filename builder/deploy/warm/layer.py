@@ -95,6 +95,19 @@ def read_capture(directory: Path) -> tuple[Path, dict]:
     return tree, facts
 
 
+def read_facts(path: Path) -> dict:
+    """A capture's warm.json alone (smoke --warm-key: what a restored layer was made for), refused in one line when
+    it is not one: a JSON object with the capture's cache_root and a key builder warm wrote (or none, an older one)."""
+    files.check_kind(path, "--warm-key", "file")
+    facts = files.load_json(path, "warm capture's facts")
+    if not isinstance(facts, dict) or not isinstance(facts.get("cache_root"), str):
+        raise UserError(f"--warm-key {path}: no cache_root: not a warm capture's {FACTS}")
+    if not all(isinstance(k, str) and isinstance(v, (str, int, float, bool, type(None), dict, list))
+               for k, v in facts.items()):
+        raise UserError(f"--warm-key {path}: not a warm capture's {FACTS}")
+    return facts
+
+
 def write_capture(directory: Path, facts: dict) -> None:
     (directory / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
 

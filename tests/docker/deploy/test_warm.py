@@ -107,6 +107,10 @@ def test_smoke_of_the_warm_image_passes_and_fails_when_the_boot_compiles(warmed)
     l3 = next(r for r in json.loads(bad.stdout)["results"] if r["layer"] == "L3")
     assert l3["status"] == "fail" and "has a warm layer, yet its boot compiled 1 file(s)" in l3["reason"]
     assert "triton/recompiled-" in l3["reason"]
+    # judged before the boot (every part of the stand-in's key is the layer's), measured after it: the judge's
+    # hit that compiled is named as a part the key data lacks
+    assert l3["figures"]["warm_judgement"]["holds"] is True and l3["figures"]["compiled_per_cache"] == {"triton": 1}
+    assert "the judge was wrong for triton (judged a hit, compiled 1" in l3["reason"], l3["reason"]
 
 
 def test_a_capture_that_is_not_one_is_refused_with_one_line(cold_image, tmp_path):
@@ -403,3 +407,100 @@ def test_a_warm_killed_outright_in_its_cold_boot_leaves_no_container_running(col
         proc.wait()
         for cid in running():
             subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
+# -- issue 45: the key recorded, judged before the boot, and a miss that converges ---------------------------------
+def _tiny_target(work: Path) -> Path:
+    return next((work / "cache").glob("**/tiny-qwen3.5-fp8-*/target"))
+
+
+def test_the_warm_image_records_its_whole_key(warmed):
+    from builder.deploy.runtime.warmkey import LABEL, Record, of_knowledge
+
+    labels = inspect(warmed["image"])["Config"]["Labels"]
+    record = Record.from_label(labels[LABEL])
+    assert record is not None, labels[LABEL]
+    assert record.caches == {"inductor": 5, "triton": 5, "vllm": 5}  # 3 kernels, the lock, the autotune file each
+    from builder.engines import load_knowledge
+
+    flags = of_knowledge(load_knowledge((str(MATRIX.parent / "engines.toml"),))).flags_of("stand-in-engine", "1.0.0")
+    parts = record.side(flags).parts
+    assert json.loads(parts["speculative"]) == [["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']]
+    assert parts["model-path"] == "/models/target" and parts["tp"] == "1"
+    assert parts["model-config"] == __import__("hashlib").sha256(
+        (_tiny_target(warmed["work"]) / "config.json").read_bytes()).hexdigest()
+    assert record.gpu_name is None and record.arch is None  # --gpus none: no GPU, said as unknown
+
+
+def _serve(warmed, strategy: str, port: int, name: str) -> subprocess.CompletedProcess[str]:
+    return builder("serve", warmed["image"], "--matrix", str(MATRIX), "--strategy", strategy, "--model",
+                   str(_tiny_target(warmed["work"])), "--gpus", "none", "--port", str(port), "--name", name,
+                   cwd=warmed["work"])
+
+
+def _run_until_healthy(argv: list[str], name: str, timeout: float = 120) -> str:
+    """Run the serve line detached from this test (it is a foreground `docker run --rm`), wait for docker's health
+    check to say healthy, stop it and return the container's log."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, status = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline and status != "healthy":
+            time.sleep(1)
+            status = subprocess.run(["docker", "inspect", "-f", "{{.State.Health.Status}}", name], capture_output=True,
+                                    text=True).stdout.strip()
+        log = subprocess.run(["docker", "logs", name], capture_output=True, text=True).stdout
+        assert status == "healthy", f"not healthy within {timeout}s ({status!r}):\n{log[-2000:]}"
+        return log
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        proc.wait(timeout=60)
+
+
+def test_served_on_its_key_the_warm_image_gets_the_warm_budget_and_no_volume(warmed):
+    from tests.helpers import free_port
+
+    res = _serve(warmed, "MTP2", free_port(), "builder-test-warm-onkey")
+    assert res.returncode == 0, res.stderr
+    assert "every cache's key matches; the first boot reuses it" in res.stderr, res.stderr
+    assert "builder-jit-" not in res.stdout and "off its warm key" not in res.stderr
+    warm_s = float(inspect(warmed["image"])["Config"]["Labels"]["io.builder.warm.warm-boot-s"])
+    assert f"--health-start-period {int(-(-(warm_s + 120) // 1))}s" in res.stdout
+
+
+def test_served_off_its_key_the_warm_image_gets_the_cold_budget_and_a_volume_and_converges(warmed):
+    """Issue 45 item 3. The stand-in (TEST DOUBLE) keys its caches on K: the layer was made for MTP2, this serve is
+    MTP7. The judge says so before the boot; the line gets the cold budget measured where the layer was made and a
+    named volume at the cache root, which docker fills from the image's warm layer. The first run compiles K=7 into
+    the volume and becomes healthy; a second run of the same line compiles nothing: it converged, where a warm budget
+    and no volume would kill the boot and start it from the layer again."""
+    from tests.helpers import free_port
+
+    name = "builder-test-warm-offkey"
+    res = _serve(warmed, "MTP7", free_port(), name)
+    assert res.returncode == 0, res.stderr
+    assert "vllm (5 files): compile: speculative" in res.stderr and "off its warm key" in res.stderr, res.stderr
+    labels = inspect(warmed["image"])["Config"]["Labels"]
+    cold_s = float(labels["io.builder.warm.cold-boot-s"])
+    assert f"--health-start-period {int(-(-(cold_s + max(cold_s, 120)) // 1))}s" in res.stdout
+    argv = __import__("shlex").split(res.stdout.strip().splitlines()[-1])
+    volume = next(v.split(":")[0] for v in argv if v.startswith("builder-jit-"))
+    subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+    try:
+        first = _run_until_healthy(argv, name)
+        compiled = [ln for ln in first.splitlines() if ln.startswith("compiled ")]
+        assert len(compiled) == 9 and all("/k7/" in ln for ln in compiled), first  # 3 kernels x 3 caches, K=7 only
+        again = _run_until_healthy(argv, name)
+        assert not [ln for ln in again.splitlines() if ln.startswith("compiled ")], again
+        listed = subprocess.run(["docker", "run", "--rm", "--entrypoint", "find", "-v", f"{volume}:/c", warmed["image"],
+                                 "/c", "-name", "kernel-*.bin"], capture_output=True, text=True, check=True).stdout
+        assert sum("/k2/" in p for p in listed.split()) == 9 and sum("/k7/" in p for p in listed.split()) == 9
+        # docker filled the volume from the warm layer with its files' times (ninja, FlashInfer's JIT, reads them)
+        stat = ["stat", "-c", "%Y %n"]
+        in_image = subprocess.run(["docker", "run", "--rm", "--entrypoint", stat[0], warmed["image"], *stat[1:],
+                                   f"/opt/jit-cache/{KERNELS[0]}"], capture_output=True, text=True, check=True).stdout
+        in_volume = subprocess.run(["docker", "run", "--rm", "--entrypoint", stat[0], "-v", f"{volume}:/opt/jit-cache",
+                                    warmed["image"], *stat[1:], f"/opt/jit-cache/{KERNELS[0]}"], capture_output=True,
+                                   text=True, check=True).stdout
+        assert in_volume == in_image, (in_image, in_volume)
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)

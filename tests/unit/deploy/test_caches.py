@@ -57,7 +57,9 @@ def test_a_cells_setting_is_its_engine_data_at_the_image_root_or_under_cache_roo
 def test_what_the_options_already_hold_wins_over_the_labels(cell):
     given = caches.of_cell(cell, "/scratch/jit")
     assert caches.of_image(IMAGE, given) == given  # its root, with its variables
-    assert caches.of_image(WARM, given) == given.warm_boot(("*.lock", "flashinfer/*.log"))  # no allowance of its own
+    facts = tuple(sorted(labels_mod.warm(WARM).items()))  # what the layer was made for: the judge's, always the image's
+    assert caches.of_image(WARM, given) == dataclasses.replace(given.warm_boot(("*.lock", "flashinfer/*.log")),
+                                                               warm_facts=facts)  # no allowance of its own
     expecting = given.warm_boot(("*.lock",))
     assert caches.of_image(WARM, expecting).allowance == ("*.lock",)  # its own allowance wins too
     # an allowance without a root: the labels' root and variables, the given allowance
