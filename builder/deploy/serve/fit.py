@@ -26,7 +26,7 @@ FAMILIES = {70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 
             90: "hopper", 100: "blackwell", 103: "blackwell", 110: "blackwell", 120: "blackwell", 121: "blackwell"}
 
 # How the engine stops (Kubernetes' pod termination: preStop, then SIGTERM, then SIGKILL at the grace period's end).
-DEFAULT_DRAIN_S = 30  # in-flight requests may finish this long after SIGTERM (the llm-d guides' --shutdown-timeout)
+DEFAULT_DRAIN_S = 30  # in-flight requests may finish this long after SIGTERM (KServe sets 45 s in a 60 s grace)
 MAX_DRAIN_S = 3600
 PRE_STOP_S = 15  # the preStop sleep: endpoints and load balancers stop routing to the pod before SIGTERM (KServe's)
 STOP_MARGIN_S = 15  # after the drain: the engine's own exit (vLLM's engine core, SGLang's 5 s drain ticks)
