@@ -181,6 +181,9 @@ class Recipe:
     launch: tuple[str, ...] = ()
     health: str = ""
     tp_flag: str = ""  # the engine's tensor-parallel flag (--tensor-parallel-size, --tp-size); "" none
+    ready_path: str = ""  # answers only once the engine serves, warm-up done ("": the OpenAI model list)
+    health_wait_s: int = 0  # the longest the engine takes to answer its health / ready path (0: at once)
+    shutdown_flag: str = ""  # the engine's own flag bounding its drain after SIGTERM ("" none)
     ready_log: str = ""
     metrics: tuple[str, ...] = ()
     rust_toolchain: str = ""  # a Rust toolchain the build needs (when no fetch plan supplies one)
@@ -776,6 +779,9 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         launch=tuple(merged.get("launch", ())),
         health=merged.get("health", ""),
         tp_flag=merged.get("tp_flag", ""),
+        ready_path=merged.get("ready_path", ""),
+        health_wait_s=merged.get("health_wait_s", 0),
+        shutdown_flag=merged.get("shutdown_flag", ""),
         ready_log=merged.get("ready_log", ""),
         metrics=tuple(merged.get("metrics", ())),
         rust_toolchain=merged.get("rust_toolchain", ""),

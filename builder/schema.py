@@ -70,6 +70,18 @@ def _long_flag(value: str) -> str:
     return value
 
 
+def _http_path(value: str) -> str:
+    if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", value, re.ASCII):
+        raise ValueError("is not an HTTP path (/health: '/' then letters, digits, '.', '_', '~', '-')")
+    return value
+
+
+def _engine_wait(value: int) -> int:
+    if isinstance(value, bool) or not 0 < value <= 600:
+        raise ValueError("is not a number of seconds from 1 to 600")
+    return value
+
+
 def _template(name: str) -> str:
     from .templates import TEMPLATE_DIR
 
@@ -433,6 +445,22 @@ RULE = Table(
                        "The engine's own tensor-parallel flag, given the number of GPUs one engine shards the model "
                        "over: `--tp N` of smoke, bench and serve adds it to the launch line (N > 1) and asks N GPUs; "
                        "an engine without it is refused --tp."),
+        "ready_path": Key(_grammar(_http_path, "an HTTP path like /health"),
+                          "The HTTP path that answers 200 only once the engine serves requests, its own warm-up done: "
+                          "serve's startup and readiness probes and docker health check ask it (default /v1/models, "
+                          "which vLLM answers only once the model is loaded; SGLang answers it before its warm-up "
+                          "request has run)."),
+        "health_wait_s": Key(Parsed(_engine_wait, "a number of seconds from 1 to 600", explain=True, say_expected=False,
+                                    types=(int,)),
+                             "The longest the engine itself takes to answer its health or ready path (SGLang's "
+                             "/health and /health_generate run a one-token generation for up to 20 s): serve sets "
+                             "those probes' timeouts above it, so the engine's own answer decides, not the probe's "
+                             "timeout."),
+        "shutdown_flag": Key(_grammar(_long_flag, "a long flag like --shutdown-timeout"),
+                             "The engine's own flag bounding how long it lets in-flight requests finish after SIGTERM "
+                             "(vLLM >= 0.18: --shutdown-timeout SECONDS, 0 aborts them): serve passes its "
+                             "--drain-timeout there and sets the pod's terminationGracePeriodSeconds and docker's "
+                             "--stop-timeout above it."),
         "ready_log": Key(STR, "The engine's own log line saying it is ready: smoke L3 fails the boot when health "
                               "answers but the line never comes."),
         "metrics": Key(ListOf(STR), "The engine's speculative-decoding counters on /metrics, as a record (smoke and bench "

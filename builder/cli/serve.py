@@ -21,6 +21,12 @@ def plan_default(name: str):
     return getattr(plan_mod, name)
 
 
+def fit_default(name: str):
+    from ..deploy.serve import fit
+
+    return getattr(fit, name)
+
+
 def _bind_address(value: str) -> str:
     """--bind: one IP address of this host to publish the port on ('' would mean every interface); an IPv6
     address comes back in brackets, as docker's -p wants it."""
@@ -36,7 +42,8 @@ def _bind_address(value: str) -> str:
 
 
 KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", "cpu", "memory",
-             "compile_cache_claim", "gpu_family")
+             "compile_cache_claim", "gpu_family", "gpu_product", "no_gpu_affinity", "rollout", "runtime_class",
+             "hub_cache")
 
 
 @main.command("serve")
@@ -75,21 +82,43 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
 @click.option("--compile-cache-claim", "compile_cache_claim", default=None,
               help="A PVC for the compile cache of a cold image (default: an emptyDir; a warm image gets none).")
 @click.option("--gpu-family", "gpu_family", default=None,
-              help="A node selector on GPU feature discovery's nvidia.com/gpu.family (e.g. hopper), checked "
-                   "against the image's archs.")
+              help="Admit only GPUs of this family (e.g. hopper, blackwell) among those the image's device code "
+                   "runs on: the node affinity's compute capabilities narrowed to it.")
+@click.option("--gpu-product", "gpu_product", default=None,
+              help="Admit only nodes whose GPU feature discovery label nvidia.com/gpu.product is NAME (its form, with "
+                   "dashes: NVIDIA-H200), besides the compute capabilities.")
+@click.option("--no-gpu-affinity", "no_gpu_affinity", is_flag=True, default=None,
+              help="Leave out the node affinity on GPU feature discovery's nvidia.com/gpu.compute.major / .minor "
+                   "(a cluster without those labels); any GPU node may then get the pod.")
+@click.option("--rollout", default=None,
+              help="How a new version replaces the pods: recreate (Recreate), no-surge (RollingUpdate maxSurge 0, "
+                   "maxUnavailable 1) or surge (maxSurge 1, maxUnavailable 0: GPUs for one more replica). Default: "
+                   "recreate for one replica, no-surge for more; neither needs spare GPUs.")
+@click.option("--runtime-class", "runtime_class", default=None,
+              help="The pod's runtimeClassName (e.g. nvidia, where the NVIDIA container runtime is not the default).")
+@click.option("--hub-cache", "hub_cache", default=None,
+              help="pvc:CLAIM[/PATH] for the hub cache (HF_HUB_CACHE) a drafter named by hub id is downloaded to "
+                   "(default: an emptyDir, which survives container restarts but not a new pod).")
+@click.option("--drain-timeout", "drain_s", type=flags.Number(0, 3600, "a number of seconds", integer=True),
+              default=fit_default("DEFAULT_DRAIN_S"), show_default=True,
+              help="Seconds in-flight requests may finish after SIGTERM: the engine's own flag where it has one (vLLM "
+                   ">= 0.18 --shutdown-timeout; 0 aborts them), and the grace before SIGKILL above it (Kubernetes' "
+                   "terminationGracePeriodSeconds after a 15 s preStop sleep; docker's --stop-timeout).")
 @flags.engine_args
 @flags.matrix
 @click.option("--run", "do_run", is_flag=True, help="Run it (in the foreground; Ctrl-C stops the container).")
 def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name, kubernetes, output, namespace,
-          replicas, anti_affinity, pod_monitor, cpu, memory, compile_cache_claim, gpu_family, engine_args,
-          matrix_path, do_run):
+          replicas, anti_affinity, pod_monitor, cpu, memory, compile_cache_claim, gpu_family, gpu_product,
+          no_gpu_affinity, rollout, runtime_class, hub_cache, drain_s, engine_args, matrix_path, do_run):
     """Print the exact `docker run` that serves IMAGE (a tag or REPO@sha256:…) with STRATEGY: the GPUs (--tp N:
     N of them and the engine's own tensor-parallel flag), /dev/shm, the model mounted read-only, the port, a health
-    check on the model list sized from the image's measured boot, and the strategy's real flags and environment
-    from the engine data for the engine version the image's labels name. With --run, run it. With --kubernetes,
-    write the Deployment and Service (and --pod-monitor's PodMonitor) that run the image by digest: N GPUs, a
-    startup probe from the image's measured boot (default 900 s), readiness on /v1/models, liveness on the
-    engine's health path, /dev/shm as a memory emptyDir, the compile cache of a cold image.
+    check on the engine's ready path sized from the image's measured boot, a stop timeout above the engine's drain,
+    and the strategy's real flags and environment from the engine data for the engine version the image's labels
+    name. With --run, run it. With --kubernetes, write the Deployment and Service (and --pod-monitor's PodMonitor)
+    that run the image by digest: N GPUs on nodes whose compute capability the image's device code runs on, a
+    startup probe from the image's measured boot (default 900 s), readiness on the engine's ready path, liveness on
+    its health path, /dev/shm as a memory emptyDir, the compile cache of a cold image, the hub cache of a downloaded
+    drafter, a rollout that needs no spare GPUs and a grace period above the engine's drain.
 
     \b
     Example:
@@ -114,7 +143,8 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     target, kube_opts = _target(kubernetes, do_run, name, {
         "output": output, "namespace": namespace, "replicas": replicas, "anti_affinity": anti_affinity,
         "pod_monitor": pod_monitor, "cpu": cpu, "memory": memory, "compile_cache_claim": compile_cache_claim,
-        "gpu_family": gpu_family})
+        "gpu_family": gpu_family, "gpu_product": gpu_product, "no_gpu_affinity": no_gpu_affinity, "rollout": rollout,
+        "runtime_class": runtime_class, "hub_cache": hub_cache})
     gpus = plan_mod.check_flags(target, image, model_path, shm, gpus, tp)  # before the image is looked up
     if name is not None and not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
         raise UserError(f"--name: {name!r} is not a container name (letters, digits, '_', '.', '-')")
@@ -125,7 +155,7 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
     plan = plan_mod.derive(target, plan_mod.reference(target, image, found.digest), found.labels, kn, strategy,
                            model_path, port=port, gpus=gpus, tp=tp, shm=shm, drafter=drafter, extra_args=extra,
-                           gpu=_serving_gpu(target, found.labels, gpus))
+                           drain_s=drain_s, gpu_product=gpu_product, gpu=_serving_gpu(target, found.labels, gpus))
     if kube_opts is not None:
         _write_manifests(plan, kube_opts, output)
     else:
@@ -162,12 +192,18 @@ def _target(kubernetes: bool, do_run: bool, name: str | None, kube_only: dict):
         from .. import files
 
         files.writable_dir(Path(given["output"]).parent, f"-o {given['output']}")
-    from ..deploy.serve import kube
+    from ..deploy.serve import fit, kube
 
+    if given.get("gpu_product") is not None:
+        fit.check_product(given["gpu_product"])
+        if given.get("no_gpu_affinity"):
+            raise UserError("--gpu-product is a term of the node affinity that --no-gpu-affinity leaves out: give one")
     opts = kube.KubeOptions(name=name, namespace=given.get("namespace"), replicas=given.get("replicas") or 1,
                             anti_affinity=bool(given.get("anti_affinity")), cpu=given.get("cpu"),
                             memory=given.get("memory"), compile_cache_claim=given.get("compile_cache_claim"),
-                            gpu_family=given.get("gpu_family"), pod_monitor=bool(given.get("pod_monitor")))
+                            gpu_family=given.get("gpu_family"), gpu_affinity=not given.get("no_gpu_affinity"),
+                            pod_monitor=bool(given.get("pod_monitor")), rollout=given.get("rollout"),
+                            runtime_class=given.get("runtime_class"), hub_cache=given.get("hub_cache"))
     return plan_mod.KUBERNETES, opts
 
 

@@ -529,12 +529,17 @@ def _kube_image_cases() -> list[Case]:
     }
     for name, (over, says) in labels.items():
         add(Case(f"w6-kube-label-{name}", "serve-kube-image", KUBE, files={"i.json": image_json(**over)}, expect=(says,)))
+    # the node affinity reads the image's device code as doctor --host does: the audited SASS / PTX labels, else
+    # io.builder.archs; a label that does not read is refused naming it, an image naming none cannot be placed by it
+    no_sass = {"io.builder.package.vllm.sass": None, "io.builder.package.flash-attn.sass": None}
     add(Case("w6-kube-label-archs-forged", "serve-kube-image", [*KUBE, "--gpu-family", "hopper"],
-             files={"i.json": image_json(**{"io.builder.archs": "abc"})}, expect=("--gpu-family hopper", "no known family")))
+             files={"i.json": image_json(**{"io.builder.archs": "abc"})}, expect=("label io.builder.archs", "'abc'")))
     add(Case("w6-kube-label-archs-missing", "serve-kube-image", [*KUBE, "--gpu-family", "ampere"],
-             files={"i.json": image_json(**{"io.builder.archs": None})}, expect=("--gpu-family ampere", "no known family")))
+             files={"i.json": image_json(**{"io.builder.archs": None, **no_sass})},
+             expect=("no io.builder.archs label", "no GPU builder knows runs all of the image's device code")))
     add(Case("w6-kube-label-archs-volta-only", "serve-kube-image", [*KUBE, "--gpu-family", "hopper"],
-             files={"i.json": image_json(**{"io.builder.archs": "70"})}, expect=("--gpu-family hopper", "volta")))
+             files={"i.json": image_json(**{"io.builder.archs": "70", **no_sass})},
+             expect=("--gpu-family hopper", "volta 7.0, 7.2; turing 7.5 only")))
     shapes = {
         "labels-list": (json.dumps([{"RepoDigests": [DIGEST_REF], "Config": {"Labels": [1]}}]), "Labels"),
         "label-int": (json.dumps([{"RepoDigests": [DIGEST_REF], "Config": {"Labels": {**LABELS, "io.builder.cuda": 13}}}]),
@@ -592,9 +597,9 @@ def _kube_flag_cases() -> list[Case]:
                                 "unit-only": "Gi", "space": "256 Gi", "lower": "256gi", "long": "9" * ARG}, "--memory")
     flag("gpu-family", "--gpu-family", {"unknown": "nope", "empty": "", "capital": "Hopper", "sm": "sm90",
                                         "long": "h" * ARG, "newline": "hopper\n"}, "--gpu-family")
-    for family in ("volta", "turing", "blackwell", "ada-lovelace"):  # archs 80,90: ampere and hopper only
+    for family in ("volta", "turing", "blackwell"):  # SASS sm_80, sm_90: 8.0-8.9 (ampere, ada-lovelace) and 9.0
         add(Case(f"w6-kube-gpu-family-not-in-the-image-{family}", "serve-kube", [*KUBE, "--gpu-family", family],
-                 files=image, expect=(f"--gpu-family {family}", "ampere, hopper")))
+                 files=image, expect=(f"--gpu-family {family}", "ada-lovelace 8.9; hopper 9.0 only")))
     flag("shm", "--shm-size", {"word": "lots", "zero": "0Gi", "gb": "16GB", "g": "16G", "negative": "-1Gi", "empty": "",
                                "lower": "16gi", "float": "1.5Gi", "bytes": "1024"}, "--shm-size")
     models = {

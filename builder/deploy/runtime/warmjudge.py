@@ -148,7 +148,8 @@ def side(gpu, flags: key_mod.FlagMap | None, args, env: dict[str, str], cache_va
         ranks = key_mod.needed_ranks(parts.get("tp"), parts.get("dp"))
     if gpu is None:
         return Side(None, None, None, None, parts, ranks)
-    return Side(gpu.name, gpu.sm_count, f"sm{gpu.compute_cap}", gpu.driver, parts, ranks)
+    return Side(gpu.name, gpu.sm_count, f"sm{gpu.compute_cap}" if gpu.compute_cap else None, gpu.driver or None,
+                parts, ranks)
 
 
 def of_image(labels: dict[str, str], serve: Side, data: key_mod.KeyData | None = None) -> Judgement | None:

@@ -234,6 +234,20 @@ class Record:
         return cls(strs[0], sm, strs[1], strs[2], tuple(args), env, strs[3], frozenset(ranks), caches)
 
 
+def product_gpu(product: str, labels: dict[str, str]):
+    """The GPU a Kubernetes pod gets where --gpu-product pins nvidia.com/gpu.product (GPU feature discovery writes the
+    CUDA name with dashes: "NVIDIA H200" -> NVIDIA-H200): the layer's own GPU when the product is the layer's (one
+    product is one SKU: its SM count and arch; the node's driver stays unknown), else a GPU known by name only."""
+    from .gpus import Gpu
+
+    raw = labels.get(LABEL)
+    record = Record.from_label(raw) if raw else None
+    if record is not None and record.gpu_name and record.gpu_name.replace(" ", "-") == product:
+        cc = int(record.arch[2:]) if record.arch and record.arch[2:].isdigit() else None
+        return Gpu(0, record.gpu_name, "", cc, "", record.sm_count)
+    return Gpu(0, product, "", None, "", None)
+
+
 # -- the data: what each cache's key holds, per engine version ----------------------------------------------------
 @dataclass(frozen=True)
 class KeyPart:

@@ -1,6 +1,7 @@
 """`builder serve IMAGE --strategy S --model PATH`: a serve plan (deploy/serve/plan.py) rendered as the exact
 `docker run` that serves a published image — its GPUs, /dev/shm, the model mounted read-only, the port, a health
-check with the meaning of the manifests' probes, and the strategy's real flags and environment from the engine data.
+check with the meaning of the manifests' probes, a stop timeout above the engine's drain, and the strategy's real flags
+and environment from the engine data.
 
 The image's ENTRYPOINT is the engine's launch line up to the model; the arguments are the plan's, the rest of that
 line (builder/image/launchline.py, the derivation render and smoke L3 use too). Nothing here is worked out again
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import docker
+from . import fit
 from . import plan as plan_mod
 from .plan import DEFAULT_SHM, ServePlan
 
@@ -62,8 +64,9 @@ def line(plan: ServePlan, bind: str = "127.0.0.1", name: str | None = None, dock
     argv = docker.run_argv(plan.image, list(plan.args), gpus=plan.gpus, shm_size=docker_shm(plan.shm),
                            ports=(f"{bind}:{plan.port}:{plan.port}",),
                            mounts=tuple((m.name, m.inside) for m in plan.mounts),
-                           env=plan.env + (cache.env if writable else ()), name=name,
-                           writable=writable, docker=docker_cmd, options=tuple(health_options(plan)))
+                           env=plan.env + (cache.env if writable else ()), name=name, writable=writable,
+                           docker=docker_cmd,
+                           options=("--stop-timeout", str(plan.shutdown.stop_s), *health_options(plan)))
     notes = []
     if plan.warm is not None:
         notes += plan.warm.lines()
@@ -74,16 +77,26 @@ def line(plan: ServePlan, bind: str = "127.0.0.1", name: str | None = None, dock
         notes.append(f"{plan.strategy} drafts with {plan.spec.drafter} (engine data); the engine downloads it unless "
                      "you pass --drafter DIR (mounted read-only)")
     notes.append(f"healthy once {plan.readiness.path} answers; boot budget {plan.budget.why}")
+    notes.append(_stop_note(plan))
     host = "127.0.0.1" if bind in ("0.0.0.0", "") else "[::1]" if bind == "[::]" else bind
     health = f"http://{host}:{plan.port}{plan.health_path}" if plan.health_path else ""
     return ServeLine(argv, health, notes)
 
 
+def _stop_note(plan: ServePlan) -> str:
+    stop = plan.shutdown
+    if stop.flag:
+        return (f"stop: {stop.flag} {stop.drain_s}: in-flight requests finish for up to {stop.drain_s}s after SIGTERM; "
+                f"--stop-timeout {stop.stop_s}s before SIGKILL")
+    return (f"stop: {plan.engine} {plan.version} has no flag bounding its drain; --stop-timeout {stop.stop_s}s "
+            f"(--drain-timeout {stop.drain_s}s and {fit.STOP_MARGIN_S}s) before SIGKILL")
+
+
 def serve_line(image: str, labels: dict[str, str], kn, strategy: str, model: Path | str, port: int = 8000,
                bind: str = "127.0.0.1", gpus: str = "all", drafter: str | None = None, name: str | None = None,
                extra_args: tuple[str, ...] = (), docker_cmd: str = "docker", tp: int = 1,
-               shm: str = DEFAULT_SHM) -> ServeLine:
+               shm: str = DEFAULT_SHM, drain_s: int = fit.DEFAULT_DRAIN_S) -> ServeLine:
     """The `docker run` of IMAGE (whose labels are LABELS) under STRATEGY: its plan, derived, rendered."""
     plan = plan_mod.derive(plan_mod.DOCKER, image, labels, kn, strategy, model, port=port, gpus=gpus, tp=tp, shm=shm,
-                           drafter=drafter, extra_args=extra_args)
+                           drafter=drafter, extra_args=extra_args, drain_s=drain_s)
     return line(plan, bind=bind, name=name, docker_cmd=docker_cmd)

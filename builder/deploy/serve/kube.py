@@ -7,13 +7,18 @@ strategy's launch line (builder/image/launchline.py, the derivation of `docker r
 real flags and environment, and the engine's own tensor-parallel flag for --tp N, which also asks
 `nvidia.com/gpu: N`. The probes are the plan's: a startup probe whose budget is the image's measured boot plus a
 stated margin (plan.py BootBudget; the budget and why in the annotation io.builder/startup-budget), readiness on
-the model list (/v1/models: the model serves), liveness on the engine data's health path. /dev/shm is a memory
-emptyDir (NCCL between the TP ranks); the model comes read-only from a PVC or a node's directory; a cold image
-gets a volume at the engine data's JIT cache root with each JIT framework's cache variable pointed into it (the
-plan's compile cache; a warm, jit = "prebuilt", image carries its modules and gets none).
+the engine data's ready path (SGLang's /health, ready only once its warm-up has run; the model list elsewhere),
+liveness on its health path, each timeout above the engine's own wait there. /dev/shm is a memory emptyDir (NCCL
+between the TP ranks); the model comes read-only from a PVC or a node's directory; a cold image gets a volume at the
+engine data's JIT cache root with each JIT framework's cache variable pointed into it (the plan's compile cache; a
+warm, jit = "prebuilt", image carries its modules and gets none); a drafter the engine downloads from the hub gets a
+volume at the hub cache (HF_HUB_CACHE) so that a restart finds it. The pod stops as the plan says: a preStop sleep,
+the engine's own drain flag, and terminationGracePeriodSeconds above both (annotation io.builder/shutdown-grace).
 
-What is Kubernetes' own is here and only here: the objects' names and labels, replicas, anti-affinity, the node
-selector on the GPU family (checked against the image's archs), requests and limits, the PodMonitor.
+What is Kubernetes' own is here and only here: the objects' names and labels, replicas, the rollout strategy,
+anti-affinity, the node affinity on GPU feature discovery's compute-capability labels (the plan's gpu_ccs: what the
+image's device code runs on, narrowed by --gpu-family; the plan's GPU product), the runtime class, requests and
+limits, the PodMonitor.
 """
 
 from __future__ import annotations
@@ -25,16 +30,30 @@ from pathlib import Path
 from ... import redact
 from ...errors import UserError
 from ...image import labels as labels_mod
+from . import fit
 from . import plan as plan_mod
 from .plan import DEFAULT_SHM, ServePlan
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
-GPU_FAMILY_LABEL = "nvidia.com/gpu.family"  # NVIDIA GPU feature discovery's node label
-# compute capability → the family GPU feature discovery names (its getArchFamily: 7.0 volta, 7.5 turing, 8.0-8.7
-# ampere, 8.9 ada-lovelace, 9.0 hopper, 10.x and 12.x blackwell)
-FAMILIES = {70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 87: "ampere", 89: "ada-lovelace",
-            90: "hopper", 100: "blackwell", 103: "blackwell", 110: "blackwell", 120: "blackwell", 121: "blackwell"}
+# NVIDIA GPU feature discovery's node labels (k8s-device-plugin internal/lm/resource.go: newArchitectureLabels writes
+# compute.major and compute.minor for every GPU; its gpu.family comes from getArchFamily, which answers "undefined"
+# for 10.x and 12.x in some releases and for 11.x in those read here, and "ampere" for 8.9 in older ones: selecting by
+# family misses Blackwell nodes; productLabel is the device name with spaces turned into dashes, NVIDIA-H200)
+GPU_MAJOR = "nvidia.com/gpu.compute.major"
+GPU_MINOR = "nvidia.com/gpu.compute.minor"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+FAMILIES = fit.FAMILIES
 ANNOTATION_BUDGET = "io.builder/startup-budget"
+ANNOTATION_GRACE = "io.builder/shutdown-grace"
+# the hub cache a downloaded drafter lands in: huggingface_hub reads HF_HUB_CACHE (constants.py; default
+# $HF_HOME/hub), and both engines look there for a hub id's snapshot (vLLM weight_utils.py, SGLang srt/utils/common.py)
+HUB_CACHE_ENV = "HF_HUB_CACHE"
+HUB_CACHE_PATH = "/opt/hub-cache"
+# the Deployment's rollout: recreate (the old pod is gone before the new one starts: what SGLang's own Kubernetes
+# example does for its single replica), no-surge (one replica down at a time, none added: KServe's setting for
+# GPU-constrained clusters), surge (one replica added before one stops: no capacity lost, but GPUs for one more
+# replica must be free, vLLM production-stack's default is 100 % of them)
+ROLLOUTS = ("recreate", "no-surge", "surge")
 
 
 @dataclass(frozen=True)
@@ -48,8 +67,12 @@ class KubeOptions:
     cpu: str | None = None
     memory: str | None = None
     compile_cache_claim: str | None = None  # a PVC for the compile cache (default: an emptyDir)
-    gpu_family: str | None = None  # a node selector on GPU feature discovery's family label
+    gpu_family: str | None = None  # narrows the node affinity to the compute capabilities of one family
+    gpu_affinity: bool = True  # the node affinity on GPU feature discovery's compute-capability labels
     pod_monitor: bool = False
+    rollout: str | None = None  # one of ROLLOUTS (default: recreate for one replica, no-surge for more)
+    runtime_class: str | None = None  # the pod's runtimeClassName
+    hub_cache: str | None = None  # pvc:CLAIM[/PATH] for the hub cache (default: an emptyDir)
 
     def __post_init__(self) -> None:
         """Each option by its grammar, before any image is looked up (what the image's archs allow: `_name`)."""
@@ -66,8 +89,40 @@ class KubeOptions:
             raise UserError(f"--compile-cache-claim {redact.describe(self.compile_cache_claim)}: not a "
                             "PersistentVolumeClaim name (lower-case letters, digits, '-', '.'; at most 253)")
         if self.gpu_family is not None and self.gpu_family not in set(FAMILIES.values()):
-            raise UserError(f"--gpu-family {redact.describe(self.gpu_family)}: not a family GPU feature discovery "
-                            f"names ({', '.join(sorted(set(FAMILIES.values())))})")
+            raise UserError(f"--gpu-family {redact.describe(self.gpu_family)}: not a GPU family builder knows "
+                            f"({', '.join(sorted(set(FAMILIES.values())))})")
+        if self.gpu_family is not None and not self.gpu_affinity:
+            raise UserError("--gpu-family narrows the node affinity that --no-gpu-affinity leaves out: give one")
+        if self.rollout is not None and self.rollout not in ROLLOUTS:
+            raise UserError(f"--rollout {redact.describe(self.rollout)}: one of {', '.join(ROLLOUTS)}")
+        if self.runtime_class is not None and not re.fullmatch(plan_mod.CLAIM_NAME, self.runtime_class):
+            raise UserError(f"--runtime-class {redact.describe(self.runtime_class)}: not a RuntimeClass name "
+                            "(lower-case letters, digits, '-', '.'; at most 253)")
+        if self.hub_cache is not None:
+            hub_claim(self.hub_cache)
+
+    @property
+    def strategy(self) -> str:
+        """The rollout: the one asked, else recreate for one replica (no second pod is ever started beside it, so
+        no spare GPUs are needed) and no-surge for more (one replica down at a time)."""
+        return self.rollout or ("recreate" if self.replicas == 1 else "no-surge")
+
+
+def hub_claim(value: str) -> plan_mod.ModelSource:
+    """--hub-cache pvc:CLAIM[/PATH]: the claim the hub cache lives on."""
+    kind, sep, rest = value.partition(":")
+    if kind != "pvc" or not sep:
+        raise UserError(f"--hub-cache {redact.describe(value)}: pvc:CLAIM[/PATH] (a PersistentVolumeClaim; without "
+                        "--hub-cache the hub cache is an emptyDir)")
+    name, _, sub = rest.partition("/")
+    if not re.fullmatch(plan_mod.CLAIM_NAME, name):
+        raise UserError(f"--hub-cache {redact.describe(value)}: {redact.describe(name)} is not a claim name "
+                        "(lower-case letters, digits, '-', '.')")
+    sub = sub.strip("/")
+    if sub and (".." in sub.split("/") or not re.fullmatch(r"[A-Za-z0-9._@+/-]+", sub)):
+        raise UserError(f"--hub-cache {redact.describe(value)}: {redact.describe(sub)} is not a relative path inside "
+                        "the claim")
+    return plan_mod.ModelSource("pvc", name, sub)
 
 
 def _quantity(value: str, flag: str) -> str:
@@ -92,16 +147,57 @@ def _name(plan: ServePlan, opts: KubeOptions) -> str:
     name = _dns_name(opts.name or _label_value(f"{plan.engine}-{plan.strategy}".lower()).replace(".", "-")
                      .replace("_", "-"), "--name")
     _quantity(plan.shm, "--shm-size")
-    if opts.gpu_family is not None:
-        families = sorted({FAMILIES[a] for a in plan.archs if a in FAMILIES})
-        if opts.gpu_family not in families:
-            raise UserError(f"--gpu-family {opts.gpu_family}: the image is compiled for {', '.join(families) or 'no known family'}"
-                            f" (label {labels_mod.ARCHS}={plan.archs_label})")
+    _gpu_ccs(plan, opts)
+    if opts.hub_cache is not None and not plan.hub_download:
+        raise UserError(f"--hub-cache: the engine downloads nothing from the hub here (the model is a volume; "
+                        f"{plan.strategy} {'drafts with ' + plan.drafter if plan.drafter else 'has no drafter'}): "
+                        "leave it out")
     return name
 
 
+def _gpu_ccs(plan: ServePlan, opts: KubeOptions) -> tuple[int, ...]:
+    """The compute capabilities the node affinity admits: those the image's device code runs on (the plan's), of
+    --gpu-family's family when given; () with --no-gpu-affinity. Refused when none is left."""
+    if not opts.gpu_affinity:
+        if plan.gpu_product is not None:
+            raise UserError("--gpu-product is a term of the node affinity that --no-gpu-affinity leaves out: give one")
+        return ()
+    said = f"label {labels_mod.ARCHS}={plan.archs_label}" if plan.archs_label else f"no {labels_mod.ARCHS} label"
+    if not plan.gpu_ccs:
+        raise UserError(f"{plan.image}: no GPU builder knows runs all of the image's device code (its packages' "
+                        f"io.builder.package.*.sass / .ptx labels, else {said}): the node affinity would admit no node "
+                        "(--no-gpu-affinity leaves it out)")
+    if opts.gpu_family is None:
+        return plan.gpu_ccs
+    ccs = fit.family_ccs(opts.gpu_family, plan.gpu_ccs)
+    if not ccs:
+        raise UserError(f"--gpu-family {opts.gpu_family}: the image's device code runs on {fit.spelled(plan.gpu_ccs)} "
+                        f"only ({said})")
+    return ccs
+
+
+def _node_affinity(plan: ServePlan, opts: KubeOptions):
+    """GPU feature discovery's compute.major / compute.minor: one term per major (terms are ORed, a term's
+    expressions ANDed), each with the GPU product when one is asked; None with --no-gpu-affinity."""
+    from lightkube.models import core_v1 as core
+
+    ccs = _gpu_ccs(plan, opts)
+    if not ccs:
+        return None
+    terms = []
+    for major in sorted({cc // 10 for cc in ccs}):
+        exprs = [core.NodeSelectorRequirement(key=GPU_MAJOR, operator="In", values=[str(major)]),
+                 core.NodeSelectorRequirement(key=GPU_MINOR, operator="In",
+                                              values=[str(cc % 10) for cc in ccs if cc // 10 == major])]
+        if plan.gpu_product is not None:
+            exprs.append(core.NodeSelectorRequirement(key=GPU_PRODUCT, operator="In", values=[plan.gpu_product]))
+        terms.append(core.NodeSelectorTerm(matchExpressions=exprs))
+    return core.NodeAffinity(requiredDuringSchedulingIgnoredDuringExecution=core.NodeSelector(nodeSelectorTerms=terms))
+
+
 def _volumes(plan: ServePlan, opts: KubeOptions) -> tuple[list, list, list]:
-    """(volumes, the container's mounts, its environment): /dev/shm, the model, a cold image's compile cache."""
+    """(volumes, the container's mounts, its environment): /dev/shm, the model, a cold image's compile cache, the hub
+    cache of a drafter the engine downloads."""
     from lightkube.models import core_v1 as core
 
     source, inside = plan.model, plan.model.inside
@@ -122,6 +218,13 @@ def _volumes(plan: ServePlan, opts: KubeOptions) -> tuple[list, list, list]:
             core.Volume(name="compile-cache", emptyDir=core.EmptyDirVolumeSource()))
         mounts.append(core.VolumeMount(name="compile-cache", mountPath=cache.root))
         env += [core.EnvVar(name=k, value=v) for k, v in cache.env]
+    if plan.hub_download:
+        claim = hub_claim(opts.hub_cache) if opts.hub_cache else None
+        volumes.append(core.Volume(name="hub-cache", persistentVolumeClaim=core.PersistentVolumeClaimVolumeSource(
+            claimName=claim.name)) if claim else core.Volume(name="hub-cache", emptyDir=core.EmptyDirVolumeSource()))
+        mounts.append(core.VolumeMount(name="hub-cache", mountPath=HUB_CACHE_PATH,
+                                       subPath=(claim.sub or None) if claim else None))
+        env.append(core.EnvVar(name=HUB_CACHE_ENV, value=HUB_CACHE_PATH))
     return volumes, mounts, env
 
 
@@ -133,8 +236,8 @@ def _probe(probe: plan_mod.Probe):
 
 
 def _pod(plan: ServePlan, opts: KubeOptions, app: dict[str, str]):
-    """The pod: the engine's container (the plan's image, arguments, environment, GPUs and probes), its volumes,
-    anti-affinity, the node selector and the GPU toleration."""
+    """The pod: the engine's container (the plan's image, arguments, environment, GPUs, probes and preStop), its
+    volumes, the node affinity and anti-affinity, the GPU toleration, the runtime class and the grace period."""
     from lightkube.models import core_v1 as core
     from lightkube.models.meta_v1 import LabelSelector
 
@@ -151,16 +254,38 @@ def _pod(plan: ServePlan, opts: KubeOptions, app: dict[str, str]):
         resources=core.ResourceRequirements(requests=requests, limits=limits),
         volumeMounts=mounts, startupProbe=_probe(plan.startup), readinessProbe=_probe(plan.readiness),
         livenessProbe=_probe(plan.liveness),
+        lifecycle=core.Lifecycle(preStop=core.LifecycleHandler(
+            sleep=core.SleepAction(seconds=plan.shutdown.pre_stop_s))),
     )
-    affinity = None
+    anti = None
     if opts.anti_affinity:
-        affinity = core.Affinity(podAntiAffinity=core.PodAntiAffinity(requiredDuringSchedulingIgnoredDuringExecution=[
-            core.PodAffinityTerm(topologyKey="kubernetes.io/hostname", labelSelector=LabelSelector(matchLabels=app))]))
+        anti = core.PodAntiAffinity(requiredDuringSchedulingIgnoredDuringExecution=[
+            core.PodAffinityTerm(topologyKey="kubernetes.io/hostname", labelSelector=LabelSelector(matchLabels=app))])
+    nodes = _node_affinity(plan, opts)
     return core.PodSpec(
-        containers=[container], volumes=volumes, affinity=affinity,
-        nodeSelector={GPU_FAMILY_LABEL: opts.gpu_family} if opts.gpu_family else None,
+        containers=[container], volumes=volumes,
+        affinity=core.Affinity(nodeAffinity=nodes, podAntiAffinity=anti) if nodes or anti else None,
         tolerations=[core.Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")],
+        runtimeClassName=opts.runtime_class, terminationGracePeriodSeconds=plan.shutdown.grace_s,
     )
+
+
+def _strategy(opts: KubeOptions):
+    from lightkube.models.apps_v1 import DeploymentStrategy, RollingUpdateDeployment
+
+    if opts.strategy == "recreate":
+        return DeploymentStrategy(type="Recreate")
+    surge = opts.strategy == "surge"
+    return DeploymentStrategy(type="RollingUpdate", rollingUpdate=RollingUpdateDeployment(
+        maxSurge=1 if surge else 0, maxUnavailable=0 if surge else 1))
+
+
+def grace_why(plan: ServePlan) -> str:
+    """The pod annotation saying how the grace period is made up."""
+    stop = plan.shutdown
+    drain = (f"drain {stop.drain_s}s ({stop.flag} {stop.drain_s})" if stop.flag else
+             f"drain {stop.drain_s}s ({plan.engine} {plan.version} has no flag bounding its drain)")
+    return f"{stop.grace_s}s: preStop sleep {stop.pre_stop_s}s + {drain} + margin {fit.STOP_MARGIN_S}s"
 
 
 def resources(plan: ServePlan, opts: KubeOptions) -> list:
@@ -179,11 +304,11 @@ def resources(plan: ServePlan, opts: KubeOptions) -> list:
     if plan.cell:
         facts["io.builder/cell"] = plan.cell
     pod_labels = {**app, **{k: _label_value(v) for k, v in facts.items()}}
-    annotations = {ANNOTATION_BUDGET: plan.budget.why}
+    annotations = {ANNOTATION_BUDGET: plan.budget.why, ANNOTATION_GRACE: grace_why(plan)}
     deployment = Deployment(
         metadata=ObjectMeta(name=name, namespace=opts.namespace, labels=pod_labels),
         spec=DeploymentSpec(
-            replicas=opts.replicas, selector=LabelSelector(matchLabels=app),
+            replicas=opts.replicas, selector=LabelSelector(matchLabels=app), strategy=_strategy(opts),
             template=core.PodTemplateSpec(metadata=ObjectMeta(labels=pod_labels, annotations=annotations),
                                           spec=_pod(plan, opts, app))))
     service = Service(metadata=ObjectMeta(name=name, namespace=opts.namespace, labels=pod_labels),
@@ -201,10 +326,11 @@ def resources(plan: ServePlan, opts: KubeOptions) -> list:
 
 def manifests(image: str, labels: dict[str, str], kn, strategy: str, model: Path | str, opts: KubeOptions, *,
               tp: int = 1, port: int = 8000, shm: str = DEFAULT_SHM, drafter: str | None = None,
-              extra_args: tuple[str, ...] = ()) -> list:
+              extra_args: tuple[str, ...] = (), drain_s: int = fit.DEFAULT_DRAIN_S,
+              gpu_product: str | None = None) -> list:
     """The manifests of IMAGE (REPO@sha256:…, whose labels are LABELS) under STRATEGY: its plan, derived, rendered."""
     plan = plan_mod.derive(plan_mod.KUBERNETES, image, labels, kn, strategy, model, port=port, tp=tp, shm=shm,
-                           drafter=drafter, extra_args=extra_args)
+                           drafter=drafter, extra_args=extra_args, drain_s=drain_s, gpu_product=gpu_product)
     return resources(plan, opts)
 
 

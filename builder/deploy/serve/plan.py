@@ -27,6 +27,7 @@ from ...image import launchline
 from ...imageref import ImageRef
 from .. import runflags
 from ..strategies import check_strategy
+from . import fit
 
 MODEL_ROOT = launchline.MODEL_ROOT
 READY_PATH = "/v1/models"  # the OpenAI model list: answers once the engine serves the model (vLLM and SGLang)
@@ -36,7 +37,10 @@ PROBE_PERIOD_S = 10
 PROBE_TIMEOUT_S = 5
 PROBE_FAILURES = 3  # misses in a row after the boot that mean not ready (docker: unhealthy)
 LIVENESS_PERIOD_S = 30
-LIVENESS_TIMEOUT_S = 10  # SGLang's health path runs a one-token generation
+LIVENESS_TIMEOUT_S = 10
+WAIT_MARGIN_S = 5  # a probe's timeout over the engine's own wait on its path (engine data health_wait_s)
+# startup and readiness ask the engine data's ready_path where it names one, READY_PATH otherwise: SGLang answers the
+# model list before its warm-up has run, its /health only after (builder/data/engines.toml)
 DEFAULT_SHM = "16Gi"  # /dev/shm: NCCL's shared-memory transport and the engines' worker queues between TP ranks
 
 
@@ -192,11 +196,22 @@ class ServePlan:
     cell: str | None  # the image's io.builder.cell label
     archs: tuple[int, ...]  # the compute capabilities the image is compiled for (label io.builder.archs)
     archs_label: str  # that label as written
+    gpu_ccs: tuple[int, ...]  # Kubernetes: the GPUs' compute capabilities the image's device code runs on (fit.py)
+    gpu_product: str | None  # Kubernetes: the GPU product asked for (GFD's nvidia.com/gpu.product, e.g. NVIDIA-H200)
+    shutdown: fit.Shutdown  # how the engine stops: its drain after SIGTERM and the grace before SIGKILL
 
     @property
     def mounts(self) -> tuple[ModelSource, ...]:
         """What the engine sees read-only under MODEL_ROOT: the model, then a drafter directory."""
         return (self.model,) + ((self.drafter_dir,) if self.drafter_dir else ())
+
+    @property
+    def hub_download(self) -> str:
+        """The hub id the engine downloads at every boot ("" none): a drafter named by id, not a mounted directory
+        or a path inside the container."""
+        if not self.drafter or self.drafter_dir is not None or self.drafter.startswith("/"):
+            return ""
+        return self.drafter
 
     @property
     def drafter_from_data(self) -> bool:
@@ -308,16 +323,20 @@ def _compile_cache(target: Target, labels: dict[str, str], kn, recipe, strategy:
     return CompileCache(root, tuple((k, v) for k, v in sorted(caches.items()) if k not in dict(env)))
 
 
-def warm_judgement(target: Target, labels: dict[str, str], kn, recipe, args, env, source: ModelSource, gpu):
-    """The judge's answer (deploy/runtime/warmjudge.py) for serving a warm image with this launch line: `gpu` is this host's
-    (docker; None where it is not known: a Kubernetes node), the model's config is read where it is a directory
-    here. None for an image without a warm layer."""
+def warm_judgement(target: Target, labels: dict[str, str], kn, recipe, args, env, source: ModelSource, gpu,
+                   gpu_product: str | None = None):
+    """The judge's answer (deploy/runtime/warmjudge.py) for serving a warm image with this launch line: `gpu` is this
+    host's (docker); on Kubernetes the node is the scheduler's, known only where --gpu-product pins the layer's own
+    GPU (one product, one SKU: its SM count and arch). The model's config is read where it is a directory here. None
+    for an image without a warm layer."""
     if not labels_mod.warm(labels):
         return None
     from ..runtime import warmjudge as judge_mod
     from ..runtime import warmkey as key_mod
 
     config = key_mod.model_config_sha(source.name) if target.this_host and source.kind == "dir" else None
+    if gpu is None and gpu_product:
+        gpu = key_mod.product_gpu(gpu_product, labels)
     data = key_mod.of_knowledge(kn)
     serve = judge_mod.side(gpu, data.flags_of(recipe.name, recipe.version), args, dict(env),
                            set(labels_mod.cache_env(labels)), config)
@@ -326,7 +345,8 @@ def warm_judgement(target: Target, labels: dict[str, str], kn, recipe, args, env
 
 def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str, model: Path | str, *,
            port: int = 8000, gpus: str = "all", tp: int = 1, shm: str = DEFAULT_SHM, drafter: str | None = None,
-           extra_args: tuple[str, ...] = (), gpu=None) -> ServePlan:
+           extra_args: tuple[str, ...] = (), drain_s: int = fit.DEFAULT_DRAIN_S,
+           gpu_product: str | None = None, gpu=None) -> ServePlan:
     """The plan of serving IMAGE (whose labels are LABELS) under STRATEGY on TARGET, once. `gpu`: the GPU the engine
     gets where it is known (docker: this host's first chosen GPU), for the warm judge."""
     if target.by_digest and "@sha256:" not in image:
@@ -346,18 +366,29 @@ def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str
         drafter_dir = ModelSource("dir", str(Path(drafter).resolve()))
         drafter_value = drafter_dir.inside
     values = {"model": source.inside, "drafter": drafter_value or "", "host": "0.0.0.0", "port": str(port)}
-    args = tuple(launchline.launch_line(recipe, s, values, extra=tuple(extra_args), tp=tp).args)
-    judgement = warm_judgement(target, labels, kn, recipe, args, s.env, source, gpu)
+    shutdown = fit.Shutdown.of(recipe, drain_s, tuple(extra_args))
+    args = tuple(launchline.launch_line(recipe, s, values, extra=(*shutdown.args, *extra_args), tp=tp).args)
+    judgement = warm_judgement(target, labels, kn, recipe, args, s.env, source, gpu, gpu_product)
     budget = BootBudget.of(labels, judgement)
     archs_label = labels.get(labels_mod.ARCHS, "")
     return ServePlan(
         target=target, image=image, engine=engine, version=version, recipe=recipe, strategy=strategy, spec=s,
         model=source, drafter=drafter_value or "", drafter_given=bool(drafter), drafter_dir=drafter_dir, args=args,
         env=tuple(s.env), tp=tp, gpus=docker_gpus(gpus, tp), shm=shm, port=port, budget=budget,
-        startup=Probe(READY_PATH, PROBE_PERIOD_S, PROBE_TIMEOUT_S, budget.failures),
-        readiness=Probe(READY_PATH, PROBE_PERIOD_S, PROBE_TIMEOUT_S, PROBE_FAILURES),
-        liveness=Probe(recipe.health or READY_PATH, LIVENESS_PERIOD_S, LIVENESS_TIMEOUT_S, PROBE_FAILURES),
+        startup=Probe(recipe.ready_path or READY_PATH, PROBE_PERIOD_S, _timeout(PROBE_TIMEOUT_S, recipe),
+                      budget.failures),
+        readiness=Probe(recipe.ready_path or READY_PATH, PROBE_PERIOD_S, _timeout(PROBE_TIMEOUT_S, recipe),
+                        PROBE_FAILURES),
+        liveness=Probe(recipe.health or READY_PATH, LIVENESS_PERIOD_S, _timeout(LIVENESS_TIMEOUT_S, recipe),
+                       PROBE_FAILURES),
         health_path=recipe.health or "", warm=judgement,
         compile_cache=_compile_cache(target, labels, kn, recipe, strategy, s.env, judgement),
         cell=labels_mod.cell(labels), archs=tuple(int(a) for a in archs_label.split(",") if a.strip().isdigit()),
-        archs_label=archs_label)
+        archs_label=archs_label, gpu_ccs=() if target.this_host else fit.runs_on(image, labels),
+        gpu_product=None if gpu_product is None else fit.check_product(gpu_product), shutdown=shutdown)
+
+
+def _timeout(floor: int, recipe) -> int:
+    """A probe's timeout: above the engine's own wait on its health and ready paths (engine data health_wait_s: SGLang
+    answers after up to 20 s), so that the engine's answer decides, not the kubelet's timeout."""
+    return max(floor, recipe.health_wait_s + WAIT_MARGIN_S) if recipe.health_wait_s else floor

@@ -45,11 +45,12 @@ def test_serve_prints_and_runs_the_command_for_a_local_image(fake_engine_image, 
                                         check=True).stdout)[0]
     image_id = (inspect.get("RepoDigests") or [inspect["Id"]])[0]
     assert printed.startswith(f"docker run --rm --shm-size 16g -p 127.0.0.1:8123:8123 -v {model}:/models/Qwen3.8-27B-FP8:ro "
-                              f"-e VLLM_USE_V2_MODEL_RUNNER=1 --health-cmd ")
+                              f"-e VLLM_USE_V2_MODEL_RUNNER=1 --stop-timeout 45 --health-cmd ")
     assert f"--health-start-period 900s {image_id} /models/Qwen3.8-27B-FP8 " in printed
     assert f"# {fake_engine_image} read as {image_id}" in res.stderr
     assert "# ready when http://127.0.0.1:8123/health answers 200" in res.stderr
     # what the container's entrypoint received: the model, where to listen, the strategy's flags and env
     assert "ARGS: /models/Qwen3.8-27B-FP8 --host 0.0.0.0 --port 8123 --speculative-config" in res.stdout
+    assert " --shutdown-timeout 30" in res.stdout  # vLLM >= 0.18 drains for that long; docker stop waits 45 s
     assert '"method":"dflash"' in res.stdout and "ENV: VLLM_USE_V2_MODEL_RUNNER=1" in res.stdout
     assert '{"model_type": "qwen3_5"}' in res.stdout  # the model directory is mounted

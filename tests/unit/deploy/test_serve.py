@@ -27,7 +27,8 @@ model = support.model
 
 
 def labels(engine: str, version: str, strategies: str = "MTP2,MTP7,DFlash2") -> dict[str, str]:
-    return {"io.builder.engine": engine, "io.builder.engine.version": version, "io.builder.strategies": strategies}
+    return {"io.builder.engine": engine, "io.builder.engine.version": version, "io.builder.strategies": strategies,
+            "io.builder.archs": "80,90"}
 
 
 @pytest.mark.pure
@@ -39,9 +40,11 @@ def test_vllm_mtp2_is_the_exact_docker_run_with_the_datas_flags(model):
     health = ["--health-cmd", "python3 -c \"import urllib.request; urllib.request.urlopen("
               "'http://127.0.0.1:8000/v1/models', timeout=5)\"", "--health-interval", "10s", "--health-timeout", "5s",
               "--health-retries", "3", "--health-start-period", "900s"]  # no boot label: the stated 900 s
+    # vLLM >= 0.18 drains in-flight requests for --shutdown-timeout seconds after SIGTERM; docker stop waits longer
     assert line.argv == ["docker", "run", "--rm", "--gpus", "all", "--shm-size", "16g", "-p", "127.0.0.1:8000:8000",
-                         "-v", f"{model}:/models/Qwen3.8-27B-FP8:ro", *health, "reg.example/ml/vllm@sha256:" + "a" * 64,
-                         "/models/Qwen3.8-27B-FP8", "--host", "0.0.0.0", "--port", "8000", *flags]
+                         "-v", f"{model}:/models/Qwen3.8-27B-FP8:ro", "--stop-timeout", "45", *health,
+                         "reg.example/ml/vllm@sha256:" + "a" * 64, "/models/Qwen3.8-27B-FP8", "--host", "0.0.0.0",
+                         "--port", "8000", *flags, "--shutdown-timeout", "30"]
     assert line.health == "http://127.0.0.1:8000/health"
     assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'" in line.command
 
@@ -67,6 +70,12 @@ def test_strategy_environment_drafter_gpus_and_port_reach_the_command(model, tmp
     assert args[:2] == ["--model-path", "/models/Qwen3.8-27B-FP8"]
     assert args[args.index("--speculative-draft-model-path") + 1] == "/models/Qwen3.8-27B-FP8"
     assert "--enable-metrics" in args and line.health.endswith("/health_generate")
+    # healthy once its warm-up has run (/health; its /v1/models answers before), the check's timeout above the
+    # engine's own 20 s wait there; no drain flag: docker stop waits the drain and a margin all the same
+    check = line.argv[line.argv.index("--health-cmd") + 1]
+    assert "http://127.0.0.1:8000/health'" in check and "timeout=25" in check
+    assert line.argv[line.argv.index("--health-timeout") + 1] == "25s" and "--shutdown-timeout" not in args
+    assert line.argv[line.argv.index("--stop-timeout") + 1] == "45"
 
 
 @pytest.mark.pure

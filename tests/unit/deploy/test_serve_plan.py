@@ -12,7 +12,7 @@ import yaml
 
 from builder.deploy import strategies
 from builder.deploy.serve import docker as serve_docker
-from builder.deploy.serve import kube
+from builder.deploy.serve import fit, kube
 from builder.deploy.serve import plan as plan_mod
 from builder.deploy.subject import FILE, Subject
 from builder.engines import load_knowledge
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.pure
 
 IMAGE = "registry.example.com/ml/vllm@sha256:" + "a" * 64
 LABELS = {labels_mod.ENGINE: "vllm", labels_mod.ENGINE_VERSION: "0.33.0", labels_mod.STRATEGIES: "MTP2,DFlash2",
-          labels_mod.BOOT_SECONDS: "51"}
+          labels_mod.BOOT_SECONDS: "51", labels_mod.ARCHS: "80,90"}
 
 
 @pytest.fixture()
@@ -49,7 +49,8 @@ def _deployment(text: str) -> tuple[dict, dict]:
 
 
 def _manifests(plan) -> tuple[dict, dict]:
-    return _deployment(kube.to_yaml(kube.resources(plan, kube.KubeOptions())))
+    """PLAN's manifests: a docker plan's GPUs are this host's, so it names no compute capability for a node affinity."""
+    return _deployment(kube.to_yaml(kube.resources(plan, kube.KubeOptions(gpu_affinity=plan.target.this_host is False))))
 
 
 def test_the_docker_line_and_the_manifests_render_one_plan(model):
@@ -62,9 +63,11 @@ def test_the_docker_line_and_the_manifests_render_one_plan(model):
 
     # the same launch line, image and environment
     assert argv[argv.index(IMAGE) + 1:] == list(plan.args) == c["args"] and c["image"] == IMAGE
-    assert plan.args[-4:] == ("--tensor-parallel-size", "2", "--max-model-len", "4096")
+    assert plan.args[-6:] == ("--tensor-parallel-size", "2", "--shutdown-timeout", "30", "--max-model-len", "4096")
     assert plan.env and [argv[i + 1] for i, a in enumerate(argv) if a == "-e"] == [f"{k}={v}" for k, v in plan.env]
-    assert [(e["name"], e["value"]) for e in c["env"]] == list(plan.env)
+    # (the manifests add the hub cache the DFlash2 drafter downloads to: a volume only Kubernetes gets)
+    assert plan.hub_download == "z-lab/Qwen3.8-27B-DFlash2"
+    assert [(e["name"], e["value"]) for e in c["env"]] == [*plan.env, (kube.HUB_CACHE_ENV, kube.HUB_CACHE_PATH)]
     # the same budget and probes: 51 s measured + 120 s margin
     assert plan.budget.seconds == 171 and opt("--health-start-period") == "171s"
     assert c["startupProbe"]["failureThreshold"] == plan.budget.failures == 18
@@ -86,6 +89,9 @@ def test_the_docker_line_and_the_manifests_render_one_plan(model):
     assert opt("--shm-size") == "32g"
     assert next(v for v in deployment["spec"]["template"]["spec"]["volumes"]
                 if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "32Gi"
+    # the same drain: the engine's flag in both, docker stop and the pod's grace above it
+    assert opt("--stop-timeout") == str(plan.shutdown.stop_s) and plan.shutdown.stop_s > plan.shutdown.drain_s == 30
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == plan.shutdown.grace_s
 
 
 def test_the_renderers_work_nothing_out_again(model, monkeypatch):
@@ -97,7 +103,8 @@ def test_the_renderers_work_nothing_out_again(model, monkeypatch):
 
     for target, attr in ((plan_mod, "derive"), (plan_mod.BootBudget, "of"), (plan_mod.ModelSource, "parse"),
                          (launchline, "launch_line"), (strategies, "check_strategy"), (plan_mod, "check_strategy"),
-                         (labels_mod, "engine"), (labels_mod, "boot_seconds")):
+                         (labels_mod, "engine"), (labels_mod, "boot_seconds"), (fit, "runs_on"),
+                         (fit.Shutdown, "of"), (fit, "check_product")):
         monkeypatch.setattr(target, attr, refuse)
     assert serve_docker.line(plan).argv[-len(plan.args):] == list(plan.args)
     assert _manifests(plan)[1]["args"] == list(plan.args)
@@ -111,6 +118,30 @@ def test_the_plan_is_frozen_and_holds_the_probe_constants(model):
                                           plan.budget.failures)
     assert plan.liveness == plan_mod.Probe("/health", plan_mod.LIVENESS_PERIOD_S, plan_mod.LIVENESS_TIMEOUT_S, 3)
     assert plan.health_path == "/health" and plan.compile_cache is None  # docker: no compile-cache volume
+
+
+def test_the_probes_come_from_the_engine_data(model):
+    """Where the engine data names a ready path and a wait of the engine's own (SGLang: /health, 20 s), startup and
+    readiness ask that path and every timeout is above the wait; plan.py names no engine."""
+    kn = load_knowledge()
+    recipe = kn.recipe("vllm", "0.33.0")
+
+    class Data:
+        def __init__(self, r):
+            self.r = r
+
+        def recipe(self, *a):
+            return self.r
+
+    changed = dataclasses.replace(recipe, ready_path="/ready", health_wait_s=40)
+    plan = plan_mod.derive(plan_mod.DOCKER, IMAGE, LABELS, Data(changed), "MTP2", model)
+    assert (plan.startup.path, plan.readiness.path, plan.liveness.path) == ("/ready", "/ready", "/health")
+    assert plan.startup.timeout_s == plan.readiness.timeout_s == plan.liveness.timeout_s == 45
+    sglang = kn.recipe("sglang", "0.5.23")
+    plan = plan_mod.derive(plan_mod.DOCKER, IMAGE, {**LABELS, labels_mod.ENGINE: "sglang",
+                                                    labels_mod.ENGINE_VERSION: "0.5.23"}, kn, "MTP2", model)
+    assert plan.readiness == plan_mod.Probe(sglang.ready_path, plan_mod.PROBE_PERIOD_S, 25, plan_mod.PROBE_FAILURES)
+    assert plan.liveness.path == sglang.health and plan.liveness.timeout_s > sglang.health_wait_s
 
 
 def test_the_target_decides_the_model_the_drafter_and_the_image(model, tmp_path):

@@ -74,9 +74,13 @@ def test_vllm_0330_parser_resolves_every_strategy_and_refuses_the_recipe_flags(t
     bogus = [Strategy("--enable-mtp7", None, "-", ("--enable-mtp7",)),
              Strategy("--enable-dflash2", None, "-", ("--enable-dflash2",)),
              Strategy("--mtp2-chunk-size", None, "-", ("--mtp2-chunk-size", "2"))]
-    res = run_l2("vllm", "0.33.0", tiny, tmp_path, [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + bogus)
-    for name in ("MTP2", "MTP7", "DFlash2"):
+    # the engine data's drain flag, which serve adds to the launch line (builder/deploy/serve/fit.py Shutdown)
+    assert eng.shutdown_flag == "--shutdown-timeout"
+    drain = Strategy("drain", None, "-", (eng.shutdown_flag, "30"), expect=(("shutdown_timeout", 30),))
+    res = run_l2("vllm", "0.33.0", tiny, tmp_path, [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + bogus + [drain])
+    for name in ("MTP2", "MTP7", "DFlash2", "drain"):
         assert res[name].status == "pass", res[name].reason
+    assert res["drain"].figures["resolved"] == {"shutdown_timeout": 30}
     assert res["MTP7"].figures["resolved"] == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
     assert res["DFlash2"].figures["resolved"]["speculative_config.model"] == str(tiny.drafter.resolve())
     for b in bogus:

@@ -207,6 +207,15 @@ BAD_KNOWLEDGE = [
      ["more.toml: packages.x.rules[0].build_env.X_FORCE: expected a string on one line without \" or \\, got a boolean True"]),
     ("min-cuda-not-a-version", PACKAGE_X + 'min_cuda = "twelve"\n',
      ["more.toml: packages.x.rules[0].min_cuda: 'twelve' is not a version like \"12.8\""]),
+    # what serve's probes and shutdown read (builder/deploy/serve): an HTTP path, seconds, a long flag
+    ("ready-path-not-a-path", PACKAGE_X + 'ready_path = "health"\n',
+     ["more.toml: packages.x.rules[0].ready_path: 'health' is not an HTTP path"]),
+    ("health-wait-zero", PACKAGE_X + "health_wait_s = 0\n",
+     ["more.toml: packages.x.rules[0].health_wait_s: 0 is not a number of seconds from 1 to 600"]),
+    ("health-wait-a-string", PACKAGE_X + 'health_wait_s = "20"\n',
+     ["more.toml: packages.x.rules[0].health_wait_s: expected a number of seconds from 1 to 600, got a string"]),
+    ("shutdown-flag-short", PACKAGE_X + 'shutdown_flag = "-t"\n',
+     ["more.toml: packages.x.rules[0].shutdown_flag: '-t' is not a long flag"]),
 ]
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from builder import plan, render
 from builder.deploy.serve import docker as serve
+from builder.deploy.serve import fit
 from builder.engines import load_knowledge
 from builder.matrix import Selection, load
 from builder.resolve import select
@@ -48,6 +49,11 @@ def test_l3_starts_what_builder_serve_prints_after_the_images_own_entrypoint(cel
     image = "127.0.0.1:5000/builder/" + cell.engine + ":" + cell.tag
     line = serve.serve_line(image, dict(render.labels(cell, p.keys)), load_knowledge(), strategy, model, port=8000)
     served = line.argv[line.argv.index(image) + 1:]
+    # serve's one addition: how the engine stops (the engine data's drain flag, builder/deploy/serve/fit.py); smoke
+    # stops an engine it has finished with
+    drain = list(fit.Shutdown.of(cell.engine_recipe, fit.DEFAULT_DRAIN_S).args)
+    assert served[len(served) - len(drain):] == drain
+    served = served[:len(served) - len(drain)]
 
     opts = layers.SmokeOptions(strategies=(strategy,), model=layers.Model(model))
     docker_line = layers.engine_line(cell, DockerLauncher(image, client=object()), opts,
