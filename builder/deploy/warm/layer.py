@@ -116,7 +116,7 @@ def tar_layer(tree: Path, root: str, dest: Path, epoch: int | None = None) -> tu
         t.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
         return t
 
-    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for i in range(1, len(parts) + 1):  # opt/, opt/jit-cache/
             tar.addfile(info("/".join(parts[:i]), tarfile.DIRTYPE))
