@@ -13,9 +13,10 @@ Where each number comes from (all read on 2026-12-05 through public pages; no ch
 - [card] the Qwen3.5-27B / Qwen3.6-27B model card (huggingface.co/Qwen/Qwen3.5-27B, commit 3b29628 "Hidden
   Dimension: 5120"; the Qwen3.6-27B card quoted by 67ailab.com and ai.gitcode.com/openharmony-models/Qwen3.6-27B-GGUF):
   27B parameters, hidden 5120, token embedding 248320 (padded), 64 layers laid out 16 x (3 x (Gated DeltaNet -> FFN)
-  -> 1 x (Gated Attention -> FFN)); Gated DeltaNet 48 linear-attention heads for V and 16 for QK, head dim 128;
-  Gated Attention 24 heads for Q and 4 for KV, head dim 256, rotary dim 64; FFN 17408; MTP trained with multiple
-  steps; 262,144 tokens native context.
+  -> 1 x (Gated Attention -> FFN)); Gated DeltaNet 48 linear-attention heads for V and 16 for QK, head dim 128; MTP
+  trained with multiple steps; 262,144 tokens native context. The gated attention's 24 Q / 4 KV heads of 256 and the
+  FFN's 17408 as cards built on it quote them (TevunahAi's Qwen3.5-27B GPTQ card, the Core AI card of Qwen3.6-27B)
+  and as [config] has them.
 - [config] the config.json of Qwen/Qwen3.6-27B as quoted field by field by eadst.com/blog/325 (layer_types
   explicit, 48 linear + 16 full, max_position_embeddings 262144, rope_theta 10,000,000,
   Qwen3_5ForConditionalGeneration / qwen3_5) and as reproduced whole in public code (a transformers
@@ -24,14 +25,18 @@ Where each number comes from (all read on 2026-12-05 through public pages; no ch
   mtp_num_hidden_layers 1, mamba_ssm_dtype float32, vision depth 27 / hidden 1152 / intermediate 4304 / 16 heads /
   2304 position embeddings / out 5120). The Qwen3.8-27B text metadata quoted in public tests has the same numbers.
 - [fp8] quantization_config: Qwen's block FP8 (quant_method fp8, dynamic activations, e4m3, 128 x 128 weight
-  blocks) as tiny's; which modules stay BF16 in Qwen's own -FP8 checkpoints was NOT found as a whole list. Read from
-  reports instead: in_proj_a / in_proj_b of every linear-attention layer are in modules_to_not_convert (tokenspeed
-  PR #766 on Qwen3.5-35B-A3B-FP8; a tensor-by-tensor comparison of a Qwen3.6-27B FP8 build: in_proj_a/b, conv1d,
-  norms, the vision tower and lm_head BF16), lm_head and model.language_model.embed_tokens (mlx-vlm's tests against
-  Qwen3.5-35B-A3B-FP8's config), mtp.fc (the same tests' list of HF paths). So the list here is: lm_head, the
-  embeddings, every linear-attention layer's in_proj_a / in_proj_b (their output is the value-head count, 48: block
-  FP8 refuses it), mtp.fc and every linear of the vision tower. Every other linear, the MTP layer's included, is FP8
-  with N and K multiples of 128 (tests/unit/deploy/test_shape_model.py checks each).
+  blocks) as tiny's. Which modules stay BF16 in Qwen's own -FP8 checkpoints was NOT found as a whole list; read from
+  reports instead: every linear-attention layer's in_proj_a / in_proj_b are in modules_to_not_convert (tokenspeed PR
+  #766 on Qwen3.5-35B-A3B-FP8: "leaves in_proj_b/in_proj_a unquantized (in modules_to_not_convert)"), lm_head and
+  model.language_model.embed_tokens too (mlx-vlm's tests load Qwen3.5-35B-A3B-FP8's config and expect both); mtp.fc
+  is in a list of checkpoint paths in the same tests (inferred to be the checkpoint's, not confirmed); the vision
+  tower stays BF16 (SGLang PR #18926 disables quantization of Qwen3-VL/3.5 vision encoders; its 4304-wide MLP is no
+  multiple of 128). The MTP layer's own linears are FP8 here, as in tiny: a report on Qwen/Qwen3.6-27B-FP8 says its
+  MTP projections dequantize to the BF16 ones (so they are FP8), while a comparison of another 27B FP8 build lists
+  mtp.* as BF16; the two disagree and the official config was not read. So the list is: lm_head, the embeddings,
+  every linear-attention layer's in_proj_a / in_proj_b (their output is the value-head count, 48: block FP8 refuses
+  it), mtp.fc and every linear of the vision tower. Every other linear is FP8 with N and K multiples of 128
+  (tests/unit/deploy/test_shape_model.py checks each).
 - Not published, chosen: the tokenizer (Qwen's own is not downloaded; here the byte-level BPE of tinymodel.py
   trained on a few sentences, its vocabulary padded with tokens no merge reaches up to 248044, where Qwen's special
   tokens start), the special tokens' ids (Qwen's VL layout from 248044, which the config's ids
@@ -39,7 +44,7 @@ Where each number comes from (all read on 2026-12-05 through public pages; no ch
 
 Serving it: its FP8 weights are about 28 GiB (24.8 B parameters in FP8, embeddings and lm_head 2.5 B in BF16), so
 the memory share smoke gives the tiny model (vLLM --gpu-memory-utilization 0.3) is too small for its KV and
-Gated-DeltaNet state with MTP; give it more through --engine-args (docs/warm.md, the 27B shape on the H200).
+Gated-DeltaNet state with MTP; give it more through --engine-args (docs/smoke.md).
 """
 
 from __future__ import annotations
