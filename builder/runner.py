@@ -105,10 +105,14 @@ def check_options(opts: BuildOptions) -> None:
         if path is not None:
             grammar.check(grammar.path_argument, str(path), flag)
     if opts.smoke and opts.smoke_model != "tiny":  # found now, not after the compile and the image
-        grammar.check(grammar.path_argument, opts.smoke_model, "--smoke-model")
-        if not (Path(opts.smoke_model) / "config.json").is_file():
-            raise UserError(f"--smoke-model {opts.smoke_model}: not a model directory (no config.json); give a local "
-                            "checkpoint or 'tiny'")
+        from .deploy.smoke import shapemodel
+
+        shapemodel.check(opts.smoke_model, "--smoke-model")
+        if not shapemodel.is_shape(opts.smoke_model):
+            grammar.check(grammar.path_argument, opts.smoke_model, "--smoke-model")
+            if not (Path(opts.smoke_model) / "config.json").is_file():
+                raise UserError(f"--smoke-model {opts.smoke_model}: not a model directory (no config.json); give a "
+                                f"local checkpoint, 'tiny' or {' / '.join(shapemodel.known())}")
 
 
 def check_ca_bundle(path: Path) -> None:

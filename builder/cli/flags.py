@@ -149,8 +149,9 @@ profile = _declare("--profile", multiple=True,
 
 # what smoke and bench start: the same engine, the same way (`run_flags` below: one typed value)
 model = _declare("--model", "model", default=flag_default("model"), show_default=True,
-                 help="A local checkpoint directory, or 'tiny': a generated Qwen3.5-class FP8 model served with dummy "
-                      "weights.")
+                 help="A local checkpoint directory; 'tiny': a generated Qwen3.5-class FP8 model served with dummy "
+                      "weights; or shape:27b: one generated at the published shape of the Qwen3.5/3.6 27B (block FP8, "
+                      "dummy weights; give the engine more memory through --engine-args).")
 drafter = _declare("--drafter", default=None,
                    help="The DFlash2 drafter (default: the tiny drafter with --model tiny, else the data's).")
 launcher = _declare("--launcher", type=Choice(["auto", "docker", "process"]), default=flag_default("launcher"),
@@ -334,8 +335,8 @@ _BUILD = {
                          help="Skip the smoke step (shown skipped in the table and --json; nothing of the cell can then "
                               "be published)."),
     "smoke_model": _declare("--smoke-model", default=flag_default("smoke_model"), show_default=True,
-                            help="What the smoke step serves: a local checkpoint directory, or 'tiny' (generated, dummy "
-                                 "weights)."),
+                            help="What the smoke step serves: a local checkpoint directory, 'tiny' or shape:27b "
+                                 "(generated, dummy weights)."),
     "progress_mode": _declare("--progress", "progress_mode", type=Choice(["auto", "tty", "plain", "quiet", "raw"]),
                               default=flag_default("progress"), show_default=True,
                               help="Compile progress: tty = one updating line per compile (objects done/total, elapsed, "

@@ -12,6 +12,8 @@ the order of their numbers; a new bundle under an installed name is installed in
     scripts/gpu-host-run bench vllm-0.26.0 --with extra [...]           # + a bundle of wheels it lacked
     scripts/gpu-host-run warm vllm-0.26.0 --image-paths --strategy MTP2 [...]   # capture a warm layer's files
     scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore LAYER.tar.gz --expect-warm [...]
+    scripts/gpu-host-run layer CAPTURE OUT [--part-mib 15] [--epoch N]   # a capture -> a warm layer in parts
+    scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore OUT --expect-warm [...]  # those parts, joined
 
 --image-paths runs the engine at the runtime image's paths (builder/image/launchline.py ImagePaths): a venv at the image's prefix
 made from this host's interpreter, the bundles' files in its site-packages (scripts pointed at its python), this
@@ -21,6 +23,11 @@ tar, as `builder warm` packs it) puts its files at the image's cache root first,
 under that root are taken, with the layer's file times, and the venv's own files are set back to that time, as in the
 image (ninja, FlashInfer's JIT, rebuilds whatever looks older than its inputs or newer than its deps log).
 
+`layer CAPTURE OUT` makes that tar without Docker from a capture of `warm --image-paths` (its tree/ at its cache root,
+every time the oldest captured file's, or --epoch: builder/deploy/warm/layer.py tar_layer) and writes it to OUT in
+parts of --part-mib MiB (default 15: a device call brings back files of 16 MiB at most) with SHA256SUMS; --restore
+takes that directory too, checks every part and joins them.
+
 The bundle, its spec and the venv: builder/deploy/runtime/hostenv.py; --restore: builder/deploy/warm/restore.py.
 Exit codes as builder's: 2 bad input, 3 what this host lacks, 1 a bundle that does not check out (or builder's own).
 """
@@ -28,7 +35,9 @@ Exit codes as builder's: 2 bad input, 3 what this host lacks, 1 a bundle that do
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -40,7 +49,8 @@ from .runtime.hostenv import Store, checked_name
 from .warm import restore as restore_mod
 
 MATRIX = "tests/fixtures/gpu-host/matrix.toml"
-VERBS = ("stash", "install", "bench", "smoke", "warm")
+VERBS = ("stash", "install", "bench", "smoke", "warm", "layer")
+LAYER_PART_MIB = 15  # what comes back from a device call: files of 16 MiB at most
 OWN_FLAGS = ("--client", "--with", "--restore")  # this route's own flags, each with a value
 
 
@@ -69,10 +79,12 @@ def main(argv: list[str], checkout: Path) -> int:
         return 0
     if len(argv) < 2 or argv[0] not in VERBS:
         got = f"unknown verb {argv[0]!r}" if argv and argv[0] not in VERBS else "no bundle name" if argv else "no verb"
-        print(f"error: {got}: usage: scripts/gpu-host-run stash|install|bench|smoke|warm NAME [...] (--help says more)",
-              file=sys.stderr)
+        print(f"error: {got}: usage: scripts/gpu-host-run stash|install|bench|smoke|warm NAME [...] | layer CAPTURE OUT "
+              "(--help says more)", file=sys.stderr)
         return EXIT_BAD_INPUT
     verb, name, rest = argv[0], argv[1], argv[2:]
+    if verb == "layer":
+        return one_line(lambda: pack_layer(argv[1:]), "the parts under OUT are incomplete: make them again")
     store = Store.from_env(checkout)
 
     def run() -> int:
@@ -104,11 +116,63 @@ def own_flags(rest: list[str]) -> tuple[str | None, list[str], Path | None]:
             extra.append(checked_name(value))  # a bundle of wheels the first one lacked, on the same path
         else:
             layer = Path(value)
-            if not layer.is_file():
-                raise UserError(f"--restore {layer}: no such file")
+            if layer.is_dir():  # a layer in parts (`layer CAPTURE OUT`): checked and joined
+                layer = restore_mod.join(layer)
+            elif not layer.is_file():
+                raise UserError(f"--restore {layer}: no such file or directory of parts")
     if layer is not None and "--image-paths" not in rest:
         raise UserError("--restore puts the layer's files at the image's paths: with --image-paths")
     return client, extra, layer
+
+
+def pack_layer(args: list[str]) -> int:
+    """`layer CAPTURE OUT [--part-mib N] [--epoch N]`: the warm layer's tar of a capture made at the image's paths
+    (warm --image-paths), without Docker, in parts under OUT with SHA256SUMS (builder/deploy/warm/layer.py)."""
+    import argparse
+
+    from .warm import layer as layer_mod
+
+    class Refusing(argparse.ArgumentParser):
+        def error(self, message):
+            raise UserError(f"layer: {message} (usage: scripts/gpu-host-run layer CAPTURE OUT [--part-mib N] [--epoch N])")
+
+    def whole(lo: int, hi: int, what: str):
+        def parse(v: str) -> int:
+            if not re.fullmatch(r"[0-9]{1,12}", v) or not lo <= int(v) <= hi:
+                raise argparse.ArgumentTypeError(f"{v[:40]!r} is not {what} ({lo} to {hi})")
+            return int(v)
+        return parse
+
+    ap = Refusing(prog="scripts/gpu-host-run layer", add_help=False)
+    ap.add_argument("capture")
+    ap.add_argument("out")
+    ap.add_argument("--part-mib", type=whole(1, 1024, "a whole number of MiB"), default=LAYER_PART_MIB)
+    ap.add_argument("--epoch", type=whole(0, restore_mod.LATEST_TIME, "a time in seconds"), default=None)
+    a = ap.parse_args(args)
+    capture, out = Path(a.capture), Path(a.out)
+    tree, facts = layer_mod.read_capture(capture)
+    if facts.get("captured-on") != "process" or not isinstance(facts.get("layout"), dict):
+        raise UserError(f"{capture}: not captured by `warm --image-paths` on this route: its files are the image's only "
+                        "when the engine ran at the image's paths")
+    from .. import files
+
+    files.check_kind(out, "OUT", "directory")
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):
+        raise UserError(f"{out}: not empty; the layer's parts go to an empty directory")
+    whole_tar = out / "layer.tar.gz"
+    try:
+        written, epoch = layer_mod.tar_layer(tree, facts["cache_root"], whole_tar, a.epoch)
+        parts = layer_mod.split(whole_tar, out, a.part_mib)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    size = whole_tar.stat().st_size
+    whole_tar.unlink()
+    print(f"layer of {capture}: {len(written)} files, {sum(written.values())} bytes under {facts['cache_root']}, "
+          f"time {epoch}; {size} bytes gzip in {len(parts)} part(s) of <= {a.part_mib} MiB under {out} "
+          f"(--restore {out} joins them)", flush=True)
+    return 0
 
 
 def cell_paths(checkout: Path, cell_id: str):

@@ -114,7 +114,7 @@ def port(value: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class RunFlags:
-    model: str = "tiny"  # a local checkpoint directory, or "tiny"
+    model: str = "tiny"  # a local checkpoint directory, "tiny" or a generated shape (shape:27b)
     drafter: str | None = None
     launcher: str = "docker"  # "docker" | "process"
     python: str = "python3"  # the interpreter of the process launcher
@@ -130,6 +130,9 @@ class RunFlags:
                 python: str = "python3", gpus: str = "auto", port_: int | None = None, boot_timeout_: float = 900.0,
                 engine_args_: str = "", env: tuple[str, ...] = (), tp_: int = 1) -> "RunFlags":
         """The flags as given on the command line, each checked (a UserError naming the flag)."""
+        from .smoke import shapemodel
+
+        shapemodel.check(model)  # a generated shape builder does not know: refused before any image or boot
         chosen, shards = Gpus.parse(gpus), tp(tp_)
         chosen.for_tp(shards)  # --gpus none, or ids that are not --tp of them: refused now, before any image is read
         return cls(model=model, drafter=drafter, launcher="docker" if launcher == "auto" else launcher,

@@ -105,6 +105,7 @@ def _cases() -> list[Case]:
     add(Case("bench-process-on-image", "bench", ["bench", "127.0.0.1:5000/x/y:1", *M, "--launcher", "process", "--out-dir", "{tmp}/o"],
              expect=("--launcher process",)))
     add(Case("bench-model-missing", "bench", [*BENCH, "--model", "{tmp}/nomodel"], expect=("--model",)))
+    add(Case("bench-model-shape-unknown", "bench", [*BENCH, "--model", "shape:99b"], expect=("--model", "shape:27b")))
     add(Case("bench-workload-unknown", "bench", [*WORKLOAD, "nope"], expect=("--workload nope", "neither a workload")))
 
     # -- bench: workload files (TOML), through schema.WORKLOAD --------------------------------------------------

@@ -172,6 +172,7 @@ def _warm_cases() -> list[Case]:
     add(Case("w6-warm-cell-without-strategies", "warm", ["warm", CELL, *given(WARM, "--matrix", "{fx}/matrix.toml")[2:]],
              expect=("--strategy MTP2", "cuda-ext has no strategy")))
     add(Case("w6-warm-model-missing", "warm", [*WARM, "--model", "{tmp}/nomodel"], expect=("--model", "config.json")))
+    add(Case("w6-warm-model-shape-unknown", "warm", [*WARM, "--model", "shape:99b"], expect=("--model", "shape:27b")))
     add(Case("w6-warm-model-is-a-file", "warm", [*WARM, "--model", "{tmp}/afile"], files={"afile": "x"},
              expect=("--model", "config.json")))
     add(Case("w6-warm-model-without-config", "warm", [*WARM, "--model", "{tmp}/m"], files={"m": directory},

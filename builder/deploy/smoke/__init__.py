@@ -4,7 +4,8 @@
 
 The engine knowledge it reads is data (builder/data/engines.toml: launch, health, ready_log, serve_modules,
 runtime_checks, the `smoke` table, each strategy's flags / expect / k). `layers.py` holds the layers,
-`probe.py` the script that runs inside, `tinymodel.py` the generated `--model tiny`, `report.py` the JSON /
+`probe.py` the script that runs inside, `tinymodel.py` the generated `--model tiny`, `shapemodel.py` the generated
+`--model shape:27b` (a published shape, dummy weights), `report.py` the JSON /
 JUnit XML / table forms; where the engine runs, and the running engine L3 talks to, is builder/deploy/runtime/engine.py. `builder smoke` and the build step (builder/steps/smoke.py) both call here.
 """
 

@@ -41,7 +41,7 @@ from ...image import labels as labels_mod
 from ...engines import Strategy
 from ...image.launchline import LaunchLine, fill, launch_line
 from ...resolve import Cell
-from . import tinymodel
+from . import shapemodel, tinymodel
 from ..runtime.caches import NONE as NO_CACHES
 from ..runtime.caches import CacheSetting
 from ..runtime.engine import (HUB_OFF, BootFailed, Launcher, ProbeRun, RunningEngine, StartFailed, find_key, free_port,
@@ -55,23 +55,35 @@ PROMPT = "The capital of France is"
 class Model:
     target: Path
     drafter: str | Path | None = None  # a local drafter directory, or None for the data's default
-    tiny: bool = False
+    tiny: bool = False  # a generated model (tiny, shape:NAME): served with dummy weights and smoke's tiny_args
+    generated: str = ""  # the --model value of a generated model ("tiny", "shape:27b"); "" for a checkpoint
 
     @property
     def has_weights(self) -> bool:
         return any(self.target.glob("*.safetensors")) or any(self.target.glob("*.bin"))
 
+    @property
+    def label(self) -> str:
+        """What a record says the model was: the generated model's name, else the checkpoint's directory."""
+        return self.generated or ("tiny" if self.tiny else str(self.target))
+
     @classmethod
     def resolve(cls, spec: str, drafter: str | None = None, cache_dir: Path | None = None) -> "Model":
+        """--model: 'tiny' (tinymodel.py), shape:NAME (a published shape, shapemodel.py), both generated into the
+        cache, or a local checkpoint directory."""
         from ...errors import UserError
 
         if spec == "tiny":
             tm = tinymodel.ensure(cache_dir)
-            return cls(tm.target, Path(drafter) if drafter else tm.drafter, tiny=True)
+            return cls(tm.target, Path(drafter) if drafter else tm.drafter, tiny=True, generated="tiny")
+        if shapemodel.is_shape(spec):
+            shapemodel.check(spec)
+            target = shapemodel.ensure(shapemodel.shape_of(spec), cache_dir)
+            return cls(target, Path(drafter) if drafter else None, tiny=True, generated=spec)
         target = Path(spec)
         if not (target / "config.json").is_file():
-            raise UserError(f"--model {spec}: not a model directory (no config.json); give a local checkpoint "
-                            "or 'tiny' (hub access is off during smoke)")
+            raise UserError(f"--model {spec}: not a model directory (no config.json); give a local checkpoint, "
+                            f"'tiny' or {' / '.join(shapemodel.known())} (hub access is off during smoke)")
         d = Path(drafter) if drafter and Path(drafter).is_dir() else drafter
         return cls(target.resolve(), d)
 

@@ -189,7 +189,7 @@ class Boots:
         return {"cache_root": opts.cache_root, "strategy": self.request.strategy,
                 "gpu": gpu.name if gpu else "none", "gpu-arch": f"sm{gpu.compute_cap}" if gpu else "none",
                 "driver": gpu.driver if gpu else "none", "engine": f"{cell.engine} {cell.version}",
-                "model": "tiny" if model.tiny else str(model.target), "model-config-sha256": _model_hash(model.target),
+                "model": model.label, "model-config-sha256": _model_hash(model.target),
                 "engine-args": " ".join(self.request.run.engine_args), "cold-boot-s": cold_s,
                 "captured-on": launcher, "key": record.to_label()}
 

@@ -80,6 +80,74 @@ def copy_tree(tree: Path, dest: Path) -> dict[str, int]:
     return {rel: st.st_size for rel, st in walked.items()}
 
 
+def tar_layer(tree: Path, root: str, dest: Path, epoch: int | None = None) -> tuple[dict[str, int], int]:
+    """The capture's tree as a warm layer's tar (gzip) without Docker, for a host that has none: what `--restore`
+    (restore.py) puts at the cache root of a fresh GPU host. Members `<root>/<path>` (the root's own directories
+    first), each file opened without following links and checked to be the file that was walked (_walk's refusals:
+    a link, a special file, a hard link out of the tree); every member's time is `epoch`, its owner 0 and its mode
+    0644 / 0755; the gzip stream carries no name or time: the same tree gives the same bytes.
+
+    `epoch` (default: the oldest captured file's time, in whole seconds) stands where the image route has the cold
+    image's SOURCE_DATE_EPOCH: no later than anything the boot compiled (ninja's deps log recorded later times) and,
+    on the host, not older than the toolkit's and torch's headers; `--restore` sets the venv's own files back to it.
+    ({path: size}, the epoch)."""
+    import gzip
+    import io
+    import tarfile
+
+    if not root.startswith("/") or root.rstrip("/") == "":
+        raise UserError(f"the cache root {root!r} is not an absolute directory")
+    walked = _walk(tree)
+    if not walked:
+        raise UserError(f"{tree}: empty: the boot compiled nothing under the cache root, there is no warm layer to make")
+    if epoch is None:
+        epoch = int(min(st.st_mtime for st in walked.values()))
+    from .restore import LATEST_TIME  # the times a restore takes
+
+    if not 0 <= epoch <= LATEST_TIME:
+        raise UserError(f"--epoch {epoch}: not a time a layer's files can have (0 to {LATEST_TIME})")
+    base = root.strip("/")
+    dirs = sorted({str(p) for rel in walked for p in Path(rel).parents if str(p) != "."})
+    parts = base.split("/")
+
+    def info(name: str, kind: bytes, size: int = 0) -> tarfile.TarInfo:
+        t = tarfile.TarInfo(name)
+        t.type, t.size, t.mtime, t.uid, t.gid, t.uname, t.gname = kind, size, epoch, 0, 0, "", ""
+        t.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
+        return t
+
+    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(1, len(parts) + 1):  # opt/, opt/jit-cache/
+            tar.addfile(info("/".join(parts[:i]), tarfile.DIRTYPE))
+        for d in dirs:
+            tar.addfile(info(f"{base}/{d}", tarfile.DIRTYPE))
+        for rel, st in sorted(walked.items()):
+            with open(os.open(tree / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as src:
+                now = os.fstat(src.fileno())
+                if (now.st_dev, now.st_ino, now.st_nlink, now.st_size) != (st.st_dev, st.st_ino, st.st_nlink, st.st_size):
+                    raise UserError(f"{tree / rel}: changed while it was packed; pack the capture again")
+                tar.addfile(info(f"{base}/{rel}", tarfile.REGTYPE, st.st_size), src)
+    return {rel: st.st_size for rel, st in walked.items()}, epoch
+
+
+def split(path: Path, out: Path, part_mib: int) -> list[Path]:
+    """`path` cut into out/part-00, part-01, ... of at most `part_mib` MiB, with out/SHA256SUMS naming each part and
+    the whole (as `path`'s name): what comes back from a GPU host call (files of 16 MiB at most) and travels to the
+    next one, joined again by restore.join."""
+    out.mkdir(parents=True, exist_ok=True)
+    size, made = part_mib << 20, []
+    lines = [f"{files.sha256_file(path)}  {path.name}"]
+    with open(path, "rb") as src:
+        while chunk := src.read(size):
+            part = out / f"part-{len(made):02d}"
+            part.write_bytes(chunk)
+            made.append(part)
+            lines.append(f"{files.sha256_file(part)}  {part.name}")
+    (out / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return made
+
+
 def read_capture(directory: Path) -> tuple[Path, dict]:
     """(tree, facts) of a capture directory, refused (one line) when it is not one."""
     tree, facts_file = directory / TREE, directory / FACTS

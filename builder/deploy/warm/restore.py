@@ -60,6 +60,43 @@ def layer_time(layer: Path) -> int:
     return max(times, default=0)
 
 
+def join(directory: Path) -> Path:
+    """A layer that came in parts (layer.split: part-NN and SHA256SUMS, whose first line names the whole): the parts
+    checked one by one, joined in the order of their numbers into <directory>/<the whole's name>, and that checked;
+    its path. A part missing, damaged or of another layer is refused in one line, and nothing joined is left."""
+    import re
+
+    from ... import files
+
+    sums = directory / "SHA256SUMS"
+    if not sums.is_file():
+        raise UserError(f"--restore {directory}: a directory of a layer's parts holds SHA256SUMS (scripts/gpu-host-run "
+                        "layer writes it)")
+    lines = [ln.split("  ", 1) for ln in sums.read_text(errors="replace").splitlines()[:10000] if ln.strip()]
+    if not lines or any(len(ln) != 2 or not re.fullmatch(r"[0-9a-f]{64}", ln[0]) for ln in lines):
+        raise UserError(f"--restore {sums}: not '<sha256>  <name>' lines")
+    (whole_sum, whole), parts = lines[0], lines[1:]
+    names = [name for _, name in parts]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", whole) or \
+            names != [f"part-{i:02d}" for i in range(len(names))] or not names:
+        raise UserError(f"--restore {sums}: names no layer in parts part-00, part-01, ... (its first line the whole)")
+    for digest, name in parts:
+        if not (directory / name).is_file():
+            raise UserError(f"--restore {directory}: {name} has not arrived (carry it, then stash)")
+        if files.sha256_file(directory / name) != digest:
+            raise UserError(f"--restore {directory}/{name}: its sha256 differs from SHA256SUMS (damaged, or a part of "
+                            "another layer)")
+    out = directory / whole
+    with open(out, "wb") as dst:
+        for _, name in parts:
+            with open(directory / name, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    if files.sha256_file(out) != whole_sum:
+        out.unlink()
+        raise UserError(f"--restore {directory}: the joined {whole} differs from SHA256SUMS")
+    return out
+
+
 def _empty(target: Path) -> None:
     """The root as a fresh host has it: empty (what a failed restore wrote, removed)."""
     for p in target.iterdir():

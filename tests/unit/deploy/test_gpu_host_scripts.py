@@ -192,6 +192,15 @@ def _gpu_host_bad_inputs() -> list[tuple[str, list[str], str]]:
             out.append(("gpu-host-run", ["bench", "vllm-0.26.0", "--with", n], "name"))
     for v in ("0", "-1", "-58", "abc", "1.5", "", "1e3", "99999", "0x10", " "):
         out.append(("gpu-host-bundle", ["vllm-0.26.0", "--part-mib", v], "--part-mib"))
+    # layer CAPTURE OUT: what is no capture, a part size or time that is none, too few arguments
+    out += [("gpu-host-run", ["layer", "nocapture", "o"], "not a warm capture"),
+            ("gpu-host-run", ["layer", "nocapture"], ""),
+            ("gpu-host-run", ["layer", "nocapture", "o", "p"], "layer:"),
+            ("gpu-host-run", ["layer", "nocapture", "o", "--bogus"], "layer:")]
+    for v in ("0", "-1", "abc", "1.5", "", "99999", "0x10", "$(touch {marker})"):
+        out.append(("gpu-host-run", ["layer", "nocapture", "o", "--part-mib", v], "--part-mib"))
+    for v in ("-1", "x", "1" * 40, "1e9", "7258118401"):
+        out.append(("gpu-host-run", ["layer", "nocapture", "o", "--epoch", v], "--epoch"))
     out += [("gpu-host-run", ["bench", "vllm-0.26.0", "--client"], "--client needs"),
             ("gpu-host-run", ["smoke", "vllm-0.26.0", "--with"], "--with needs"),
             ("gpu-host-run", ["install"], ""),
@@ -316,3 +325,42 @@ def test_gpu_host_run_is_a_shim_over_the_package_and_both_scripts_use_builders_f
                               "checked_spec"}, script
         assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)], f"{script}: a class of its own"
     assert "gpuhost.main(" in run
+
+
+def test_layer_packs_a_capture_made_at_the_image_paths_into_parts_and_refuses_any_other(script_root, tmp_path):
+    """scripts/gpu-host-run layer: the capture's tree as the warm layer's tar at the capture's cache root, cut into
+    parts of --part-mib with SHA256SUMS (what restore.join and --restore DIR read); a capture made at this host's own
+    paths (no --image-paths) or an OUT that holds files is refused, and nothing is written."""
+    import json
+
+    from builder.deploy.warm import restore as restore_mod
+
+    cap = tmp_path / "cap"
+    (cap / "tree" / "triton" / "k1").mkdir(parents=True)
+    (cap / "tree" / "triton" / "k1" / "k.cubin").write_bytes(os.urandom(1_500_000))
+    (cap / "tree" / "vllm").mkdir()
+    (cap / "tree" / "vllm" / "a.py").write_text("x = 1\n")
+    os.utime(cap / "tree" / "vllm" / "a.py", (1_700_000_000, 1_700_000_000))
+    facts = {"cache_root": "/opt/jit-cache", "captured-on": "process", "layout": {"prefix": "/opt/venv"}}
+    (cap / "warm.json").write_text(json.dumps(facts))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script_root / "scripts" / "gpu-host-run"), "layer", *args],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    res = run(str(cap), str(tmp_path / "out"), "--part-mib", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 files" in res.stdout and "time 1700000000" in res.stdout and "2 part(s)" in res.stdout, res.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["SHA256SUMS", "part-00", "part-01"]
+    with tarfile.open(restore_mod.join(tmp_path / "out")) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {"opt", "opt/jit-cache", "opt/jit-cache/triton", "opt/jit-cache/triton/k1",
+                            "opt/jit-cache/triton/k1/k.cubin", "opt/jit-cache/vllm", "opt/jit-cache/vllm/a.py"}
+    assert {m.mtime for m in members.values()} == {1_700_000_000}
+    res = run(str(cap), str(tmp_path / "out"))  # OUT holds the parts already
+    assert res.returncode == 2 and "not empty" in res.stderr, res.stderr
+    facts["layout"] = None
+    (cap / "warm.json").write_text(json.dumps(facts))
+    res = run(str(cap), str(tmp_path / "out2"))
+    assert res.returncode == 2 and "--image-paths" in res.stderr and not (tmp_path / "out2").exists(), res.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -385,3 +386,79 @@ def test_the_h200_layer_restored_with_its_times_boots_as_warm_as_in_place():
         assert len(restored) >= 2 and in_place
         assert sum(restored) / len(restored) <= 1.2 * sum(in_place) / len(in_place)
         assert max(restored) < warm["cold-boot-s"] / 8
+
+
+def test_a_capture_made_without_docker_becomes_a_layer_that_restores_and_boots_warm(tmp_path):
+    """The process route's own layer (no Docker on the GPU host): the stand-in's capture packed by layer.tar_layer at
+    its cache root, every member at one time (the oldest captured file's), the same bytes from the same capture; cut
+    into parts and joined again by restore.join; restored into the emptied root with the capture's bytes and that
+    time; and a boot from it with --expect-warm writes nothing beyond the allowance."""
+    from builder.deploy.warm import layer as layer_mod
+
+    root = tmp_path / "root"
+    common = ["--matrix", str(SMOKE_MATRIX), "--launcher", "process", "--python", sys.executable, "--gpus", "none",
+              "--cache-root", str(root), "--strategy", "MTP2"]
+    res = builder("warm", CELL, *common, "--out", str(tmp_path / "w"), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (capture,) = (tmp_path / "w").iterdir()
+    tree, facts = layer_mod.read_capture(capture)
+    oldest = int(min(p.stat().st_mtime for p in tree.rglob("*") if p.is_file()))
+    written, epoch = layer_mod.tar_layer(tree, facts["cache_root"], tmp_path / "a.tar.gz")
+    again, _ = layer_mod.tar_layer(tree, facts["cache_root"], tmp_path / "b.tar.gz")
+    assert epoch == oldest and written == again and len(written) == 15
+    assert (tmp_path / "a.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        members = tar.getmembers()
+    assert {m.mtime for m in members} == {epoch} and {(m.uid, m.gid) for m in members} == {(0, 0)}
+    assert all(m.name.startswith(str(root).lstrip("/")) or str(root).lstrip("/").startswith(m.name) for m in members)
+    # parts of 1 MiB at most, joined again (what a device call brings back and the next one carries)
+    big = tmp_path / "layer.tar.gz"
+    big.write_bytes((tmp_path / "a.tar.gz").read_bytes() + os.urandom(2_500_000))  # 3 parts
+    parts = layer_mod.split(big, tmp_path / "parts", 1)
+    assert [p.name for p in parts] == ["part-00", "part-01", "part-02"] and all(p.stat().st_size <= 1 << 20 for p in parts)
+    assert restore_mod.join(tmp_path / "parts").read_bytes() == big.read_bytes()
+    layer_mod.split(tmp_path / "a.tar.gz", tmp_path / "pa", 1)
+    layer = restore_mod.join(tmp_path / "pa")
+    # the root as a fresh host has it: empty; the layer restored there with the capture's bytes and the layer's time
+    shutil.rmtree(root)
+    assert restore_mod.restore(layer, str(root)) == 15 and restore_mod.layer_time(layer) == epoch
+    for rel in written:
+        assert (root / rel).read_bytes() == (tree / rel).read_bytes() and (root / rel).stat().st_mtime == epoch
+    res = builder("smoke", CELL, *common, "--layers", "L3", "--expect-warm", "--json", "--report-dir",
+                  str(tmp_path / "r"), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (l3,) = [r for r in json.loads(res.stdout)["results"] if r["layer"] == "L3"]
+    assert l3["status"] == "pass" and l3["figures"]["cache_files_before"] == 15, l3
+
+
+def test_a_layer_in_parts_is_refused_when_a_part_is_missing_damaged_or_of_another_layer(tmp_path):
+    from builder.deploy.warm import layer as layer_mod
+
+    src = tmp_path / "layer.tar.gz"
+    src.write_bytes(os.urandom(2_200_000))
+    layer_mod.split(src, tmp_path / "p", 1)
+    (tmp_path / "p" / "part-01").write_bytes(b"x" * 100)
+    with pytest.raises(UserError, match="part-01: its sha256 differs"):
+        restore_mod.join(tmp_path / "p")
+    (tmp_path / "p" / "part-01").unlink()
+    with pytest.raises(UserError, match="part-01 has not arrived"):
+        restore_mod.join(tmp_path / "p")
+    (tmp_path / "p" / "SHA256SUMS").write_text("nonsense\n")
+    with pytest.raises(UserError, match="not '<sha256>  <name>' lines"):
+        restore_mod.join(tmp_path / "p")
+    (tmp_path / "q").mkdir()
+    with pytest.raises(UserError, match="holds SHA256SUMS"):
+        restore_mod.join(tmp_path / "q")
+    assert not (tmp_path / "p" / "layer.tar.gz").exists()
+
+
+def test_a_tree_with_a_link_or_nothing_in_it_makes_no_layer(tmp_path):
+    from builder.deploy.warm import layer as layer_mod
+
+    tree = tmp_path / "tree"
+    (tree / "triton").mkdir(parents=True)
+    with pytest.raises(UserError, match="empty"):
+        layer_mod.tar_layer(tree, "/opt/jit-cache", tmp_path / "l.tar.gz")
+    (tree / "triton" / "k").symlink_to("/etc/passwd")
+    with pytest.raises(UserError, match="not a regular file"):
+        layer_mod.tar_layer(tree, "/opt/jit-cache", tmp_path / "l.tar.gz")

@@ -277,7 +277,12 @@ def check_command(words: list[str]) -> None:
         assert script.is_file() and script.stat().st_mode & 0o111, f"{program}: no such executable script"
         if program == "scripts/gpu-host-run":
             verb, name, rest = words[1], words[2], words[3:]
-            assert verb in ("stash", "install", "bench", "smoke", "warm"), f"scripts/gpu-host-run {verb}: no such verb"
+            from builder.deploy import gpuhost
+
+            assert verb in gpuhost.VERBS, f"scripts/gpu-host-run {verb}: no such verb"
+            if verb == "layer":  # layer CAPTURE OUT [--part-mib N] [--epoch N]: no bundle name
+                assert len(rest) >= 1 and set(rest[1::2]) <= {"--part-mib", "--epoch"}, f"{words}: layer CAPTURE OUT"
+                return
             assert (ROOT / "scripts" / "gpu-host" / f"{name}.toml").is_file(), f"{name}: no spec in scripts/gpu-host/"
             while {"--client", "--with", "--restore"} & set(rest):  # gpu-host-run's own flags, each with a value
                 at = min(rest.index(f) for f in ("--client", "--with", "--restore") if f in rest)
