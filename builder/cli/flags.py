@@ -192,6 +192,9 @@ def run_flags(f):
     @tp
     @wraps(f)
     def wrapper(*args, model, drafter, launcher, python, gpus, boot_timeout, port, engine_args, env, tp, **kwargs):
+        from ..deploy.smoke import shapemodel
+
+        shapemodel.check(model)  # a generated shape builder does not know: refused before any image or boot
         run = RunFlags.convert(model=model, drafter=drafter, launcher=launcher, python=python, gpus=gpus,
                                port_=port, boot_timeout_=boot_timeout, engine_args_=engine_args, env=env, tp_=tp)
         return f(*args, run=run, **kwargs)

@@ -129,10 +129,8 @@ class RunFlags:
     def convert(cls, *, model: str = "tiny", drafter: str | None = None, launcher: str = "auto",
                 python: str = "python3", gpus: str = "auto", port_: int | None = None, boot_timeout_: float = 900.0,
                 engine_args_: str = "", env: tuple[str, ...] = (), tp_: int = 1) -> "RunFlags":
-        """The flags as given on the command line, each checked (a UserError naming the flag)."""
-        from .smoke import shapemodel
-
-        shapemodel.check(model)  # a generated shape builder does not know: refused before any image or boot
+        """The flags as given on the command line, each checked (a UserError naming the flag; --model's generated
+        shapes are checked by the verbs' flag reader, cli/flags.py run_flags: smoke/ stands above this module)."""
         chosen, shards = Gpus.parse(gpus), tp(tp_)
         chosen.for_tp(shards)  # --gpus none, or ids that are not --tp of them: refused now, before any image is read
         return cls(model=model, drafter=drafter, launcher="docker" if launcher == "auto" else launcher,

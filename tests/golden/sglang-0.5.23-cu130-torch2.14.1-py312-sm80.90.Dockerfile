@@ -639,11 +639,12 @@ ENV SGLANG_CACHE_DIR="/opt/jit-cache/sglang-cache" \
     TRITON_CACHE_DIR="/opt/jit-cache/triton" \
     TORCHINDUCTOR_CACHE_DIR="/opt/jit-cache/inductor" \
     DG_JIT_CACHE_DIR="/opt/jit-cache/deep_gemm" \
+    SGLANG_DG_CACHE_DIR="/opt/jit-cache/sglang-dg" \
     FLASHINFER_WORKSPACE_BASE="/opt/jit-cache/flashinfer" \
     CUDA_CACHE_PATH="/opt/jit-cache/nv" \
     HOME="/opt/jit-cache/home"
-RUN mkdir -p /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home \
- && chmod a+rwX /opt/jit-cache /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home
+RUN mkdir -p /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/sglang-dg /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home \
+ && chmod a+rwX /opt/jit-cache /opt/jit-cache/sglang-cache /opt/jit-cache/sglang /opt/jit-cache/triton /opt/jit-cache/inductor /opt/jit-cache/deep_gemm /opt/jit-cache/sglang-dg /opt/jit-cache/flashinfer /opt/jit-cache/nv /opt/jit-cache/home
 # what the audit found in each compiled package's wheels (SASS / PTX in every binary, binaries that differ): the
 # image step passes it in, so these labels are the audit's facts, not the engine data's prediction
 ARG BUILDER_AUDIT_SGLANG_KERNEL_SASS
@@ -665,7 +666,7 @@ LABEL io.builder.archs="80,90"
 LABEL io.builder.strategies="MTP2,MTP7,DFlash2"
 LABEL io.builder.builder-version="0.1.0"
 LABEL io.builder.cache-root="/opt/jit-cache"
-LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_JIT_CACHE_DIR=/opt/jit-cache/sglang TRITON_CACHE_DIR=/opt/jit-cache/triton TORCHINDUCTOR_CACHE_DIR=/opt/jit-cache/inductor DG_JIT_CACHE_DIR=/opt/jit-cache/deep_gemm FLASHINFER_WORKSPACE_BASE=/opt/jit-cache/flashinfer CUDA_CACHE_PATH=/opt/jit-cache/nv HOME=/opt/jit-cache/home"
+LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_JIT_CACHE_DIR=/opt/jit-cache/sglang TRITON_CACHE_DIR=/opt/jit-cache/triton TORCHINDUCTOR_CACHE_DIR=/opt/jit-cache/inductor DG_JIT_CACHE_DIR=/opt/jit-cache/deep_gemm SGLANG_DG_CACHE_DIR=/opt/jit-cache/sglang-dg FLASHINFER_WORKSPACE_BASE=/opt/jit-cache/flashinfer CUDA_CACHE_PATH=/opt/jit-cache/nv HOME=/opt/jit-cache/home"
 LABEL io.builder.warm-allowance="*.lock flashinfer/*/flashinfer_jit.log"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"

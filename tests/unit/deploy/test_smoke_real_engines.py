@@ -108,3 +108,26 @@ def test_sglang_0523_parser_and_name_resolution_and_dflash2_is_no_algorithm(tiny
     assert res["DFLASH2"].reason.startswith("the engine's own name resolution refuses")  # parsing alone let it through
     assert res["MTP"].status == "fail" and "MTP" in res["MTP"].reason
     assert res["--enable-dflash2"].status == "fail" and "unrecognized arguments: --enable-dflash2" in res["--enable-dflash2"].reason
+
+
+def test_vllm_and_its_transformers_read_the_27b_shape_as_written(tmp_path):
+    """--model shape:27b (builder/deploy/smoke/shapemodel.py) read by the real vLLM 0.33.0 and the transformers it
+    installs: the architecture, the published numbers and a tokenizer as long as the vocabulary."""
+    from builder.deploy.smoke import shapemodel
+
+    target = shapemodel.ensure(shapemodel.shape_of("shape:27b"), tmp_path)
+    code = """
+import sys
+from vllm.transformers_utils.config import get_config
+import transformers
+cfg = get_config(sys.argv[1], trust_remote_code=False)
+text = cfg.get_text_config()
+tok = transformers.AutoTokenizer.from_pretrained(sys.argv[1])
+print(cfg.architectures[0], type(cfg).__name__, text.hidden_size, text.num_hidden_layers, text.linear_num_value_heads,
+      text.vocab_size, cfg.vision_config.depth, len(tok), tok.convert_tokens_to_ids("<|im_end|>"))
+"""
+    res = subprocess.run([engine_python("vllm", "0.33.0"), "-c", code, str(target)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["Qwen3_5ForConditionalGeneration", "Qwen3_5Config", "5120", "64", "48", "248320",
+                                  "27", "248320", "248046"], res.stdout

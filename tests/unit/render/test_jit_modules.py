@@ -80,7 +80,8 @@ def test_vllm_0_33_builds_flashinfer_fp8_blockscale_at_sm90_and_the_runtime_link
     sglang = cell_of(cells, "sglang-0.5.23-")
     assert [b["name"] for b in sglang.jit_builds] == [
         "flashinfer-sampling", "sglang-activation", "sglang-causal-conv1d", "sglang-gptq-marlin",
-        "sglang-gptq-marlin-repack", "sglang-speculative-sampling", "flashinfer-topk"]
+        "sglang-gptq-marlin-repack", "sglang-communicator", "sglang-speculative-sampling", "sglang-speculative-tree",
+        "flashinfer-topk"]
     assert sglang.jit_links == ("cudart", "nvrtc")  # fp8_blockscale listed (not built by default): its -lnvrtc
     for old in ("vllm-0.6.3", "sglang-0.3.2"):
         c = cell_of(cells, old)
@@ -109,6 +110,10 @@ def test_sglang_0_5_23_builds_its_own_kernels_through_its_loaders_per_family_and
     assert builds["flashinfer-topk"]["strategy"] == "DFlash2" and "dflash.py" in builds["flashinfer-topk"]["selected_by"]
     # shape-keyed variants: listed with the reason they are not built
     assert "row" in mods["sglang-kvcache"]["not_built"] and mods["sglang-per-token-group-quant"]["not_built"]
+    # TP > 1's custom all-reduce: the communicator is built (no arguments); the all-reduce kernel is keyed by the world
+    # size and the IPC module needs the driver to load, so both are listed with why not
+    assert "world size" in mods["sglang-custom-all-reduce"]["not_built"] and "libcuda" in mods["sglang-cuda-ipc"]["not_built"]
+    assert builds["sglang-communicator"]["strategy"] == "" and builds["sglang-speculative-tree"]["strategy"] == "MTP2, MTP7"
     # a cell without DFlash2 gets no top-k; one without any strategy no verify kernel either
     kn = load_knowledge()
     eng = sglang.engine_recipe
