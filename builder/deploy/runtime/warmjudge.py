@@ -120,8 +120,9 @@ def judge(engine: str, version: str, record: Record | None, serve: Side, *, made
         for kp in ck.parts:
             if kp.part in key_mod.IMAGE_PARTS:
                 continue  # the warm image is FROM its cold image by digest: the same torch, toolkit, code, paths
-            if kp.part == "rank":
-                need, have = serve.ranks, captured.ranks
+            if kp.part == "rank":  # the capture's rank directories (vLLM's), else those its TP x DP made
+                need = serve.ranks
+                have = captured.ranks or key_mod.needed_ranks(captured.value("tp"), captured.value("dp"))
                 if need and not need <= have:
                     differs.append(Differs("rank", ",".join(sorted(need)), ",".join(sorted(have)) or "none", kp.at))
                 continue

@@ -83,8 +83,8 @@ class FlagMap:
                 out[part] = pairs[-1][1]  # the last one given wins, as argparse reads it
             else:
                 out[part] = json.dumps(sorted(dict(pairs).items()), separators=(",", ":"))
-        for part, default in ONE.items():
-            out.setdefault(part, default)
+        for part in FLAG_PARTS:  # a flag not given is the engine's default: a known value, the same on both sides
+            out.setdefault(part, ONE.get(part, ""))
         return out
 
 
