@@ -65,6 +65,7 @@ class Strategy:
     # JIT modules only this strategy selects: (module, archs, selected_by, not_built, engine versions), as a rule's
     # jit_modules and the releases whose code selects each ("" all the strategy's)
     jit_modules: tuple[tuple[str, tuple[int, ...], str, str, str], ...] = ()
+    cold_boot_s: int = 0  # a cold boot under this strategy as measured (0: none): the budget of an image recording none
 
 
 @dataclass(frozen=True)
@@ -738,6 +739,7 @@ def _strategies(pkg: dict) -> dict[str, Strategy]:
         sname: Strategy(sname, SpecifierSet(s["versions"]), s["why_not"], tuple(s["flags"]),
                         env=tuple(sorted(s.get("env", {}).items())), forbid_log=tuple(s.get("forbid_log", ())),
                         expect=tuple(s.get("expect", {}).items()), k=s.get("k", 0), drafter=s.get("drafter", ""),
+                        cold_boot_s=s.get("cold_boot_s", 0),
                         jit_modules=tuple((*use, e.get("versions", "")) for use, e in zip(_jit_module_uses(s),
                                                                                        s.get("jit_modules", ()))))
         for sname, s in pkg.get("strategies", {}).items()

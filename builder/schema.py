@@ -335,6 +335,9 @@ STRATEGY = Table(
               "k": Key(INT, "Draft tokens per draft: smoke L3 checks draft tokens = drafts x k on the engine's "
                             "counters."),
               "drafter": Key(STR, "The default draft checkpoint ({drafter} in the flags) when --drafter is not given."),
+              "cold_boot_s": Key(INT, "A cold boot's seconds under this strategy as measured (every compile cache "
+                                      "empty): the stated boot budget `builder serve` gives an image that records "
+                                      "no boot of its own, so a first boot that compiles is not killed mid-way."),
               "jit_modules": Key(JIT_MODULE_USES, "JIT modules only this strategy's code selects (DFlash2's top-k): "
                                                   "cells with the strategy build them too.")},
 )

@@ -71,9 +71,12 @@ class BootBudget:
     seconds: int
     label: str = labels_mod.BOOT_SECONDS  # the label it was read from (a warm image's warm boot)
     off_key: str = ""  # a warm image judged off its key: the judge's one line
+    stated: str = ""  # no label: the engine data's measured cold boot of the strategy it is sized from
 
     @classmethod
-    def of(cls, labels: dict[str, str], judgement=None) -> BootBudget:
+    def of(cls, labels: dict[str, str], judgement=None, strategy=None) -> BootBudget:
+        """From the image's labels (and the judge's answer for a warm one); an image recording no boot gets the
+        engine data's cold boot of `strategy` (engines.Strategy cold_boot_s), else the default."""
         boot = labels_mod.boot_seconds(labels)  # a label that is no number of seconds is refused, whatever is read
         if judgement is not None and not judgement.holds:
             cold = judgement.cold_s
@@ -81,6 +84,10 @@ class BootBudget:
                 return cls(None, DEFAULT_BOOT_BUDGET_S, off_key=judgement.summary())
             return cls(cold, cls._with_margin(cold), f"{labels_mod.WARM}.cold-boot-s", judgement.summary())
         if boot is None:
+            stated = getattr(strategy, "cold_boot_s", 0)
+            if stated:
+                return cls(None, max(DEFAULT_BOOT_BUDGET_S, cls._with_margin(stated)),
+                           stated=f"{strategy.name}'s cold boot in the engine data, {stated}s measured")
             return cls(None, DEFAULT_BOOT_BUDGET_S)
         return cls(boot, cls._with_margin(boot), labels_mod.boot_label(labels))
 
@@ -95,7 +102,10 @@ class BootBudget:
 
     @property
     def why(self) -> str:
-        if self.boot_s is None:
+        if self.boot_s is None and self.stated:
+            why = (f"{self.seconds}s: the image records no boot (label {labels_mod.BOOT_SECONDS}); {self.stated} + "
+                   f"margin (the boot again, at least {MIN_MARGIN_S}s; never under {DEFAULT_BOOT_BUDGET_S}s)")
+        elif self.boot_s is None:
             why = (f"{self.seconds}s: the image records no boot (label {labels_mod.BOOT_SECONDS}); the stated default "
                    "(measured boots run 26 s to 11 min)")
         else:
@@ -369,7 +379,7 @@ def derive(target: Target, image: str, labels: dict[str, str], kn, strategy: str
     shutdown = fit.Shutdown.of(recipe, drain_s, tuple(extra_args))
     args = tuple(launchline.launch_line(recipe, s, values, extra=(*shutdown.args, *extra_args), tp=tp).args)
     judgement = warm_judgement(target, labels, kn, recipe, args, s.env, source, gpu, gpu_product)
-    budget = BootBudget.of(labels, judgement)
+    budget = BootBudget.of(labels, judgement, s)
     archs_label = labels.get(labels_mod.ARCHS, "")
     return ServePlan(
         target=target, image=image, engine=engine, version=version, recipe=recipe, strategy=strategy, spec=s,

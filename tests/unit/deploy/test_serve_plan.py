@@ -211,3 +211,18 @@ def test_the_judgement_of_a_strategy_is_the_deployers():
     assert not hasattr(labels_mod, "check_strategy") and plan_mod.check_strategy is strategies.check_strategy
     with pytest.raises(UserError, match=r"--strategy MTP7: img was built and smoke-tested for MTP2 \(label "):
         strategies.check_strategy(load_knowledge().recipe("vllm", "0.33.0"), "MTP7", ("MTP2",), "img")
+
+
+def test_an_image_recording_no_boot_gets_its_strategys_measured_cold_boot_else_the_default():
+    """Issue 45 item 3: a cold image without io.builder.boot-seconds is budgeted from the engine data's measured cold
+    boot of its strategy (a cold DFlash2 boot JIT-compiles FlashInfer's top-k for 12-21 min), never less than the
+    default, and the why says so; an image that records its boot keeps it."""
+    kn = load_knowledge()
+    unlabelled = {k: v for k, v in LABELS.items() if k != labels_mod.BOOT_SECONDS}
+    dflash2 = kn.recipe("vllm", "0.33.0").strategy("DFlash2")
+    b = plan_mod.BootBudget.of(unlabelled, None, dflash2)
+    assert dflash2.cold_boot_s == 1260 and b.seconds == 1260 + 1260 and b.failures == 252
+    assert "DFlash2's cold boot in the engine data, 1260s measured" in b.why
+    mtp7 = kn.recipe("vllm", "0.33.0").strategy("MTP7")  # none stated: the default
+    assert plan_mod.BootBudget.of(unlabelled, None, mtp7).seconds == plan_mod.DEFAULT_BOOT_BUDGET_S
+    assert plan_mod.BootBudget.of(LABELS, None, dflash2).seconds == 171  # the image's own measured boot wins
