@@ -318,10 +318,11 @@ def _model(target: Target, value: str) -> ModelSource:
 def _compile_cache(target: Target, labels: dict[str, str], kn, recipe, strategy: str, env,
                    judgement) -> CompileCache | None:
     """A cold image's, where the target gives it one: what it compiles at its first requests survives a restart; a
-    jit = "prebuilt" one carries its modules and gets none; a warm image gets one only where the judge finds it off
-    its key (on either target: its first boot compiles), seeded from the image's own cache root."""
-    if labels_mod.warm(labels):
-        if judgement is None or judgement.holds:
+    jit = "prebuilt" one carries its modules and gets none; a warm image gets one seeded from the image's own cache
+    root where the judge finds it off its key (its first boot compiles) and on Kubernetes always (a pod may land on a
+    node the judge could not see; --compile-cache-claim then keeps what it compiled)."""
+    if labels_mod.warm(labels):  # Kubernetes: always (the node is the scheduler's; a claim the user names is used)
+        if judgement is None or (judgement.holds and not target.compile_cache):
             return None
         root = labels_mod.cache_root(labels) or kn.jit_cache_root()  # the image's variables, said again: the volume
         env = tuple(sorted((k, v) for k, v in labels_mod.cache_env(labels).items() if k not in dict(env)))

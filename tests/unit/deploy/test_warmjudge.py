@@ -136,3 +136,64 @@ def test_sglang_ranks_follow_tp_where_the_capture_has_no_rank_directories():
     two = side(H200, flags, ("--model-path", "/models/target", "--tp-size", "2"), {}, set(), CONFIG)
     (c,) = judge("sglang", "0.5.17", rec, two).caches
     assert c.verdict == COMPILE and {d.part for d in c.differs} == {"tp", "rank"}
+
+
+# -- serve: the judge's answer sizes the budget and the compile-cache volume (docker and Kubernetes) ----------------
+def _warm_labels(args: tuple[str, ...], config: str) -> dict[str, str]:
+    from builder.image import labels as labels_mod
+
+    record = warmkey.Record.of(H200, args, {}, config, frozenset({"rank_0_0"}), {"vllm": 40, "triton": 900})
+    facts = {"strategy": "MTP2", "gpu": "NVIDIA H200", "gpu-arch": "sm90", "driver": "580.159.04",
+             "cold-boot-s": "800.6", "warm-boot-s": "72.1", "key": record.to_label()}
+    return {labels_mod.ENGINE: "vllm", labels_mod.ENGINE_VERSION: "0.33.0", labels_mod.STRATEGIES: "MTP2",
+            labels_mod.ARCHS: "90", labels_mod.CACHE_ROOT: "/opt/jit-cache",
+            labels_mod.CACHE_ENV: "VLLM_CACHE_ROOT=/opt/jit-cache/vllm TRITON_CACHE_DIR=/opt/jit-cache/triton",
+            **dict(labels_mod.warm_written(facts, "sha256:" + "b" * 64))}
+
+
+def test_serve_sizes_a_warm_images_budget_and_volume_from_the_judge(tmp_path):
+    """Docker on this host: served as captured (the same model directory name and config, the same flags, this GPU)
+    the layer holds: the warm boot's budget, no volume. Another --max-model-len: the cold boot measured where the
+    layer was made, and a named volume at the cache root. Kubernetes (a claim: the model's config cannot be read
+    here): the cold budget, the reason in an annotation, and the compile-cache volume seeded from the image's own
+    root by an init container, the claim used when given."""
+    from builder.deploy.serve import docker as serve_docker
+    from builder.deploy.serve import kube
+    from builder.deploy.serve import plan as plan_mod
+    from builder.engines import load_knowledge
+
+    model = tmp_path / "target"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Qwen3_5ForConditionalGeneration"]}')
+    config = warmkey.model_config_sha(model)
+    kn = load_knowledge()
+    image = "registry.example.com/ml/vllm@sha256:" + "a" * 64
+    # what serve's own launch line is for this model: the layer was captured with exactly that (and its own port)
+    served = plan_mod.derive(plan_mod.DOCKER, image, _warm_labels(("/models/x",), config), kn, "MTP2", model, gpu=H200)
+    labels = _warm_labels(tuple(a if a != "8000" else "41111" for a in served.args), config)
+
+    on = plan_mod.derive(plan_mod.DOCKER, image, labels, kn, "MTP2", model, gpu=H200)
+    assert on.warm.holds and on.compile_cache is None and on.budget.seconds == 193  # 72.1 + 120, rounded up
+    assert "builder-jit-" not in " ".join(serve_docker.line(on).argv)
+
+    off = plan_mod.derive(plan_mod.DOCKER, image, labels, kn, "MTP2", model, gpu=H200,
+                          extra_args=("--max-model-len", "4096"))
+    assert not off.warm.holds and off.warm.compiles == ("vllm",)
+    assert off.budget.seconds == 1602 and "off its warm key" in off.budget.why  # 800.6 + 800.6, rounded up
+    argv = serve_docker.line(off).argv
+    assert f"{serve_docker.cache_volume(off)}:/opt/jit-cache" in argv and "VLLM_CACHE_ROOT=/opt/jit-cache/vllm" in argv
+
+    kube_plan = plan_mod.derive(plan_mod.KUBERNETES, image, labels, kn, "MTP2", "pvc:models/target",
+                                gpu_product="NVIDIA-H200")
+    assert not kube_plan.warm.holds and kube_plan.budget.seconds == 1602
+    assert {d.part for c in kube_plan.warm.caches for d in c.differs} == {"model-config"}  # the product pins the GPU
+    docs = [r.to_dict() for r in kube.resources(kube_plan, kube.KubeOptions(compile_cache_claim="jit"))]
+    pod = docs[0]["spec"]["template"]
+    assert "cannot be judged" in pod["metadata"]["annotations"][kube.ANNOTATION_WARM]
+    (seed,) = pod["spec"]["initContainers"]
+    assert seed["image"] == image and seed["args"] == ["-a", "-n", "/opt/jit-cache/.", kube.SEED_MOUNT]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "compile-cache")
+    assert volume["persistentVolumeClaim"]["claimName"] == "jit"
+    engine = pod["spec"]["containers"][0]
+    assert {"name": "compile-cache", "mountPath": "/opt/jit-cache"} in engine["volumeMounts"]
+    assert engine["startupProbe"]["failureThreshold"] == 161
