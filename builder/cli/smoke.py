@@ -37,15 +37,25 @@ def parse_layers(value: str | None) -> tuple[str, ...]:
     return tuple(x for x in LAYERS if x in layers)
 
 
+def _warm_key(path: str | None, expect_warm: bool) -> dict | None:
+    """--warm-key's capture facts (warm.json), read and checked before any work: with --expect-warm only."""
+    if path is None:
+        return None
+    if not expect_warm:
+        raise UserError("--warm-key judges a boot from a restored warm layer: give it with --expect-warm")
+    from ..deploy.warm import layer
+
+    return layer.read_facts(Path(path))
+
+
 def _process_options(opts, cell, python: str, cache_root: str | None, image_paths: bool, expect_warm: bool,
-                     warm_key: str | None = None):
+                     warm_key: dict | None = None):
     """The process route's options: at the image's paths (--image-paths, its interpreter checked), the cell's caches
     under --cache-root or the image's root; --expect-warm: a warm layer restored there, which the boot may not
     compile beyond; --warm-key: the capture's warm.json, whose key the boot is judged against before it starts."""
     import dataclasses
 
     from ..deploy.runtime import caches, imagepaths
-    from ..deploy.warm import layer
 
     paths = imagepaths.of_cell(cell, python, cache_root)[0] if image_paths else None
     setting = caches.of_cell(cell, cache_root)
@@ -54,11 +64,8 @@ def _process_options(opts, cell, python: str, cache_root: str | None, image_path
             raise UserError(f"--expect-warm: the cache root {setting.root or '(none)'} holds no file: restore "
                             "a warm layer there first")
         setting = setting.warm_boot(cell.warm_globs)
-    if warm_key is not None:
-        if not expect_warm:
-            raise UserError("--warm-key judges a boot from a restored warm layer: with --expect-warm")
-        facts = layer.read_facts(Path(warm_key))
-        setting = dataclasses.replace(setting, warm_facts=tuple(sorted(facts.items())))
+    if warm_key is not None:  # read and checked by the verb before any work (_warm_key)
+        setting = dataclasses.replace(setting, warm_facts=tuple(sorted(warm_key.items())))
     return dataclasses.replace(opts, paths=paths, caches=setting)
 
 
@@ -114,6 +121,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
 
     flags.process_only(run, cache_root=cache_root is not None, image_paths=image_paths, expect_warm=expect_warm,
                        warm_key=warm_key is not None)
+    warm_facts = _warm_key(warm_key, expect_warm)
     sel = matrix_mod.Selection(archs=archs_mod.parse(arch) if arch is not None else None,
                                profiles=flags.split(profile))
     m = flags.given_matrix(matrix_path)
@@ -155,7 +163,7 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
                           run_ref=subject.pinned(found, client, say))  # the image read, by digest: never a moved tag
     else:
         rep = smoke_process(cell, run.python, _process_options(opts, cell, run.python, cache_root, image_paths,
-                                                               expect_warm, warm_key), say, extra_env=run.env)
+                                                               expect_warm, warm_facts), say, extra_env=run.env)
     js, xml = report.write([rep], opts.log_dir)
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=2))

@@ -861,5 +861,29 @@ def _dropped_flag_cases() -> list[Case]:
     return out
 
 
+WARM_KEY = ["smoke", SCELL, "--matrix", SM, "--launcher", "process", "--gpus", "none", "--layers", "L3",
+            "--cache-root", "{tmp}/root", "--expect-warm", "--report-dir", "{tmp}/r", "--warm-key", "{tmp}/k.json"]
+
+
+def _warm_key_cases() -> list[Case]:
+    """smoke --warm-key (issue 45): a capture's warm.json the boot is judged against, refused before the model is
+    made or any engine starts: without --expect-warm or the process launcher, not a file, not JSON, no capture's."""
+    out: list[Case] = []
+    add = out.append
+    add(Case("w7-warm-key-without-expect-warm", "smoke", [a for a in WARM_KEY if a != "--expect-warm"],
+             expect=("--warm-key", "--expect-warm")))
+    add(Case("w7-warm-key-on-docker", "smoke", ["smoke", IMAGE, "--warm-key", "{tmp}/k.json"],
+             files={"k.json": GOOD_FACTS}, expect=("--warm-key", "--launcher process")))
+    for name, text in {"not-json": "{", "a-list": "[]", "no-cache-root": '{"strategy": "MTP2"}',
+                       "cache-root-a-number": '{"cache_root": 5}', "deep": "[" * 100000,
+                       "a-set-of-bytes": b"\xff\xfe"}.items():
+        add(Case(f"w7-warm-key-{name}", "smoke", WARM_KEY, files={"k.json": text}, expect=("--warm-key",)
+                 if name in ("a-list", "no-cache-root", "cache-root-a-number") else ("k.json",)))
+    add(Case("w7-warm-key-missing", "smoke", WARM_KEY, expect=("k.json", "no such")))
+    add(Case("w7-warm-key-a-directory", "smoke", WARM_KEY, files={"k.json": directory}, expect=("--warm-key",)))
+    add(Case("w7-warm-key-a-fifo", "smoke", WARM_KEY, files={"k.json": fifo}, expect=("--warm-key", "FIFO")))
+    return out
+
+
 CASES: list[Case] = [*_warm_cases(), *_from_dir_cases(), *_resume_cases(), *_push_cases(), *_kube_image_cases(),
-                     *_kube_flag_cases(), *_tp_cases(), *_signing_cases(), *_dropped_flag_cases()]
+                     *_kube_flag_cases(), *_tp_cases(), *_signing_cases(), *_dropped_flag_cases(), *_warm_key_cases()]
