@@ -148,7 +148,10 @@ def sm_counts(bus_ids: dict[str, str], lib: str = "libcuda.so.1") -> dict[str, i
     out = {}
     for index, bus in bus_ids.items():
         dev, count = ctypes.c_int(), ctypes.c_int()
-        if (cuda.cuDeviceGetByPCIBusId(ctypes.byref(dev), bus.strip().encode()) == 0 and
+        bus = bus.strip()
+        # nvidia-smi writes an 8-digit PCI domain (00000000:18:00.0), CUDA its own 4-digit one: either is tried
+        tries = [bus, bus[4:]] if re.fullmatch(r"0000[0-9A-Fa-f]{4}:.*", bus) else [bus]
+        if (any(cuda.cuDeviceGetByPCIBusId(ctypes.byref(dev), t.encode()) == 0 for t in tries) and
                 cuda.cuDeviceGetAttribute(ctypes.byref(count), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == 0
                 and count.value > 0):
             out[index.strip()] = count.value

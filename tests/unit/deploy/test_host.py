@@ -203,3 +203,18 @@ def test_a_package_whose_binaries_differ_is_judged_binary_by_binary_with_the_dat
     # a package the engine data does not know is judged binary by binary without scopes
     v = host.judge(GPUS["h200-580"], _image(_audited("unknown-kernels", "1.0", kernel)))
     assert v.verdict == X and "sm100/common_ops" in v.rule
+
+
+def test_the_sm_count_comes_from_the_cuda_driver_or_is_not_known():
+    """Issue 45: DeepGEMM keys its kernels on the SM count, so doctor --host, serve and warm read it from the CUDA
+    driver itself (cuDeviceGetAttribute), never from a table of names. Where the driver library does not load (this
+    CPU host) nothing is guessed: the GPU's count stays unknown, and a --gpus-file record may state it or not."""
+    from builder.deploy.runtime import gpus as gpus_mod
+    from builder.errors import UserError
+
+    assert gpus_mod.sm_counts({"0": "00000000:18:00.0"}, lib="libcuda-not-here.so.1") == {}
+    rec = gpus_mod.Gpu.from_json({"name": "NVIDIA H200", "driver": "580.159.04", "compute_cap": "9.0", "sm_count": 132})
+    assert rec.sm_count == 132
+    assert gpus_mod.Gpu.from_json({"name": "NVIDIA H200", "driver": "580.159.04", "compute_cap": "9.0"}).sm_count is None
+    with pytest.raises(UserError, match="sm_count: 0 is out of range"):
+        gpus_mod.Gpu.from_json({"name": "NVIDIA H200", "driver": "580.159.04", "compute_cap": "9.0", "sm_count": 0})
