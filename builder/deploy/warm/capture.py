@@ -468,7 +468,7 @@ def _push(push_to, packing: Packing, tag: str, packed: layer.Packed, facts: dict
         "of": f"{repository}@{cold.digest}", "strategy": strategy, "files": len(files),
         "bytes": sum(files.values()),
         **{k: facts.get(k) for k in ("gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256",
-                                     "engine-args", "cold-boot-s", "warm-boot-s", "captured-on")}})
+                                     "engine-args", "cold-boot-s", "warm-boot-s", "captured-on", "key")}})
     say(f"pushed {repository}:{tag} ({pushed}) beside its cold image; wrote {push_to.images_json}")
     return pushed
 

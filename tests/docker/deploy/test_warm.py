@@ -222,6 +222,9 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     assert entry["pull"] == f"docker pull {repository}@{warmed['digest']}"
     assert (entry["strategy"], entry["gpu-arch"], entry["files"]) == ("MTP2", "none", len(CAPTURED))
     assert entry["cold-boot-s"] > 0 and entry["warm-boot-s"] > 0
+    from builder.deploy.runtime.warmkey import Record  # the key the judge reads, listed for whoever reads the table
+
+    assert Record.from_label(entry["key"]).caches == {"inductor": 5, "triton": 5, "vllm": 5}
 
 
 FAKE_CLIENT = '''#!/bin/sh
