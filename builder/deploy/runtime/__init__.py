@@ -13,7 +13,7 @@
   warmkey.py     a warm layer's key: what each compile cache is keyed on (builder/data/warmkeys.toml), the record
                  a capture writes (label io.builder.warm.key) and a launch line read into the key's parts
   warmjudge.py   the one judge: per cache, whether a boot reuses a warm layer, compiles, or cannot be judged, before
-                 the boot (doctor --host, serve, smoke and warm ask it)
+                 the boot (doctor --host, serve and smoke ask it; warm records the key it reads)
   hostenv.py     a GPU host without Docker: the carried wheel bundles (their spec through schema.py) and the venv at
                  the image's prefix, kept between boots
 

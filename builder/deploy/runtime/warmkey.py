@@ -164,6 +164,11 @@ def ranks_in(tree: Path) -> frozenset[str]:
     return frozenset(found)
 
 
+def cache_subdirs() -> dict[str, str]:
+    """{compile cache name: its subdirectory under the cache root} (engines.toml compile_caches)."""
+    return {name: c["subdir"] for name, c in files.package_data("engines.toml")["compile_caches"].items()}
+
+
 def files_per_cache(listing: dict[str, int], subdirs: dict[str, str]) -> dict[str, int]:
     """{cache name: files} of a capture's file list (paths relative to the cache root), by each cache's subdir."""
     by_dir = {d: name for name, d in subdirs.items()}

@@ -542,11 +542,9 @@ def _measured_against_judge(result: Result, extra: list[str]) -> str:
     said = result.figures.get("warm_judgement")
     if not said:
         return ""
-    from ...files import package_data
     from ..runtime import warmkey as key_mod
 
-    subdirs = {n: c["subdir"] for n, c in package_data("engines.toml")["compile_caches"].items()}
-    compiled = key_mod.files_per_cache({f: 0 for f in extra}, subdirs)
+    compiled = key_mod.files_per_cache({f: 0 for f in extra}, key_mod.cache_subdirs())
     result.figures["compiled_per_cache"] = compiled
     verdicts = {c["cache"]: c["verdict"] for c in said["caches"]}
     wrong = [f"{c} (judged a hit, compiled {n}: its key holds a part warmkeys.toml does not list)"

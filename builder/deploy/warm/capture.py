@@ -134,11 +134,6 @@ def _l3(rep):
     return found[0]
 
 
-def cache_subdirs() -> dict[str, str]:
-    """{compile cache name: its subdirectory under the cache root} (engines.toml compile_caches)."""
-    return {name: c["subdir"] for name, c in files.package_data("engines.toml")["compile_caches"].items()}
-
-
 def _model_hash(target: Path) -> str:
     config = Path(target) / "config.json"
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else ""
@@ -185,7 +180,7 @@ class Boots:
         model, gpu = self.model, self.gpu()
         record = key_mod.Record.of(gpu, booted.figures.get("launch_args", ()), booted.figures.get("launch_env", {}),
                                    _model_hash(model.target) or None, key_mod.ranks_in(tree),
-                                   key_mod.files_per_cache(layer.file_list(tree), cache_subdirs()))
+                                   key_mod.files_per_cache(layer.file_list(tree), key_mod.cache_subdirs()))
         return {"cache_root": opts.cache_root, "strategy": self.request.strategy,
                 "gpu": gpu.name if gpu else "none", "gpu-arch": f"sm{gpu.compute_cap}" if gpu else "none",
                 "driver": gpu.driver if gpu else "none", "engine": f"{cell.engine} {cell.version}",

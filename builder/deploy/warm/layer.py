@@ -92,7 +92,6 @@ def tar_layer(tree: Path, root: str, dest: Path, epoch: int | None = None) -> tu
     on the host, not older than the toolkit's and torch's headers; `--restore` sets the venv's own files back to it.
     ({path: size}, the epoch)."""
     import gzip
-    import io
     import tarfile
 
     if not root.startswith("/") or root.rstrip("/") == "":
