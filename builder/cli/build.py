@@ -85,6 +85,7 @@ def _after_publish(m, cells, plans, outcomes, opts):
 
 @main.command()
 @flags.selection
+@flags.git_mirrors
 @flags.build()
 def build(m, sel, flags):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
