@@ -934,7 +934,8 @@ def _git_url(mirror: bool):
         try:
             return gitmirror.check_url(value, "", mirror=mirror)
         except UserError as exc:
-            raise ValueError(str(exc).removeprefix(": ")) from None
+            # the schema's message shows the value already: the reason alone
+            raise ValueError(str(exc).removeprefix(": ").removeprefix(redact.describe(value)).lstrip(": ")) from None
     return rule
 
 
