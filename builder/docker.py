@@ -207,6 +207,7 @@ class BuildxCall:
     build_args: tuple[tuple[str, str], ...] = ()
     contexts: tuple[tuple[str, str], ...] = ()  # named build contexts: name → dir / docker-image://...
     secrets: tuple[tuple[str, str], ...] = ()  # id → file
+    secret_envs: tuple[tuple[str, str], ...] = ()  # id → environment variable of the buildx process
     output: str | None = None  # e.g. "type=local,dest=DIR"
     tags: tuple[str, ...] = ()
     load: bool = False
@@ -238,6 +239,8 @@ class BuildxCall:
             argv += ["--build-context", f"{k}={v}"]
         for k, v in self.secrets:
             argv += ["--secret", csv_options(id=k, src=v)]
+        for k, v in self.secret_envs:
+            argv += ["--secret", csv_options(id=k, env=v)]
         if self.output:
             argv += ["--output", self.output]
         for t in self.tags:

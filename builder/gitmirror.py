@@ -22,10 +22,14 @@ from . import redact
 from .errors import UserError
 
 ENV = "BUILDER_GIT_MIRRORS"
+# inside a build: the map as a git config file, BuildKit secret SECRET_ID (a tmpfs mount of the RUNs that fetch,
+# never a layer, no part of a cache key), read from this environment variable of the buildx process
+SECRET_ID = "gitmirrors"
+SECRET_ENV = "BUILDER_GIT_MIRRORS_GITCONFIG"
 # the schemes a mirror may use; an upstream prefix may also be ssh:// (what a recipe names)
 MIRROR_SCHEMES = ("http", "https", "git", "file")
 UPSTREAM_SCHEMES = (*MIRROR_SCHEMES, "ssh")
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+_CONTROL = re.compile(r"[\x00-\x20\x7f\"\\\\]")
 
 _active: tuple[tuple[str, str], ...] = ()
 
@@ -38,7 +42,7 @@ def check_url(value, what: str, *, mirror: bool) -> str:
     if "\n" in value or "\r" in value:
         raise UserError(f"{what}: {redact.describe(value)} holds a newline: one URL on one line")
     if _CONTROL.search(value):
-        raise UserError(f"{what}: {redact.describe(value)} holds a space or a control character")
+        raise UserError(f"{what}: {redact.describe(value)} holds a space, a quote, a backslash or a control character")
     schemes = MIRROR_SCHEMES if mirror else UPSTREAM_SCHEMES
     try:
         parts = urlsplit(value)
@@ -122,11 +126,21 @@ def git_env(mirrors=None) -> dict[str, str]:
     return env
 
 
+def gitconfig(mirrors=None) -> str:
+    """The map as a git config file (what the build's fetches read through GIT_CONFIG_GLOBAL)."""
+    mirrors = _active if mirrors is None else mirrors
+    return "".join(f'[url "{mirror}"]\n\tinsteadOf = {upstream}\n' for upstream, mirror in mirrors)
+
+
 def activate(mirrors) -> None:
     """Set the map every later host git command of this process uses; a mirror's password is remembered as a
     secret, so no message shows it."""
     global _active
     _active = tuple(mirrors)
+    if _active:
+        os.environ[SECRET_ENV] = gitconfig(_active)
+    else:
+        os.environ.pop(SECRET_ENV, None)
     for _, mirror in _active:
         parts = urlsplit(mirror)
         for secret in (parts.password, parts.username if parts.password is None else None):

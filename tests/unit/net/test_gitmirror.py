@@ -218,3 +218,46 @@ def test_lock_cli_refuses_a_bad_git_mirror(tmp_path):
                           "--git-mirror", f"{GH}=mirror/relative", "--check"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and "--git-mirror" in bad.stderr and "relative path" in bad.stderr
+
+
+def test_build_gets_the_map_as_a_secret_from_the_environment_only(tmp_path):
+    """The buildx call names secret "gitmirrors" by environment variable: the map (and a mirror's password) is in no
+    argv; the config it holds is git's insteadOf; without mirrors there is no such secret."""
+    from types import SimpleNamespace
+
+    from builder.steps import common_build_args
+
+    opts = SimpleNamespace(source_date_epoch="", ca_bundle=None, no_cache=False, builder=None, layer_cache=None)
+    ctx = SimpleNamespace(opts=opts, cell=SimpleNamespace(packages=(), id="c"), dockerfile=tmp_path / "D",
+                          context_dir=tmp_path)
+    assert common_build_args(ctx)["secret_envs"] == ()
+    mirror = f"https://bot:{SECRET}@mirror.example/gh/"
+    gitmirror.activate(gitmirror.choose((f"{GH}={mirror}",)))
+    common = common_build_args(ctx)
+    argv = docker.BuildxCall(target="src-x", **common).argv()
+    assert ["--secret", f"id=gitmirrors,env={gitmirror.SECRET_ENV}"] == argv[argv.index("--secret"):argv.index("--secret") + 2]
+    assert not any("mirror.example" in a or SECRET in a for a in argv)
+    assert os.environ[gitmirror.SECRET_ENV] == f'[url "{mirror}"]\n\tinsteadOf = {GH}\n'
+    gitmirror.activate(())
+    assert gitmirror.SECRET_ENV not in os.environ
+
+
+def test_git_reads_the_secret_config_as_insteadof(tmp_path):
+    """What with-ca exports inside the build (GIT_CONFIG_GLOBAL=the secret) rewrites the upstream URL in git."""
+    if not shutil.which("git"):
+        pytest.skip("no git")
+    m = ((GH, "git://10.0.0.1/gh/"), (GH + "sgl-project/", "file:///srv/sgl/"))
+    cfg = tmp_path / "gitmirrors"
+    cfg.write_text(gitmirror.gitconfig(m))
+    for url in (GH + "sgl-project/sglang", GH + "NVIDIA/cutlass"):
+        out = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True, cwd=tmp_path,
+                             env={"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": str(cfg)}, check=True).stdout.strip()
+        assert out == gitmirror.rewrite(url, m)
+
+
+def test_rendered_fetches_mount_the_mirror_secret_and_with_ca_reads_it():
+    root = ROOT / "dockerfiles"
+    assert "GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors" in (root / "macros.j2").read_text()
+    both = "RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \\\n"
+    assert (root / "stages/source-git.j2").read_text().count(both) == 3  # fetch by commit / by tag, submodules
+    assert both + "    with-ca sh {{ pkg.deps.dir }}/fetch.sh" in (root / "stages/deps.j2").read_text()
