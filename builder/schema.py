@@ -1001,7 +1001,7 @@ DEFAULTS = Table(optional={
                    "cuda\"): build behind a mirror or on local bases with the same templates."),
     "git_mirrors": Key(TableOf(GIT_MIRROR, key=GIT_UPSTREAM),
                        "Upstream git URL prefixes rewritten to mirrors, as git's url.<mirror>.insteadOf (the longest "
-                       "prefix wins), for the git commands of lock and build (\"https://github.com/\" = "
+                       "prefix wins), for lock's git commands and the builds' source and deps fetches (\"https://github.com/\" = "
                        "\"http://127.0.0.1:9418/github/\"): lock behind a firewall. The upstream URL and commit stay "
                        "the identity (no key, label or digest reads a mirror). --git-mirror and BUILDER_GIT_MIRRORS "
                        "replace it."),

@@ -675,6 +675,9 @@ def _round_two() -> list[Case]:
         args = ["--git-mirror", v] if v else ["--git-mirror", f"{GH}=http://a/", "--git-mirror", f"{GH}=http://b/"]
         add(Case(f"lock-git-mirror-{name}", "lock", [*LOCK, *args], expect=expect))
     add(Case("build-git-mirror-relative", "build", [*DRY, "--git-mirror", f"{GH}=../gh"], expect=("--git-mirror", "relative path")))
+    add(Case("rehearse-git-mirror-relative", "build", [*REHEARSE, "--git-mirror", f"{GH}=gh"], expect=("--git-mirror", "relative path")))
+    add(Case("repro-git-mirror-newline", "repro", [*REPRO, "--git-mirror", f"{GH}=http://m/\nx"], expect=("--git-mirror", "newline")))
+    add(Case("publish-git-mirror-ftp", "build", [*PUBLISH, "--git-mirror", f"{GH}=ftp://m/"], expect=("--git-mirror", "not a URL")))
     add(Case("lock-git-mirrors-env-newline", "lock", LOCK, env={"BUILDER_GIT_MIRRORS": f"{GH}=http://m/\nx"},
              expect=("BUILDER_GIT_MIRRORS", "newline")))
     add(Case("lock-git-mirrors-env-secret-query", "lock", LOCK,
