@@ -14,7 +14,10 @@ import jinja2
 import pytest
 
 from builder import docker, gitmirror
-from tests.unit.net.test_gitmirror import GH, UPSTREAM, served  # noqa: F401  (the git daemon fixture)
+from tests.helpers import git_daemon
+
+GH = "https://github.com/"
+UPSTREAM = "https://github.com/acme/widget"  # unreachable here: only the mirror answers
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = "debian:bookworm-slim"
@@ -27,6 +30,12 @@ def _base_with_git() -> str:
     if not tags:
         pytest.skip("no local image with git (builder-test/toolchain-with-repo)")
     return tags[0]
+
+
+@pytest.fixture
+def served(tmp_path):
+    with git_daemon(tmp_path) as info:
+        yield info
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +55,9 @@ def test_a_build_fetches_through_the_mirror_secret_and_keeps_it_out_of_the_image
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(f"FROM {base}\n{with_ca}\n"
                           "RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \\\n"
-                          f"    with-ca git ls-remote {UPSTREAM}.git refs/tags/v1.0^{{}} > /ls-remote.txt\n")
+                          f"    with-ca git ls-remote {UPSTREAM}.git refs/tags/v1.0^{{}} > /ls-remote.txt \\\n"
+                          # the commit is the identity: a fresh repository (a new commit) is a fresh layer key
+                          f" && grep -q {served['commit']} /ls-remote.txt\n")
     tag = "builder-test/git-mirror:probe"
 
     def build(mirror: str) -> str:
@@ -65,7 +76,8 @@ def test_a_build_fetches_through_the_mirror_secret_and_keeps_it_out_of_the_image
                          check=True).stdout
     assert got.split()[0] == served["commit"]  # resolved by the mirror: the upstream host is unreachable here
     log = build(f"git://localhost:{port}/github/")  # another mirror of the same repository
-    assert "CACHED" in log.split("ls-remote")[-2] or "CACHED" in log  # the mirror is no part of the key
+    step = next(line.split()[0] for line in log.splitlines() if "git ls-remote" in line and line.startswith("#"))
+    assert f"{step} CACHED" in log, log[-3000:]  # the fetch's layer is a cache hit: the mirror is no part of its key
     history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag],
                              capture_output=True, text=True, check=True).stdout
     inspect = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from builder import docker, gitmirror, lock, redact
 from builder.errors import UserError
+from tests.helpers import git_daemon
 
 ROOT = Path(__file__).resolve().parents[3]
 GH = "https://github.com/"
@@ -152,44 +151,13 @@ def test_two_mirrors_give_one_key_one_label_set_one_dockerfile(tmp_path):
 
 # --- a real git server -------------------------------------------------------------------------------------------
 
-def _git(*argv, cwd=None):
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd or "/"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *argv], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.fixture
 def served(tmp_path):
-    """A bare repository github/acme/widget.git with tag v1.0 under tmp/srv, served by `git daemon` on 127.0.0.1."""
+    """A bare repository github/acme/widget.git with tag v1.0, served by `git daemon` on 127.0.0.1."""
     if not shutil.which("git"):
         pytest.skip("no git")
-    work = tmp_path / "work"
-    work.mkdir()
-    _git("init", "-q", "-b", "main", cwd=work)
-    (work / "CMakeLists.txt").write_text("project(widget)\n")
-    _git("add", ".", cwd=work)
-    _git("commit", "-q", "-m", "one", cwd=work)
-    _git("tag", "-a", "v1.0", "-m", "v1.0", cwd=work)
-    commit = _git("rev-parse", "HEAD", cwd=work)
-    bare = tmp_path / "srv" / "github" / "acme" / "widget.git"
-    bare.parent.mkdir(parents=True)
-    _git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    daemon = subprocess.Popen(["git", "daemon", "--listen=127.0.0.1", f"--port={port}", "--export-all",
-                               "--reuseaddr", f"--base-path={tmp_path / 'srv'}", str(tmp_path / "srv")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        yield {"port": port, "commit": commit, "srv": tmp_path / "srv"}
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
+    with git_daemon(tmp_path) as info:
+        yield info
 
 
 UPSTREAM = "https://github.com/acme/widget"  # unreachable here: only the mirror answers
