@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from . import gitmirror, redact
 from .errors import CommandError, EnvironmentProblem
 from .imageref import ImageRef
 from .owner import die_with_parent
@@ -206,6 +207,7 @@ class BuildxCall:
     build_args: tuple[tuple[str, str], ...] = ()
     contexts: tuple[tuple[str, str], ...] = ()  # named build contexts: name → dir / docker-image://...
     secrets: tuple[tuple[str, str], ...] = ()  # id → file
+    secret_envs: tuple[tuple[str, str], ...] = ()  # id → environment variable of the buildx process
     output: str | None = None  # e.g. "type=local,dest=DIR"
     tags: tuple[str, ...] = ()
     load: bool = False
@@ -237,6 +239,8 @@ class BuildxCall:
             argv += ["--build-context", f"{k}={v}"]
         for k, v in self.secrets:
             argv += ["--secret", csv_options(id=k, src=v)]
+        for k, v in self.secret_envs:
+            argv += ["--secret", csv_options(id=k, env=v)]
         if self.output:
             argv += ["--output", self.output]
         for t in self.tags:
@@ -610,19 +614,21 @@ def git_ls_remote(repository: str, *refs: str, timeout: float = 30) -> tuple[int
     argv = ["git", "ls-remote", repository, *refs]
     try:
         proc = subprocess.run(_logged(argv), capture_output=True, text=True, timeout=timeout,
-                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                   **gitmirror.git_env()},
                               preexec_fn=die_with_parent)
     except FileNotFoundError:
         return 127, "", "git: command not found"
     except subprocess.TimeoutExpired:
         return 124, "", f"git ls-remote {repository}: timed out after {timeout:g}s"
-    return proc.returncode, proc.stdout, proc.stderr
+    return proc.returncode, proc.stdout, redact.redact(proc.stderr)
 
 
 def git_fetch_commit(repository: str, commit: str, dest: Path, timeout: float = 600) -> tuple[int, str]:
     """(returncode, error text) of checking out exactly `commit` of `repository` into the empty directory `dest`
     (a depth-1 fetch of that commit, verified); never prompts for credentials."""
-    env = {"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dest)}
+    env = {"GIT_TERMINAL_PROMPT": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dest),
+           **gitmirror.git_env()}
     for var in ("GIT_SSL_CAINFO", "SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
         if os.environ.get(var):
             env[var] = os.environ[var]
@@ -642,7 +648,7 @@ def git_fetch_commit(repository: str, commit: str, dest: Path, timeout: float = 
         except subprocess.TimeoutExpired:
             return 124, f"{' '.join(argv[:4])}: timed out after {timeout:g}s"
         if proc.returncode != 0:
-            return proc.returncode, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            return proc.returncode, redact.redact((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1])
         out = proc.stdout.strip()
     if out != commit:
         return 1, f"fetched {out or 'nothing'}, not {commit}"

@@ -928,6 +928,21 @@ def _said(rule, noun: str, plural: str = "", types: tuple[type, ...] = (str,)) -
     return Parsed(rule, noun, plural or noun, explain=True, say_expected=False, types=types)
 
 
+def _git_url(mirror: bool):
+    def rule(value: str) -> str:
+        from . import gitmirror
+        try:
+            return gitmirror.check_url(value, "", mirror=mirror)
+        except UserError as exc:
+            # the schema's message shows the value already: the reason alone
+            raise ValueError(str(exc).removeprefix(": ").removeprefix(redact.describe(value)).lstrip(": ")) from None
+    return rule
+
+
+GIT_UPSTREAM = _said(_git_url(False), "an upstream git URL prefix like https://github.com/")
+GIT_MIRROR = _said(_git_url(True), "a mirror URL like http://127.0.0.1:9418/github/ (http, https, git or file)")
+
+
 # which archs nvcc of a profile's CUDA can target is archs.py's business, once the shape is right
 MATRIX_ARCHS = ListOf(_said(_sm_arch, "an SM arch number like 80 or 90", "SM arch numbers like 80 or 90", types=(int,)))
 BASE_TEMPLATE = _said(_base_template, "an image reference with {cuda} / {os} placeholders")
@@ -984,6 +999,12 @@ DEFAULTS = Table(optional={
     "mirrors": Key(TableOf(IMAGE_NAME, key=IMAGE_NAME),
                    "Image-name prefixes rewritten in the base images (\"nvidia/cuda\" = \"mirror.example.com/nvidia/"
                    "cuda\"): build behind a mirror or on local bases with the same templates."),
+    "git_mirrors": Key(TableOf(GIT_MIRROR, key=GIT_UPSTREAM),
+                       "Upstream git URL prefixes rewritten to mirrors, as git's url.<mirror>.insteadOf (the longest "
+                       "prefix wins), for lock's git commands and the builds' source and deps fetches (\"https://github.com/\" = "
+                       "\"http://127.0.0.1:9418/github/\"): lock behind a firewall. The upstream URL and commit stay "
+                       "the identity (no key, label or digest reads a mirror). --git-mirror and BUILDER_GIT_MIRRORS "
+                       "replace it."),
     "knowledge": Key(ListOf(_said(grammar.line, "a path on one line", "paths on one line")),
                      "Extra engine-data TOML files, relative to the matrix file, merged over builder/data/engines.toml: "
                      "add a release or fix a fact without editing builder."),

@@ -4,6 +4,7 @@ other."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -374,3 +376,42 @@ def commit_image(base: str, ref: str, *changes: str, add_file: bool = True) -> s
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
     return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def _git_quiet(*argv, cwd=None):
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd or "/"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *argv], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def git_daemon(tmp_path: Path):
+    """A bare repository github/acme/widget.git with tag v1.0 under tmp/srv, served by `git daemon` on 127.0.0.1:
+    yields {"port", "commit", "srv"} (the git mirrors' tests)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    _git_quiet("init", "-q", "-b", "main", cwd=work)
+    (work / "CMakeLists.txt").write_text("project(widget)\n")
+    _git_quiet("add", ".", cwd=work)
+    _git_quiet("commit", "-q", "-m", "one", cwd=work)
+    _git_quiet("tag", "-a", "v1.0", "-m", "v1.0", cwd=work)
+    commit = _git_quiet("rev-parse", "HEAD", cwd=work)
+    bare = tmp_path / "srv" / "github" / "acme" / "widget.git"
+    bare.parent.mkdir(parents=True)
+    _git_quiet("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daemon = subprocess.Popen(["git", "daemon", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+                               "--reuseaddr", f"--base-path={tmp_path / 'srv'}", str(tmp_path / "srv")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield {"port": port, "commit": commit, "srv": tmp_path / "srv"}
+    finally:
+        daemon.terminate()
+        daemon.wait(10)

@@ -85,6 +85,7 @@ def _after_publish(m, cells, plans, outcomes, opts):
 
 @main.command()
 @flags.selection
+@flags.git_mirrors
 @flags.build()
 def build(m, sel, flags):
     """Compile every missing wheel of the selected cells with BuildKit, audit it, cache it, then build and
@@ -116,6 +117,7 @@ def build(m, sel, flags):
 @click.option("--no-aliases", is_flag=True,
               help="Push the full tags only; leave ENGINE:VERSION and ENGINE:latest-cuXYZ where they are.")
 @flags.selection
+@flags.git_mirrors
 @flags.build()
 def publish(m, sel, flags, registry, images_json, retries, no_aliases):
     """Build every selected cell (wheels from the cache where their keys are there), smoke it, and push the

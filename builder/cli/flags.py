@@ -281,6 +281,24 @@ def selection(f):
     return wrapper
 
 
+def git_mirrors(f):
+    """--git-mirror UPSTREAM=MIRROR (repeatable), under `selection`: sets the git mirrors of this run's host git
+    commands (builder/gitmirror.py), from the flags, else BUILDER_GIT_MIRRORS, else [defaults] git_mirrors."""
+
+    @click.option("--git-mirror", "git_mirror", multiple=True, metavar="UPSTREAM=MIRROR",
+                  help="Fetch git URLs that start with UPSTREAM from MIRROR instead (git's insteadOf; the longest "
+                       "UPSTREAM wins; repeatable; replaces BUILDER_GIT_MIRRORS and [defaults] git_mirrors). The "
+                       "upstream URL stays what the lock records.")
+    @wraps(f)
+    def wrapper(*args, m, git_mirror, **kwargs):
+        from .. import gitmirror
+
+        gitmirror.activate(gitmirror.choose(tuple(git_mirror), table=m.defaults.get("git_mirrors")))
+        return f(*args, m=m, **kwargs)
+
+    return wrapper
+
+
 def cache(plan_flag: bool = False):
     """--cache-remote / --no-remote (and for plan --remote): passes `cache_flags` (options.CacheFlags)."""
 

@@ -13,6 +13,7 @@ from .app import main
 
 @main.command()
 @flags.selection
+@flags.git_mirrors
 @click.option("--index", "index_url", default=None, help="PEP 691 index to read (default: the matrix's defaults.index).")
 @click.option("--check", is_flag=True, help="Do not write: exit 1 if matrix.lock is out of date.")
 def lock(m, sel, index_url, check):

@@ -51,6 +51,7 @@ def format_package(r: dict) -> str:
 
 @main.command()
 @flags.selection
+@flags.git_mirrors
 @flags.build(repro=True)
 @click.option("--unit", "units", multiple=True, metavar="PATTERN",
               help="Also compile the translation units whose source matches (fnmatch or substring; repeatable). "

@@ -17,6 +17,7 @@ from .app import main
 @main.command("verify-repro")
 @click.argument("cell_id", metavar="CELL")
 @flags.selection
+@flags.git_mirrors
 @flags.build(repro=True)
 def verify_repro(m, sel, cell_id, flags):
     """Build CELL twice from nothing — an empty wheelhouse and no BuildKit cache each time — and compare every

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, TextIO
 
+from .. import gitmirror
 from ..progress import Display, Tracker
 
 _QUIET = Display("quiet")
@@ -216,6 +217,10 @@ def common_build_args(ctx: CellContext) -> dict:
     secrets = (("ca", str(opts.ca_bundle)),) if opts.ca_bundle else ()
     contexts = tuple((f"local-{p.name}", p.source.path) for p in cell.packages if p.source.kind == "local")
     extra = ("--no-cache",) if opts.no_cache else ()
+    # the git mirrors (builder/gitmirror.py) reach the fetches as a git config in secret "gitmirrors": the buildx
+    # process's environment holds it, so it is in no argv, no file, no layer and no cache key
+    secret_envs = ((gitmirror.SECRET_ID, gitmirror.SECRET_ENV),) if gitmirror.active() else ()
     return {"dockerfile": ctx.dockerfile, "context": ctx.context_dir, "build_args": args, "secrets": secrets,
+            "secret_envs": secret_envs,
             "contexts": contexts, "extra": extra, "builder": opts.builder,
             "layer_cache": (opts.layer_cache, cell.id) if opts.layer_cache else None}

@@ -9,9 +9,11 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -157,7 +159,7 @@ RUN mkdir -p /opt/deps \
       'git -C /opt/deps/cutlass submodule update -q --init --recursive --depth 1' \
       'printf '"'"'%s\n'"'"' '"'"'# Written by builder: local checkouts for the FetchContent downloads'"'"' '"'"'set(FETCHCONTENT_SOURCE_DIR_CUTLASS "/opt/deps/cutlass" CACHE PATH "" FORCE)'"'"' > /opt/deps/overrides.cmake' \
       > /opt/deps/fetch.sh
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     with-ca sh /opt/deps/fetch.sh
 # ---- build-vllm: vLLM 0.5.5 → wheel, SASS for sm_80, sm_90 -------------
 # TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
@@ -215,13 +217,13 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # UNPINNED: `builder lock` could not resolve tag v0.1.6 to a commit; the commit fetched is
 # recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     git init -q /src \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/flashinfer-ai/flashinfer refs/tags/v0.1.6 \
  && git -C /src checkout -q FETCH_HEAD \
  && git -C /src rev-parse HEAD > /src/.builder-commit
 # the submodules its build reads, at the commits this checkout records
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     with-ca git -C /src submodule update -q --init --depth 1 -- 3rdparty/cutlass \
  && ! git -C /src submodule status -- 3rdparty/cutlass | grep -v '^ '
 # ---- build-flashinfer: flashinfer 0.1.6 → wheel, SASS for sm_80, sm_90 -------
@@ -340,9 +342,11 @@ ARG DEBIAN_FRONTEND=noninteractive
 # image's config.
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG PYTHONHASHSEED=0
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -540,27 +544,27 @@ LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_
 LABEL io.builder.warm-allowance="*.lock flashinfer/*/flashinfer_jit.log"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="b8fc766cad08735eed885e6f1faa8579cf805748b9aa42face2333481ef47859"
+LABEL io.builder.package.sglang.cache-key="d2a0b220cf5b4c8b99cec3cbf4271193865aeaa7ceca40a45baa2f082a85bd39"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="fe2132c541925a511745cea93aa3b0d96109e33cce3682acc8d38e7e240af5c0"
+LABEL io.builder.package.vllm.cache-key="5766bcc1001a8051aadf6d449ac486e30510012eb702632ea115d28e7ec8ca4d"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="b3fbb5ab1a399554196addab86acf646b3f977f07c1a722d4231c24c0f83c706"
+LABEL io.builder.package.flashinfer.cache-key="50cd6438b0435b6f914ab08633c0623d86c41b5f44f618cff17d216d9c338c1d"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="9a255c6ec6c516b281517407d5286f14e6ec1e9ad7ee3b8425422becffa441c7"
+LABEL io.builder.package.flash-attn.cache-key="fcc06c9df9ddafcb064a888a0c8b39a0270a6335077d527afdb378645a503eff"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

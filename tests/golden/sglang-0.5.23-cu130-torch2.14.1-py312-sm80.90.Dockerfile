@@ -9,9 +9,11 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -83,7 +85,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # UNPINNED: `builder lock` could not resolve tag v0.5.23 to a commit; the commit fetched is
 # recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     git init -q /src \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
  && git -C /src checkout -q FETCH_HEAD \
@@ -142,7 +144,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # UNPINNED: `builder lock` could not resolve tag v0.5.23 to a commit; the commit fetched is
 # recorded in /src/.builder-commit and `builder build` refuses this stage unless --allow-unpinned.
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     git init -q /src \
  && with-ca git -C /src fetch -q --depth 1 https://github.com/sgl-project/sglang refs/tags/v0.5.23 \
  && git -C /src checkout -q FETCH_HEAD \
@@ -161,7 +163,7 @@ RUN mkdir -p /opt/deps \
       'echo '"'"'sglang-kernel 0.4.10: no fetch plan (source commit unknown); run `builder lock` where the git host answers'"'"' >&2' \
       'exit 1' \
       > /opt/deps/fetch.sh
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     with-ca sh /opt/deps/fetch.sh
 # ---- build-sglang-kernel: sglang-kernel 0.4.10 → wheel, SASS for sm_80, sm_90, sm_90a -----
 # Archs are hard-coded in its CMakeLists: sm_90 always, sm_80/sm_89 (sm_86 in FA3) only with ENABLE_BELOW_SM90,
@@ -454,9 +456,11 @@ ARG DEBIAN_FRONTEND=noninteractive
 # image's config.
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG PYTHONHASHSEED=0
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -670,20 +674,20 @@ LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_
 LABEL io.builder.warm-allowance="*.lock flashinfer/*/flashinfer_jit.log"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="b97189c3a34f1795455994db15d3ab1ec7945377451b02803a3017472efe4010"
+LABEL io.builder.package.sglang.cache-key="ec3f27acf0bfc65b2113c92e0d08c309e992bff84e80b550385051f5f4fa7acf"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="3ddda0471a889e612435a6521740486d64e1acdad060970d9dbcf4c289d74537"
+LABEL io.builder.package.sglang-kernel.cache-key="de36c9f9091e90bbeef253a6ec24833e04cad90bc96a96c3c340122d795faa4d"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3.post2"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="4d3c370e64ffeb4cfbebcfec193c492a0b42d5395ca3e07c75e8af3914336dbf"
+LABEL io.builder.package.flash-attn.cache-key="52cd29176c039d3c139f2e50f8b35660fe91ae040ae91d81903f436c10d1c806"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

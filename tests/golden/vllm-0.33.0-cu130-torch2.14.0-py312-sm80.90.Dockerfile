@@ -9,9 +9,11 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -187,7 +189,7 @@ RUN mkdir -p /opt/deps \
       'if [ "$(git -C /opt/deps/vllm-flash-attn rev-parse HEAD)" != b273a02621d3c94bc747df67204f591b67f38fae ]; then echo "vllm-flash-attn: fetched commit is not b273a02621d3c94bc747df67204f591b67f38fae" >&2; exit 1; fi' \
       'git -C /opt/deps/vllm-flash-attn submodule update -q --init --recursive --depth 1' \
       > /opt/deps/fetch.sh
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     with-ca sh /opt/deps/fetch.sh
 # The Rust part: toolchain 1.95 (its rust-toolchain.toml) and every crate of its Cargo.lock
 ENV RUSTUP_HOME=/opt/rust CARGO_HOME=/opt/deps/cargo PATH=/opt/deps/cargo/bin:$PATH
@@ -342,9 +344,11 @@ ARG DEBIAN_FRONTEND=noninteractive
 # image's config.
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG PYTHONHASHSEED=0
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -567,13 +571,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="faaa3bafcc9784ea30c8e7abb15d5e409a444a2692687e39e92d69d98bc02cf9"
+LABEL io.builder.package.vllm.cache-key="d6147189daa981231b764a5d084b88f22eda536efcda257e421df3067466306c"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3.post2"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="10171e7c13485409f8bbcbdcaf34cdc3ea2a8537c3c1c273302adba41eea01f6"
+LABEL io.builder.package.flash-attn.cache-key="a4f887142980bed2bc3d11b82d78a32bf32cc01b0079969374e4796e3fc650c8"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

@@ -9,9 +9,11 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 FROM ${BASE_DEVEL_IMAGE} AS toolchain
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -116,7 +118,7 @@ RUN mkdir -p /opt/deps \
       'git -C /opt/deps/vllm-flash-attn submodule update -q --init --recursive --depth 1' \
       'printf '"'"'%s\n'"'"' '"'"'# Written by builder: local checkouts for the FetchContent downloads'"'"' '"'"'set(FETCHCONTENT_SOURCE_DIR_CUTLASS "/opt/deps/cutlass" CACHE PATH "" FORCE)'"'"' > /opt/deps/overrides.cmake' \
       > /opt/deps/fetch.sh
-RUN --mount=type=secret,id=ca \
+RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \
     with-ca sh /opt/deps/fetch.sh
 # ---- build-vllm: vLLM 0.6.3.post1 → wheel, SASS for sm_80, sm_90 -------------
 # TORCH_CUDA_ARCH_LIST is the knob vLLM honours (CMAKE_CUDA_ARCHITECTURES is reset by torch's cuda.cmake)
@@ -242,9 +244,11 @@ ARG DEBIAN_FRONTEND=noninteractive
 # image's config.
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG PYTHONHASHSEED=0
-# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given
+# with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
+# the git mirrors' insteadOf config mounted as secret "gitmirrors" (builder/gitmirror.py), when there are mirrors
 RUN printf '%s\n' '#!/bin/sh' \
       'if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca GIT_SSL_CAINFO=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca; fi' \
+      'if [ -s /run/secrets/gitmirrors ]; then export GIT_CONFIG_GLOBAL=/run/secrets/gitmirrors; fi' \
       'exec "$@"' > /usr/local/bin/with-ca \
  && chmod 0755 /usr/local/bin/with-ca
 # apt versions follow the pinned base image; pinning them here breaks on every base refresh or mirror.
@@ -440,13 +444,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="346e71e9bbd9ce76f74e6f93fa31a522ebb15941eb77ff56b42ecd0b03b9b5da"
+LABEL io.builder.package.vllm.cache-key="a9418c485c9baeef8044bde7c4702654c352fa8feda403c0ca78f6565e31bf7b"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="9a255c6ec6c516b281517407d5286f14e6ec1e9ad7ee3b8425422becffa441c7"
+LABEL io.builder.package.flash-attn.cache-key="fcc06c9df9ddafcb064a888a0c8b39a0270a6335077d527afdb378645a503eff"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]

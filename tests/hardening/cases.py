@@ -658,6 +658,37 @@ def _round_two() -> list[Case]:
         add(Case(f"lock-remote-timeout-{name}", "lock", LOCK, env={"BUILDER_REMOTE_TIMEOUT": v}, expect=("BUILDER_REMOTE_TIMEOUT",)))
     add(Case("lock-matrix-index-credentials", "lock", LOCK, matrix=add_default(f'index = "https://bob:{SECRET}@pypi.org/simple"'),
              expect=("defaults.index",)))
+    # git mirrors: --git-mirror (lock, build), BUILDER_GIT_MIRRORS, [defaults] git_mirrors
+    GH = "https://github.com/"
+    for name, (v, expect) in {
+        "no-equals": ("github", ("--git-mirror", "UPSTREAM=MIRROR")),
+        "relative": (f"{GH}=mirrors/gh/", ("--git-mirror", "relative path")),
+        "file-relative": (f"{GH}=file://srv/git/", ("--git-mirror", "absolute path")),
+        "ftp": (f"{GH}=ftp://m/gh/", ("--git-mirror", "not a URL")),
+        "newline": (f"{GH}=http://m/gh/\nRUN id", ("--git-mirror", "newline")),
+        "upstream-bare": ("github.com=http://m/gh/", ("--git-mirror", "not a URL")),
+        "query-secret": (f"{GH}=https://m/gh/?token={SECRET}", ("--git-mirror", "no ?query")),
+        "upstream-credentials": (f"https://bob:{SECRET}@github.com/=http://m/", ("--git-mirror", "no credentials")),
+        "bad-port": (f"{GH}=https://bob:{SECRET}@m:99999/gh/", ("--git-mirror", "not a URL")),
+        "two-mirrors": (None, ("--git-mirror", "two mirrors")),
+    }.items():
+        args = ["--git-mirror", v] if v else ["--git-mirror", f"{GH}=http://a/", "--git-mirror", f"{GH}=http://b/"]
+        add(Case(f"lock-git-mirror-{name}", "lock", [*LOCK, *args], expect=expect))
+    add(Case("build-git-mirror-relative", "build", [*DRY, "--git-mirror", f"{GH}=../gh"], expect=("--git-mirror", "relative path")))
+    add(Case("rehearse-git-mirror-relative", "build", [*REHEARSE, "--git-mirror", f"{GH}=gh"], expect=("--git-mirror", "relative path")))
+    add(Case("repro-git-mirror-newline", "repro", [*REPRO, "--git-mirror", f"{GH}=http://m/\nx"], expect=("--git-mirror", "newline")))
+    add(Case("publish-git-mirror-ftp", "build", [*PUBLISH, "--git-mirror", f"{GH}=ftp://m/"], expect=("--git-mirror", "not a URL")))
+    add(Case("lock-git-mirrors-env-newline", "lock", LOCK, env={"BUILDER_GIT_MIRRORS": f"{GH}=http://m/\nx"},
+             expect=("BUILDER_GIT_MIRRORS", "newline")))
+    add(Case("lock-git-mirrors-env-secret-query", "lock", LOCK,
+             env={"BUILDER_GIT_MIRRORS": f"{GH}=https://bob:{SECRET}@m/?t={SECRET}"}, expect=("BUILDER_GIT_MIRRORS",)))
+    add(Case("lock-matrix-git-mirrors-relative", "lock", LOCK, matrix=add_default(f'git_mirrors = {{ "{GH}" = "gh/" }}'),
+             expect=("git_mirrors", "relative path")))
+    add(Case("lock-matrix-git-mirrors-not-table", "lock", LOCK, matrix=add_default('git_mirrors = "http://m/"'),
+             expect=("git_mirrors", "table")))
+    add(Case("lock-matrix-git-mirrors-credentials-query", "lock", LOCK,
+             matrix=add_default(f'git_mirrors = {{ "{GH}" = "https://bob:{SECRET}@m/gh/?t={SECRET}" }}'),
+             expect=("git_mirrors",)))
     # audit
     for name, v in BAD_ARCHS.items():
         add(Case(f"audit-arch-{name}", "audit", ["audit", "{tmp}/libhost.so", "--arch", v], files={"libhost.so": HOST_ELF},

@@ -18,7 +18,7 @@ PACKAGE = REPO / "builder"
 
 # Modules every other one may build on; they import only each other.
 FOUNDATION = {"errors", "redact", "net", "files", "globs", "grammar", "archs", "gencode_filter", "progress", "docker", "imageref",
-              "owner", "templates", "epoch", "compile_cache"}
+              "owner", "templates", "epoch", "compile_cache", "gitmirror"}
 # Modules that talk to a registry, an index or a download without being the wheel cache.
 NETWORK_USERS = {"image.publish", "deploy.subject", "registry_api", "image.reuse", "doctor", "lock", "download", "pypi",
                  "steps.compile"}
