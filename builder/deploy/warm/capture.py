@@ -14,7 +14,6 @@ place; the capture is packed where the image is."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import time
@@ -134,11 +133,6 @@ def _l3(rep):
     return found[0]
 
 
-def _model_hash(target: Path) -> str:
-    config = Path(target) / "config.json"
-    return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else ""
-
-
 @dataclass(frozen=True)
 class Boots:
     """What every boot of one request shares: the request, this host's GPUs (None with --gpus none) and the model
@@ -175,16 +169,17 @@ class Boots:
 
     def facts(self, cell, opts: SmokeOptions, booted, cold_s, launcher: str, tree: Path) -> dict:
         """warm.json's facts of a capture: what it was made for and on, the cold boot's seconds, and the whole key
-        of its caches (key.py: this GPU, the launch line the engine ran, its environment, the model's config, the
-        rank directories and files per cache the tree holds)."""
+        of its caches (runtime/warmkey.py: this GPU, the launch line the engine ran, its environment, the model's
+        config, the rank directories and files per cache the tree holds)."""
         model, gpu = self.model, self.gpu()
+        config = key_mod.model_config_sha(model.target)
         record = key_mod.Record.of(gpu, booted.figures.get("launch_args", ()), booted.figures.get("launch_env", {}),
-                                   _model_hash(model.target) or None, key_mod.ranks_in(tree),
+                                   config, key_mod.ranks_in(tree),
                                    key_mod.files_per_cache(layer.file_list(tree), key_mod.cache_subdirs()))
         return {"cache_root": opts.cache_root, "strategy": self.request.strategy,
                 "gpu": gpu.name if gpu else "none", "gpu-arch": f"sm{gpu.compute_cap}" if gpu else "none",
                 "driver": gpu.driver if gpu else "none", "engine": f"{cell.engine} {cell.version}",
-                "model": model.label, "model-config-sha256": _model_hash(model.target),
+                "model": model.label, "model-config-sha256": config or "",
                 "engine-args": " ".join(self.request.run.engine_args), "cold-boot-s": cold_s,
                 "captured-on": launcher, "key": record.to_label()}
 
