@@ -80,7 +80,8 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
 @click.option("--memory", default=None, help="Memory the pod requests and is limited to (e.g. 256Gi; /dev/shm counts "
                                              "against it).")
 @click.option("--compile-cache-claim", "compile_cache_claim", default=None,
-              help="A PVC for the compile cache of a cold image (default: an emptyDir; a warm image gets none).")
+              help="A PVC for the compile cache (default: an emptyDir): a cold image's, and a warm image's, seeded "
+                   "from its warm layer by an init container.")
 @click.option("--gpu-family", "gpu_family", default=None,
               help="Admit only GPUs of this family (e.g. hopper, blackwell) among those the image's device code "
                    "runs on: the node affinity's compute capabilities narrowed to it.")

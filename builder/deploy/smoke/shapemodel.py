@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,25 +232,7 @@ def target_config(shape: Shape, ids: dict[str, int]) -> dict:
         "eos_token_id": ids["<|endoftext|>"],
         "pad_token_id": None,
     }
-    return {
-        "architectures": ["Qwen3_5ForConditionalGeneration"],
-        "model_type": "qwen3_5",
-        "text_config": text,
-        "vision_config": dict(shape.vision),
-        "image_token_id": ids["<|image_pad|>"],
-        "video_token_id": ids["<|video_pad|>"],
-        "vision_start_token_id": ids["<|vision_start|>"],
-        "vision_end_token_id": ids["<|vision_end|>"],
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "quantization_config": {
-            "quant_method": "fp8",
-            "activation_scheme": "dynamic",
-            "fmt": "e4m3",
-            "weight_block_size": [BLOCK, BLOCK],
-            "modules_to_not_convert": not_converted(shape),
-        },
-    }
+    return tinymodel.qwen35_config(text, dict(shape.vision), ids, not_converted(shape))
 
 
 def model_files(shape: Shape) -> dict[str, dict]:
@@ -268,36 +248,29 @@ def _dump(obj: dict) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
 
 
-def digest(shape: Shape) -> str:
+def digest(shape: Shape, files: dict[str, dict] | None = None) -> str:
+    """Content hash of the shape's files (`files`: model_files(shape), when already made)."""
     h = hashlib.sha256(f"{GENERATOR_VERSION}\0{shape.name}".encode())
-    for name, obj in sorted(model_files(shape).items()):
+    for name, obj in sorted((files or model_files(shape)).items()):
         h.update(f"{name}\0".encode() + _dump(obj).encode())
     return h.hexdigest()[:16]
 
 
-def write(shape: Shape, dest: Path) -> Path:
-    """The shape's target directory written under `dest`; its path."""
+def write(shape: Shape, dest: Path, files: dict[str, dict] | None = None) -> Path:
+    """The shape's target directory written under `dest` (`files`: model_files(shape), when already made); its
+    path."""
     target = Path(dest) / "target"
     target.mkdir(parents=True, exist_ok=True)
-    for name, obj in model_files(shape).items():
+    for name, obj in (files or model_files(shape)).items():
         (target / name).write_text(_dump(obj))
     return target
 
 
 def ensure(shape: Shape, cache_dir: Path | None = None) -> Path:
-    """The shape's target directory in the cache (written once per digest, atomically, readable by any user)."""
+    """The shape's target directory in the cache (written once per digest, atomically, readable by any user). Its
+    files are made once: the tokenizer of a real-size vocabulary is the slow part."""
+    files = model_files(shape)
     base = Path(cache_dir) if cache_dir else tinymodel.default_cache_dir()
-    final = base / f"qwen3.5-{shape.name}-shape-fp8-{digest(shape)}"
-    if not (final / "target" / "config.json").is_file():
-        base.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".shape-{shape.name}-", dir=base))
-        write(shape, tmp)
-        for p in [tmp, *tmp.rglob("*")]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process won the race: theirs is identical
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+    final = tinymodel.cached(base, f"qwen3.5-{shape.name}-shape-fp8-{digest(shape, files)}", f".shape-{shape.name}-",
+                             lambda tmp: write(shape, tmp, files))
     return final / "target"

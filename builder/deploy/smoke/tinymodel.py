@@ -232,6 +232,13 @@ def target_config(ids: dict[str, int]) -> dict:
     skip += [f"model.visual.blocks.{b}.{m}" for b in range(vision["depth"])
              for m in ("attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2")]
     skip += ["model.visual.merger.linear_fc1", "model.visual.merger.linear_fc2"]
+    return qwen35_config(text, vision, ids, skip)
+
+
+def qwen35_config(text: dict, vision: dict, ids: dict[str, int], not_converted: list[str]) -> dict:
+    """The config.json of a Qwen3_5ForConditionalGeneration checkpoint around its text and vision configs: the
+    special tokens' ids and Qwen's native block-FP8 quantization, `not_converted` left in BF16 (the tiny model and
+    the published shapes of shapemodel.py alike)."""
     return {
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5",
@@ -248,7 +255,7 @@ def target_config(ids: dict[str, int]) -> dict:
             "activation_scheme": "dynamic",
             "fmt": "e4m3",
             "weight_block_size": [BLOCK, BLOCK],
-            "modules_to_not_convert": skip,
+            "modules_to_not_convert": not_converted,
         },
     }
 
@@ -360,12 +367,20 @@ def write(dest: Path) -> TinyModel:
 
 def ensure(cache_dir: Path | None = None) -> TinyModel:
     """The tiny model in the cache (written once per generator digest, atomically)."""
-    base = Path(cache_dir) if cache_dir else default_cache_dir()
-    final = base / f"tiny-qwen3.5-fp8-{digest()}"
+    final = cached(Path(cache_dir) if cache_dir else default_cache_dir(), f"tiny-qwen3.5-fp8-{digest()}", ".tiny-",
+                   write)
+    return TinyModel(final / "target", final / "dflash2-drafter")
+
+
+def cached(base: Path, name: str, prefix: str, write_into) -> Path:
+    """base/name, a generated model directory: made once (`write_into(tmp)` writes target/ and the rest into a
+    temporary directory under `base`, renamed into place: a reader never sees half of it), every file readable by
+    the engine's user inside a container. The name carries the content's digest, so what is there is reused."""
+    final = base / name
     if not (final / "target" / "config.json").is_file():
         base.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=base))
-        write(tmp)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        write_into(tmp)
         for p in [tmp, *tmp.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)  # readable by the engine's user inside a container
         try:
@@ -374,7 +389,7 @@ def ensure(cache_dir: Path | None = None) -> TinyModel:
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
-    return TinyModel(final / "target", final / "dflash2-drafter")
+    return final
 
 
 def default_cache_dir() -> Path:
