@@ -142,9 +142,7 @@ def side(gpu, flags: key_mod.FlagMap | None, args, env: dict[str, str], cache_va
     through the engine version's flag map (None: no flag data, every flag part unknown), its environment, the
     model's config.json sha256 (None: not readable here), and the rank directories (a capture: those it holds;
     None: those TP x DP needs)."""
-    parts: dict[str, str | None] = flags.split(tuple(args)) if flags is not None else {}
-    parts["model-config"] = model_config
-    parts["engine-env"] = key_mod.env_part(env, cache_vars)
+    parts = key_mod.serve_parts(flags, args, env, cache_vars, model_config)
     if ranks is None:
         ranks = key_mod.needed_ranks(parts.get("tp"), parts.get("dp"))
     if gpu is None:

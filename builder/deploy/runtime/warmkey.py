@@ -136,6 +136,16 @@ def needed_ranks(tp: str | None, dp: str | None) -> frozenset[str]:
     return frozenset(f"rank_{r}_{p}" for r in range(max(t, 1)) for p in range(max(d, 1)))
 
 
+def serve_parts(flags: FlagMap | None, args, env: dict[str, str], cache_vars: set[str],
+                model_config: str | None) -> dict[str, str | None]:
+    """A boot's serve parts: its launch line read through the engine version's flag map (None: no flag data, every
+    flag part unknown), the model's config.json sha256 (None: not readable here) and its environment."""
+    parts: dict[str, str | None] = flags.split(tuple(args)) if flags is not None else {}
+    parts["model-config"] = model_config
+    parts["engine-env"] = env_part(env, cache_vars)
+    return parts
+
+
 def env_part(env: dict[str, str], cache_vars: set[str]) -> str:
     """The engine's environment as one value: the strategy's and the user's variables, not the cache variables the
     image sets (those are the paths)."""
@@ -205,10 +215,8 @@ class Record:
 
     def side(self, flags: FlagMap | None) -> Side:
         """The capture's side of the key, its launch line read through the engine version's flag map."""
-        parts: dict[str, str | None] = flags.split(self.args) if flags is not None else {}
-        parts["model-config"] = self.model_config
-        parts["engine-env"] = env_part(self.env, set())
-        return Side(self.gpu_name, self.sm_count, self.arch, self.driver, parts, self.ranks)
+        return Side(self.gpu_name, self.sm_count, self.arch, self.driver,
+                    serve_parts(flags, self.args, self.env, set(), self.model_config), self.ranks)
 
     def to_label(self) -> str:
         return json.dumps({"format": FORMAT, "gpu-name": self.gpu_name, "sm-count": self.sm_count, "arch": self.arch,
