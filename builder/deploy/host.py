@@ -281,16 +281,17 @@ def warm_match(gpu: Gpu, labels: dict[str, str]) -> list[str]:
     TP) are judged by `builder serve`, which knows them: here they are said as the layer needs them. [] without a
     warm layer."""
     from .runtime import warmjudge as judge_mod
-    from .runtime.warmkey import LABEL, Record, Side
+    from .runtime.warmkey import LABEL, Record
     from .runtime.warmkey import data as key_data
 
     raw = labels.get(LABEL)
     record = Record.from_label(raw) if raw else None
     engine, version = labels_mod.engine(labels)
-    parts = record.side(key_data().flags_of(engine or "", version or "")).parts if record is not None else {}
-    # the capture's own serve parts: only the host can differ here
-    serve = Side(gpu.name, gpu.sm_count, f"sm{gpu.compute_cap}", gpu.driver, dict(parts),
-                 record.ranks if record is not None else frozenset())
+    flags = key_data().flags_of(engine or "", version or "")
+    # this GPU with the capture's own launch line, environment and model: only the host can differ here
+    serve = (judge_mod.side(gpu, flags, record.args, record.env, set(), record.model_config, record.ranks)
+             if record is not None else judge_mod.side(gpu, None, (), {}, set(), None))
+    parts = serve.parts
     verdict = judge_mod.of_image(labels, serve)
     if verdict is None:
         return []

@@ -103,3 +103,29 @@ def test_a_hard_link_to_a_file_outside_the_capture_is_refused_and_one_inside_is_
         with pytest.raises(UserError, match="hard link to a file outside"):
             call(tree)
     assert not (tmp_path / "copy2").exists()
+
+
+def test_doctor_host_judges_the_h200_sglang_layer_by_its_recorded_key():
+    """The key of the SGLang 0.5.17 layer captured on the H200 (2026-12-05, tests/fixtures/gpu-host): on an H100
+    PCIe its caches still hit (none of them holds the GPU's name or SM count: Triton, FlashInfer, tvm-ffi's JIT under
+    HOME key on the arch), on an A100 (sm80) every one compiles; the serve parts are said as the layer needs them."""
+    import json
+
+    from builder.deploy import host
+    from builder.deploy.runtime.gpus import Gpu
+    from builder.image import labels
+
+    from tests.helpers import REPO
+
+    facts = json.loads((REPO / "tests/fixtures/gpu-host/h200-2026-12-05-sglang-warm-layer/warm.json").read_text())
+    lab = {labels.ENGINE: "sglang", labels.ENGINE_VERSION: "0.5.17",
+           **dict(labels.warm_written({k: str(v) for k, v in facts.items() if k in labels.WARM_FIELDS},
+                                      "sha256:" + "a" * 64))}
+    h100 = host.warm_match(Gpu(0, "NVIDIA H100 PCIe", "580.65.06", 90, "NVIDIA", 114), lab)
+    assert "every cache's key matches; the first boot reuses it (warm boot 38 s)" in h100[0]
+    assert [ln.strip() for ln in h100[1:4]] == ["flashinfer (8 files): hit", "home (24 files): hit",
+                                               "triton (429 files): hit"]
+    assert "model /models/target" in h100[4] and "TP 1" in h100[4]
+    a100 = host.warm_match(Gpu(0, "NVIDIA A100-SXM4-80GB", "580.65.06", 80, "NVIDIA", 108), lab)
+    assert "the first boot is a cold one (cold boot 150.3 s measured" in a100[0]
+    assert all(": compile: arch sm80 (the layer: sm90)" in ln for ln in a100[1:4]), a100
