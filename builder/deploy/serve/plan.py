@@ -168,13 +168,12 @@ class Probe:
 class CompileCache:
     """A volume for what the first boot compiles, so that a restart finds it: a cold image's (the engine data's JIT
     cache root and each JIT framework's cache variable pointed into it, those the strategy's own environment does
-    not set), or a warm image's judged off its key (`seeded`: the volume starts as a copy of the image's cache root,
-    the warm layer's files with their times, and the image's own cache variables point there already)."""
+    not set), or a warm image's (`seeded`: the volume starts as a copy of the image's cache root, the warm layer's
+    files with their times; the image's own cache variables are said again); the judge's why is the plan's `warm`."""
 
     root: str
     env: tuple[tuple[str, str], ...]
     seeded: bool = False
-    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ class ServePlan:
     readiness: Probe
     liveness: Probe
     health_path: str  # the engine data's health path ("" when it has none)
-    compile_cache: CompileCache | None  # a cold image's (Kubernetes), a warm one's off its key; else None
+    compile_cache: CompileCache | None  # a cold image's (Kubernetes), a warm one's (off its key; Kubernetes always)
     warm: object  # deploy/runtime/warmjudge.Judgement of a warm image's layer for this serve; None for a cold image
     cell: str | None  # the image's io.builder.cell label
     archs: tuple[int, ...]  # the compute capabilities the image is compiled for (label io.builder.archs)
@@ -326,7 +325,7 @@ def _compile_cache(target: Target, labels: dict[str, str], kn, recipe, strategy:
             return None
         root = labels_mod.cache_root(labels) or kn.jit_cache_root()  # the image's variables, said again: the volume
         env = tuple(sorted((k, v) for k, v in labels_mod.cache_env(labels).items() if k not in dict(env)))
-        return CompileCache(root, env, seeded=True, why=judgement.summary())
+        return CompileCache(root, env, seeded=True)
     if not target.compile_cache or labels_mod.jit_prebuilt(labels):
         return None
     root = kn.jit_cache_root()
