@@ -163,6 +163,7 @@ class Recipe:
     parallelism: str  # "total-threads" (MAX_JOBS is all threads) | "jobs-x-threads"
     source: str
     source_subdir: str = "."
+    tag_subdirs: tuple[tuple[str, str], ...] = ()  # (tag, subdir): where the tree kept the package at that tag
     git_repository: str = ""
     git_tag: str = ""
     min_cuda: str = "0"
@@ -222,6 +223,10 @@ class Recipe:
     strategies: dict[str, Strategy] = field(default_factory=dict, compare=False, hash=False)
 
     # -- archs -------------------------------------------------------------------------------------------
+    def subdir_at(self, tag: str) -> str:
+        """source_subdir of a git source at `tag`: tag_subdirs' entry for it, else source_subdir."""
+        return dict(self.tag_subdirs).get(tag, self.source_subdir)
+
     def effective_archs(self, archs: tuple[int, ...], cuda: str = "") -> tuple[int, ...]:
         """The archs the engine's own CMake keeps of the requested ones (cmake_archs; vLLM 0.33.0 with nvcc 13.0:
         10.3 → 10.0, 12.1 → 12.0), the requested ones where it has no such filter. The knobs are given these: the
@@ -762,6 +767,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         parallelism=pkg.get("parallelism", "jobs-x-threads"),
         source=merged["source"],
         source_subdir=merged.get("source_subdir", "."),
+        tag_subdirs=tuple(sorted(merged.get("tag_subdirs", {}).items())),
         git_repository=merged.get("git_repository", ""),
         git_tag=merged.get("git_tag", "").replace("{version}", version),
         min_cuda=merged.get("min_cuda", "0"),

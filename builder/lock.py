@@ -266,7 +266,7 @@ def run_lock(raw_matrix: dict, lock: Lock, index_url: str, echo=print, kn: Knowl
             refresh_fetch_plan(index, name, version, entry["sdist"], echo)
             entry["deps"] = lock_dep_tags(name, version, echo)
         elif r.fetch_plan and "git" in entry:
-            if refresh_fetch_plan_git(name, version, entry["git"], r.source_subdir, echo, cuda=cuda):
+            if refresh_fetch_plan_git(name, version, entry["git"], r.subdir_at(entry["git"]["tag"]), echo, cuda=cuda):
                 entry["deps"] = lock_dep_tags(name, version, echo)
         note = f"torch {entry['torch']}" if "torch" in entry else ""
         if entry.get("git", {}).get("unresolved"):
@@ -313,7 +313,7 @@ def pin_git_sources(cells: list, echo=print) -> list:
                 # the commit is known now: its fetch plan is read the way `builder lock` reads it (same code)
                 refresh_fetch_plan_git(pkg.name, pkg.version, {"repository": pkg.source.repository,
                                                                "tag": pkg.source.tag, "commit": pkg.source.commit},
-                                       pkg.recipe.source_subdir, echo, cuda=pkg.cuda)
+                                       pkg.source.subdir, echo, cuda=pkg.cuda)
             if pkg.recipe.fetch_plan and not pkg.from_index:
                 pins = dict(pkg.deps_pins)
                 for source, repository, tag in deps.tags_to_pin(pkg.name, pkg.version):

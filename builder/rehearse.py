@@ -44,7 +44,7 @@ from pathlib import Path
 
 from . import docker, gencode_filter
 from .audit import read_fatbin_entries
-from .errors import UserError
+from .errors import CommandError, UserError
 from .estimate import threads as threads_at
 from .resources import RAM_HEADROOM, Host, choose
 
@@ -580,4 +580,25 @@ def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None
         raise UserError("the selected cells compile no CUDA code here (every such package comes from an index): "
                         "nothing to rehearse")
     docker.require_buildx(opts.docker)
-    return [rehearse_package(p, w, opts, host, tuple(patterns), memory, keep, say) for p, w in todo]
+    results = []
+    for p, w in todo:
+        try:
+            results.append(rehearse_package(p, w, opts, host, tuple(patterns), memory, keep, say))
+        except CommandError as exc:
+            # one package's stage failing (a source its deps stage cannot download, a configure error) hides no
+            # other package's measurements: it is reported, and the verb exits 1 after the rest
+            log = opts.work_dir / "rehearse" / p.cell.id / w.package.name / "build.log"
+            reason = _failed_step(exc.output)
+            say(f"[{p.cell.id}] {w.package.name}: its build stage failed ({reason}); log {log}")
+            results.append({"cell": p.cell.id, "package": w.package.name, "version": w.package.version,
+                            "failed": reason, "log": str(log)})
+    return results
+
+
+def _failed_step(output: str) -> str:
+    """The failing step of a buildx log and the last line it printed, in one line."""
+    lines = output.strip().splitlines()
+    step = next((ln.strip(" >:") for ln in reversed(lines) if ln.startswith(" > [")), "")
+    said = next((ln.split(" ", 1)[1] for ln in reversed(lines)
+                 if re.match(r"^\d+\.\d+ ", ln) and not ln.split(" ", 1)[1].startswith("WARNING")), "")
+    return "; ".join(x for x in (step[:160], said[:300]) if x) or "docker buildx build failed"

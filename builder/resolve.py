@@ -356,7 +356,7 @@ def _source(m: Matrix, lock: Lock, r: Recipe, prof: Profile | None = None) -> So
             raise UserError(f"{LOCK_NAME}: {r.name} {r.version} has no sdist recorded; run `builder lock`")
         return Source("sdist", url=entry.sdist["url"], sha256=entry.sdist["sha256"], filename=entry.sdist["filename"], subdir=r.source_subdir)
     g = entry.git
-    return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.source_subdir)
+    return Source("git", repository=g["repository"], tag=g["tag"], commit=g.get("commit", ""), subdir=r.subdir_at(g["tag"]))
 
 
 def _torch_entry(m: Matrix, lock: Lock, engine: Recipe):

@@ -407,6 +407,9 @@ RULE = Table(
                                                         "the index, a git tag (git_repository, git_tag), or a local tree."),
         "source_subdir": Key(SUBDIR, "The directory of the source tree the package builds in (a monorepo's "
                                      "sgl-kernel/); the build's WORKDIR."),
+        "tag_subdirs": Key(TableOf(SUBDIR, key=TOKEN),
+                           "source_subdir at the named tags of the git source, where the tree kept the package "
+                           "elsewhere at that tag (a monorepo that moved it): tag = directory."),
         "git_repository": Key(GIT_URL, "The repository a git source is fetched from; `builder lock` pins the tag's "
                                        "commit in matrix.lock."),
         "git_tag": Key(TOKEN, "The tag of a git source ({version} filled in) that `builder lock` resolves to a commit."),

@@ -385,6 +385,41 @@ def _git_quiet(*argv, cwd=None):
 
 
 @contextlib.contextmanager
+def git_host(tmp_path: Path):
+    """scripts/git-host serving ROOT (tmp/host) on 127.0.0.1: github.com/acme/widget.git, two commits (`first`, the
+    tag v1.2's `commit`), made from a work repository with `add`. Yields {"port", "root", "first", "commit", "work",
+    "mirror"} (the map line https://github.com/ -> the host)."""
+    work = tmp_path / "widget-work"
+    work.mkdir()
+    _git_quiet("init", "-q", "-b", "main", cwd=work)
+    (work / "CMakeLists.txt").write_text("project(widget)\n")
+    (work / "src").mkdir()
+    (work / "src" / "widget.cu").write_text("// one\n")
+    _git_quiet("add", ".", cwd=work)
+    _git_quiet("commit", "-q", "-m", "one", cwd=work)
+    first = _git_quiet("rev-parse", "HEAD", cwd=work)
+    (work / "src" / "widget.cu").write_text("// two\n")
+    _git_quiet("commit", "-q", "-am", "two", cwd=work)
+    _git_quiet("tag", "-a", "v1.2", "-m", "v1.2", cwd=work)
+    commit = _git_quiet("rev-parse", "HEAD", cwd=work)
+    root = tmp_path / "host"
+    script = REPO / "scripts" / "git-host"
+    subprocess.run([sys.executable, str(script), "add", str(root), "https://github.com/acme/widget", str(work / ".git")],
+                   check=True, capture_output=True)
+    proc = subprocess.Popen([sys.executable, str(script), "serve", str(root), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        first_line = proc.stdout.readline()
+        port = int(first_line.split("http://127.0.0.1:")[1].split("/")[0])
+        yield {"port": port, "root": root, "first": first, "commit": commit, "work": work,
+               "mirror": f"http://127.0.0.1:{port}/github.com/"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stdout.close()
+
+
+@contextlib.contextmanager
 def git_daemon(tmp_path: Path):
     """A bare repository github/acme/widget.git with tag v1.0 under tmp/srv, served by `git daemon` on 127.0.0.1:
     yields {"port", "commit", "srv"} (the git mirrors' tests)."""

@@ -81,8 +81,13 @@ def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
     if flags.as_json:
         click.echo(json.dumps(results, indent=2))
     else:
-        click.echo("\n".join(format_package(r) for r in results))
-    bad = [u for r in results for u in r["units"] if not u["audit_ok"]]
-    if bad:
-        raise Failed(f"{len(bad)} unit(s) failed the audit: " + "; ".join(f"{u['source']}: {u['audit']}" for u in bad))
+        click.echo("\n".join(format_package(r) if "failed" not in r else
+                              f"{r['cell']} {r['package']} {r['version']}: its build stage failed: {r['failed']} "
+                              f"(log {r['log']})" for r in results))
+    stopped = [r for r in results if "failed" in r]
+    bad = [u for r in results for u in r.get("units", ()) if not u["audit_ok"]]
+    if stopped or bad:
+        raise Failed("; ".join([*(f"{r['package']}: its build stage failed" for r in stopped),
+                                *([f"{len(bad)} unit(s) failed the audit: " + "; ".join(
+                                    f"{u['source']}: {u['audit']}" for u in bad)] if bad else [])]))
 

@@ -81,8 +81,17 @@ def render_fetch_script(plan: Sequence[ExternalSource], dest: str, *,
                 raise PlanUnusable(f"{s.name}: URL download without a usable URL_HASH "
                                 f"({s.url_hash!r}): not reproducible")
             archive = f"{dest}/.{s.name}.archive"
+            # The git mirrors (secret "gitmirrors", GIT_CONFIG_GLOBAL under with-ca) map an archive URL too:
+            # `git ls-remote --get-url` applies insteadOf without any network, so an https mirror that serves
+            # GitHub's archive route (scripts/git-host, an Artifactory remote) takes the download; the URL_HASH
+            # below keeps the identity. A git:// or ssh:// mirror serves no archives: said, without the URL.
+            url = f"$(git ls-remote --get-url {q(s.repository)})"
             lines += [
-                f"curl -fsSL --retry 3 -o {q(archive)} {q(s.repository)}",
+                f'u="{url}"; case "$u" in http://*|https://*|file://*) ;; *) echo "{s.name}: the git mirror '
+                f'maps this archive URL to a ${{u%%://*}}:// URL, which serves no archives: map it to an http(s) '
+                f'mirror" >&2; exit 1;; esac',
+                f'curl -fsSL --retry 3 -o {q(archive)} "$u" || {{ echo "{s.name}: cannot download '
+                f'{s.repository} (through the git mirror when one maps it)" >&2; exit 1; }}',
                 f"echo {q(digest.lower() + '  ' + archive)} | {tool} -c -",
                 f"tar -xf {q(archive)} -C {q(d)} --strip-components=1",
                 f"rm -f {q(archive)}",

@@ -217,6 +217,10 @@ def common_build_args(ctx: CellContext) -> dict:
     secrets = (("ca", str(opts.ca_bundle)),) if opts.ca_bundle else ()
     contexts = tuple((f"local-{p.name}", p.source.path) for p in cell.packages if p.source.kind == "local")
     extra = ("--no-cache",) if opts.no_cache else ()
+    if gitmirror.on_loopback():
+        # a mirror on this host's loopback (scripts/git-host) is reachable from the source and deps RUNs only in
+        # the host's network namespace; the compile RUNs keep their own --network=none
+        extra += ("--network", "host")
     # the git mirrors (builder/gitmirror.py) reach the fetches as a git config in secret "gitmirrors": the buildx
     # process's environment holds it, so it is in no argv, no file, no layer and no cache key
     secret_envs = ((gitmirror.SECRET_ID, gitmirror.SECRET_ENV),) if gitmirror.active() else ()

@@ -130,7 +130,7 @@ def generated_params() -> list[tuple[tuple[str, ...], str, str]]:
 
 # -- the scripts -----------------------------------------------------------------------------------------------
 NAME = "t-bundle"  # the bundle / spec name the script cases use
-SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference")
+SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference", "git-host")
 GOOD_SPEC = ('python = "3.11"\nplatforms = ["any"]\nwheels = ["purepkg==1.0"]\n'
              '[serve]\ncell = "stand-in-engine-1.0.0-cu130-py311-sm80.90"\nengine_args = ""\n')
 
@@ -516,7 +516,70 @@ def _gen_cases() -> list[ScriptCase]:
     return out
 
 
-SCRIPT_CASES: list[ScriptCase] = [*_spec_cases(), *_run_cases(), *_bundle_cases(), *_gen_cases()]
+def a_repo(tmp: Path, root: Path, store: Path) -> None:
+    """tmp/gitdir: a git repository with one commit and tag v1 (what `git-host add` mirrors)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    work = tmp / "gitdir"
+    work.mkdir()
+    for argv in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "one"], ["tag", "v1"]):
+        subprocess.run(["git", *argv], cwd=work, env=env, check=True, capture_output=True)
+
+
+def hosted(tmp: Path, root: Path, store: Path) -> None:
+    """tmp/host already serving github.com/acme/widget (added from tmp/gitdir)."""
+    a_repo(tmp, root, store)
+    subprocess.run([sys.executable, str(root / "scripts" / GIT_HOST), "add", str(tmp / "host"),
+                    "https://github.com/acme/widget", str(tmp / "gitdir")], check=True, capture_output=True)
+
+
+GIT_HOST = "git-host"
+
+
+def _git_host_cases() -> list[ScriptCase]:
+    """scripts/git-host: its verbs' arguments, upstream URLs that are no repository, ROOTs and GITDIRs that are not
+    directories, a port it cannot take, a plan that is no plan, an add interrupted half-way (nothing left)."""
+    out = [ScriptCase("i47-host-no-verb", GIT_HOST, [], expect=("verb",)),
+           ScriptCase("i47-host-unknown-verb", GIT_HOST, ["push"], expect=("push",))]
+    for key, url in {"ssh": "ssh://github.com/a/b", "relative": "github.com/a/b", "one-part": "https://github.com/a",
+                     "three-parts": "https://github.com/a/b/c", "credentials": "https://u:p@github.com/a/b",
+                     "dot-dot": "https://github.com/../b", "query": "https://github.com/a/b?x=1",
+                     "space": "https://github.com/a b/c", "empty": ""}.items():
+        out.append(ScriptCase(f"i47-host-add-url-{key}", GIT_HOST, ["add", "{tmp}/host", url, "{tmp}/gitdir"],
+                              expect=("upstream repository URL" if key not in ("dot-dot", "space") else "plain",),
+                              setup=a_repo))
+    for key, setup, word in (("missing", None, "no such directory"), ("a-file", at("gitdir", "x"), "no such directory"),
+                             ("not-git", at("gitdir/readme", "x"), "not a git directory")):
+        out.append(ScriptCase(f"i47-host-add-gitdir-{key}", GIT_HOST, ["add", "{tmp}/host", "https://github.com/a/b",
+                                                                        "{tmp}/gitdir"], expect=(word,), setup=setup))
+    out.append(ScriptCase("i47-host-add-root-a-file", GIT_HOST, ["add", "{tmp}/host", "https://github.com/a/b",
+                                                                  "{tmp}/gitdir"], expect=("not a directory",),
+                          setup=both(a_repo, at("host", "x"))))
+    out.append(ScriptCase("i47-host-add-twice", GIT_HOST, ["add", "{tmp}/host", "https://github.com/ACME/Widget.git",
+                                                            "{tmp}/gitdir"], expect=("already in",), setup=hosted,
+                          keeps=("host",)))
+    out.append(ScriptCase("i47-host-add-interrupted", GIT_HOST, ["add", "{tmp}/host", "https://github.com/a/b",
+                                                                  "{tmp}/gitdir"], code=130, expect=("interrupted",),
+                          setup=a_repo, interrupt=(Path, "rename")))
+    for key, argv, setup, word in (
+            ("root-missing", ["serve", "{tmp}/host"], None, "no such directory"),
+            ("root-a-file", ["serve", "{tmp}/host"], at("host", "x"), "not a directory"),
+            ("root-empty", ["serve", "{tmp}/host"], at("host/readme", "x"), "no <host>/<owner>/<name>.git"),
+            ("port-too-big", ["serve", "{tmp}/host", "--port", "70000"], hosted, "--port"),
+            ("port-not-a-number", ["serve", "{tmp}/host", "--port", "x"], hosted, "--port"),
+            ("check-no-plan", ["check", "{tmp}/host"], hosted, "PLAN.json"),
+            ("check-plan-missing", ["check", "{tmp}/host", "{tmp}/plan.json"], hosted, "not a fetch plan"),
+            ("check-plan-not-json", ["check", "{tmp}/host", "{tmp}/plan.json"], both(hosted, at("plan.json", "{")),
+             "not a fetch plan"),
+            ("check-plan-a-list", ["check", "{tmp}/host", "{tmp}/plan.json"], both(hosted, at("plan.json", "[]")),
+             "not a fetch plan"),
+            ("check-plan-a-dir", ["check", "{tmp}/host", "{tmp}/plan.json"], both(hosted, at("plan.json", directory)),
+             "not a fetch plan")):
+        out.append(ScriptCase(f"i47-host-{key}", GIT_HOST, argv, expect=(word,), setup=setup))
+    return out
+
+
+SCRIPT_CASES: list[ScriptCase] = [*_spec_cases(), *_run_cases(), *_bundle_cases(), *_gen_cases(), *_git_host_cases()]
 
 
 # -- running and judging a script case --------------------------------------------------------------------------

@@ -94,3 +94,34 @@ def test_a_git_source_without_a_readable_plan_is_unpinned_and_its_deps_stage_sto
     text = render.render(plan.plan_cells([cell], None)[0], m.defaults["index"])
     stage = text.split("AS deps-sglang-kernel", 1)[1].split("\nFROM ", 1)[0]
     assert "'exit 1'" in stage and "UNPINNED: sglang-kernel 0.4.10: no fetch plan" in text
+
+
+@pytest.mark.pure
+def test_the_kernels_directory_follows_the_tag_that_carries_it(tmp_path):
+    """sglang-kernel 0.4.5 is in sgl-kernel/ at SGLang v0.5.16 and in python/sglang/kernels/aot/ at v0.5.17 (both
+    tags pin it; read in the tags' trees, engine data tag_subdirs); 0.4.6.post1 (v0.5.18) is in aot/. The lock and
+    the cell take the directory of the tag they build from."""
+    kernel = recipe("sglang-kernel", "0.4.5")
+    assert kernel.subdir_at("v0.5.16") == "sgl-kernel"
+    assert kernel.subdir_at("v0.5.17") == KERNEL_DIR
+    assert recipe("sglang-kernel", "0.4.6.post1").subdir_at("v0.5.18") == KERNEL_DIR
+    assert recipe("sglang-kernel", "0.4.4").subdir_at("v0.5.17") == "sgl-kernel"  # only the tag named moves
+    m = load(write_matrix_with_sglang(tmp_path, "0.5.17", "0.4.5"))
+    (cell,) = select(m, Selection(engines=("sglang",)))
+    assert next(p for p in cell.packages if p.name == "sglang-kernel").source.subdir == KERNEL_DIR
+
+
+def write_matrix_with_sglang(tmp_path, sglang: str, kernel: str):
+    (tmp_path / "matrix.toml").write_text(
+        '[defaults]\nprofile = "p"\narchs = [90]\nregistry = "127.0.0.1:5000/t"\n'
+        '[profiles.p]\ncuda = "13.0.3"\nos = "ubuntu24.04"\npython = "3.12"\ntorch = "2.11.0"\n'
+        f'engines = {{ sglang = "{sglang}" }}\nstrategies = []\n')
+    (tmp_path / "matrix.lock").write_text(
+        'format = 1\nindex = "https://pypi.org/simple"\n'
+        f'[packages."sglang=={sglang}"]\nrequires_python = ">=3.10"\ntorch = "2.11.0"\n'
+        f'[packages."sglang=={sglang}".pins]\nsglang-kernel = "{kernel}"\n'
+        f'[packages."sglang=={sglang}".git]\nrepository = "https://github.com/sgl-project/sglang"\n'
+        f'tag = "v{sglang}"\ncommit = "{"2" * 40}"\n'
+        f'[packages."sglang-kernel=={kernel}".git]\nrepository = "https://github.com/sgl-project/sglang"\n'
+        f'tag = "v{sglang}"\ncommit = "{"2" * 40}"\n')
+    return tmp_path / "matrix.toml"

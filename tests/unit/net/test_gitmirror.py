@@ -3,6 +3,7 @@ credential, and a real git server: a tag resolved through the mirror while the u
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -229,3 +230,61 @@ def test_rendered_fetches_mount_the_mirror_secret_and_with_ca_reads_it():
     both = "RUN --mount=type=secret,id=ca --mount=type=secret,id=gitmirrors \\\n"
     assert (root / "stages/source-git.j2").read_text().count(both) == 3  # fetch by commit / by tag, submodules
     assert both + "    with-ca sh {{ pkg.deps.dir }}/fetch.sh" in (root / "stages/deps.j2").read_text()
+
+
+@pytest.mark.parametrize("mirror, host_net", [("http://127.0.0.1:9/gh/", True), ("git://localhost/gh/", True),
+                                              ("http://[::1]:9/gh/", True), ("http://127.8.0.3:9/gh/", True),
+                                              ("https://git.corp.example/gh/", False), ("http://10.0.0.1/gh/", False),
+                                              ("http://127.0.0.1.example/gh/", False)])
+def test_a_mirror_on_loopback_gives_the_build_the_hosts_network_and_no_other_does(tmp_path, mirror, host_net):
+    """A RUN's own loopback is not the host's: only in the host's network namespace does a fetch reach
+    scripts/git-host on 127.0.0.1. The compile RUNs say --network=none themselves, so they stay sealed."""
+    from types import SimpleNamespace
+
+    from builder.steps import common_build_args
+
+    opts = SimpleNamespace(source_date_epoch="", ca_bundle=None, no_cache=False, builder=None, layer_cache=None)
+    ctx = SimpleNamespace(opts=opts, cell=SimpleNamespace(packages=(), id="c"), dockerfile=tmp_path / "D",
+                          context_dir=tmp_path)
+    assert "--network" not in common_build_args(ctx)["extra"]
+    gitmirror.activate(((GH, mirror),))
+    extra = common_build_args(ctx)["extra"]
+    assert (extra[extra.index("--network"):][:2] == ("--network", "host")) if host_net else "--network" not in extra
+
+
+def test_an_archive_source_is_downloaded_through_the_map_and_checked_against_its_hash(tmp_path):
+    """The deps stage's fetch script asks git for the archive URL under the map (ls-remote --get-url: insteadOf, no
+    network), refuses a mirror scheme that serves no archives without printing the mirror, and keeps URL_HASH as
+    the check: run here with a file:// mirror holding the archive and with a git:// one."""
+    if not shutil.which("git") or not shutil.which("curl"):
+        pytest.skip("skipped because git or curl is not installed")
+    from builder.fetchplan import render_fetch_script
+    from builder.fetchplan.model import ExternalSource
+
+    srv = tmp_path / "srv" / "acme" / "widget" / "archive"
+    srv.mkdir(parents=True)
+    payload = tmp_path / "payload"
+    (payload / "widget-1").mkdir(parents=True)
+    (payload / "widget-1" / "a.h").write_text("int a;\n")
+    subprocess.run(["tar", "-czf", str(srv / "v1.tar.gz"), "-C", str(payload), "widget-1"], check=True)
+    digest = hashlib.sha256((srv / "v1.tar.gz").read_bytes()).hexdigest()
+
+    def run(mirror: str, sha: str) -> subprocess.CompletedProcess:
+        source = ExternalSource(name="widget", repository=f"{GH}acme/widget/archive/v1.tar.gz", commit="",
+                                override_var="W", override_kind="cmake", subdir=None, reproducible=True, kind="url",
+                                url_hash=f"SHA256={sha}")
+        script = tmp_path / "fetch.sh"
+        script.write_text(render_fetch_script([source], str(tmp_path / "deps")))
+        cfg = tmp_path / "gitmirrors"
+        cfg.write_text(gitmirror.gitconfig(((GH, mirror),)))
+        return subprocess.run(["sh", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                              env={"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": str(cfg), "HOME": str(tmp_path)})
+
+    ok = run(f"file://{tmp_path}/srv/", digest)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "deps" / "widget" / "a.h").read_text() == "int a;\n"
+    wrong = run(f"file://{tmp_path}/srv/", "0" * 64)
+    assert wrong.returncode != 0 and "FAILED" in wrong.stdout + wrong.stderr
+    gitonly = run(f"git://{SECRET}.example/gh/", digest)
+    assert gitonly.returncode == 1 and "widget: the git mirror maps this archive URL to a git:// URL" in gitonly.stderr
+    assert SECRET not in gitonly.stderr + gitonly.stdout
