@@ -390,7 +390,7 @@ def git_host(tmp_path: Path):
     tag v1.2's `commit`), made from a work repository with `add`. Yields {"port", "root", "first", "commit", "work",
     "mirror"} (the map line https://github.com/ -> the host)."""
     work = tmp_path / "widget-work"
-    work.mkdir()
+    work.mkdir(parents=True)
     _git_quiet("init", "-q", "-b", "main", cwd=work)
     (work / "CMakeLists.txt").write_text("project(widget)\n")
     (work / "src").mkdir()
