@@ -1,13 +1,16 @@
 """OCI image archives (what `docker buildx build --output type=oci,dest=FILE` writes): the image digest, its
 layers, and — when two builds of the same cell differ — which files differ in which layer.
 
-Pure Python (tarfile, gzip, json): `builder verify-repro` and the publish step read archives without Docker.
+Pure Python (tarfile, gzip, zstandard, json): `builder verify-repro` and the publish step read archives without
+Docker. Layers are read as streams (gzip, zstd or uncompressed, told by their first bytes), verified against their
+digest as they are read: a multi-GB layer of a real engine image costs a few MiB of memory, not its size.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import tarfile
 from dataclasses import dataclass
@@ -15,6 +18,9 @@ from pathlib import Path
 
 from ..errors import UserError
 
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+CHUNK = 1 << 20
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 ATTESTATION_TYPE = "attestation-manifest"  # vnd.docker.reference.type of BuildKit's attestation manifests
 
@@ -90,6 +96,23 @@ class Archive:
             raise UserError(f"{self.path}: blob {digest[:19]}… does not match its digest")
         return data
 
+    def open_blob(self, digest: str) -> io.BufferedReader:
+        """The blob as a stream, its sha256 checked when the stream ends (a short or altered blob raises there)."""
+        algo, _, hexpart = digest.partition(":")
+        name = f"blobs/{algo}/{hexpart}"
+        member = self._names.get(name)
+        if member is None:
+            raise UserError(f"{self.path}: no {name} in the OCI archive")
+        fh = self._tar.extractfile(member)
+        if fh is None:
+            raise UserError(f"{self.path}: {name} is not a file")
+        return io.BufferedReader(_Verified(fh, hexpart if algo == "sha256" else "", f"{self.path}: blob {digest[:19]}…"),
+                                 CHUNK)
+
+    def open_layer(self, descriptor: dict):
+        """A layer's tar stream: decompressed as it is read (gzip, zstd, or none), its blob verified at the end."""
+        return decompressed(self.open_blob(descriptor["digest"]))
+
     def json_blob(self, digest: str) -> dict:
         return json.loads(self.blob(digest))
 
@@ -118,23 +141,69 @@ class Archive:
                      layers=tuple(manifest.get("layers", [])), attestations=tuple(attestations))
 
     def layer_entries(self, descriptor: dict) -> dict[str, Entry]:
-        data = self.blob(descriptor["digest"])
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        elif data[:4] == b"\x28\xb5\x2f\xfd":
-            raise UserError(f"{self.path}: layer {descriptor['digest'][:19]}… is zstd-compressed; "
-                            "builder reads gzip and uncompressed layers")
-        return entries_of(data)
+        with self.open_layer(descriptor) as stream:
+            try:
+                entries = entries_of_stream(stream)
+                while stream.read(CHUNK):  # tar's end blocks and padding: the whole blob is read, so it is verified
+                    pass
+            except (OSError, EOFError, tarfile.TarError, ValueError) as exc:
+                if isinstance(exc, UserError):
+                    raise
+                raise UserError(f"{self.path}: layer {descriptor['digest'][:19]}… cannot be read "
+                                f"({type(exc).__name__}: {exc})") from None
+        return entries
+
+
+class _Verified(io.RawIOBase):
+    """A member's bytes as they are read, hashed; at the end the sha256 must be the digest's."""
+
+    def __init__(self, fh, sha256: str, what: str):
+        self._fh, self._want, self._what, self._hash, self._done = fh, sha256, what, hashlib.sha256(), False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._fh.read(len(buffer))
+        if not data:
+            if not self._done and self._want and self._hash.hexdigest() != self._want:
+                raise UserError(f"{self._what} does not match its digest")
+            self._done = True
+            return 0
+        self._hash.update(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def decompressed(stream: io.BufferedReader):
+    """`stream` decompressed as read: gzip or zstd by its magic bytes, else as it is (an uncompressed tar)."""
+    head = stream.peek(4)[:4]
+    if head[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    if head == ZSTD_MAGIC:
+        import zstandard
+
+        # read_across_frames: BuildKit may write a layer as several frames; closefd closes the blob with it
+        return zstandard.ZstdDecompressor().stream_reader(stream, read_size=CHUNK, read_across_frames=True,
+                                                          closefd=True)
+    return stream
 
 
 def entries_of(layer_tar: bytes) -> dict[str, Entry]:
-    import io
+    return entries_of_stream(io.BytesIO(layer_tar))
 
+
+def entries_of_stream(stream) -> dict[str, Entry]:
+    """Every entry of a layer tar read from `stream` front to back (tar's stream mode: one pass, a file's contents
+    hashed in chunks, never held whole)."""
     out: dict[str, Entry] = {}
-    with tarfile.open(fileobj=io.BytesIO(layer_tar)) as tar:
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
         for m in tar:
             if m.isreg():
-                kind, digest = "file", hashlib.sha256(tar.extractfile(m).read()).hexdigest()
+                fh, h = tar.extractfile(m), hashlib.sha256()
+                for chunk in iter(lambda: fh.read(CHUNK), b""):
+                    h.update(chunk)
+                kind, digest = "file", h.hexdigest()
             elif m.issym() or m.islnk():
                 kind, digest = ("symlink" if m.issym() else "hardlink"), hashlib.sha256(m.linkname.encode()).hexdigest()
             elif m.isdir():
