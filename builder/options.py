@@ -70,6 +70,7 @@ class BuildFlags:
     progress: str = field(default_factory=lambda: flag_default("progress"))
     as_json: bool = False
     reuse_from: str | None = None  # --reuse-from: a registry whose image of an unchanged cell is pulled, not built
+    layer_compression: str | None = None  # --layer-compression; None: the matrix's
     cache: CacheFlags = CacheFlags()
     host: HostFlags = HostFlags()
 
@@ -169,6 +170,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         builder=flags.host.builder,
         layer_cache=None if repro else _layer_cache(m, flags.host.layer_cache),
         attest=("type=provenance,mode=max",) if flags.host.provenance and not repro else (),
+        layer_compression=flags.layer_compression or m.defaults["layer_compression"],
         publish=publish,
         reuse_from=None if repro else _reuse_from(m, flags.reuse_from, publish, flags.cache.no_remote),
         image_ledger=ledger.ledger_dir(wheelhouse_at(m.path, flags.wheelhouse).root),

@@ -1012,6 +1012,9 @@ DEFAULTS = Table(optional={
                      "Extra engine-data TOML files, relative to the matrix file, merged over builder/data/engines.toml: "
                      "add a release or fix a fact without editing builder."),
     "cache": Key(CACHE, "The remote wheel stores and the compile cache ([defaults.cache])."),
+    "layer_compression": Key(OneOf(("zstd", "gzip")),
+                             "How the runtime and warm images' layers are compressed: zstd (default; Docker Engine 23+ and "
+                             "containerd 1.5+ unpack it) or gzip (for older runtimes). Part of the image's content key."),
     "source_date_epoch": Key(_said(grammar.source_date_epoch, "a Unix timestamp like 1700000000", types=(str, int)),
                              "SOURCE_DATE_EPOCH of every build (file times in the images); unset: the last commit's time "
                              "of the matrix's repository. The environment's SOURCE_DATE_EPOCH wins."),

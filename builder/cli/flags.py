@@ -376,6 +376,10 @@ _BUILD = {
                                 "record for that key (REGISTRY/<engine>:builder-ledger-<key>, pushed by publish) names "
                                 "its digest. Default: the matrix's registry ('registry'); 'none' (or --no-remote): "
                                 "never. publish always reuses from its --registry. Env: BUILDER_REUSE_FROM."),
+    "layer_compression": _declare("--layer-compression", type=Choice(["zstd", "gzip"]), default=None,
+                                  help="Compress the runtime image's layers with zstd or gzip (gzip: for Docker Engine "
+                                       "before 23 or containerd before 1.5). Default: the matrix's layer_compression "
+                                       "(zstd)."),
     "provenance": _declare("--provenance", is_flag=True,
                            help="Attach BuildKit's SLSA provenance attestation (mode=max) to the runtime image. It holds "
                                 "build times, so an attested image's digest differs per build; the image manifest itself "
@@ -384,7 +388,7 @@ _BUILD = {
 }
 _DEST = {"builder": "buildx_builder", "wheelhouse": "wheelhouse_dir"}  # where click puts a flag's value
 _REPRO = ("ca_bundle", "allow_unpinned", "max_jobs", "nvcc_threads", "work_dir", "log_dir", "pins_dir", "builder",
-          "as_json")
+          "layer_compression", "as_json")
 
 
 def build(repro: bool = False):

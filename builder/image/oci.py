@@ -21,6 +21,22 @@ from ..errors import UserError
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CHUNK = 1 << 20
+# What the image exporter writes (BuildKit's OCI exporter options; the OCI exporter writes OCI media types anyway).
+# The level: BuildKit maps zstd's compression-level to four encoders of klauspost/compress (<3 fastest, <7 default,
+# <9 better, else best); level 3, its default, is the one benchmarks/layer_compression.py chose on a real torch + CUDA
+# image (docs/evidence/2026-12-05-zstd-layers.md: 7.4 % smaller than gzip, 8x faster to compress; levels 7 and 9 save
+# 3-5 % more for 2.4-3.2x the time), and gzip's default is 6. Both are BuildKit's defaults, so the exporter is not
+# told a level (the command lines stay short); LEVELS says which they are (the content key holds them).
+# force-compression recompresses the layers taken from a base image too, so every layer of the image is of one kind.
+LEVELS = {"zstd": 3, "gzip": 6}
+
+
+def export_options(compression: str, force: bool = True) -> dict[str, str]:
+    if compression not in LEVELS:
+        raise UserError(f"layer compression {compression!r}: zstd or gzip")
+    return {"compression": compression, **({"force-compression": "true"} if force else {})}
+
+
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 ATTESTATION_TYPE = "attestation-manifest"  # vnd.docker.reference.type of BuildKit's attestation manifests
 

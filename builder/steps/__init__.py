@@ -85,6 +85,7 @@ class BuildOptions:
     builder: str | None = None  # --builder: the buildx builder (or docker context) that builds
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
+    layer_compression: str = "zstd"  # the runtime image's layers (builder/image/oci.py export_options)
     publish: Target | None = None  # `builder publish`: where the publish step pushes (steps/publish.py)
     # where an unchanged cell's image may be taken from instead of built (builder/image/reuse.py): --reuse-from, or
     # publish's own registry

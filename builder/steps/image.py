@@ -84,7 +84,7 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     common["build_args"] = tuple(common["build_args"]) + tuple(sorted(found.items()))
     # rewrite-timestamp works with the OCI exporter on every driver (with type=image the docker driver refuses it)
     output = docker.csv_options(type="oci", dest=archive_path(ctx), name=name or ctx.cell.ref,
-                                **{"rewrite-timestamp": "true"})
+                                **{"rewrite-timestamp": "true"}, **oci.export_options(ctx.opts.layer_compression))
     return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
 
 
@@ -126,7 +126,10 @@ def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
                if f.is_file()}
     inputs = {"format": KEY_FORMAT, "target": call.target, "dockerfile": hashlib.sha256(text.encode()).hexdigest(),
               "build_args": dict(call.build_args), "attest": list(call.attest) if call.attest is not None else None,
-              "bases": bases, "context": context, "wheels": wheels, "runtime_pins": runtime_pins}
+              "bases": bases, "context": context, "wheels": wheels, "runtime_pins": runtime_pins,
+              # the exporter's compression makes other layer blobs, so another digest: another content
+              "layers": {**oci.export_options(ctx.opts.layer_compression),
+                         "level": oci.LEVELS[ctx.opts.layer_compression]}}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return key, inputs
 

@@ -722,6 +722,20 @@ def _round_two() -> list[Case]:
 
 CASES += _round_two()
 
+# issue 48: the runtime image's layer compression, on the command line and in the matrix
+CASES += [
+    Case("i48-layer-compression-lz4", "shape", [*DRY, "--layer-compression", "lz4"], expect=("--layer-compression", "lz4")),
+    Case("i48-layer-compression-empty", "shape", [*DRY, "--layer-compression", ""], expect=("--layer-compression",)),
+    Case("i48-layer-compression-repro", "shape", ["verify-repro", *M, "--layer-compression", "xz"],
+         expect=("--layer-compression",)),
+    Case("i48-layer-compression-matrix", "shape", [*DRY], matrix=lambda t: t.replace("[defaults]\n",
+                                                                                      '[defaults]\nlayer_compression = "lz4"\n', 1),
+         expect=("layer_compression",)),
+    Case("i48-layer-compression-matrix-number", "shape", [*DRY], matrix=lambda t: t.replace("[defaults]\n",
+                                                                                             "[defaults]\nlayer_compression = 3\n", 1),
+         expect=("layer_compression",)),
+]
+
 
 def make_fixture(tmp: Path, case: Case | None = None) -> Path:
     """A private copy of the cuda-ext fixture under tmp/fx, with the case's edits and files; returns tmp."""

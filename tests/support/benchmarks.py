@@ -34,6 +34,8 @@ QUICK = {
     "registry_reuse.py": (["--quick"], rf"registry reuse: median {NUMBER} s wall \(image step {NUMBER} s, pull included\), "
                                        rf"fresh build {NUMBER} s wall \(image step {NUMBER} s\), over 1 round",
                           [pytest.mark.slow, pytest.mark.docker]),
+    "layer_compression.py": (["--quick"], rf"zstd-3 vs gzip-6: size {NUMBER} %, export {NUMBER}x faster, unpack {NUMBER}x "
+                                          rf"faster", [pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }

@@ -347,12 +347,14 @@ class Packing:
     work: Path
     name: str  # REPO:<warm tag>
     epoch: str
+    compression: str = "zstd"  # the warm layer's (the matrix's layer_compression); the cold image's layers stay as they are
 
     def pack(self, facts: dict) -> layer.Packed:
         values = {**facts, "files": str(len(self.files)), "bytes": str(sum(self.files.values()))}
         values = {k: "" if v is None else str(v) for k, v in values.items()}
         packed = layer.pack(self.tree, self.cold.root, self.cold.base,
-                            labels_mod.warm_written(values, self.cold.digest), self.work, self.name, self.epoch)
+                            labels_mod.warm_written(values, self.cold.digest), self.work, self.name, self.epoch,
+                            compression=self.compression)
         layer.load(packed, self.name)
         return packed
 
@@ -376,7 +378,8 @@ def _warm_image(req: Request, push_to, given: tuple[Path, dict] | None, say) -> 
     code, out = docker.make_local_digest_resolvable(cold.base, cold.image, work / "resolve")
     if code != 0:
         raise UserError(f"{cold.base}: BuildKit cannot resolve the image by digest here: {out[-300:]}")
-    packing = Packing(tree, files, cold, work, f"{cold.ref.name}:{tag}", layer.image_epoch(cold.image))
+    packing = Packing(tree, files, cold, work, f"{cold.ref.name}:{tag}", layer.image_epoch(cold.image),
+                      req.matrix.defaults["layer_compression"] if req.matrix is not None else "zstd")
     packed = packing.pack(facts)
     say(f"warm layer {packed.layer}: {len(files)} files, {sum(files.values())} bytes; {packing.name} ({packed.digest})")
     if given is None:

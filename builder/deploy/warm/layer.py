@@ -204,7 +204,7 @@ class Packed:
 
 
 def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: Path, name: str,
-         epoch: str, builder: str | None = None) -> Packed:
+         epoch: str, builder: str | None = None, compression: str = "zstd") -> Packed:
     """Build the warm image FROM `base` (an image by digest that the daemon holds) with `tree` at `root` as one
     layer, into an OCI archive under `work` named `name`. Nothing is loaded or tagged here (`load` does that)."""
     if not root.startswith("/"):
@@ -228,7 +228,10 @@ def pack(tree: Path, root: str, base: str, labels: list[tuple[str, str]], work: 
         os.utime(p, ns=(now, now), follow_symlinks=False)
     (work / "Dockerfile").write_text(dockerfile(base, root, labels))
     archive = work / "warm.oci.tar"
-    output = docker.csv_options(type="oci", dest=archive, name=name, **{"rewrite-timestamp": "true"})
+    # the new layer compressed as asked; the cold image's layers are kept as they are (no force-compression), so a
+    # node that holds the cold image pulls the warm layer alone
+    output = docker.csv_options(type="oci", dest=archive, name=name, **{"rewrite-timestamp": "true"},
+                                **oci.export_options(compression, force=False))
     call = docker.BuildxCall(dockerfile=work / "Dockerfile", context=context, target="", output=output,
                              build_args=(("SOURCE_DATE_EPOCH", epoch),), builder=builder, attest=())
     argv = [a for a in call.argv() if a not in ("--target", "")]

@@ -78,6 +78,12 @@ def test_the_content_key_changes_with_every_input_and_only_then(local_bases, tmp
         changed["SOURCE_DATE_EPOCH"] = other.key()
         changed["an audited label"] = k.key(audited="sm_80")
         changed["attestations"] = Keyed(tmp_path / "d", m, attest=("type=provenance,mode=max",)).key()
+        gzip_layers = Keyed(tmp_path / "e", m, layer_compression="gzip")
+        changed["gzip layers instead of zstd"] = gzip_layers.key()
+        output = runtime_call(gzip_layers.ctx, gzip_layers.stage, gzip_layers.ctx.dir / "metadata.json").output
+        assert "compression=gzip" in output and "force-compression=true" in output
+        assert "compression=zstd,force-compression=true" in \
+            runtime_call(k.ctx, k.stage, k.ctx.dir / "metadata.json").output  # the default
 
         (k.ctx.context_dir / "extra.txt").write_text("x")
         changed["a build-context file"] = k.key()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.image import oci
+
 from tests.hardening import cases as hc
 from tests.helpers import REPO
 
@@ -27,7 +29,7 @@ CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
 
 
 def _blobs(archive: Path) -> dict[str, bytes]:
-    """Every member of a tar (docker save, an OCI archive), gzip layers decompressed too."""
+    """Every member of a tar (docker save, an OCI archive), gzip and zstd layers decompressed too."""
     out = {}
     with tarfile.open(archive) as tar:
         for m in tar:
@@ -37,6 +39,8 @@ def _blobs(archive: Path) -> dict[str, bytes]:
             out[m.name] = data
             if data[:2] == b"\x1f\x8b":
                 out[m.name + " (gunzip)"] = gzip.GzipFile(fileobj=io.BytesIO(data)).read()
+            elif data[:4] == oci.ZSTD_MAGIC:  # the runtime image's layers (builder's default compression)
+                out[m.name + " (unzstd)"] = oci.decompressed(io.BufferedReader(io.BytesIO(data))).read()
     return out
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.image import oci
+
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.docker
@@ -75,6 +77,8 @@ def blob_contents(archive: Path) -> list[bytes]:
             data = tar.extractfile(member).read()
             if data[:2] == b"\x1f\x8b":
                 data = gzip.decompress(data)
+            elif data[:4] == oci.ZSTD_MAGIC:
+                data = oci.decompressed(io.BufferedReader(io.BytesIO(data))).read()
             out.append(data)
             if len(data) >= 512 and data[257:262] == b"ustar":  # a layer: look into its files too
                 with tarfile.open(fileobj=io.BytesIO(data)) as layer:

@@ -1,8 +1,9 @@
 """An unchanged cell costs seconds: the runtime image's content key (builder/steps/image.py content_key) labels the
 image, and a later build whose key is the same reuses the tagged image with no build and no OCI export. A wrong
 reuse is worse than a slow build, so the key is held to change with every input of the runtime build, on the
-fixture cell: the rendered Dockerfile, a build argument, the attestations, the base image behind an unchanged tag,
-a file of the build context, a wheel, the runtime pins. The daemon is real (the bases' digests come from it)."""
+fixture cell: the rendered Dockerfile, a build argument, the attestations, the layers' compression, the base image
+behind an unchanged tag, a file of the build context, a wheel, the runtime pins. The daemon is real (the bases'
+digests come from it)."""
 
 from __future__ import annotations
 
