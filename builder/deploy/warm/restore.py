@@ -4,8 +4,10 @@ Refusals are UserErrors (one line, exit 2); a restore that fails part way leaves
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tarfile
+import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +19,7 @@ LATEST_TIME = 7_258_118_400
 # What a damaged layer raises while it is read: tar's own errors, the file system's, gzip's (a cut stream is an
 # EOFError, a corrupt one zlib.error) and a header field tarfile cannot parse.
 UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error, ValueError, OverflowError)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _said(exc: BaseException, limit: int) -> str:
@@ -47,10 +50,33 @@ def _members(tar: tarfile.TarFile, layer: Path, root: str) -> list[tuple[tarfile
     return out
 
 
+@contextlib.contextmanager
+def _open(layer: Path):
+    """The layer's tar, whatever the warm image's layers are: gzip or uncompressed (tarfile reads them), or zstd
+    (the default of builder's images, builder/image/oci.py), decompressed as a stream into a temporary file first."""
+    with open(layer, "rb") as f:
+        head = f.read(4)
+    if head != ZSTD_MAGIC:
+        with tarfile.open(layer) as tar:
+            yield tar
+        return
+    import zstandard
+
+    with tempfile.TemporaryFile() as plain:
+        with open(layer, "rb") as f:
+            try:
+                zstandard.ZstdDecompressor().copy_stream(f, plain, read_size=1 << 20, write_size=1 << 20)
+            except zstandard.ZstdError as exc:  # a damaged stream: what tarfile says of a damaged gzip one
+                raise tarfile.ReadError(f"zstd: {exc}") from None
+        plain.seek(0)
+        with tarfile.open(fileobj=plain) as tar:
+            yield tar
+
+
 def layer_time(layer: Path) -> int:
     """The newest time of a warm layer's files: builder warm gives them all the cold image's SOURCE_DATE_EPOCH."""
     try:
-        with tarfile.open(layer) as tar:
+        with _open(layer) as tar:
             times = [int(m.mtime) for m in tar.getmembers() if m.isfile()]
     except UNREADABLE as exc:
         raise UserError(f"--restore {layer}: not a readable tar ({_said(exc, 200)})") from None
@@ -126,7 +152,7 @@ def restore(layer: Path, root: str) -> int:
         raise UserError(f"--restore: the cache root {root} is not empty (a fresh host has it empty)")
     made = not target.exists()
     try:
-        with tarfile.open(layer) as tar:
+        with _open(layer) as tar:
             members = _members(tar, layer, root)
             target.mkdir(parents=True, exist_ok=True)
             for m, under in members:

@@ -272,6 +272,32 @@ def cache_root(tmp_path: Path, name: str) -> tuple[Path, str, dict]:
     return root, rel, parents
 
 
+def test_restore_takes_a_zstd_layer_as_a_warm_image_serves_it(tmp_path):
+    """builder's images have zstd layers (builder/image/oci.py): the warm layer's blob, as a registry serves it, is
+    restored as its gzip form would be, with the layer's own times; a zstd stream cut short is refused in one line."""
+    import zstandard
+
+    root = tmp_path / "opt" / "jit-cache"
+    rel = str(root).lstrip("/")
+    parents = {p: None for p in [str(Path(rel).parents[i]) + "/" for i in range(len(Path(rel).parents) - 1)][::-1]}
+    gz = layer_tar(tmp_path / "l.tar.gz", {**parents, rel + "/": None, rel + "/triton/": None,
+                                           rel + "/triton/k.cubin": b"sass"}, mtime=1700000000)
+    import gzip as gzip_mod
+
+    plain = gzip_mod.decompress(gz.read_bytes())
+    zst = tmp_path / "l.tar.zst"
+    zst.write_bytes(zstandard.ZstdCompressor(level=3).compress(plain))
+    assert restore_mod.layer_time(zst) == 1700000000
+    assert restore_mod.restore(zst, str(root)) == 1
+    assert (root / "triton" / "k.cubin").read_bytes() == b"sass"
+    assert (root / "triton" / "k.cubin").stat().st_mtime == 1700000000
+    cut = tmp_path / "cut.tar.zst"
+    cut.write_bytes(zst.read_bytes()[:-30])
+    with pytest.raises(UserError) as exc:
+        restore_mod.restore(cut, str(tmp_path / "other"))
+    assert "\n" not in str(exc.value) and not (tmp_path / "other").exists()
+
+
 def test_restore_writes_nothing_outside_the_root_whatever_the_members_name(tmp_path):
     """Issue 46 item 1: `opt/jit-cache/../../X` starts with the root's name; it was extracted at / and wrote X beside
     the root's parent. Now every name with a '.' or '..' part, a doubled slash or a link type is refused before a
