@@ -158,5 +158,4 @@ LOOPBACK = re.compile(r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|::1")
 def on_loopback(mirrors=None) -> bool:
     """Whether some mirror is served on this host's loopback interface (only the host's network reaches it)."""
     mirrors = _active if mirrors is None else mirrors
-    return any((urlsplit(m).hostname or "").lower() and LOOPBACK.fullmatch((urlsplit(m).hostname or "").lower())
-               for _, m in mirrors)
+    return any(LOOPBACK.fullmatch(urlsplit(m).hostname or "") for _, m in mirrors)

@@ -488,6 +488,11 @@ def seed_object_cache(sccache_dir: Path, image: str, work: Path, namespace: str 
 
 # -- the verb ---------------------------------------------------------------------------------------------
 
+def work_dir_of(opts, cell, pkg) -> Path:
+    """Where one package's rehearsal keeps its Dockerfile, context, logs and units."""
+    return opts.work_dir / "rehearse" / cell.id / pkg.name
+
+
 def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], memory: int | None, keep: bool,
                      say) -> dict:
     """One compiled package of one cell: its build stage, the capture, the chosen units compiled and measured,
@@ -497,7 +502,7 @@ def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], m
     from .steps import CellContext, common_build_args
 
     cell, pkg = plan.cell, wheel.package
-    work = opts.work_dir / "rehearse" / cell.id / pkg.name
+    work = work_dir_of(opts, cell, pkg)
     if work.exists():
         shutil.rmtree(work)
     (work / "context").mkdir(parents=True)
@@ -587,7 +592,7 @@ def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None
         except CommandError as exc:
             # one package's stage failing (a source its deps stage cannot download, a configure error) hides no
             # other package's measurements: it is reported, and the verb exits 1 after the rest
-            log = opts.work_dir / "rehearse" / p.cell.id / w.package.name / "build.log"
+            log = work_dir_of(opts, p.cell, w.package) / "build.log"
             reason = _failed_step(exc.output)
             say(f"[{p.cell.id}] {w.package.name}: its build stage failed ({reason}); log {log}")
             results.append({"cell": p.cell.id, "package": w.package.name, "version": w.package.version,

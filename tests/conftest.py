@@ -109,6 +109,17 @@ def _no_subprocess(what: str, method: bool = False):
     return refuse
 
 
+@pytest.fixture
+def no_git_mirrors() -> Iterator[None]:
+    """No git mirror map in force before or after the test (builder/gitmirror.py keeps the map process-wide, and
+    activating one also sets an environment variable): for the modules that activate maps of their own."""
+    from builder import gitmirror
+
+    gitmirror.activate(())
+    yield
+    gitmirror.activate(())
+
+
 @pytest.fixture(autouse=True)
 def pure_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """For tests marked pure: every way Python starts a program raises ShellOut (subprocess.Popen under run,

@@ -96,14 +96,17 @@ class Archive:
     def __exit__(self, *exc):
         self.close()
 
-    def read(self, name: str) -> bytes:
+    def _open(self, name: str):
         member = self._names.get(name)
         if member is None:
             raise UserError(f"{self.path}: no {name} in the OCI archive")
         fh = self._tar.extractfile(member)
         if fh is None:
             raise UserError(f"{self.path}: {name} is not a file")
-        return fh.read()
+        return fh
+
+    def read(self, name: str) -> bytes:
+        return self._open(name).read()
 
     def blob(self, digest: str) -> bytes:
         algo, _, hexpart = digest.partition(":")
@@ -115,13 +118,7 @@ class Archive:
     def open_blob(self, digest: str) -> io.BufferedReader:
         """The blob as a stream, its sha256 checked when the stream ends (a short or altered blob raises there)."""
         algo, _, hexpart = digest.partition(":")
-        name = f"blobs/{algo}/{hexpart}"
-        member = self._names.get(name)
-        if member is None:
-            raise UserError(f"{self.path}: no {name} in the OCI archive")
-        fh = self._tar.extractfile(member)
-        if fh is None:
-            raise UserError(f"{self.path}: {name} is not a file")
+        fh = self._open(f"blobs/{algo}/{hexpart}")
         return io.BufferedReader(_Verified(fh, hexpart if algo == "sha256" else "", f"{self.path}: blob {digest[:19]}…"),
                                  CHUNK)
 

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from ...errors import UserError
+from ...image import oci
 
 # A member's time is a SOURCE_DATE_EPOCH: after 1970 and before 2200 (what os.utime and every file system take).
 # Outside that, the layer was not made by `builder warm`.
@@ -19,7 +20,6 @@ LATEST_TIME = 7_258_118_400
 # What a damaged layer raises while it is read: tar's own errors, the file system's, gzip's (a cut stream is an
 # EOFError, a corrupt one zlib.error) and a header field tarfile cannot parse.
 UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error, ValueError, OverflowError)
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _said(exc: BaseException, limit: int) -> str:
@@ -56,7 +56,7 @@ def _open(layer: Path):
     (the default of builder's images, builder/image/oci.py), decompressed as a stream into a temporary file first."""
     with open(layer, "rb") as f:
         head = f.read(4)
-    if head != ZSTD_MAGIC:
+    if head != oci.ZSTD_MAGIC:
         with tarfile.open(layer) as tar:
             yield tar
         return

@@ -21,6 +21,7 @@ GH = "https://github.com/"
 UPSTREAM = "https://github.com/acme/widget"  # unreachable here: only the mirror answers
 
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.usefixtures("no_git_mirrors")
 BASE = "debian:bookworm-slim"
 
 
@@ -37,13 +38,6 @@ def _base_with_git() -> str:
 def served(tmp_path):
     with git_daemon(tmp_path) as info:
         yield info
-
-
-@pytest.fixture(autouse=True)
-def _no_active_map():
-    gitmirror.activate(())
-    yield
-    gitmirror.activate(())
 
 
 def test_a_build_fetches_through_the_mirror_secret_and_keeps_it_out_of_the_image(served, tmp_path):

@@ -26,20 +26,14 @@ from tests.helpers import REPO, git_host
 SCRIPT = REPO / "scripts" / "git-host"
 GH = "https://github.com/"
 
-pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="skipped because git is not installed")
+pytestmark = [pytest.mark.skipif(not shutil.which("git"), reason="skipped because git is not installed"),
+              pytest.mark.usefixtures("no_git_mirrors")]
 
 
 @pytest.fixture
 def host(tmp_path):
     with git_host(tmp_path) as info:
         yield info
-
-
-@pytest.fixture(autouse=True)
-def _no_active_map():
-    gitmirror.activate(())
-    yield
-    gitmirror.activate(())
 
 
 def _git(*argv, cwd, mirror):

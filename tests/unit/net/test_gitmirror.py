@@ -17,14 +17,8 @@ from builder.errors import UserError
 from tests.helpers import git_daemon
 
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.usefixtures("no_git_mirrors")
 GH = "https://github.com/"
-
-
-@pytest.fixture(autouse=True)
-def _no_active_map():
-    gitmirror.activate(())
-    yield
-    gitmirror.activate(())
 
 
 def test_longest_prefix_wins():

@@ -29,7 +29,7 @@ ROOT_ENV = "BUILDER_GIT_HOST_ROOT"
 FIXTURE = REPO / "tests" / "fixtures" / "real-trees"
 V0518 = "71de97b264b04dcd514cf904003028aefe9775c8"  # upstream's annotated tag v0.5.18 (tagger: SGLang's release manager)
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_git_mirrors")]
 
 
 @pytest.fixture
@@ -46,7 +46,6 @@ def served():
         proc.terminate()
         proc.wait(10)
         proc.stdout.close()
-        gitmirror.activate(())
 
 
 def test_lock_pins_the_cell_and_reads_the_kernels_plan_from_the_real_aot_tree(served, tmp_path, monkeypatch):
