@@ -134,8 +134,11 @@ def test_a_capture_holding_a_hard_link_to_a_host_file_is_refused_before_anything
     os.link(tmp_path / "host-secret", tree / "k2.cubin")
     (tmp_path / "cap" / "warm.json").write_text(json.dumps({"cache_root": "/opt/jit-cache", "strategy": "MTP2"}))
     repo = cold_image.rsplit(":", 1)[0]  # the warm image would be REPO:<tag>-warm-...
-    images = lambda: subprocess.run(["docker", "image", "ls", "--no-trunc", "--format", "{{.Tag}} {{.ID}}",  # noqa: E731
-                                     repo], capture_output=True, text=True, check=True).stdout.split("\n")
+    # sorted: docker lists images by creation time, and reproducible images share one (SOURCE_DATE_EPOCH),
+    # so the order of equal times changes from one listing to the next
+    images = lambda: sorted(subprocess.run(["docker", "image", "ls", "--no-trunc", "--format",  # noqa: E731
+                                            "{{.Tag}} {{.ID}}", repo],
+                                           capture_output=True, text=True, check=True).stdout.splitlines())
     before = images()
     res = builder("warm", cold_image, "--matrix", str(MATRIX), "--strategy", "MTP2", "--from-dir",
                   str(tmp_path / "cap"), cwd=tmp_path)
