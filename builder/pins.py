@@ -1,22 +1,22 @@
-"""Runtime pins: the exact pure-Python dependency set of a cell, resolved once and reused.
+"""Runtime pins: the exact dependency set of a cell's runtime, resolved before anything is installed.
 
-The first successful build of a cell resolves the engine's dependencies from the index and records what the
-runtime image holds in runtime-pins/<cell-id>.txt next to the matrix (commit it, like a lock file), each release
-with the sha256 of every file the index has for it (`--hash=sha256:...`) and with the extras the installed
-closure asks of it (`nvidia-cutlass-dsl[cu13]==4.8.0`: vLLM 0.33.0's nvidia-cudnn-frontend requires
-`nvidia-cutlass-dsl[cu13]`, and pip's --require-hashes refuses a requirement with an extra that the file does not
-pin — what `pip freeze` alone writes). The extras are read from the installed distributions' own Requires-Dist,
-markers evaluated in the image's environment, from the extras the runtime asked for (the engine's
-install_extras, runtime_jit's pip requirements) to a fixpoint. Every later build
-installs from a hash-locked requirements file: those lines plus the cell's own audited wheels with their
-hashes (`pip install --require-hashes`), so the image gets the same files, byte for byte, or the build stops.
-A pins file without hashes (written before, or for a release the index does not list) is used as
-constraints instead. Delete the file (or `build --refresh-pins`) to resolve again. Packages builder compiles
-are the cell's own wheels and left out; torch is pinned by the cell and, in the hashed file, by its hashes.
+A cell without a pins file has its runtime dependencies resolved first (steps/image.py: the Dockerfile's
+runtime-resolve stage, pip's `inspect` of the venv the install starts from and its `install --dry-run --report`
+of the install's request): every distribution the runtime will hold but the cell's own wheels, torch included,
+each with the sha256 of every file the index has for that release (`--hash=sha256:...`; the index's answer, else
+the file pip's report names) and with the extras the resolved closure asks of it (`nvidia-cutlass-dsl[cu13]==4.8.0`:
+vLLM 0.33.0's nvidia-cudnn-frontend requires `nvidia-cutlass-dsl[cu13]`, and pip's --require-hashes refuses a
+requirement with an extra that the file does not pin). The extras are read from the distributions' own
+Requires-Dist, markers evaluated in the venv's environment, from the extras the runtime asks for (the engine's
+install_extras, runtime_jit's pip requirements) to a fixpoint. The image, the first build's as every later one's,
+installs from the hash-locked requirements file those lines make with the cell's own audited wheels and their
+hashes (`pip install --require-hashes`): the same files, byte for byte, or the build stops — so the first build and
+every later build of an unchanged cell have one content key and one digest. After the first build the image's own
+installed set is checked against the pins (`complete`), then they are written to runtime-pins/<cell-id>.txt next to
+the matrix (commit it, like a lock file). A pins file without hashes (written by hand, or for a release the index
+does not list) is used as constraints instead. Delete the file (or `build --refresh-pins`) to resolve again.
 
-The file's second header line names the image it was read from and that image's content key (steps/image.py)
-with the sha256 of its pin lines: a later build whose inputs, but for these pins, are the ones that image was
-built from reuses it (its runtime dependencies are these very pins), until a pin line is edited.
+The file's second header line names the image it was first installed into and that image's content key.
 """
 
 from __future__ import annotations
@@ -45,20 +45,6 @@ HASHED_IN_CONTEXT = "runtime-requirements.txt"  # (its name is also in dockerfil
 def own_names(cell: Cell) -> set[str]:
     """The distributions the cell installs from its own audited wheels: never pinned from the index."""
     return {canonicalize_name(p.recipe.pypi) for p in cell.packages} | {canonicalize_name(p.name) for p in cell.packages}
-
-
-def from_freeze(freeze: str, cell: Cell, keep_torch: bool = False) -> list[str]:
-    """`name==version` lines of every distribution `pip freeze --all` lists (pip, setuptools and wheel included:
-    an installed distribution may require them, and pip --require-hashes then refuses the file unless they are
-    pinned: vLLM 0.33.0's model-hosting-container-standards requires setuptools), but the cell's own wheels and,
-    unless asked, torch."""
-    own = own_names(cell) | (set() if keep_torch else {"torch"})
-    out = []
-    for line in freeze.splitlines():
-        m = re.fullmatch(r"([A-Za-z0-9._-]+)==([^\s;]+)", line.strip())
-        if m and canonicalize_name(m.group(1)) not in own:
-            out.append(f"{canonicalize_name(m.group(1))}=={m.group(2)}")
-    return sorted(out)
 
 
 # Run in the image: every installed distribution's name, version and Requires-Dist, and the marker environment
@@ -229,17 +215,17 @@ def origin(text: str) -> tuple[str, str] | None:
 
 
 def complete(lines: list[str], installed: dict, cell: Cell, image: str) -> None:
-    """The pins hold every installed distribution but the cell's own wheels, each at its installed version: what
-    `pip install --require-hashes` of the next build needs, by construction. Checked against the image's own
-    installed set (importlib.metadata), not pip's freeze alone; a pins file that would make the next build fail
-    is never written (BuilderError naming what differs)."""
-    pinned = {canonicalize_name(l.partition("==")[0].partition("[")[0]): l.partition("==")[2] for l in lines}
+    """The pins hold every installed distribution but the cell's own wheels, each at its installed version, and
+    nothing else: the image was installed from exactly them. Checked against the image's own installed set
+    (importlib.metadata); BuilderError naming what differs (the pins file is then not written)."""
+    pinned = {canonicalize_name(l.partition("==")[0].partition("[")[0]): l.partition("==")[2].split()[0]
+              for l in lines}
     have = {canonicalize_name(d["name"]): d["version"] for d in installed["dists"] if d.get("name")}
     own = own_names(cell)
     missing = sorted(f"{n}=={v}" for n, v in have.items() if n not in own and pinned.get(n) != v)
     extra = sorted(f"{n}=={v}" for n, v in pinned.items() if have.get(n) != v)
     if missing or extra:
-        raise BuilderError(f"the runtime pins read from {image} would not install it again: "
+        raise BuilderError(f"{image} does not hold what its runtime pins name: "
                            + "; ".join(filter(None, [missing and f"installed but not pinned: {', '.join(missing)}",
                                                      extra and f"pinned but not installed: {', '.join(extra)}"]))
                            + " (no pins file written)")
@@ -257,35 +243,76 @@ def seeds(cell: Cell) -> dict[str, set[str]]:
     return out
 
 
-def record(image: str, cell: Cell, path: Path, index_url: str | None = None,
-           source: tuple[str, str] | None = None) -> tuple[Path, str]:
-    """Write the pins file; returns it and, when its lines carry no hashes, why. `source`: the (digest, content
-    key) of `image`, named in the header (see `origin`)."""
-    freeze = docker.run_in_image(image, "python", "-m", "pip", "freeze", "--all")
-    installed = json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT))
-    extras = requested_extras(installed, seeds(cell))
-    everything = from_freeze(freeze, cell, keep_torch=True)
-    complete(everything, installed, cell, image)
-    # the constraints route leaves torch to the cell's own pin; the hash-locked one names its files too
-    lines = with_extras([l for l in everything if l.partition("==")[0] != "torch"], extras)
+def from_resolve(report: dict, venv: dict, cell: Cell, index_url: str | None = None) -> tuple[list[str], str]:
+    """The pin lines of a resolve (the runtime-resolve stage's files): `venv`, pip's `inspect` of the venv the
+    install starts from, and `report`, pip's --dry-run --report of the install's request (what it would add or
+    replace). Every distribution the runtime will hold but the cell's own wheels, each `name[extras]==version`, with
+    `--hash=sha256:...` for every file the index lists for the release (any of them may be the one pip picks on
+    another host), else for the file the report names; returns (lines, why) where why says, when the lines carry no
+    hashes, why not (they are then constraints). BuilderError when the resolve's files are not what pip writes."""
+    try:
+        env = report["environment"]
+        held = {canonicalize_name(d["metadata"]["name"]): d for d in venv["installed"]}
+        held.update({canonicalize_name(d["metadata"]["name"]): d for d in report["install"]})
+    except (KeyError, TypeError) as exc:
+        raise BuilderError(f"the runtime's resolve wrote no pip report / inspect this builder reads ({exc!r})") from None
+    installed = {"env": env, "dists": [{"name": d["metadata"]["name"], "version": d["metadata"]["version"],
+                                        "requires": list(d["metadata"].get("requires_dist") or [])}
+                                       for d in held.values()]}
+    own = own_names(cell)
+    everything = sorted(f"{n}=={d['metadata']['version']}" for n, d in held.items() if n not in own)
+    lines = with_extras(everything, requested_extras(installed, seeds(cell)))
     why = "no index to read hashes from"
     if index_url:
         from .pypi import SimpleIndex
 
-        locked, why = with_hashes(with_extras(everything, extras), SimpleIndex(index_url))
+        locked, why = with_hashes(lines, SimpleIndex(index_url))
         if locked:
-            lines = locked
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# Written by `builder build` from the first build of {cell.id}; "
-              + ("hash-locked requirements for the next ones.\n" if hashed("".join(lines)) else
-                 f"constraints for the next ones (no hashes: {why}).\n"))
+            return locked, ""
+    # the index cannot say: the very file of each release that pip took here, when its report names them all
+    taken = {n: (((d.get("download_info") or {}).get("archive_info") or {}).get("hashes") or {}).get("sha256")
+             for n, d in held.items()}
+    if all(taken.get(canonicalize_name(l.partition("==")[0].partition("[")[0])) for l in lines):
+        return [f"{l} --hash=sha256:{taken[canonicalize_name(l.partition('==')[0].partition('[')[0])]}"
+                for l in lines], ""
+    return lines, why
+
+
+def text_of(cell: Cell, lines: list[str], why: str, source: tuple[str, str] | None = None) -> str:
+    """The pins file of `lines` (`why`: why they carry no hashes; `source`: the image digest and content key they
+    were first installed as, named in the header)."""
+    header = (f"# Written by `builder build` from the resolve of {cell.id}'s first build; "
+              + ("hash-locked requirements for every build.\n" if hashed("".join(lines)) else
+                 "nothing to pin: every distribution is the cell's own wheels.\n" if not lines else
+                 f"constraints for every build (no hashes: {why}).\n"))
     body = "".join(f"{line}\n" for line in lines)
     if source is not None:
         header += origin_line(*source, lines_digest(body))
+    return header + body
+
+
+def in_context(text: str, locked: bool, wheels: list[tuple[str, str]]) -> tuple[str, str]:
+    """(file name, content) of the pins in the runtime build's wheels context: hash-locked requirements with the
+    cell's own `wheels` (name, sha256), or constraints of versions only. The first build and every later one make
+    this file the same way from the same pins, so the same pins give the same context and content key."""
+    if locked:
+        return HASHED_IN_CONTEXT, requirements(text, wheels)
+    return FILE_IN_CONTEXT, constraints("".join(f"{l}\n" for l in pin_lines(text)))
+
+
+def write(path: Path, text: str) -> None:
+    """Write a pins file whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
-    tmp.write_text(header + body)
+    tmp.write_text(text)
     tmp.rename(path)
-    return path, "" if hashed("".join(lines)) else why
+
+
+def check_image(image: str, lines: list[str], cell: Cell, docker_bin: str = "docker") -> None:
+    """The image holds exactly what the pin `lines` name (but the cell's own wheels), each at its pinned version:
+    `complete` against what the image's importlib.metadata lists."""
+    installed = json.loads(docker.run_in_image(image, "python", "-c", INSTALLED_SCRIPT, docker=docker_bin))
+    complete(lines, installed, cell, image)
 
 
 # -- build requirements ---------------------------------------------------------------------------------------

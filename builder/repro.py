@@ -4,8 +4,9 @@ mismatch it says what differs: the zip members of a wheel (contents, timestamps,
 the files added, removed or changed (builder/image/oci.py).
 
 Both builds use the same SOURCE_DATE_EPOCH, sources, base images and runtime pins (the cell's
-runtime-pins/<cell>.txt when there is one; otherwise the first build resolves them and the second installs
-exactly those), so any difference is one the build itself put there.
+runtime-pins/<cell>.txt when there is one; otherwise the first build resolves them before it installs anything,
+as any first build does, and the second installs exactly those), so any difference is one the build itself put
+there.
 """
 
 from __future__ import annotations
@@ -90,9 +91,9 @@ def wheel_differences(a: Path, b: Path, limit: int = 40) -> list[str]:
 
 
 def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host=None, steps=None) -> list[Run]:
-    """The two compared builds (first, second). A cell without runtime pins gets a resolving build before them
-    (not compared: it is the one that resolves and records the pins, with their hashes), so both compared
-    builds install exactly the same hash-locked files, as every build after a cell's first does."""
+    """The two compared builds (first, second). A cell without runtime pins has them resolved by the first build
+    (before its install, as any first build does) and the second installs the pins the first recorded: both
+    install exactly the same hash-locked files."""
     from . import runner
 
     steps = steps or tuple(s for s in runner.STEPS if s.name in STEP_NAMES)
@@ -100,13 +101,11 @@ def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host
     if root.exists():
         shutil.rmtree(root)
     pins_seed = opts.pins_dir / f"{cell.id}.txt" if opts.pins_dir else None
-    names = RUNS
     if pins_seed is None or not pins_seed.is_file():
-        say(f"[{cell.id}] verify-repro: no runtime pins yet; a first build resolves them, then the two compared "
-            "builds install exactly those")
-        names = ("resolve",) + RUNS
+        say(f"[{cell.id}] verify-repro: no runtime pins yet; the first build resolves them and the second installs "
+            "exactly those")
     runs: list[Run] = []
-    for name in names:
+    for name in RUNS:
         base = root / name
         pins_dir = base / "pins"
         pins_dir.mkdir(parents=True)
@@ -132,10 +131,9 @@ def build_twice(cell: Cell, opts: BuildOptions, say: Callable[[str], None], host
         if not run.ok:
             runs.append(run)
             break
-        if name == "resolve":
-            pins_seed = pins_dir / f"{cell.id}.txt"  # what the compared builds install
-            continue
         runs.append(run)
+        if pins_seed is None or not pins_seed.is_file():
+            pins_seed = pins_dir / f"{cell.id}.txt"  # what the first build resolved: the second installs it
     return runs
 
 

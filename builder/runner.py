@@ -35,7 +35,7 @@ from .steps import BuildOptions, CellContext, Status, Step, StepResult
 from .steps.audit import AuditStep
 from .steps.cache import CacheStep
 from .steps.compile import CompileStep
-from .steps.image import ImageStep
+from .steps.image import ARCHIVE, ImageStep
 from .steps.publish import PublishStep
 from .steps.smoke import SmokeStep
 
@@ -266,9 +266,17 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
     cell_dir = opts.work_dir / cell.id
     auto = any(w.package.route is not None for w in plan.wheels)  # rendered once its routes are settled
     try:  # a filesystem fault here (work or log dir under a file, disk full) fails the cell, naming the path
+        # the cell's work dir is made anew, but for the OCI archive of its last image: publish pushes it when the
+        # image step finds that image is still this cell's (steps/image.py), instead of building it again
+        kept = opts.work_dir / f".{cell.id}.{os.getpid()}.oci.tar"
+        archive = cell_dir / ARCHIVE
+        if archive.is_file() and not archive.is_symlink():
+            os.replace(archive, kept)
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         (cell_dir / "context").mkdir(parents=True)
+        if kept.exists():
+            os.replace(kept, archive)
         if not auto:
             (cell_dir / "Dockerfile").write_text(render.render(plan, opts.index_url, opts.compile_reaches_out))
         opts.log_dir.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import pins
 from . import labels, ledger, signing
 from ..registry_api import ACCEPT, OCI_MANIFEST, Found, Unusable
 from ..registry_api import Client as RegistryClient
@@ -194,18 +193,16 @@ class Build:
     why: str  # one line, or "" when there is nothing to say (no image under the tag)
 
 
-def judge(claim: Claim | None, key: str, first_key: str, pins_file: Path | None,
-          voucher: Callable[[str], Voucher]) -> Reuse | Build:
+def judge(claim: Claim | None, key: str, voucher: Callable[[str], Voucher]) -> Reuse | Build:
     """Reuse the claimed image (its digest, why, who vouches) or build (why), for a local image and a registry's
     alike. The label alone proves nothing (any image built FROM this one inherits it): the image is this build's
-    result when it claims this build's content key (or its first build's, whose runtime pins `pins_file` says were
-    read from that very digest), and a ledger entry for that key records its digest. `voucher(key)` reads the entry
+    result when it claims this build's content key and a ledger entry for that key records its digest. `voucher(key)` reads the entry
     only when the claim gets that far."""
     if claim is None:
         return Build("")
     if not claim.key:
         return Build(f"{claim.where} ({claim.digest}) carries no content key (builder did not build it): building")
-    if claim.key not in (key, first_key):
+    if claim.key != key:
         return Build(f"{claim.where} was built from other inputs (content key {claim.key[:16]}…, this build's "
                      f"{key[:16]}…): building")
     v = voucher(claim.key)
@@ -222,14 +219,7 @@ def judge(claim: Claim | None, key: str, first_key: str, pins_file: Path | None,
     if pulled:  # a digest this host pulled, not built: say on whose word
         name = f"this host's image ledger, which took it on the word of {pulled}"
         recorded = f"its digest is one this host's image ledger took from the registry on the word of {pulled}"
-    if claim.key == key:
-        return Reuse(claim.digest, f"it carries this build's content key and {recorded}", name, v.kind)
-    if not pins_read_from(pins_file, claim.digest, claim.key):
-        return Build(f"{claim.where} carries the content key of this cell's first build, but "
-                     f"{pins_file.name if pins_file else 'the pins file'} was not read from it ({claim.digest}) or its "
-                     "pin lines changed since: building")
-    return Reuse(claim.digest, f"its content key is this build's without the runtime pins, which {pins_file.name} says "
-                               f"were read from this very image, and {recorded}", name, v.kind)
+    return Reuse(claim.digest, f"it carries this build's content key and {recorded}", name, v.kind)
 
 
 def _by(v: Voucher, sep: str = " (") -> str:
@@ -237,13 +227,6 @@ def _by(v: Voucher, sep: str = " (") -> str:
     if v.kind == HOST:
         return ""
     return f" ({v.name})" if sep == " (" else f"; {v.name}"
-
-
-def pins_read_from(pins_file: Path | None, digest: str, key: str) -> bool:
-    """Whether the runtime pins file was read from image `digest` of content key `key` (the cell's first build,
-    which resolved the pins this build installs: its key was this build's without the pins file), lines
-    unchanged."""
-    return bool(pins_file and pins_file.is_file()) and pins.origin(pins_file.read_text()) == (digest, key)
 
 
 def local_voucher(image_ledger: Path) -> Callable[[str], Voucher]:

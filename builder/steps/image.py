@@ -1,8 +1,11 @@
 """image: the slim runtime image of a cell, built from exactly the cell's audited wheels (a BuildKit named
 context), exported as an OCI archive with every timestamp rewritten to SOURCE_DATE_EPOCH (the same sources give
 the same digest), then loaded into the daemon and tagged — the loaded image keeps the archive's digest, so what
-smoke runs and what publish pushes is one image, byte for byte. Also records the runtime's resolved pure-Python
-dependencies on the first build of a cell (runtime-pins/<cell>.txt) and installs exactly those on later builds.
+smoke runs and what publish pushes is one image, byte for byte. The runtime's dependencies are resolved before
+anything is installed (the runtime-resolve stage, builder/pins.py) when the cell has no pins yet, and every build,
+the first included, installs the hash-locked pins: the first build of a cell and every later one of the same
+inputs have one content key and one digest. The first build's pins are written to runtime-pins/<cell>.txt once its
+image is checked to hold exactly them.
 
 An unchanged cell is not built again: the image's content key (`content_key`: the rendered Dockerfile, the build
 arguments, the base images by digest, the build context, the wheels and runtime pins it installs, by sha256) is
@@ -16,7 +19,9 @@ the image under REGISTRY/ENGINE:<tag> carries the key, and builder's ledger reco
 manifest digest. Then build pulls it by that digest and tags it; publish leaves it there (smoke passed before it
 was published, nothing is pushed) and only its aliases move. Any changed input changes the key, and then the
 cell is built as before; --no-cache and --refresh-pins always build, and publish builds unless its registry
-already serves the cell's image (it pushes the OCI archive of what it builds)."""
+already serves the cell's image, or the cell's tag names the image an earlier build made here for this key and
+the cell's work dir still holds that build's OCI archive: then publish smokes and pushes that very image, with no
+second build and no second export."""
 
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ from . import CellContext, Status, StepResult, common_build_args
 
 WHEEL_SUMS = "wheels.sha256"  # sha256sum format; its name is also in dockerfiles/stages/runtime.j2
 ARCHIVE = "image.oci.tar"  # in the cell's work dir: what the publish step pushes
+RESOLVED = "resolve"  # in the cell's work dir: what the runtime-resolve stage exported (pip's inspect and report)
 CONTENT_RECORD = "content-key.json"  # in the cell's work dir: the content key and every input it covers
 KEY_FORMAT = 1  # bumped whenever what the key covers changes, so that no older key matches by accident
 
@@ -88,6 +94,16 @@ def runtime_call(ctx: CellContext, wheels: Path, metadata: Path, name: str | Non
     return docker.BuildxCall(target="runtime", output=output, metadata_file=metadata, attest=ctx.opts.attest, **common)
 
 
+def resolve_call(ctx: CellContext, wheels: Path) -> docker.BuildxCall:
+    """The runtime-resolve stage, its files exported to the work dir; never from BuildKit's cache (its RUN asks
+    the index), nothing attested (the files are read, not shipped)."""
+    common = common_build_args(ctx)
+    common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
+    common["extra"] = tuple(common["extra"]) + ("--no-cache-filter", "runtime-resolve")
+    return docker.BuildxCall(target="runtime-resolved", output=docker.csv_options(type="local", dest=ctx.dir / RESOLVED),
+                             attest=(), **common)
+
+
 def base_images(dockerfile: str) -> dict[str, str]:
     """The base images the rendered Dockerfile names (its global `ARG BASE_*=ref` lines, before the first FROM)."""
     head = dockerfile.split("\nFROM ", 1)[0]
@@ -97,15 +113,13 @@ def base_images(dockerfile: str) -> dict[str, str]:
 PINS_IN_CONTEXT = (pins.HASHED_IN_CONTEXT, pins.FILE_IN_CONTEXT)
 
 
-def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
-                as_first_build: bool = False) -> tuple[str, dict]:
+def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path) -> tuple[str, dict]:
     """The key of the runtime image's content and the inputs it covers, or ("", {"why": ...}) when one input
     cannot be named by its content (a base image the daemon does not hold: its tag could move). Every input of
     the runtime build is in it: the whole rendered Dockerfile (every template and the lock's pins, every other
     stage included), the build arguments (SOURCE_DATE_EPOCH, the audited labels), the attestations asked for, the
     base images by digest, each file of the build context and of the wheels context (the cell's wheels by the
-    sha256 their audit checked; the runtime pins file). `as_first_build`: the key this cell's inputs give
-    without the runtime pins file, i.e. what its first build, which resolved those pins, computed."""
+    sha256 their audit checked; the runtime pins, resolved before the install on a first build)."""
     text = ctx.dockerfile.read_text()
     bases = {}
     for arg, ref in sorted(base_images(text).items()):
@@ -115,11 +129,10 @@ def content_key(ctx: CellContext, call: docker.BuildxCall, stage: Path,
         bases[arg] = {"ref": ref, "digest": digest}
     own = {w.name: ctx.records[s.package.name][w.name]["sha256"] for s in ctx.plan.wheels
            for w in ctx.wheels[s.package.name]}
-    wheels, runtime_pins = {}, "resolved by this build (no runtime pins file)"
+    wheels, runtime_pins = {}, "none"
     for f in sorted(stage.iterdir()):
         if f.name in PINS_IN_CONTEXT:
-            if not as_first_build:
-                runtime_pins = {f.name: sha256_file(f)}
+            runtime_pins = {f.name: sha256_file(f)}
         else:
             wheels[f.name] = own.get(f.name) or sha256_file(f)
     context = {str(f.relative_to(ctx.context_dir)): sha256_file(f) for f in sorted(ctx.context_dir.rglob("*"))
@@ -163,29 +176,35 @@ class ImageStep:
         # The runtime stage checks these before pip sees a wheel: what was audited is what is installed.
         (stage / WHEEL_SUMS).write_text("".join(sums))
         pins_file = self._pins_file(ctx)
+        resolved = None  # (pin lines, why without hashes) this build resolved: written once its image holds them
         if pins_file and pins_file.is_file() and not opts.refresh_pins:
             text, locked = pins.read(pins_file)  # checked line by line (runner.check_pins did before the build)
-            if locked:  # every release and every wheel by its sha256: pip --require-hashes
-                own = [(w.name, ctx.records[s.package.name][w.name]["sha256"]) for s in ctx.plan.wheels
-                       for w in ctx.wheels[s.package.name]]
-                (stage / pins.HASHED_IN_CONTEXT).write_text(pins.requirements(text, own))
-                ctx.note(f"runtime dependencies hash-locked by {pins_file}")
-            else:
-                (stage / pins.FILE_IN_CONTEXT).write_text(pins.constraints(text))
-                ctx.note(f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
+            ctx.note(f"runtime dependencies hash-locked by {pins_file}" if locked else
+                     f"runtime dependencies pinned by {pins_file} (versions only: no hashes in it)")
+        else:
+            try:
+                resolved = self._resolve(ctx, stage)
+            except BuilderError as exc:
+                return StepResult(self.name, cell.id, Status.FAILED,
+                                  f"resolving the runtime's dependencies failed: {str(exc).strip()[-1500:]}")
+            text = pins.text_of(cell, *resolved)
+            locked = pins.hashed(text)
+        own = [(w.name, ctx.records[s.package.name][w.name]["sha256"]) for s in ctx.plan.wheels
+               for w in ctx.wheels[s.package.name]]
+        name, content = pins.in_context(text, locked, own)
+        (stage / name).write_text(content)
         metadata = ctx.dir / "metadata.json"
         # the key of this image's content; an image under the cell's tag that carries it is this cell's image
         call = runtime_call(ctx, stage, metadata)
         key, inputs = content_key(ctx, call, stage)
-        first_key = (content_key(ctx, call, stage, as_first_build=True)[0]
-                     if isinstance(inputs.get("runtime_pins"), dict) else key)
         self._record(ctx, key, inputs)
-        reused, why = self._reusable(ctx, key, first_key, pins_file)
-        if reused:
-            return self._reuse(ctx, reused, why, key, pins_file)
-        from_registry = self._from_registry(ctx, key, first_key, pins_file)
-        if from_registry is not None:
-            return from_registry
+        # build takes the local image before asking the registry; publish asks its registry first (an image
+        # already published there is not pushed again), then takes the image an earlier build made here
+        for source in ((self._from_registry, self._local) if opts.publish is not None else
+                       (self._local, self._from_registry)):
+            result = source(ctx, key, pins_file, resolved)
+            if result is not None:
+                return result
         ctx.note(f"runtime image {cell.ref}")
         # loaded under a name of this run only: another build of the cell loading or tagging its image at the same
         # moment cannot take this one's place (the name is not part of the image or its digest). Smoke runs and
@@ -211,21 +230,49 @@ class ImageStep:
             return StepResult(self.name, cell.id, Status.FAILED,
                               f"{archive} was loaded as {loaded or 'nothing'}, not as the built {digest} (the daemon "
                               "needs the containerd image store: scripts/setup-docker.sh turns it on)")
+        if resolved is not None:  # the first build's pins: the image holds exactly them, or nothing is recorded
+            try:
+                pins.check_image(run_name, resolved[0], cell, opts.docker)
+            except BuilderError as exc:
+                return StepResult(self.name, cell.id, Status.FAILED, str(exc))
         if key:  # recorded before the tag moves: a later build reuses what the tag names only when it is this
             self._ledger_record(ctx, key, digest)
         # cell.ref, the name users know, may be moved by another build of the cell at any moment
         docker.point_tag(cell.ref, digest, opts.docker)
-        self._record_pins(ctx, pins_file, run_name, digest, key)
+        self._record_pins(ctx, pins_file, resolved, digest, key)
         return StepResult(self.name, cell.id, Status.OK, f"tagged {cell.ref}",
                           artifacts={"image": cell.ref, "digest": digest, "manifest": image.manifest_digest,
                                      "archive": str(archive), "attestations": list(image.attestations),
                                      "content_key": key, "reused": False})
 
-    def _record_pins(self, ctx: CellContext, pins_file: Path | None, image: str, digest: str, key: str) -> None:
-        if pins_file and (ctx.opts.refresh_pins or not pins_file.is_file()):
-            _, why = pins.record(image, ctx.cell, pins_file, ctx.opts.index_url, (digest, key) if key else None)
+    def _resolve(self, ctx: CellContext, stage: Path) -> tuple[list[str], str]:
+        """The runtime's dependencies resolved before anything is installed: the runtime-resolve stage (pip's
+        inspect of the venv the install starts from, its --dry-run --report of the install's request), never
+        taken from BuildKit's cache (a resolve asks the index of now), exported to the work dir and read into the
+        pin lines (builder/pins.py) and, when they carry no hashes, why."""
+        out = ctx.dir / RESOLVED
+        shutil.rmtree(out, ignore_errors=True)
+        call = resolve_call(ctx, stage)
+        ctx.note("resolve the runtime's dependencies (pip --dry-run --report; nothing installed)")
+        docker.stream(call.argv(ctx.opts.docker), ctx.log, ctx.echo())
+        try:
+            report = json.loads((out / "report.json").read_text())
+            venv = json.loads((out / "installed.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise BuilderError(f"the runtime-resolve stage left no readable pip report in {out}: {exc}") from None
+        lines, why = pins.from_resolve(report, venv, ctx.cell, ctx.opts.index_url)
+        ctx.note(f"resolved {len(lines)} runtime dependencies, "
+                 + ("each with the sha256 of its files" if not why else f"versions only ({why})"))
+        return lines, why
+
+    @staticmethod
+    def _record_pins(ctx: CellContext, pins_file: Path | None, resolved: tuple[list[str], str] | None, digest: str,
+                     key: str) -> None:
+        """Write the pins this build resolved, naming the image (and its content key) installed from them."""
+        if pins_file and resolved is not None:
+            pins.write(pins_file, pins.text_of(ctx.cell, *resolved, (digest, key) if key else None))
             ctx.note(f"recorded the resolved runtime dependencies in {pins_file}"
-                     + (f" (versions only: {why})" if why else ", each with its sha256"))
+                     + (f" (versions only: {resolved[1]})" if resolved[1] else ", each with its sha256"))
 
     @staticmethod
     def _record(ctx: CellContext, key: str, inputs: dict) -> None:
@@ -249,23 +296,41 @@ class ImageStep:
         if note:
             ctx.note(f"image ledger: {note}")
 
-    def _reusable(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> tuple[str, str]:
+    def _local(self, ctx: CellContext, key: str, pins_file: Path | None,
+               resolved: tuple[list[str], str] | None) -> StepResult | None:
+        reused, why = self._reusable(ctx, key)
+        return self._reuse(ctx, reused, why, key, pins_file, resolved) if reused else None
+
+    def _reusable(self, ctx: CellContext, key: str) -> tuple[str, str]:
         """(digest, why) of the local image under the cell's tag when image/reuse.judge says it is this build's
-        result, else ("", "") (with a line saying why, when the image claims a key)."""
+        result, else ("", "") (with a line saying why, when the image claims a key). For publish, only when the
+        cell's work dir still holds the OCI archive of that very image (what publish pushes)."""
         opts, cell = ctx.opts, ctx.cell
-        if not key or opts.no_cache or opts.refresh_pins or opts.publish is not None or opts.image_ledger is None:
+        if not key or opts.no_cache or opts.refresh_pins or opts.image_ledger is None:
             return "", ""
         found = docker.image_labels(cell.ref, opts.docker)
         digest = docker.image_id(cell.ref, opts.docker) if found is not None else ""
         claim = reuse.Claim(f"image {cell.ref}", digest, labels.content_key(found)) if digest else None
-        verdict = reuse.judge(claim, key, first_key, pins_file, reuse.local_voucher(opts.image_ledger))
+        verdict = reuse.judge(claim, key, reuse.local_voucher(opts.image_ledger))
         if isinstance(verdict, reuse.Build):
             if verdict.why:
                 ctx.note(verdict.why)
             return "", ""
+        if opts.publish is not None:
+            archive = archive_path(ctx)
+            try:
+                with oci.Archive(archive) as a:
+                    held = a.image().digest
+            except (OSError, BuilderError) as exc:
+                held = f"unreadable ({getattr(exc, 'strerror', None) or exc})" if archive.exists() else "missing"
+            if held != verdict.digest:
+                ctx.note(f"{cell.ref} ({verdict.digest}) is this build's image, but the OCI archive publish pushes, "
+                         f"{archive}, is {held}: building it again")
+                return "", ""
         return verdict.digest, verdict.why
 
-    def _from_registry(self, ctx: CellContext, key: str, first_key: str, pins_file: Path | None) -> StepResult | None:
+    def _from_registry(self, ctx: CellContext, key: str, pins_file: Path | None,
+                       resolved: tuple[list[str], str] | None) -> StepResult | None:
         """The image the reuse registry (the matrix's registry by default, --reuse-from, or publish's registry)
         serves under the cell's tag, when image/reuse.judge says it is this build's result (its record there
         vouches for its digest): for build pulled by that digest and tagged, for publish left where it is (its
@@ -289,7 +354,7 @@ class ImageStep:
                     ctx.note(f"registry: {ref} is not there: building")
                     return None
                 claim = reuse.Claim(f"registry: {ref}", found.digest, labels.content_key(found.labels))
-                verdict = reuse.judge(claim, key, first_key, pins_file,
+                verdict = reuse.judge(claim, key,
                                       reuse.registry_voucher(client, repository, published=opts.publish is not None,
                                                              trusted=opts.ledger_key))
         except reuse.Unusable as exc:
@@ -313,10 +378,11 @@ class ImageStep:
                      f"(checked in {checked:.1f}s)")
             return StepResult(self.name, cell.id, Status.OK, f"in the registry: {ref} (content key unchanged)",
                               artifacts={**artifacts, "pulled": False})
-        return self._pull(ctx, found, repository, claim.key, key, pins_file, verdict, artifacts, started)
+        return self._pull(ctx, found, repository, key, pins_file, resolved, verdict, artifacts, started)
 
-    def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, have: str, key: str,
-              pins_file: Path | None, verdict: reuse.Reuse, artifacts: dict, started: float) -> StepResult | None:
+    def _pull(self, ctx: CellContext, found: reuse.Found, repository: str, key: str, pins_file: Path | None,
+              resolved: tuple[list[str], str] | None, verdict: reuse.Reuse, artifacts: dict,
+              started: float) -> StepResult | None:
         """Pull the vouched image by its digest and name it: the run's own name, the cell's tag. Nothing is named
         before the daemon holds that very digest; a pull that fails leaves nothing named and the cell is built.
         This host's image ledger records the digest, with who vouched, only when a signature by the matrix's key
@@ -338,7 +404,7 @@ class ImageStep:
                               f"{loaded or 'nothing'} (the daemon needs the containerd image store: "
                               "scripts/setup-docker.sh turns it on)")
         if verdict.kind == reuse.SIGNED:  # recorded before the tag moves, as for a built image, with who vouched
-            self._ledger_record(ctx, have, found.digest, verdict.vouched_by)
+            self._ledger_record(ctx, key, found.digest, verdict.vouched_by)
         else:
             ctx.note(f"image ledger: {found.digest} not recorded (taken on the word of {verdict.vouched_by}, not "
                      "built here nor signed)")
@@ -348,13 +414,14 @@ class ImageStep:
         docker.point_tag(cell.ref, found.digest, opts.docker)
         if repository != cell.image:  # the cell's tag names it now; the same repository's digest name is the tag's own
             docker.untag_image(by_digest, opts.docker, missing_ok=True)
-        self._record_pins(ctx, pins_file, run_name, found.digest, key)
+        self._record_pins(ctx, pins_file, resolved, found.digest, key)
         seconds = time.monotonic() - started
         ctx.note(f"pulled and tagged {cell.ref} ({found.digest}) in {seconds:.1f}s")
         return StepResult(self.name, cell.id, Status.OK, f"pulled {found.ref} (content key unchanged)",
                           artifacts={**artifacts, "image": cell.ref, "pulled": True, "reuse_s": round(seconds, 3)})
 
-    def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None) -> StepResult:
+    def _reuse(self, ctx: CellContext, digest: str, why: str, key: str, pins_file: Path | None,
+               resolved: tuple[list[str], str] | None) -> StepResult:
         cell, opts = ctx.cell, ctx.opts
         ctx.note(f"reuse {cell.ref} ({digest}): {why}; no build, no OCI export")
         run_name = run_name_of(cell)
@@ -363,17 +430,26 @@ class ImageStep:
         # even if the cell's tag moves meanwhile.
         ctx.image_ref = run_name
         docker.tag_image(digest, run_name, opts.docker)
-        self._record_pins(ctx, pins_file, run_name, digest, key)
+        self._record_pins(ctx, pins_file, resolved, digest, key)
+        archive, attestations = "", []
+        if opts.publish is not None:  # what publish pushes: _reusable checked that it holds this digest
+            with oci.Archive(archive_path(ctx)) as a:
+                archive, attestations = str(archive_path(ctx)), list(a.image().attestations)
         return StepResult(self.name, cell.id, Status.OK, f"reused {cell.ref} (content key unchanged)",
-                          artifacts={"image": cell.ref, "digest": digest, "archive": "", "attestations": [],
+                          artifacts={"image": cell.ref, "digest": digest, "archive": archive,
+                                     "attestations": attestations,
                                      "content_key": key, "reused": True})
 
     def dry_run(self, ctx: CellContext, wheel: None = None) -> list[str]:
         source = ctx.opts.reuse_from
-        first = ([f"# reuse: when {source.repository(ctx.cell.engine)}:{ctx.cell.tag} carries this build's content "
-                  f"key and its ledger record names its digest, "
-                  + ("publish leaves it there and moves its aliases" if ctx.opts.publish is not None else
-                     "it is pulled by that digest instead of built")] if source is not None else [])
+        pins_file = self._pins_file(ctx)
+        first = ([shlex.join(resolve_call(ctx, ctx.dir / "wheels").argv(ctx.opts.docker))]  # no pins yet: resolve
+                 if not (pins_file and pins_file.is_file()) or ctx.opts.refresh_pins else [])
+        if source is not None:
+            first.append(f"# reuse: when {source.repository(ctx.cell.engine)}:{ctx.cell.tag} carries this build's "
+                         "content key and its ledger record names its digest, "
+                         + ("publish leaves it there and moves its aliases" if ctx.opts.publish is not None else
+                            "it is pulled by that digest instead of built"))
         call = runtime_call(ctx, ctx.dir / "wheels", ctx.dir / "metadata.json")
         return first + [shlex.join(call.argv(ctx.opts.docker)),
                         shlex.join([ctx.opts.docker, "load", "--input", str(archive_path(ctx))])]

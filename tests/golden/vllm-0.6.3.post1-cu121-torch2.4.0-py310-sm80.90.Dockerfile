@@ -236,12 +236,14 @@ ARG PIP_INDEX_URL
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     with-ca pip install /wheels/*.whl
 # ---- runtime: the small CUDA base, Python, torch and only the wheels built above -----------------------
-FROM ${BASE_RUNTIME_IMAGE} AS runtime
+# runtime-base is what the install starts from; runtime-resolve asks pip, from that very venv, what the install
+# would take; runtime is the image.
+FROM ${BASE_RUNTIME_IMAGE} AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
 # Reproducible layers: no RUN writes a .pyc (each would hold its source's install-time mtime; pip installs
 # with --no-compile); the last RUN compiles them all with source hashes instead. ARGs reach the RUNs, not the
-# image's config.
+# image's config; each runtime stage declares them again.
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG PYTHONHASHSEED=0
 # with-ca: point pip, git and curl at the CA bundle mounted as BuildKit secret "ca", when one is given, and git at
@@ -370,20 +372,46 @@ RUN mkdir -p /opt/builder/stubs \
  && readelf -d /tmp/libcuda-check.so | grep -q 'NEEDED.*libcuda\.so\.1' \
  && rm -f /tmp/libcuda-stub.c /tmp/libcuda-check.c /tmp/libcuda-check.so
 ENV TRITON_LIBCUDA_PATH=/opt/builder/stubs
+# ---- runtime-resolve: the runtime's dependencies resolved before anything is installed --------------------------
+# `builder build` exports /resolve (runtime-resolved) when the cell has no runtime pins yet: what the venv holds
+# (pip inspect) and what pip would add to it (its --dry-run --report), with the file each comes from. builder
+# writes the hash-locked requirements from them, and the first build installs from those as every later one does:
+# one content key, one digest (steps/image.py). The constraints keep pip from swapping a compiled package or torch
+# for another build from the index; only files uploaded before the engine's release are taken (engine data
+# resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the exact pins the data
+# exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
+FROM runtime-base AS runtime-resolve
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
+ARG PIP_INDEX_URL
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
+    sha256sum --check --strict --quiet /wheels/wheels.sha256 \
+ && with-ca pip install --no-compile pip==26.1.2 \
+ && mkdir /resolve \
+ && pip inspect --local > /resolve/installed.json \
+ && printf '%s\n' 'torch==2.4.0' 'vllm==0.6.3.post1' 'flash-attn==2.6.3' > /tmp/constraints.txt \
+      && if [ -f /wheels/runtime-pins.txt ]; then cat /wheels/runtime-pins.txt >> /tmp/constraints.txt; fi \
+      && with-ca pip download --no-deps --dest /tmp/era-exempt pyairports==0.0.1 \
+      && with-ca pip install --dry-run --quiet --report /resolve/report.json --constraint /tmp/constraints.txt --uploaded-prior-to 2024-10-17T18:04:43Z --find-links /tmp/era-exempt torch==2.4.0 /wheels/*.whl
+
+FROM scratch AS runtime-resolved
+COPY --from=runtime-resolve /resolve/ /
+
+FROM runtime-base AS runtime
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG PYTHONHASHSEED=0
+ARG PIP_INDEX_URL
 # The wheels come from the build context "wheels" (the cell's audited wheels); wheels.sha256 holds the
 # hashes recorded before their audit, checked before pip sees them, so what was audited is what is
-# installed. After the cell's first build, runtime-requirements.txt (runtime-pins/<cell>.txt with hashes)
+# installed. runtime-requirements.txt (the cell's runtime pins with hashes, resolved above on its first build)
 # names every release pip may install and every file's sha256, the cell's wheels included: pip
 # --require-hashes installs exactly those files or stops (--force-reinstall: one already installed is
-# hash-checked too). Without it, the constraints keep pip from swapping a compiled package or torch for
-# another build from the index, and runtime-pins.txt (versions only), when the
-# context has one, pins every pure-Python dependency. pip's REQUESTED markers (which names were asked for,
+# hash-checked too). A pins file without hashes (runtime-pins.txt, versions only) is used as constraints
+# of the same request instead. pip's REQUESTED markers (which names were asked for,
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
 # so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
-# stray_files, are removed first and left out). The first resolve takes only files uploaded before the engine's release
-# (engine data resolve_as_of; pip >= 26's --uploaded-prior-to, hence the build tools' pip first), except the
-# exact pins the data exempts (downloaded first: pip applies the limit to the index, not to --find-links files).
+# stray_files, are removed first and left out).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \

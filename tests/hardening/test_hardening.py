@@ -501,7 +501,7 @@ def test_build_passes_the_epoch_to_every_buildx_call(tmp_path):
                           "--wheelhouse", str(tmp / "wh"), "--work-dir", str(tmp / "w")], capture_output=True, text=True,
                          cwd=tmp, env=env)
     lines = [l for l in res.stdout.splitlines() if l.startswith("docker buildx build")]
-    assert len(lines) == 2 and all("--build-arg SOURCE_DATE_EPOCH=1700000000" in l for l in lines), res.stdout + res.stderr
+    assert len(lines) == 3 and all("--build-arg SOURCE_DATE_EPOCH=1700000000" in l for l in lines), res.stdout + res.stderr
 
 
 # slow: two full compiles; the default tier holds reproducibility in tests/docker/project/test_infra.py (identical

@@ -279,7 +279,7 @@ def test_an_unchanged_cell_reuses_its_tagged_image_and_a_changed_one_is_built(bu
         res, second = build_keyed(tmp_path, m)
         assert second["artifacts"]["reused"] is True and second["artifacts"]["digest"] == digest, second
         assert second["artifacts"]["archive"] == "" and not (tmp_path / "work" / CELL / "image.oci.tar").exists()
-        assert "--target runtime" not in log.read_text() and f"reuse {ref} ({digest})" in res.stderr
+        assert "--target runtime " not in log.read_text() and f"reuse {ref} ({digest})" in res.stderr
         assert image_id(ref) == digest
         assert second["seconds"] < 10, second
 
@@ -294,7 +294,7 @@ def test_an_unchanged_cell_reuses_its_tagged_image_and_a_changed_one_is_built(bu
         pins_file.write_text(text.replace(line, line + " --hash=sha256:" + "0" * 64))
         assert pins.origin(pins_file.read_text()) is None
         _, edited = build_keyed(tmp_path, m)
-        assert edited["artifacts"]["reused"] is False and "--target runtime" in log.read_text()
+        assert edited["artifacts"]["reused"] is False and "--target runtime " in log.read_text()
         assert edited["artifacts"]["content_key"] not in (key, "") and content_label(ref) == edited["artifacts"]["content_key"]
         _, again = build_keyed(tmp_path, m)  # that image carries this key itself now
         assert again["artifacts"]["reused"] is True and again["artifacts"]["digest"] == edited["artifacts"]["digest"]

@@ -55,7 +55,7 @@ def test_only_a_record_the_matrix_key_signed_is_adopted(registry, tmp_path):
 
     def verdict(key=trusted, digest=DIGEST):
         with reuse.Client(source) as client:
-            return reuse.judge(reuse.Claim(claim.where, digest, KEY), KEY, KEY, None,
+            return reuse.judge(reuse.Claim(claim.where, digest, KEY), KEY,
                                reuse.registry_voucher(client, repo, published=False, trusted=key))
 
     with reuse.Client(source) as client:

@@ -329,3 +329,58 @@ def test_provenance_is_pushed_with_the_image_as_one_index(shared, registry, tmp_
     statement = reg.get(f"/v2/prov/cuda-ext/blobs/{layer['digest']}", accept="*/*")
     assert b'"ca"' in statement and b"BEGIN CERTIFICATE" not in statement  # the secret's id, never its value
     assert reg.digest("prov/cuda-ext", manifest) == manifest  # the image manifest itself is served too
+
+
+def test_publish_after_build_pushes_the_image_build_made_and_a_fresh_runner_builds_that_digest(shared, registry,
+                                                                                               tmp_path):
+    """Issue 51: the first build resolves its runtime pins before it installs anything and installs from them, as
+    every later build does; `publish` right after (same wheelhouse, work dir and pins) smokes and pushes the very
+    image build made — no runtime build, no second export; and a fresh runner (an empty wheelhouse, BuildKit's
+    cache ignored, no registry to take the image from) building from the pins the first build wrote gets the
+    first build's digest."""
+    fixture_matrix = shared.root / "fixture" / MATRIX.name
+    common = ["--matrix", str(fixture_matrix), "--wheelhouse", str(shared.root / "wheelhouse"),
+              "--pins-dir", str(tmp_path / "pins"), "--work-dir", str(tmp_path / "work"), "--ca-bundle", str(HOST_CA),
+              "--quiet"]
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
+    cli = [sys.executable, "-m", "builder.cli"]
+    built = subprocess.run(cli + ["build", *common, "--log-dir", str(tmp_path / "logs-build")], capture_output=True,
+                           text=True, cwd=tmp_path, env=env, timeout=1800)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-6000:]
+    log = (tmp_path / "logs-build" / f"{CELL}.log").read_text()
+    # resolved first (pip's report, nothing installed), then one install: the hash-locked one every build runs
+    assert "--target runtime-resolved" in log and log.index("--target runtime-resolved") < log.index("--target runtime ")
+    assert "runtime-requirements.txt" in log
+    pins_file = tmp_path / "pins" / f"{CELL}.txt"
+    assert pins_file.is_file() and "--hash=sha256:" in pins_file.read_text()
+    archive = tmp_path / "work" / CELL / "image.oci.tar"
+    from builder.image import oci
+
+    digest = oci.digest_of(archive)
+    exported = archive.stat().st_mtime_ns
+    # publish on the same runner: the image build made, smoked and pushed as it is
+    published = subprocess.run(cli + ["publish", *common, "--registry", f"{registry}/{shared.ns}-51",
+                                      "--images-json", str(tmp_path / "images.json"),
+                                      "--log-dir", str(tmp_path / "logs-publish")],
+                               capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1800)
+    out = published.stdout + published.stderr
+    assert published.returncode == 0, out[-6000:]
+    log = (tmp_path / "logs-publish" / f"{CELL}.log").read_text()
+    assert "docker buildx build" not in log, log[-3000:]  # no resolve, no runtime build: the pins and image stand
+    assert archive.stat().st_mtime_ns == exported  # no second export
+    assert "smoke ok" in out and out.index("smoke ok") < out.index("push ")
+    assert Client(registry).digest(f"{shared.ns}-51/cuda-ext", "1.0.0-cu130-py311-sm80.90") == digest
+    # a fresh runner from the committed pins: nothing cached, nothing taken from a registry, the same digest
+    fresh = tmp_path / "fresh"
+    (fresh / "pins").mkdir(parents=True)
+    shutil.copy2(pins_file, fresh / "pins" / pins_file.name)
+    again = subprocess.run(cli + ["build", "--matrix", str(fixture_matrix), "--wheelhouse", str(fresh / "wheelhouse"),
+                                  "--pins-dir", str(fresh / "pins"), "--work-dir", str(fresh / "work"),
+                                  "--log-dir", str(fresh / "logs"), "--ca-bundle", str(HOST_CA), "--quiet",
+                                  "--no-cache", "--reuse-from", "none", "--no-smoke"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1800)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
+    log = (fresh / "logs" / f"{CELL}.log").read_text()
+    assert "--target runtime-resolved" not in log and "--target wheels-cuda-ext" in log  # compiled, installed from pins
+    assert oci.digest_of(fresh / "work" / CELL / "image.oci.tar") == digest
+    assert (fresh / "pins" / pins_file.name).read_text() == pins_file.read_text()  # read, not rewritten

@@ -75,11 +75,14 @@ def test_verify_repro_builds_the_fixture_twice_from_nothing_and_gets_one_digest(
     first, second = verdict["runs"]
     assert first["digest"] == second["digest"] and first["digest"].startswith("sha256:")
     assert first["wheels"] == second["wheels"] and first["wheels"]["cuda-ext"]
-    assert "no runtime pins yet; a first build resolves them" in res.stderr
-    # both really built from nothing: a compile each, no BuildKit cache; both installed the hash-locked pins
+    assert "no runtime pins yet; the first build resolves them and the second installs exactly those" in res.stderr
+    # both really built from nothing: a compile each, no BuildKit cache; both installed the hash-locked pins, the
+    # first those it resolved before its install, the second those the first recorded
     for run in ("first", "second"):
         log = (tmp_path / "logs" / "verify-repro" / run / f"{CELL}.log").read_text()
-        assert "runtime dependencies hash-locked by" in log and "--require-hashes" in log
+        assert ("--target runtime-resolved" in log) == (run == "first")
+        assert ("resolved" if run == "first" else "runtime dependencies hash-locked by") in log
+        assert "--require-hashes" in log
         assert "--target wheels-cuda-ext" in log and "--no-cache" in log and "nvcc" in log
         steps = log.split("\n\n")  # BuildKit's plain progress: one block per step
         cached = [s.splitlines()[0] for s in steps if "CACHED" in s and "FROM " not in s.splitlines()[0]]

@@ -19,13 +19,18 @@ def test_dry_run_prints_the_exact_buildx_commands(tmp_path):
                   "--ca-bundle", str(HOST_CA), "--dry-run", "--max-jobs", "3", "--nvcc-threads", "1", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     lines = [l for l in res.stdout.splitlines() if l.startswith("docker buildx build")]
-    assert len(lines) == 2
-    wheel, runtime = lines
+    assert len(lines) == 3
+    wheel, resolve, runtime = lines
+    # no runtime pins yet: the runtime's dependencies are resolved before the install, never from the layer cache,
+    # into the work dir (pip's inspect and --dry-run report), with the same wheels context and CA secret
+    assert "--target runtime-resolved" in resolve and "--no-cache-filter runtime-resolve" in resolve
+    assert f"--output type=local,dest={tmp_path}/w/cuda-ext-1.0.0-cu130-py311-sm80.90/resolve" in resolve
+    assert f"--build-context wheels={tmp_path}/w/" in resolve and f"--secret id=ca,src={HOST_CA}" in resolve
     assert "--target wheels-cuda-ext" in wheel and f"--output type=local,dest={tmp_path}/w/" in wheel
     assert "--build-arg MAX_JOBS=3 --build-arg NVCC_THREADS=1" in wheel
     assert f"--secret id=ca,src={HOST_CA}" in wheel and f"--secret id=ca,src={HOST_CA}" in runtime
     assert "--build-context local-cuda-ext=" in wheel
-    assert "--target runtime" in runtime and f"--build-context wheels={tmp_path}/w/" in runtime
+    assert "--target runtime " in runtime and f"--build-context wheels={tmp_path}/w/" in runtime
     # the runtime image is an OCI archive with rewritten timestamps (reproducible), then loaded as it is
     assert f"--output type=oci,dest={tmp_path}/w/" in runtime and "rewrite-timestamp=true" in runtime
     assert "--load" not in runtime and "--provenance=false --sbom=false" in runtime
@@ -51,7 +56,7 @@ def test_unpinned_git_sources_are_refused_unless_allowed(tmp_path):
     assert "sources not pinned to a commit" in res.stderr and "sglang-kernel 0.4.10" in res.stderr
     ok = builder("build", "--matrix", str(REPO / "matrix.toml"), "--engine", "sglang", "--dry-run", "--allow-unpinned",
                  "--wheelhouse", str(tmp_path / "wh"), cwd=tmp_path)
-    assert ok.returncode == 0 and ok.stdout.count("docker buildx build") == 4
+    assert ok.returncode == 0 and ok.stdout.count("docker buildx build") == 5  # 3 wheels, the resolve, the runtime
 
 
 @pytest.mark.network  # git ls-remote to the git host

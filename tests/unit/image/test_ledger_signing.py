@@ -64,7 +64,7 @@ def test_a_digest_pulled_on_a_signed_word_is_kept_apart_and_never_demotes_one_bu
     back, problem = ledger.parse(raw.encode(), "x", KEY)
     assert not problem and back.images[FORGED]["vouched_by"]
     # and a later reuse from this host's ledger says on whose word it was taken
-    verdict = reuse.judge(reuse.Claim("image x", FORGED, KEY), KEY, KEY, None,
+    verdict = reuse.judge(reuse.Claim("image x", FORGED, KEY), KEY,
                           lambda k: reuse.Voucher(back, "", "this host's image ledger"))
     assert isinstance(verdict, reuse.Reuse)
     assert "this host's image ledger took from the registry on the word of ledger record R, signed by key K" in verdict.why

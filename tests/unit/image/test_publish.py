@@ -202,7 +202,7 @@ def test_publish_dry_run_prints_the_push_and_needs_no_registry(tmp_path):
                           "--registry", "127.0.0.1:9/team"], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    runtime = next(l for l in lines if "--target runtime" in l)
+    runtime = next(l for l in lines if "--target runtime " in l)
     assert "--output type=oci,dest=" in runtime and "rewrite-timestamp=true" in runtime and "--load" not in runtime
     assert any(l.startswith("docker load --input ") for l in lines)
     push = next(l for l in lines if l.startswith("skopeo copy"))

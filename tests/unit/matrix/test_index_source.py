@@ -126,7 +126,7 @@ def test_plan_render_and_dry_run_fetch_instead_of_compiling(tmp_path, monkeypatc
     assert "UNPINNED" not in text  # vLLM's CMake dependencies are not fetched for a wheel nobody compiles
     dockerfile = render(plan, m.defaults["index"])
     stages = [line.split()[-1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
-    assert stages == ["toolchain", "torch", "devel", "runtime"]  # no src-, build- or wheels-vllm stage
+    assert stages == ["toolchain", "torch", "devel", "runtime-base", "runtime-resolve", "runtime-resolved", "runtime"]  # no src-, build- or wheels-vllm stage
     # what the audit of the fetched wheel finds (builder/image/labels.py), passed in by the image step
     assert 'LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"' in dockerfile
     assert f'LABEL io.builder.package.vllm.source="index:{X86}@sha256:' in dockerfile

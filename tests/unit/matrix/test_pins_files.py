@@ -6,6 +6,7 @@ rendered pip command, an already installed one too (pip leaves a satisfied requi
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 import subprocess
@@ -148,17 +149,72 @@ def test_a_pins_file_builder_wrote_without_pins_is_read_and_an_empty_one_without
             pins.read(path)
 
 
+def _pure_wheel(dest: Path, name: str, requires: tuple[str, ...] = (), extras: tuple[str, ...] = ()) -> Path:
+    """A py3-none-any wheel that pip installs, with its Requires-Dist and Provides-Extra."""
+    di = f"{name}-1.0.dist-info"
+    meta = (f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Provides-Extra: {e}\n" for e in extras)
+            + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    path = dest / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}/__init__.py", "")
+        zf.writestr(f"{di}/METADATA", meta)
+        zf.writestr(f"{di}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{di}/RECORD", "")
+    return path
+
+
+def test_the_pins_of_a_resolve_come_from_pips_own_report_with_extras_and_the_files_it_took(tmp_path):
+    """What the runtime-resolve stage exports is read as pip writes it: a real `pip install --dry-run --report`
+    (local wheels, no index) and a real `pip inspect` of the venv the install starts from. Every distribution the
+    runtime will hold is pinned, with the extra the closure asks of it and, with no index to ask, the sha256 of the
+    very file pip took; a distribution already in the venv that the report cannot hash makes the pins versions
+    only, and says why."""
+    cell = resolve.select(M.load(MATRIX), M.Selection(engines=("vllm",)))[0]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _pure_wheel(wheels, "alpha", ("beta[fast]>=1",))
+    _pure_wheel(wheels, "beta", ('gamma; extra == "fast"',), ("fast",))
+    _pure_wheel(wheels, "gamma")
+    _pure_wheel(wheels, "vllm")  # the cell's own wheel: never pinned from the index
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run(pip + ["install", "--dry-run", "--quiet", "--ignore-installed", "--no-index", "--find-links",
+                          str(wheels), "--report", str(tmp_path / "report.json"), "alpha", "vllm"], check=True)
+    report = json.loads((tmp_path / "report.json").read_text())
+    empty = tmp_path / "venv-site"
+    empty.mkdir()
+    venv = json.loads(subprocess.run(pip + ["inspect", "--path", str(empty)], capture_output=True, text=True,
+                                     check=True).stdout)
+    lines, why = pins.from_resolve(report, venv, cell, index_url=None)
+    sha = {w.name.split("-")[0]: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels.iterdir()}
+    assert (why, lines) == ("", [f"alpha==1.0 --hash=sha256:{sha['alpha']}", f"beta[fast]==1.0 --hash=sha256:{sha['beta']}",
+                                 f"gamma==1.0 --hash=sha256:{sha['gamma']}"])
+    text = pins.text_of(cell, lines, why)
+    assert pins.hashed(text) and "hash-locked requirements for every build" in text
+    # the same pins give the same file in the build context, whether just resolved or read back from the pins file
+    pins.write(tmp_path / "pins.txt", pins.text_of(cell, lines, why, ("sha256:" + "a" * 64, "b" * 64)))
+    back, locked = pins.read(tmp_path / "pins.txt")
+    assert locked and pins.in_context(back, True, [("vllm.whl", "c" * 64)]) == pins.in_context(
+        text, True, [("vllm.whl", "c" * 64)])
+    # a distribution the venv holds already (pip's own tools) is pinned too; with no index and no file in the
+    # report to hash it by, the pins are versions only, and say why
+    held = dict(venv, installed=[{"metadata": {"name": "setuptools", "version": "80.9.0", "requires_dist": []}}])
+    lines, why = pins.from_resolve(report, held, cell, index_url=None)
+    assert lines == ["alpha==1.0", "beta[fast]==1.0", "gamma==1.0", "setuptools==80.9.0"] and why
+    assert pins.in_context(pins.text_of(cell, lines, why), False, [])[1] == (
+        "alpha==1.0\nbeta==1.0\ngamma==1.0\nsetuptools==80.9.0\n")  # constraints: no extras, no header
+    with pytest.raises(Exception, match="no pip report"):
+        pins.from_resolve({"install": []}, venv, cell)
+
+
 @pytest.mark.pure
-def test_pins_are_complete_by_construction_and_checked_against_the_installed_set():
-    """`pip freeze --all` lists pip, setuptools and wheel; the pins keep them (an installed distribution may require
-    setuptools: vLLM 0.33.0's model-hosting-container-standards does, and pip --require-hashes then refused the pins
-    written without it). The lines are checked against the image's own installed set before anything is written."""
+def test_pins_are_checked_against_the_installed_set():
+    """The first build's image is checked against its pins before they are written: every installed
+    distribution but the cell's own, at the pinned version, and nothing else (hashes on the lines are not part of
+    the version)."""
     cell = resolve.select(M.load(MATRIX), M.Selection(engines=("vllm",)))[0]
     freeze = ("pip==26.1.2\nsetuptools==80.9.0\nwheel==0.45.1\nmodel-hosting-container-standards==0.1.16\n"
               "torch==2.14.0\nvllm==0.33.0\n")
-    lines = pins.from_freeze(freeze, cell)
-    assert lines == ["model-hosting-container-standards==0.1.16", "pip==26.1.2", "setuptools==80.9.0", "wheel==0.45.1"]
-    everything = pins.from_freeze(freeze, cell, keep_torch=True)
+    everything = [f"{l} --hash=sha256:{'d' * 64}" for l in freeze.split() if not l.startswith("vllm")]
     dists = [{"name": n, "version": v, "requires": []} for n, _, v in (l.partition("==") for l in freeze.split())]
     pins.complete(everything, {"env": {}, "dists": dists}, cell, "img")  # the cell's own vllm is not pinned: fine
     from builder.errors import BuilderError

@@ -100,14 +100,16 @@ def test_stage_structure(cell_index):
     stages = re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)
     names = [s[1] for s in stages]
     assert names[:2] == ["toolchain", "torch"]
-    assert names[-2:] == ["devel", "runtime"]
+    # the runtime's base, its resolve (exported alone, as files) and the image, both FROM that base
+    assert names[-5:] == ["devel", "runtime-base", "runtime-resolve", "runtime-resolved", "runtime"]
     for pkg in cell.packages:
         # a source stage, a compile stage on top of torch, and a scratch stage holding only the wheel
         assert (("toolchain", f"src-{pkg.name}")) in stages
         assert (("torch", f"build-{pkg.name}")) in stages
         assert (("scratch", f"wheels-{pkg.name}")) in stages
-    assert ("${BASE_DEVEL_IMAGE}", "toolchain") in stages and ("${BASE_RUNTIME_IMAGE}", "runtime") in stages
-    runtime = text.split("AS runtime", 1)[1]
+    assert ("${BASE_DEVEL_IMAGE}", "toolchain") in stages and ("${BASE_RUNTIME_IMAGE}", "runtime-base") in stages
+    assert {("runtime-base", "runtime-resolve"), ("scratch", "runtime-resolved"), ("runtime-base", "runtime")} <= set(stages)
+    runtime = text.split("AS runtime\n", 1)[1]
     # the runtime stage installs only wheels (from the "wheels" context) + torch, never compiles
     assert "--mount=type=bind,from=wheels,target=/wheels" in runtime
     assert "setup.py" not in runtime and "build-essential" not in runtime and "pip wheel" not in runtime
