@@ -99,7 +99,8 @@ def resolve_call(ctx: CellContext, wheels: Path) -> docker.BuildxCall:
     the index), nothing attested (the files are read, not shipped)."""
     common = common_build_args(ctx)
     common["contexts"] = (("wheels", str(wheels)),) + common["contexts"]
-    common["extra"] = tuple(common["extra"]) + ("--no-cache-filter", "runtime-resolve")
+    if "--no-cache" not in common["extra"]:  # buildx refuses the two together; --no-cache covers it
+        common["extra"] = tuple(common["extra"]) + ("--no-cache-filter", "runtime-resolve")
     return docker.BuildxCall(target="runtime-resolved", output=docker.csv_options(type="local", dest=ctx.dir / RESOLVED),
                              attest=(), **common)
 

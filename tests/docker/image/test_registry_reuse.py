@@ -75,7 +75,7 @@ def test_a_fresh_runner_pulls_the_published_image_and_publish_only_moves_aliases
     image = steps[f"image:{CELL}"]["artifacts"]
     assert image["reused"] is True and image["pulled"] is True and image["digest"] == digest, image
     assert local_id(run.ref) == digest  # the registry's digest, under the cell's tag
-    compile_ = steps[f"compile:cuda-ext"]["artifacts"]
+    compile_ = steps["compile:cuda-ext"]["artifacts"]
     assert compile_["reused"] is True  # the wheel from the registry's wheel cache: nothing compiled
     assert not (where / "work" / CELL / "image.oci.tar").exists()  # no build, no OCI export
     said = [l for l in res.stderr.splitlines() if "from the registry" in l]
@@ -250,14 +250,14 @@ REAL_FREE_GB = 45  # the image in the daemon (~15 GB unpacked, its layers again)
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_the_real_vllm_0_33_index_cell_is_published_taken_from_the_registry_and_built_again_from_its_pins(
+def test_the_real_vllm_0_33_index_cell_is_built_published_as_built_and_taken_from_the_registry(
         registry, local_bases, docker_engine, tmp_path):
-    """Slow (a ~15 GB image built twice, pushed once, pulled once): the real vLLM 0.33.0 index cell published to a
-    registry on 127.0.0.1, then a fresh runner (the tag and image gone from the daemon, an empty wheelhouse) takes it
-    from there: pulled by the registry's digest, no image build, no OCI export. Prints the seconds of that path (the
-    goal, a figure not asserted: under 10 % of the 1005 s the fresh runner took to build it, pull included). Then
-    another fresh runner builds it again from the pins the first one wrote, hash-locked (pip --require-hashes):
-    every installed release is the pinned one."""
+    """Slow (a ~15 GB image built once, pushed once, pulled once), issue 51 on the real vLLM 0.33.0 index cell: a
+    build from nothing resolves the runtime pins before it installs and installs them hash-locked; `publish` right
+    after on the same runner (same wheelhouse, work dir and pins) smokes and pushes that very image — no buildx
+    call, no second export; a fresh runner (the tag and image gone from the daemon, an empty wheelhouse) takes it
+    from the registry by digest. One digest for all three; the seconds of each are printed (figures, not asserted:
+    the goals are publish <= 5 min and the fresh runner <= its pull)."""
     from tests.helpers import real_vllm_index_matrix
 
     free = shutil.disk_usage(tmp_path).free / 1e9
@@ -276,10 +276,9 @@ def test_the_real_vllm_0_33_index_cell_is_published_taken_from_the_registry_and_
     assert res.returncode == 0, res.stdout + res.stderr
 
     def run(verb: str, where: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict, float]:
-        forget_locally(ref)
         argv = [verb, "--matrix", str(matrix), "--wheelhouse", str(tmp_path / where / "wheelhouse"), "--work-dir",
-                str(tmp_path / where / "work"), "--log-dir", str(tmp_path / where / "logs"), "--pins-dir",
-                str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--quiet", "--json", *extra]
+                str(tmp_path / where / "work"), "--log-dir", str(tmp_path / where / f"logs-{verb}"), "--pins-dir",
+                str(tmp_path / where / "pins"), "--ca-bundle", str(HOST_CA), "--quiet", "--json", *extra]
         started = time.monotonic()
         res = builder(*argv, cwd=tmp_path, timeout=REAL_CALL_S)
         seconds = time.monotonic() - started
@@ -287,39 +286,39 @@ def test_the_real_vllm_0_33_index_cell_is_published_taken_from_the_registry_and_
         (cell,) = json.loads(res.stdout[:res.stdout.rindex("]") + 1])
         return res, {r["step"]: r for r in cell["steps"]}, seconds
 
+    forget_locally(ref)
     try:
-        _, steps, built = run("publish", "first", "--registry", reg, "--images-json", str(tmp_path / "images.json"),
-                              "--no-aliases")
-        digest = steps["publish"]["artifacts"]["digest"]
-        shutil.rmtree(tmp_path / "first" / "work", ignore_errors=True)  # the OCI archive: ~15 GB
-        res, steps, seconds = run("build", "fresh", "--no-smoke", "--reuse-from", reg)
-        image = steps["image"]["artifacts"]
-        assert image["pulled"] is True and image["digest"] == digest and local_id(ref) == digest, image
-        assert not (tmp_path / "fresh" / "work" / REAL_CELL / "image.oci.tar").exists()
-        print(f"\nreal vLLM 0.33.0 index cell: published in {built:.0f} s; a fresh runner took it from the registry in "
-              f"{seconds:.1f} s wall (image step {steps['image']['seconds']:.1f} s, pull included; "
-              f"{100 * seconds / 1005:.1f} % of the 1005 s build)")
-
-        # A fresh runner that builds the cell again from the same committed pins (no registry to take it from):
-        # pip --require-hashes installs exactly the pinned files. Pins read without setuptools (pip's freeze leaves
-        # out pip, setuptools and wheel) stopped here: model-hosting-container-standards requires setuptools.
-        pins_file = tmp_path / "pins" / f"{REAL_CELL}.txt"
+        _, steps, built = run("build", "first")
+        digest = steps["image"]["artifacts"]["digest"]
+        log = (tmp_path / "first" / "logs-build" / f"{REAL_CELL}.log").read_text()
+        assert log.index("--target runtime-resolved") < log.index("--target runtime ") and "--require-hashes" in log
+        pins_file = tmp_path / "first" / "pins" / f"{REAL_CELL}.txt"
         pinned = {l.partition(" ")[0].partition("[")[0].split("==")[0]: l.partition(" ")[0].split("==")[1]
                   for l in pins_file.read_text().splitlines() if l and not l.startswith("#")}
-        assert {"pip", "setuptools"} <= set(pinned), sorted(pinned)
-        shutil.rmtree(tmp_path / "fresh", ignore_errors=True)
-        res, steps, rebuilt = run("build", "rebuilt", "--no-smoke")
-        image = steps["image"]["artifacts"]
-        assert image["reused"] is False and not image.get("pulled"), image
-        log = (tmp_path / "rebuilt" / "logs" / f"{REAL_CELL}.log").read_text()
-        assert f"runtime dependencies hash-locked by {pins_file}" in log and "--require-hashes" in log
+        assert {"pip", "setuptools", "torch"} <= set(pinned), sorted(pinned)
         freeze = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", ref, "-m", "pip",
                                  "freeze", "--all"], capture_output=True, text=True, check=True).stdout
         installed = dict(l.split("==", 1) for l in freeze.splitlines() if "==" in l)
         differ = {n: (v, installed.get(n)) for n, v in pinned.items() if installed.get(n) != v}
         assert not differ, differ  # every pin installed at its version (vllm itself is the cell's audited wheel)
-        print(f"a fresh runner built it again from the same hash-locked pins ({len(pinned)} releases) in "
-              f"{rebuilt:.0f} s: {image['digest']} (published {digest})")
+        archive = tmp_path / "first" / "work" / REAL_CELL / "image.oci.tar"
+        exported = archive.stat().st_mtime_ns
+
+        _, steps, published = run("publish", "first", "--registry", reg, "--images-json", str(tmp_path / "images.json"),
+                                  "--no-aliases")
+        assert steps["image"]["artifacts"]["reused"] is True and steps["publish"]["artifacts"]["digest"] == digest
+        log = (tmp_path / "first" / "logs-publish" / f"{REAL_CELL}.log").read_text()
+        assert "docker buildx build" not in log and archive.stat().st_mtime_ns == exported
+        smoke_s, push_s = steps["smoke"]["seconds"], steps["publish"]["seconds"]
+
+        forget_locally(ref)
+        res, steps, fresh = run("build", "fresh", "--no-smoke", "--reuse-from", reg)
+        image = steps["image"]["artifacts"]
+        assert image["pulled"] is True and image["digest"] == digest and local_id(ref) == digest, image
+        print(f"\nreal vLLM 0.33.0 index cell, one digest {digest}: built from nothing in {built:.0f} s "
+              f"({archive.stat().st_size / 1e9:.2f} GB OCI archive); published as built in {published:.0f} s "
+              f"(smoke {smoke_s:.0f} s, push {push_s:.0f} s); a fresh runner took it from the "
+              f"registry in {fresh:.0f} s (image step {steps['image']['seconds']:.1f} s, pull included)")
     finally:
         forget_locally(ref)
 
