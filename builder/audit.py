@@ -105,6 +105,7 @@ class FatbinEntry:
     variant: str  # "" or "a" or "f"
     compressed: bool
     raw_kind: int = field(default=0, compare=False, repr=False)
+    size: int = field(default=0, compare=False, repr=False)  # bytes in the file: the entry's header and payload
 
     @property
     def name(self) -> str:
@@ -128,7 +129,7 @@ class FatbinEntry:
         }
 
 
-def _entry_from_header(raw_kind: int, arch: int, flags: int) -> FatbinEntry:
+def _entry_from_header(raw_kind: int, arch: int, flags: int, size: int = 0) -> FatbinEntry:
     kind = {KIND_ELF: "sass", KIND_PTX: "ptx"}.get(raw_kind, "other")
     if flags & FLAG_ARCH_SPECIFIC:
         variant = "a"
@@ -137,7 +138,7 @@ def _entry_from_header(raw_kind: int, arch: int, flags: int) -> FatbinEntry:
     else:
         variant = ""
     compressed = bool(flags & (FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD))
-    return FatbinEntry(kind, arch, variant, compressed, raw_kind)
+    return FatbinEntry(kind, arch, variant, compressed, raw_kind, size)
 
 
 # --------------------------------------------------------------------------- readers
@@ -349,7 +350,7 @@ def _walk_section(reader: _Reader, section: _Section, what: str) -> Iterator[Fat
                     f"{where}: bad fatbin entry at offset {p:#x} "
                     f"(header {entry_header_size} bytes, payload {payload_size} bytes)"
                 )
-            yield _entry_from_header(raw_kind, arch, flags)
+            yield _entry_from_header(raw_kind, arch, flags, entry_header_size + payload_size)
             p += entry_header_size + payload_size
         pos = end
 

@@ -7,6 +7,7 @@
 - reuse.py: the one decision "reuse this image (digest, who vouches) or build (why)", for an image of the local
   daemon and one of a registry alike, and the ledger record a registry keeps beside the image.
 - oci.py, publish.py: its archive and its publication (push by digest, aliases, images.json).
+- sizes.py: where its bytes go, read from its archive (per layer, kind, distribution, duplicate, arch).
 
 It imports neither the build's runner and steps, the verbs, nor deploy/ (tests/unit/project/test_layers.py).
 """

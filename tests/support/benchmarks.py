@@ -36,6 +36,9 @@ QUICK = {
                           [pytest.mark.slow, pytest.mark.docker]),
     "layer_compression.py": (["--quick"], rf"zstd-3 vs gzip-6: size {NUMBER} %, export {NUMBER}x faster, unpack {NUMBER}x "
                                           rf"faster", [pytest.mark.docker]),
+    "image_bytes.py": (["--quick"], rf"image bytes: {NUMBER} GB in files \(goal <= 9\.9\), {NUMBER} GB compressed \(goal <= "
+                                    rf"4\.3\); shipped twice {NUMBER} GB; device code no sm_80/90 GPU loads {NUMBER} GB",
+                       [pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }
