@@ -39,6 +39,8 @@ QUICK = {
     "image_bytes.py": (["--quick"], rf"image bytes: {NUMBER} GB in files \(goal <= 9\.9\), {NUMBER} GB compressed \(goal <= "
                                     rf"4\.3\); shipped twice {NUMBER} GB; device code no sm_80/90 GPU loads {NUMBER} GB",
                        [pytest.mark.docker]),
+    "pull.py": (["--quick"], rf"pull zstd vs gzip: median {NUMBER} s vs {NUMBER} s \(n = 1\), {NUMBER}x faster; compressed "
+                             rf"{NUMBER} GB vs {NUMBER} GB, unpacked {NUMBER} GB", [pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }
