@@ -141,13 +141,9 @@ def recompressed(archive: Path, dest: Path, kind: str) -> tuple[Path, int]:
     bytes of the layers' tars, uncompressed. skopeo 1.9 cannot force another compression on a copy, so the
     archive is rewritten here."""
     import gzip
-    import hashlib
-    import io
-    import tarfile
 
     import zstandard
 
-    blobs: dict[str, Path] = {}
     tar_bytes = 0
     work = dest.parent / f"{dest.name}.blobs"
     work.mkdir()
@@ -155,7 +151,7 @@ def recompressed(archive: Path, dest: Path, kind: str) -> tuple[Path, int]:
         image = a.image()
         layers = []
         for i, desc in enumerate(image.layers):
-            out, h = work / f"layer-{i}", hashlib.sha256()
+            out = work / f"layer-{i}"
             with a.open_layer(desc) as src, out.open("wb") as raw:
                 sink = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if kind == "gzip" else \
                     zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)
@@ -163,31 +159,10 @@ def recompressed(archive: Path, dest: Path, kind: str) -> tuple[Path, int]:
                     for chunk in iter(lambda: src.read(1 << 20), b""):
                         sink.write(chunk)
                         tar_bytes += len(chunk)
-            with out.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            digest = f"sha256:{h.hexdigest()}"
-            blobs[digest] = out
-            layers.append({"mediaType": f"application/vnd.oci.image.layer.v1.tar+{kind}", "digest": digest,
-                           "size": out.stat().st_size})
-        config = a.read(f"blobs/sha256/{json.loads(a.blob(image.manifest_digest))['config']['digest'][7:]}")
-    cdigest = f"sha256:{hashlib.sha256(config).hexdigest()}"
-    manifest_bytes = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                 "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cdigest,
-                                            "size": len(config)}, "layers": layers}).encode()
-    mdigest = f"sha256:{hashlib.sha256(manifest_bytes).hexdigest()}"
-    index = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                                            "digest": mdigest, "size": len(manifest_bytes)}]}).encode()
-    with tarfile.open(dest, "w") as t:
-        for name, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index),
-                           (f"blobs/sha256/{cdigest[7:]}", config), (f"blobs/sha256/{mdigest[7:]}", manifest_bytes)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-        for digest, path in blobs.items():
-            t.add(path, arcname=f"blobs/sha256/{digest[7:]}")
-            path.unlink()
-    work.rmdir()
+            layers.append((f"application/vnd.oci.image.layer.v1.tar+{kind}", out))
+        config = a.blob(json.loads(a.blob(image.manifest_digest))["config"]["digest"])
+    oci.write_archive(dest, config, layers)
+    shutil.rmtree(work)
     return dest, tar_bytes
 
 

@@ -261,6 +261,7 @@ def from_resolve(report: dict, venv: dict, cell: Cell, index_url: str | None = N
                                        for d in held.values()]}
     own = own_names(cell)
     everything = sorted(f"{n}=={d['metadata']['version']}" for n, d in held.items() if n not in own)
+    names = [line.partition("==")[0] for line in everything]  # canonical already: the keys of `held`
     lines = with_extras(everything, requested_extras(installed, seeds(cell)))
     why = "no index to read hashes from"
     if index_url:
@@ -270,11 +271,10 @@ def from_resolve(report: dict, venv: dict, cell: Cell, index_url: str | None = N
         if locked:
             return locked, ""
     # the index cannot say: the very file of each release that pip took here, when its report names them all
-    taken = {n: (((d.get("download_info") or {}).get("archive_info") or {}).get("hashes") or {}).get("sha256")
-             for n, d in held.items()}
-    if all(taken.get(canonicalize_name(l.partition("==")[0].partition("[")[0])) for l in lines):
-        return [f"{l} --hash=sha256:{taken[canonicalize_name(l.partition('==')[0].partition('[')[0])]}"
-                for l in lines], ""
+    taken = [(((held[n].get("download_info") or {}).get("archive_info") or {}).get("hashes") or {}).get("sha256")
+             for n in names]
+    if all(taken):
+        return [f"{line} --hash=sha256:{sha}" for line, sha in zip(lines, taken)], ""
     return lines, why
 
 

@@ -229,6 +229,50 @@ def entries_of_stream(stream) -> dict[str, Entry]:
     return out
 
 
+def write_archive(path: Path, config: dict | bytes, layers: list[tuple[str, bytes | Path]]) -> tuple[str, list[dict]]:
+    """Write an OCI archive of one image: its `config` (a dict, or another image's config blob as it is), and its `layers` as (media type, blob) with the blob given as
+    bytes or as a file that is streamed in (never read whole). Returns the manifest's digest (what the archive's
+    index names) and the layers' descriptors. Builds never call this (BuildKit writes their archives); tests and
+    benchmarks make images with it."""
+    def sha256_of(blob: bytes | Path) -> str:
+        h = hashlib.sha256()
+        if isinstance(blob, bytes):
+            h.update(blob)
+        else:
+            with blob.open("rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    h.update(chunk)
+        return f"sha256:{h.hexdigest()}"
+
+    blobs: dict[str, bytes | Path] = {}
+    descriptors = []
+    for media, blob in layers:
+        digest = sha256_of(blob)
+        blobs[digest] = blob
+        descriptors.append({"mediaType": media, "digest": digest,
+                            "size": len(blob) if isinstance(blob, bytes) else blob.stat().st_size})
+    config_bytes = config if isinstance(config, bytes) else json.dumps(config).encode()
+    config_digest = sha256_of(config_bytes)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": config_digest, "size": len(config_bytes)},
+                           "layers": descriptors}).encode()
+    top = sha256_of(manifest)
+    index = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                                            "digest": top, "size": len(manifest)}]}).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, blob in [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index),
+                           (f"blobs/sha256/{config_digest[7:]}", config_bytes), (f"blobs/sha256/{top[7:]}", manifest),
+                           *((f"blobs/sha256/{d[7:]}", b) for d, b in blobs.items())]:
+            if isinstance(blob, bytes):
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+            else:
+                tar.add(blob, arcname=name)
+    return top, descriptors
+
+
 def digest_of(path: Path) -> str:
     """The top digest of an OCI archive (the digest a registry serves after a digest-preserving copy)."""
     with Archive(path) as a:

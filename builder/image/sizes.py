@@ -12,7 +12,6 @@ import hashlib
 import io
 import posixpath
 import re
-import shutil
 import tarfile
 import tempfile
 from collections import defaultdict
@@ -221,7 +220,6 @@ def measure(archive: Path, archs: tuple[int, ...], say=lambda line: None) -> Siz
                     layer.files += 1
                 while stream.read(CHUNK):  # the rest of the blob: read whole, so its digest is checked
                     pass
-        shutil.rmtree(tmp, ignore_errors=True)
     owner = {p: d for record, listed in records.items() if record in files for p, d in listed.items()}
     sizes = Sizes(image.digest, archs, layers, files, owner, tuple(roots), shadowed)
     per_kind: dict[str, int] = defaultdict(int)

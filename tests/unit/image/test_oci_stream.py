@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import subprocess
 import sys
 import tarfile
@@ -41,29 +40,9 @@ def _zstd_frames(data: bytes, frames: int = 3) -> bytes:
 
 
 def _write_archive(path: Path, layer_blob_path: Path, media: str) -> dict:
-    """An OCI archive whose one layer is the file at layer_blob_path (streamed in, never read whole)."""
-    h = hashlib.sha256()
-    with layer_blob_path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    layer = {"mediaType": media, "digest": f"sha256:{h.hexdigest()}", "size": layer_blob_path.stat().st_size}
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    cdesc = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": f"sha256:{hashlib.sha256(config).hexdigest()}",
-             "size": len(config)}
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": cdesc, "layers": [layer]}).encode()
-    mdesc = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-             "digest": f"sha256:{hashlib.sha256(manifest).hexdigest()}", "size": len(manifest)}
-    with tarfile.open(path, "w") as t:
-        for name, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-                           ("index.json", json.dumps({"schemaVersion": 2, "manifests": [mdesc]}).encode()),
-                           (f"blobs/sha256/{cdesc['digest'][7:]}", config),
-                           (f"blobs/sha256/{mdesc['digest'][7:]}", manifest)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-        t.add(layer_blob_path, arcname=f"blobs/sha256/{layer['digest'][7:]}")
-    return layer
+    """An OCI archive whose one layer is the file at layer_blob_path (streamed in, never read whole); its descriptor."""
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    return oci.write_archive(path, config, [(media, layer_blob_path)])[1][0]
 
 
 @pytest.mark.parametrize("kind, media, make", [

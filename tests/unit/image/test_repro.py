@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import subprocess
 import tarfile
 import zipfile
@@ -33,29 +32,9 @@ def _layer(files: dict[str, tuple[bytes, int]]) -> bytes:
 
 
 def _archive(path: Path, layers: list[bytes], history: list[str]) -> str:
-    blobs: dict[str, bytes] = {}
-
-    def put(data: bytes) -> str:
-        d = "sha256:" + hashlib.sha256(data).hexdigest()
-        blobs[d] = data
-        return d
-
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
-                         "history": [{"created_by": h} for h in history]}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"digest": put(config), "size": len(config)},
-                           "layers": [{"digest": put(l), "size": len(l),
-                                       "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip"} for l in layers]}).encode()
-    top = put(manifest)
-    index = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                                           "digest": top, "size": len(manifest)}]}).encode()
-    with tarfile.open(path, "w") as tar:
-        for name, data in [("index.json", index), ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')] + \
-                [(f"blobs/sha256/{d.split(':')[1]}", b) for d, b in blobs.items()]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return top
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
+              "history": [{"created_by": h} for h in history]}
+    return oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+gzip", l) for l in layers])[0]
 
 
 @pytest.mark.pure

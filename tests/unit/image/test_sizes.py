@@ -3,7 +3,6 @@ overwrites applied), with real nvcc-built libraries for the device code no GPU o
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -12,7 +11,7 @@ from pathlib import Path
 import zstandard
 
 from builder.audit import read_fatbin_entries
-from builder.image import sizes
+from builder.image import oci, sizes
 from tests.support import audit as support
 
 built = support.built
@@ -36,30 +35,9 @@ def _layer(files: dict[str, bytes], links: dict[str, str] | None = None) -> byte
 
 def _archive(path: Path, layers: list[bytes], env: list[str]) -> str:
     """An OCI archive of one image with these zstd layers; its digest."""
-    blobs: dict[str, bytes] = {}
-
-    def put(data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        blobs[digest] = data
-        return digest
-
-    descs = [{"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd", "digest": put(b), "size": len(b)}
-             for b in layers]
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": env},
-                         "history": [{"created_by": f"RUN step {i}"} for i in range(len(layers))]}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put(config),
-                                      "size": len(config)}, "layers": descs}).encode()
-    top = put(manifest)
-    index = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                                            "digest": top, "size": len(manifest)}]}).encode()
-    with tarfile.open(path, "w") as t:
-        for name, data in [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)] + [
-                (f"blobs/sha256/{d[7:]}", b) for d, b in blobs.items()]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return top
+    config = {"architecture": "amd64", "os": "linux", "config": {"Env": env},
+              "history": [{"created_by": f"RUN step {i}"} for i in range(len(layers))]}
+    return oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+zstd", b) for b in layers])[0]
 
 
 def test_the_bytes_of_an_image_per_layer_kind_distribution_duplicate_and_arch(built, tmp_path):
