@@ -3,11 +3,15 @@ hashed as it passes, the final filesystem (whiteouts applied) summed per layer, 
 of site-packages), per kind of content (CUDA libraries, bytecode, headers, tests, JIT caches, ...), with the files
 shipped twice (the same bytes at two paths) and the device code the cell's archs never load: per-arch files of
 other archs (named by arch, as FlashInfer's cubins are) and, inside each ELF's fatbin, the SASS/PTX entries no GPU
-of the cell's archs would pick (builder/audit.py). What `benchmarks/image_bytes.py` prints."""
+of the cell's archs would pick (builder/audit.py). What `benchmarks/image_bytes.py` prints.
+
+`walk` is that one pass over the layers, the final filesystem it leaves: the SBOM (sbom.py) reads the image through
+it too."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import posixpath
@@ -37,6 +41,9 @@ class File:
     dead: int = 0  # bytes of device code no GPU of the cell's archs picks (fatbin entries)
     device: int = 0  # bytes of device code in all
     linked: bool = False  # a hard link to another path of the image: no bytes of its own
+    entries: tuple[audit.FatbinEntry, ...] = ()  # its fatbin's entries (an ELF file with device code)
+    sha1: str = ""  # of an ELF file with device code
+    text: bytes | None = None  # its contents, when the walk was asked to keep them
 
 
 @dataclass
@@ -94,7 +101,7 @@ def kind_of(path: str, cache_roots: tuple[str, ...]) -> str:
     return "base OS and the rest"
 
 
-def _chosen(entries: list[audit.FatbinEntry], archs: tuple[int, ...]) -> set[tuple]:
+def _chosen(entries: tuple[audit.FatbinEntry, ...], archs: tuple[int, ...]) -> set[tuple]:
     """The (kind, arch, variant) entries a GPU of one of `archs` picks: SASS that runs on it, the closest first,
     else PTX (audit.arch_is_covered's order)."""
     keys = set()
@@ -108,29 +115,22 @@ def _chosen(entries: list[audit.FatbinEntry], archs: tuple[int, ...]) -> set[tup
     return keys
 
 
-def device_code(path: Path, archs: tuple[int, ...]) -> tuple[int, int]:
-    """(all device-code bytes, those no GPU of `archs` loads) of one ELF file; (0, 0) without a fatbin."""
-    try:
-        entries = audit.read_fatbin_entries(path)
-    except UserError:  # not an ELF this reader takes, or a fatbin it cannot decode: counted as host code
-        return 0, 0
-    if not entries:
-        return 0, 0
+def device_code(entries: tuple[audit.FatbinEntry, ...], archs: tuple[int, ...]) -> tuple[int, int]:
+    """(all device-code bytes, those no GPU of `archs` loads) of one ELF file's fatbin entries."""
     chosen = _chosen(entries, archs)
-    total = sum(e.size for e in entries)
-    return total, sum(e.size for e in entries if (e.kind, e.arch, e.variant) not in chosen)
+    return (sum(e.size for e in entries),
+            sum(e.size for e in entries if (e.kind, e.arch, e.variant) not in chosen))
 
 
-def _records(text: str, record_path: str) -> dict[str, str]:
-    """path -> distribution of one RECORD file (paths in it are relative to its site-packages)."""
-    dist_info = posixpath.dirname(record_path)
-    site = posixpath.dirname(dist_info)
-    dist = posixpath.basename(dist_info).removesuffix(".dist-info").rsplit("-", 1)[0]
-    out = {}
-    for row in csv.reader(io.StringIO(text)):
-        if row and row[0]:
-            out[posixpath.normpath(posixpath.join(site, row[0]))] = dist
-    return out
+def record_paths(text: str, record_path: str) -> list[str]:
+    """The image paths one RECORD file lists (paths in it are relative to its site-packages)."""
+    site = posixpath.dirname(posixpath.dirname(record_path))
+    return [posixpath.normpath(posixpath.join(site, row[0])) for row in csv.reader(io.StringIO(text)) if row and row[0]]
+
+
+def distribution_of(dist_info: str) -> str:
+    """"foo" of /…/site-packages/foo-1.0.dist-info."""
+    return posixpath.basename(dist_info).removesuffix(".dist-info").rsplit("-", 1)[0]
 
 
 def _apply_whiteout(files: dict[str, File], path: str) -> int:
@@ -151,21 +151,33 @@ def _apply_whiteout(files: dict[str, File], path: str) -> int:
     return gone
 
 
-def measure(archive: Path, archs: tuple[int, ...], say=lambda line: None) -> Sizes:
-    """Read the archive's image once, layer by layer (bounded memory: ELF files are spooled to a temporary file
-    to read their fatbins), and return where its bytes go."""
+@dataclass
+class Walk:
+    """The image's final filesystem as one pass over its layers left it (whiteouts, overwrites and hard links
+    applied), with each layer's figures."""
+
+    image: oci.Image
+    layers: list[Layer]
+    files: dict[str, File]
+    shadowed: int  # bytes in a layer that a later layer replaced or deleted
+
+
+def _fatbin(spool: Path) -> tuple[audit.FatbinEntry, ...]:
+    try:
+        return tuple(audit.read_fatbin_entries(spool))
+    except UserError:  # not an ELF this reader takes, or a fatbin it cannot decode: host code
+        return ()
+
+
+def walk(archive: Path, keep=lambda path: False, say=lambda line: None) -> Walk:
+    """Read the archive's image once, layer by layer, in bounded memory: every regular file hashed as it passes,
+    ELF files spooled to a temporary file to read their fatbins, and the contents of the files `keep(path)` asks
+    for held (RECORD, METADATA, dpkg's status: small text)."""
     files: dict[str, File] = {}
-    records: dict[str, dict[str, str]] = {}  # RECORD path -> what it lists (only those still in the image count)
     layers: list[Layer] = []
     shadowed = 0
     with oci.Archive(archive) as a, tempfile.TemporaryDirectory(prefix="builder-sizes-") as tmp:
         image = a.image()
-        config = image.config.get("config") or {}
-        roots = []
-        for env in config.get("Env") or []:
-            name, _, value = env.partition("=")
-            if ("CACHE" in name or "WORKSPACE" in name) and value.startswith("/") and ":" not in value:
-                roots.append(value.rstrip("/"))
         history = [h for h in image.config.get("history", []) if not h.get("empty_layer")]
         spool = Path(tmp) / "elf"
         for i, desc in enumerate(image.layers):
@@ -184,15 +196,15 @@ def measure(archive: Path, archs: tuple[int, ...], say=lambda line: None) -> Siz
                         if target in files:
                             old = files.get(path)
                             shadowed += old.size if old and not old.linked else 0
-                            files[path] = File(files[target].size, files[target].sha256, i, linked=True)
+                            files[path] = dataclasses.replace(files[target], layer=i, linked=True)
                         continue
                     if not m.isreg():
                         if path in files and not m.isdir():
                             shadowed += files.pop(path).size
                         continue
-                    digest, head, elf = hashlib.sha256(), b"", None
+                    digest, head, elf, elf_sha1 = hashlib.sha256(), b"", None, hashlib.sha1()
                     src = tar.extractfile(m)
-                    text = [] if path.endswith(".dist-info/RECORD") else None
+                    text = [] if keep(path) else None
                     while True:
                         chunk = src.read(CHUNK)
                         if not chunk:
@@ -204,24 +216,43 @@ def measure(archive: Path, archs: tuple[int, ...], say=lambda line: None) -> Siz
                         digest.update(chunk)
                         if elf is not None:
                             elf.write(chunk)
+                            elf_sha1.update(chunk)  # SPDX wants a file's SHA1 (builder/image/sbom.py)
                         if text is not None:
                             text.append(chunk)
-                    dev = dead = 0
+                    entries: tuple[audit.FatbinEntry, ...] = ()
                     if elf is not None:
                         elf.close()
-                        dev, dead = device_code(spool, archs)
-                    if text is not None:
-                        records[path] = _records(b"".join(text).decode("utf-8", "replace"), path)
+                        entries = _fatbin(spool)
                     old = files.get(path)
                     if old is not None and not old.linked:
                         shadowed += old.size
-                    files[path] = File(m.size, digest.hexdigest(), i, dead, dev)
+                    files[path] = File(m.size, digest.hexdigest(), i, entries=entries,
+                                       sha1=elf_sha1.hexdigest() if entries else "",
+                                       text=b"".join(text) if text is not None else None)
                     layer.bytes += m.size
                     layer.files += 1
                 while stream.read(CHUNK):  # the rest of the blob: read whole, so its digest is checked
                     pass
-    owner = {p: d for record, listed in records.items() if record in files for p, d in listed.items()}
-    sizes = Sizes(image.digest, archs, layers, files, owner, tuple(roots), shadowed)
+    return Walk(image, layers, files, shadowed)
+
+
+def measure(archive: Path, archs: tuple[int, ...], say=lambda line: None) -> Sizes:
+    """Read the archive's image once (walk) and return where its bytes go."""
+    walked = walk(archive, keep=lambda path: path.endswith(".dist-info/RECORD"), say=say)
+    files = walked.files
+    roots = []
+    for env in (walked.image.config.get("config") or {}).get("Env") or []:
+        name, _, value = env.partition("=")
+        if ("CACHE" in name or "WORKSPACE" in name) and value.startswith("/") and ":" not in value:
+            roots.append(value.rstrip("/"))
+    # path -> distribution, of the RECORD files still in the image
+    owner = {p: distribution_of(posixpath.dirname(record))
+             for record, f in files.items() if f.text is not None
+             for p in record_paths(f.text.decode("utf-8", "replace"), record)}
+    for f in files.values():
+        if f.entries and not f.linked:
+            f.device, f.dead = device_code(f.entries, archs)
+    sizes = Sizes(walked.image.digest, archs, walked.layers, files, owner, tuple(roots), walked.shadowed)
     per_kind: dict[str, int] = defaultdict(int)
     for path, f in files.items():
         if not f.linked:
