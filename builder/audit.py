@@ -572,7 +572,8 @@ def _binary_report(path: str, read: Callable[[], list[FatbinEntry]], archs: tupl
     return BinaryReport(path, tuple(entries), results, scope=scope)
 
 
-def _is_shared_lib(name: str) -> bool:
+def is_shared_lib(name: str) -> bool:
+    """A file the audit reads (foo.so, foo.so.1.2): the image's SBOM holds the same binaries to its labels."""
     return bool(_SHARED_LIB.search(PurePosixPath(name).name))
 
 
@@ -586,7 +587,7 @@ def _audit_wheel(wheel: Path, label: str, archs: tuple[int, ...],
     reports = []
     with zf, raw:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
-            if info.is_dir() or not _is_shared_lib(info.filename):
+            if info.is_dir() or not is_shared_lib(info.filename):
                 continue
             member = f"{label}!{info.filename}"
 
@@ -658,7 +659,7 @@ def audit(target: str | os.PathLike, archs: list[int], scopes: Iterable[archs_mo
                                                                                 os.path.relpath(root, path)))
             for name in sorted(files):
                 full = Path(root, name)
-                if not (_is_shared_lib(name) or name.endswith(".whl")):
+                if not (is_shared_lib(name) or name.endswith(".whl")):
                     continue
                 (linked if via_link or full.is_symlink() else direct).append(full)
         audited = set()
@@ -725,7 +726,7 @@ def audit_image(image: str, archs: list[int], scopes: Iterable[archs_mod.ArchSco
                 with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                     seen: dict[str, BinaryReport] = {}
                     for member in tar:
-                        if not _is_shared_lib(member.name):
+                        if not is_shared_lib(member.name):
                             continue
                         name = _image_path(member.name)
                         if member.islnk():  # a hard link: same bytes as a file already read
@@ -860,7 +861,7 @@ def wheel_links(wheel: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     with zipfile.ZipFile(wheel) as zf, open(wheel, "rb") as raw:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
-            if info.is_dir() or not _is_shared_lib(info.filename):
+            if info.is_dir() or not is_shared_lib(info.filename):
                 continue
             reader = _zip_member_reader(zf, info, raw)
             try:

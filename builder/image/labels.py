@@ -21,6 +21,10 @@ from .. import redact
 if TYPE_CHECKING:
     from ..audit import AuditReport
 
+PREFIX = "io.builder."
+PACKAGE_PREFIX = "io.builder.package."
+OCI_TITLE = "org.opencontainers.image.title"
+OCI_VERSION = "org.opencontainers.image.version"
 CELL = "io.builder.cell"
 ENGINE = "io.builder.engine"
 ENGINE_VERSION = "io.builder.engine.version"
@@ -56,7 +60,7 @@ WARM_FIELDS = ("strategy", "gpu", "gpu-arch", "driver", "engine", "model", "mode
 
 
 def package(name: str, what: str) -> str:
-    return f"io.builder.package.{name}.{what}"
+    return f"{PACKAGE_PREFIX}{name}.{what}"
 
 
 def audit_arg(name: str, what: str) -> str:
@@ -69,8 +73,8 @@ def audit_arg(name: str, what: str) -> str:
 # labels, and the engine's boot loop on it, add no floor above the resolver (test_layers: the longest chain)
 def written(cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
     out = [
-        ("org.opencontainers.image.title", f"{cell.engine} {cell.version}", False),
-        ("org.opencontainers.image.version", cell.version, False),
+        (OCI_TITLE, f"{cell.engine} {cell.version}", False),
+        (OCI_VERSION, cell.version, False),
         ("org.opencontainers.image.description",
          f"{cell.engine} {cell.version} compiled for {', '.join(map(archs_mod.sm, cell.archs))}", False),
         (CELL, cell.id, False), (ENGINE, cell.engine, False), (ENGINE_VERSION, cell.version, False),
@@ -223,11 +227,15 @@ def warm_written(facts: dict[str, str], of: str) -> list[tuple[str, str]]:
 
 def package_key(key: str) -> tuple[str, str] | None:
     """(package, what) of a label io.builder.package.<name>.<what>, else None."""
-    prefix = "io.builder.package."
-    if not key.startswith(prefix) or "." not in key[len(prefix):]:
+    if not key.startswith(PACKAGE_PREFIX) or "." not in key[len(PACKAGE_PREFIX):]:
         return None
-    name, what = key[len(prefix):].rsplit(".", 1)
+    name, what = key[len(PACKAGE_PREFIX):].rsplit(".", 1)
     return name, what
+
+
+def image_wide(labels: dict[str, str]) -> dict[str, str]:
+    """Every io.builder.* label that is not a package's, sorted: what the image says of itself (the SBOM's image)."""
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(PREFIX) and not k.startswith(PACKAGE_PREFIX)}
 
 
 def packages(labels: dict[str, str]) -> list[str]:
