@@ -7,7 +7,10 @@
 - reuse.py: the one decision "reuse this image (digest, who vouches) or build (why)", for an image of the local
   daemon and one of a registry alike, and the ledger record a registry keeps beside the image.
 - oci.py, publish.py: its archive and its publication (push by digest, aliases, images.json).
-- sizes.py: where its bytes go, read from its archive (per layer, kind, distribution, duplicate, arch).
+- sizes.py: where its bytes go, read from its archive (per layer, kind, distribution, duplicate, arch); its walk is
+  the one pass over the layers.
+- sbom.py: what it holds, read from its archive: an SPDX 2.3 SBOM (Debian packages, dist-infos, the wheels builder
+  compiled with their archs, each binary's device code, the caches under its cache root) and its coverage check.
 
 It imports neither the build's runner and steps, the verbs, nor deploy/ (tests/unit/project/test_layers.py).
 """
