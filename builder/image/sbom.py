@@ -520,3 +520,57 @@ def check_coverage(doc: dict, archive: Path) -> list[str]:
             problems.append(f"compiled package {name}: the audit label claims device code, the SBOM holds no binary "
                             "of it with device code")
     return problems
+
+
+# -- CycloneDX ------------------------------------------------------------------------------------------------
+def to_cyclonedx(doc: dict) -> dict:
+    """The SPDX document as CycloneDX 1.5 JSON (cyclonedx-python-lib, the `sbom` extra): the image is the BOM's
+    component, every other package a component of it, each binary a file component inside its owner; builder's
+    facts are properties "builder:<key>" (a JSON value where it is no string). Serial number and timestamp derive
+    from the document, so the same document gives the same BOM."""
+    try:
+        from cyclonedx.model import HashAlgorithm, HashType, Property
+        from cyclonedx.model.bom import Bom, BomMetaData
+        from cyclonedx.model.component import Component, ComponentType
+        from cyclonedx.model.license import LicenseExpression
+        from cyclonedx.output.json import JsonV1Dot5
+        from packageurl import PackageURL
+    except ImportError:
+        raise UserError("CycloneDX output needs cyclonedx-python-lib: pip install 'builder[sbom]'") from None
+    import uuid
+
+    algorithms = {"SHA1": HashAlgorithm.SHA_1, "SHA256": HashAlgorithm.SHA_256}
+    types = {"image": ComponentType.CONTAINER, "jit": ComponentType.DATA, "device-code": ComponentType.FILE}
+    expanded = {r["spdxElementId"]: r["relatedSpdxElement"] for r in doc["relationships"]
+                if r["relationshipType"] == "EXPANDED_FROM_ARCHIVE"}
+
+    def component(element: dict) -> Component:
+        facts = facts_of(element)
+        if element["SPDXID"] in expanded:
+            facts = facts | {"expanded_from": expanded[element["SPDXID"]]}
+        purls = [r["referenceLocator"] for r in element.get("externalRefs", []) if r["referenceType"] == "purl"]
+        licence = element.get("licenseDeclared", "NOASSERTION")
+        return Component(
+            name=element.get("name") or element["fileName"], version=element.get("versionInfo"),
+            type=types.get(facts.get("kind"), ComponentType.LIBRARY), bom_ref=element["SPDXID"],
+            purl=PackageURL.from_string(purls[0]) if purls else None, description=element.get("comment"),
+            hashes=[HashType(alg=algorithms[c["algorithm"]], content=c["checksumValue"])
+                    for c in element.get("checksums", []) if c["algorithm"] in algorithms],
+            licenses=[LicenseExpression(licence)] if licence not in ("NOASSERTION", "NONE") else None,
+            properties=[Property(name=f"builder:{k}", value=v if isinstance(v, str) else json.dumps(v, sort_keys=True))
+                        for k, v in sorted(facts.items())])
+
+    components = {e["SPDXID"]: component(e) for e in doc["packages"] + doc.get("files", [])}
+    root = components.pop(IMAGE_ID)
+    nested = set()
+    for r in doc["relationships"]:
+        inner = r["relatedSpdxElement"]
+        if r["relationshipType"] == "CONTAINS" and r["spdxElementId"] != IMAGE_ID and inner in components:
+            components[r["spdxElementId"]].components.add(components[inner])
+            nested.add(inner)
+    created = datetime.strptime(doc["creationInfo"]["created"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, doc["documentNamespace"]),
+              metadata=BomMetaData(component=root, timestamp=created),
+              components=[c for sid, c in components.items() if sid not in nested])
+    bom.register_dependency(root, [c for sid, c in components.items() if sid not in nested])
+    return json.loads(JsonV1Dot5(bom).output_as_string())

@@ -330,3 +330,20 @@ def test_the_licence_list_is_the_one_spdx_tools_validates_against():
     licensing = get_spdx_licensing()
     assert [i for i in licences if licensing.validate(i).errors] == []
     assert [e for e in exceptions if licensing.validate(f"MIT WITH {e}").errors] == []
+
+
+def test_the_cyclonedx_form_is_valid_and_holds_the_same_components(doc):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    bom = sbom.to_cyclonedx(doc)
+    assert JsonStrictValidator(SchemaVersion.V1_5).validate_str(json.dumps(bom)) is None
+    assert json.dumps(sbom.to_cyclonedx(doc), sort_keys=True) == json.dumps(bom, sort_keys=True)
+    assert bom["metadata"]["component"]["bom-ref"] == sbom.IMAGE_ID and bom["metadata"]["timestamp"].startswith(
+        "2026-01-02T03:04:05")
+    top = {c["bom-ref"]: c for c in bom["components"]}
+    assert len(top) == len(doc["packages"]) - 1 + 1  # every package but the image, and the image's own binary
+    foo = next(c for c in top.values() if c["name"] == "foo_kernels")
+    assert sorted(c["name"].rsplit("/", 1)[-1] for c in foo["components"]) == ["libk.so", "libp.so"]
+    props = {p["name"]: p["value"] for p in next(c for c in top.values() if c["name"] == "foo-kernels")["properties"]}
+    assert json.loads(props["builder:sass"]) == ["sm_80", "sm_90"] and props["builder:cuda"] == "13.0"
