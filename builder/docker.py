@@ -279,6 +279,12 @@ def require_buildx(docker: str = "docker") -> None:
     require_daemon(docker)
 
 
+def buildx_version(docker: str = "docker") -> str:
+    """`docker buildx version`'s line (what a provenance records of the build's tool), "" when it does not answer."""
+    code, out, _ = probe([docker, "buildx", "version"], timeout=30)
+    return out.strip().splitlines()[0] if code == 0 and out.strip() else ""
+
+
 def require_daemon(docker: str = "docker") -> None:
     code, out, err = probe([docker, "info", "--format", "{{.ServerVersion}}"], timeout=30)
     if code == 127:

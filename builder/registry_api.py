@@ -182,6 +182,8 @@ class Found:
     size: int = 0  # the bytes of its layers (what a pull may move)
     layers: int = 0
     config: dict = field(default_factory=dict, repr=False, compare=False)  # the whole image config
+    platform_digest: str = ""  # the platform image's manifest (the digest itself when it is no index)
+    layer_digests: tuple[str, ...] = ()
 
 
 class Client:
@@ -353,13 +355,7 @@ class Client:
         index = kind in INDEXES or ("manifests" in doc and "config" not in doc)
         if index:
             what = f"{repository}:{tag}: index"
-            listed = _field(doc, "manifests", list, what)
-            for i, d in enumerate(listed):
-                if not isinstance(d, dict):
-                    raise Unusable(f"{what}: manifests[{i}] is {_noun(d)}, not an object", "shape")
-                _digest_field(d, f"{what}: manifests[{i}]")
-                for key in ("annotations", "platform"):
-                    _field(d, key, dict, f"{what}: manifests[{i}]", required=False)
+            listed = _descriptors(doc, what, ("annotations", "platform"))
             images = [d for d in listed
                       if (d.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
             if len(images) > 1 and platform:
@@ -387,7 +383,8 @@ class Client:
         sizes = [layer.get("size") for layer in layers]
         size = sum(n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n > 0)
         return Found(f"{repository}:{tag}", digest, index, {k: v for k, v in found.items() if isinstance(v, str)},
-                     size, len(sizes), cfg)
+                     size, len(sizes), cfg, images[0]["digest"] if index else digest,
+                     tuple(str(layer.get("digest", "")) for layer in layers))
 
     # -- writing ------------------------------------------------------------------------------------------
     def upload(self, repository: str, data: bytes) -> str:
@@ -409,6 +406,57 @@ class Client:
         if put.status_code != 201:
             raise Unusable(f"{repository}: uploading blob {digest[:19]}… answered HTTP {put.status_code}")
         return digest
+
+
+    def put_manifest(self, repository: str, ref: str, body: bytes, media_type: str) -> dict[str, str]:
+        """PUT a manifest (or index) under REF (a tag, or its own digest); the registry's answer headers. The registry
+        must name the digest of these very bytes."""
+        resp = self.send("PUT", self.url(repository, "manifests", ref), repository, push=True, data=body,
+                         headers={"Content-Type": media_type})
+        resp.close()
+        if resp.status_code != 201:
+            raise Unusable(f"{repository}:{ref}: pushing a manifest answered HTTP {resp.status_code}",
+                           _status_cause(resp.status_code))
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        said = resp.headers.get("Docker-Content-Digest", "")
+        if said and said != digest:
+            raise Unusable(f"{repository}:{ref}: the registry names the pushed manifest {said[:80]}, not {digest}",
+                           "digest")
+        return dict(resp.headers)
+
+    def referrers(self, repository: str, digest: str) -> tuple[list[dict], str]:
+        """The manifests that name `digest` as their subject, and how they were found: ("api") the registry's
+        referrers API (OCI distribution 1.1), or ("tag") the referrers tag schema, REPOSITORY:sha256-<hex>, an index
+        clients keep where the registry has no API (distribution 2.8 answers the API with 404)."""
+        resp = self.send("GET", self.url(repository, "referrers", digest), repository, headers={"Accept": OCI_INDEX})
+        kind = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        if resp.status_code == 200 and kind == OCI_INDEX:
+            doc = _json_object(self.read(resp, f"the referrers of {repository}@{digest}", MANIFEST_BYTES),
+                               f"{repository}: referrers of {digest}")
+            return _descriptors(doc, f"{repository}: referrers of {digest}"), "api"
+        resp.close()
+        got = self.manifest(repository, referrers_tag(digest), accept=OCI_INDEX)
+        if got is None:
+            return [], "tag"
+        doc = _json_object(got[0], f"{repository}:{referrers_tag(digest)}")
+        return _descriptors(doc, f"{repository}:{referrers_tag(digest)}"), "tag"
+
+
+def referrers_tag(digest: str) -> str:
+    """The referrers tag schema's tag for `digest` (OCI distribution 1.1): sha256:<hex> -> sha256-<hex>."""
+    return digest.replace(":", "-", 1)
+
+
+def _descriptors(doc: dict, what: str, objects: tuple[str, ...] = ("annotations",)) -> list[dict]:
+    """The `manifests` of an index, each an object with a digest (and `objects`, where present, objects)."""
+    listed = _field(doc, "manifests", list, what)
+    for i, d in enumerate(listed):
+        if not isinstance(d, dict):
+            raise Unusable(f"{what}: manifests[{i}] is {_noun(d)}, not an object", "shape")
+        _digest_field(d, f"{what}: manifests[{i}]")
+        for key in objects:
+            _field(d, key, dict, f"{what}: manifests[{i}]", required=False)
+    return listed
 
 
 def _json_object(body: bytes, what: str) -> dict:

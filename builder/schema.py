@@ -17,7 +17,7 @@ import difflib
 import math
 import re
 import string
-from datetime import datetime
+from datetime import date, datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -866,6 +866,16 @@ LEDGER_IMAGE = Table(required={"cell": STR, "recorded": UTC_TIME},
                                                       "verified (absent: builder built it here).")})
 LEDGER_ENTRY = Table(required={"format": INT, "content_key": SHA256, "images": TableOf(LEDGER_IMAGE, key=BUILT_DIGEST)},
                      optional={"published": TableOf(BUILT_DIGEST, key=_grammar(grammar.image_ref, "an image reference"))})
+
+
+# -- builder verify --policy (builder/image/verify.py) -------------------------------------------------------
+DATE = Scalar((str, date), "a date (YYYY-MM-DD)", "dates")
+VERIFY_KEY = Table(required={"path": Key(STR, "A PEM public key (ECDSA P-256 or Ed25519), relative to the policy file.")},
+                   optional={"name": Key(STR, "What messages call the key."),
+                             "expires": Key(DATE, "The last day a signature by this key is accepted.")})
+VERIFY_POLICY = Table(required={"keys": Key(ListOf(VERIFY_KEY, nonempty=True), "The keys whose signatures count.")},
+                      optional={"require": Key(ListOf(OneOf(("provenance", "sbom"))),
+                                               "The attestations that must verify (default: both).")})
 
 
 # -- matrix.toml -------------------------------------------------------------------------------------------

@@ -116,10 +116,13 @@ def build(m, sel, flags):
                    "429, 5xx), with exponential backoff from 2 s (at most 60 s).")
 @click.option("--no-aliases", is_flag=True,
               help="Push the full tags only; leave ENGINE:VERSION and ENGINE:latest-cuXYZ where they are.")
+@click.option("--no-attestations", is_flag=True,
+              help="Attach no SBOM and no SLSA provenance (by default both are attached to each pushed digest, "
+                   "signed with BUILDER_LEDGER_SIGNING_KEY when it is set; `builder verify` checks them).")
 @flags.selection
 @flags.git_mirrors
 @flags.build()
-def publish(m, sel, flags, registry, images_json, retries, no_aliases):
+def publish(m, sel, flags, registry, images_json, retries, no_aliases, no_attestations):
     """Build every selected cell (wheels from the cache where their keys are there), smoke it, and push the
     images whose smoke passed — by digest: the OCI archive the build exported, the very image smoke ran, is
     copied with its digest preserved to REGISTRY/ENGINE:VERSION-cuXYZ-torchX.Y.Z-py3XX-smA.B. When every cell
@@ -137,7 +140,7 @@ def publish(m, sel, flags, registry, images_json, retries, no_aliases):
         raise UserError("--images-json: an empty path")
     target = pub.make_target(registry if registry is not None else m.defaults["registry"],
                              Path(images_json).resolve() if images_json else m.path.resolve().parent / "images.json",
-                             attempts=retries + 1, aliases=not no_aliases)
+                             attempts=retries + 1, aliases=not no_aliases, attestations=not no_attestations)
     pub.check_images_json(target.images_json)  # a bad file is found now, not after the push
     # skopeo and the registry are checked once every option is (exit 3 before anything is built)
     run_build(m, sel, flags, target)

@@ -11,6 +11,9 @@
   the one pass over the layers.
 - sbom.py: what it holds, read from its archive: an SPDX 2.3 SBOM (Debian packages, dist-infos, the wheels builder
   compiled with their archs, each binary's device code, the caches under its cache root) and its coverage check.
+- provenance.py, attest.py, verify.py: what a deployer checks by digest: the SLSA provenance of its build, both
+  statements signed (DSSE in a Sigstore bundle) and attached to its digest as OCI 1.1 referrers, and `builder
+  verify`'s checks of them against the image, its labels and a lock.
 
 It imports neither the build's runner and steps, the verbs, nor deploy/ (tests/unit/project/test_layers.py).
 """

@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
@@ -76,6 +76,10 @@ class Image:
     config: dict
     layers: tuple[dict, ...]
     attestations: tuple[str, ...] = ()  # digests of attestation manifests (provenance, SBOM)
+    # the descriptors ({mediaType, digest, size}) of the top and of the platform manifest: what an attestation's
+    # subject names (builder/image/attest.py)
+    descriptor: dict = field(default_factory=dict, compare=False)
+    manifest_descriptor: dict = field(default_factory=dict, compare=False)
 
 
 class Archive:
@@ -137,7 +141,7 @@ class Archive:
             raise UserError(f"{self.path}: expected one image in index.json, found {len(manifests)}")
         top = manifests[0]
         digest = top["digest"]
-        manifest_digest, attestations = digest, []
+        platform, attestations = top, []
         if top.get("mediaType") in INDEX_TYPES:
             inner = self.json_blob(digest)
             images = []
@@ -145,13 +149,14 @@ class Archive:
                 if (d.get("annotations") or {}).get("vnd.docker.reference.type") == ATTESTATION_TYPE:
                     attestations.append(d["digest"])
                 else:
-                    images.append(d["digest"])
+                    images.append(d)
             if len(images) != 1:
                 raise UserError(f"{self.path}: expected one platform image in the index, found {len(images)}")
-            manifest_digest = images[0]
-        manifest = self.json_blob(manifest_digest)
-        return Image(digest=digest, manifest_digest=manifest_digest, config=self.json_blob(manifest["config"]["digest"]),
-                     layers=tuple(manifest.get("layers", [])), attestations=tuple(attestations))
+            platform = images[0]
+        manifest = self.json_blob(platform["digest"])
+        return Image(digest=digest, manifest_digest=platform["digest"],
+                     config=self.json_blob(manifest["config"]["digest"]), layers=tuple(manifest.get("layers", [])),
+                     attestations=tuple(attestations), descriptor=_descriptor(top), manifest_descriptor=_descriptor(platform))
 
     def layer_entries(self, descriptor: dict) -> dict[str, Entry]:
         with self.open_layer(descriptor) as stream:
@@ -165,6 +170,10 @@ class Archive:
                 raise UserError(f"{self.path}: layer {descriptor['digest'][:19]}… cannot be read "
                                 f"({type(exc).__name__}: {exc})") from None
         return entries
+
+
+def _descriptor(d: dict) -> dict:
+    return {"mediaType": d.get("mediaType", ""), "digest": d["digest"], "size": d.get("size", 0)}
 
 
 class _Verified(io.RawIOBase):

@@ -56,6 +56,9 @@ class Target:
     attempts: int = 5
     backoff: float = 2.0  # seconds before the first retry; doubled each time, at most MAX_BACKOFF
     aliases: bool = True
+    # the image's SBOM and SLSA provenance attached as referrers before its tag is pushed (builder/image/attest.py);
+    # --no-attestations: none
+    attestations: bool = True
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     @property
@@ -89,13 +92,14 @@ MAX_BACKOFF = 60.0
 
 
 def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: float = 2.0,
-                aliases: bool = True) -> Target:
+                aliases: bool = True, attestations: bool = True) -> Target:
     """A Target for REGISTRY (HOST[:PORT]/PATH, registry_api.RegistryPath), with the credentials the environment
     or docker login has for its host. Plain HTTP only for a loopback registry."""
     where = RegistryPath.parse(registry, "--registry")
     if not 1 <= attempts <= 100:
         raise UserError(f"--retries: from 0 to 99, got {attempts - 1}")
-    return Target(where=where, images_json=images_json, attempts=attempts, backoff=backoff, aliases=aliases)
+    return Target(where=where, images_json=images_json, attempts=attempts, backoff=backoff, aliases=aliases,
+                  attestations=attestations)
 
 
 def transient(output: str) -> bool:
@@ -300,6 +304,8 @@ def image_entry(outcome, plan, pushed: dict, aliases: list[str], epoch: str | No
         "digest": pushed["digest"],
         "manifest": image.get("manifest", pushed["digest"]),
         "attestations": image.get("attestations", []),
+        # the SBOM and provenance publish attached (builder/image/attest.py): what `builder verify` reads
+        "referrers": pushed.get("referrers", []),
         "pull": f"docker pull {pushed['repository']}@{pushed['digest']}",
         "aliases": aliases,
         "engine": cell.engine,

@@ -115,11 +115,16 @@ def signer_from_env(environ=None):
 
 def seal(payload: bytes, signer) -> bytes:
     """The DSSE envelope of `payload` (the ledger entry's JSON) signed by `signer`, as JSON bytes."""
+    return (json.dumps(envelope(payload, PAYLOAD_TYPE, signer), indent=1, sort_keys=True) + "\n").encode()
+
+
+def envelope(payload: bytes, payload_type: str, signer) -> dict:
+    """The DSSE envelope of `payload` signed by `signer`, as a dict: {payload, payloadType, signatures}."""
     from securesystemslib.dsse import Envelope
 
-    envelope = Envelope(payload, PAYLOAD_TYPE, {})
-    envelope.sign(signer)
-    return (json.dumps(envelope.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    sealed = Envelope(payload, payload_type, {})
+    sealed.sign(signer)
+    return sealed.to_dict()
 
 
 def unseal(raw: bytes, where: str, trusted) -> tuple[bytes | None, str, str]:

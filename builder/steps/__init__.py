@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, TextIO
@@ -132,6 +133,7 @@ class CellContext:
     # pushes (builder/image/reuse.py): nothing was pulled, smoke is not run again, publish pushes nothing, aliases move
     in_registry: dict = field(default_factory=dict)
     locks: dict[str, contextlib.ExitStack] = field(default_factory=dict)  # package → its cache key's lock
+    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))  # UTC
 
     def hold(self, package: str, lock: contextlib.AbstractContextManager) -> None:
         """Keep `lock` until release(package): the runner releases it once the package's steps are done."""

@@ -10,6 +10,7 @@ from .. import docker
 from ..image import labels, ledger, oci, signing
 from ..image import publish as pub
 from ..errors import BuilderError
+from ..registry_api import Unusable
 from . import CellContext, Status, StepResult
 from .image import archive_path
 
@@ -41,6 +42,15 @@ class PublishStep:
                  + (f", credentials from {target.credentials_from}" if target.credentials else ""))
         index = image.digest != image.manifest_digest
         key = labels.content_key((image.config.get("config") or {}).get("Labels") or {})
+        # the attestations before the tag: whoever sees the tag finds them already there (a failed attach pushes no
+        # image; an attestation left without its image names a digest no tag serves)
+        attached = []
+        if target.attestations:
+            try:
+                attached = attach_attestations(ctx, target, repository, archive, image)
+            except (Unusable, BuilderError, OSError) as exc:
+                return StepResult(self.name, cell.id, Status.FAILED, f"attaching the SBOM and provenance to "
+                                  f"{repository}@{image.digest}: {exc}; nothing pushed under {cell.tag}")
         # the registry's ledger record first: a fresh runner that sees the new tag finds the record vouching for it
         _push_record(ctx, repository, key, lambda e: ledger.add_image(e, image.digest, cell.id))
         try:
@@ -53,7 +63,7 @@ class PublishStep:
                                                                           cell.id))
         return StepResult(self.name, cell.id, Status.OK, f"pushed {repository}@{image.digest}",
                           artifacts={"repository": repository, "tag": cell.tag, "digest": image.digest,
-                                     "ref": f"{repository}@{image.digest}", "index": index})
+                                     "ref": f"{repository}@{image.digest}", "index": index, "referrers": attached})
 
     def _already_there(self, ctx: CellContext, target) -> StepResult:
         """The image step found this cell's image already under its tag in the registry, vouched for by the ledger
@@ -92,6 +102,41 @@ class PublishStep:
         dest = f"docker://{target.repository(ctx.cell.engine)}:{ctx.cell.tag}"
         args = docker.skopeo_copy_args(f"oci-archive:{archive_path(ctx)}", dest, dest_tls_verify=target.tls_verify)
         return [shlex.join(["skopeo", *args])]
+
+
+def attach_attestations(ctx: CellContext, target, repository: str, archive, image: oci.Image) -> list[dict]:
+    """The image's SBOM and SLSA provenance, signed with publish's key when CI gives one, attached as referrers of
+    its digests (builder/image/attest.py); what was attached."""
+    from ..image import attest
+
+    return attest.attach_image(target.where, repository, archive, image, _provenance(ctx, attest.now()),
+                               ctx.opts.ledger_signer, ctx.note)
+
+
+def _provenance(ctx: CellContext, finished: str) -> dict:
+    """The provenance predicate of the cell's build (builder/image/provenance.py) from what this run used."""
+    import hashlib
+    import json
+
+    from .. import deps, docker
+    from ..image import provenance
+    from .image import CONTENT_RECORD
+
+    cell = ctx.cell
+    content = json.loads((ctx.dir / CONTENT_RECORD).read_text()) if (ctx.dir / CONTENT_RECORD).is_file() else {}
+    packages, plans = [], {}
+    for p in cell.packages:
+        packages.append({"name": p.name, "version": p.version, "source": provenance.source_of(p.source),
+                         "archs": list(p.archs), "deps": dict(p.deps_pins), "nvcc_flags": list(p.nvcc_flags)})
+        plan = deps.plan_path(p.name, p.version)
+        if plan.is_file():
+            plans[plan.name] = hashlib.sha256(plan.read_bytes()).hexdigest()
+    facts = {"id": cell.id, "engine": cell.engine, "version": cell.version, "cuda": cell.cuda, "torch": cell.torch,
+             "python": cell.python, "archs": list(cell.archs), "strategies": list(cell.strategies),
+             "profile": getattr(cell.profile, "name", ""), "content_key": content.get("content_key", "")}
+    return provenance.predicate(facts, packages, content, plans, started=ctx.started, finished=finished,
+                                versions={"buildx": docker.buildx_version(ctx.opts.docker)},
+                                invocation=f"{cell.id}@{ctx.started}")
 
 
 def _push_record(ctx: CellContext, repository: str, key: str, change) -> None:

@@ -455,15 +455,32 @@ def _push(push_to, packing: Packing, tag: str, packed: layer.Packed, facts: dict
     """The warm image pushed by digest beside its cold image, and listed in images.json's `warm` table."""
     cold, files = packing.cold, packing.files
     repository = push_to.repository(cold.cell.engine)
+    referrers = _attest(push_to, repository, packed, say) if push_to.attestations else []
     pushed = publish.push_archive(packed.archive, repository, tag, packed.digest, False, push_to, say)
     publish.record_warm(push_to.images_json, f"{repository}:{tag}", {
         "cell": cold.cell.id, "digest": pushed, "pull": f"docker pull {repository}@{pushed}", "layer": packed.layer,
         "of": f"{repository}@{cold.digest}", "strategy": strategy, "files": len(files),
         "bytes": sum(files.values()),
         **{k: facts.get(k) for k in ("gpu", "gpu-arch", "driver", "engine", "model", "model-config-sha256",
-                                     "engine-args", "cold-boot-s", "warm-boot-s", "captured-on", "key")}})
+                                     "engine-args", "cold-boot-s", "warm-boot-s", "captured-on", "key")},
+        "referrers": referrers})
     say(f"pushed {repository}:{tag} ({pushed}) beside its cold image; wrote {push_to.images_json}")
     return pushed
+
+
+def _attest(push_to, repository: str, packed: layer.Packed, say) -> list[dict]:
+    """The warm image's SBOM (its files, the warm layer's included) and its warm provenance (the cold image, the
+    layer, the warm key: what its labels claim), attached before its tag is pushed (builder/image/attest.py)."""
+    from ...image import attest, oci, provenance, signing
+
+    started = attest.now()
+    with oci.Archive(packed.archive) as a:
+        image = a.image()
+    warm = labels_mod.warm((image.config.get("config") or {}).get("Labels") or {})
+    predicate = provenance.warm_predicate(warm.get("of", ""), packed.layer, {**warm}, started=started,
+                                          finished=attest.now())
+    return attest.attach_image(push_to.where, repository, packed.archive, image, predicate, signing.signer_from_env(),
+                               say)
 
 
 def _cold_is_published(target, cell, digest: str, say) -> None:

@@ -261,7 +261,7 @@ def test_the_image_room_stands_below_the_build_and_the_deployer(graph):
 
 # deploy/warm/ makes an image (the cold image plus one layer) and pushes it beside its cold image: it takes the
 # image's archive and its publication, as the build's image and publish steps do
-WARM_TAKES = {"image.oci", "image.publish"}
+WARM_TAKES = {"image.oci", "image.publish", "image.attest", "image.provenance", "image.signing"}  # its publication: attested
 
 
 def test_the_deployer_takes_only_the_images_contract(graph):
