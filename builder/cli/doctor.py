@@ -25,7 +25,8 @@ from .app import main
               help="Will IMAGE... run on this host's GPUs (driver, CUDA, device code)? Nothing is pulled.")
 @click.option("--gpus-file", default=None, help="With --host: judge the GPUs of a JSON file instead of nvidia-smi's.")
 @flags.as_json
-def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json):
+@flags.verification
+def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json, verification):
     """Check this host: docker, buildx, BuildKit, registry, GPUs and driver — and how to fix what is missing.
     With --host: per GPU and each of IMAGES (image references, or image configs saved as JSON), runs / runs
     with the forward-compatibility package / refused, with the rule.
@@ -38,13 +39,18 @@ def doctor(images, registry, matrix_path, host_mode, gpus_file, as_json):
     """
     if host_mode:
         from ..deploy.host import command as host_command
+        from .verify import say_verified
+
+        for image in images:  # an image reference (not a saved config): whether it verifies, said first
+            if not Path(image).exists():
+                say_verified(image, verification, matrix_path, lambda line: click.echo(line, err=True))
 
         code = host_command(images, gpus_file, as_json, click.echo)
         if code:
             raise Failed(exit_code=code)
         return
-    if images or gpus_file:
-        raise UserError("IMAGE... and --gpus-file go with --host")
+    if images or gpus_file or verification.required or verification.keys or verification.policy:
+        raise UserError("IMAGE..., --gpus-file and the --verify/--require-verified flags go with --host")
     from ..doctor import run_checks
 
     if registry is not None:

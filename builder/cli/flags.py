@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 
@@ -279,6 +280,32 @@ def selection(f):
         return f(*args, m=matrix_mod.load(Path(matrix_path)), sel=sel, **kwargs)
 
     return wrapper
+
+
+def verification(f):
+    """--verify-key PUB (repeatable), --verify-policy FILE and --require-verified: whether a published image verifies
+    (builder/image/verify.py) is said before it runs; with --require-verified one that does not is refused."""
+
+    @click.option("--verify-key", "verify_keys", multiple=True, type=FsPath(dir_okay=False), metavar="PUB.pem",
+                  help="Check the image's signed SBOM and provenance with this public key (repeatable; default: the "
+                       "matrix's [defaults] ledger_public_key) and say whether it verifies, as `builder verify` does.")
+    @click.option("--verify-policy", "verify_policy", type=FsPath(dir_okay=False), default=None, metavar="FILE",
+                  help="The keys (with expiry dates) a verification trusts, as `builder verify --policy` reads them.")
+    @click.option("--require-verified", "require_verified", is_flag=True,
+                  help="Refuse an image that does not verify (exit 1; exit 2 when no key is given to check it with).")
+    @wraps(f)
+    def wrapper(*args, verify_keys, verify_policy, require_verified, **kwargs):
+        kwargs["verification"] = Verification(tuple(verify_keys), verify_policy, require_verified)
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Verification:
+    keys: tuple[str, ...] = ()
+    policy: str | None = None
+    required: bool = False
 
 
 def git_mirrors(f):

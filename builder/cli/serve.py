@@ -108,9 +108,10 @@ KUBE_ONLY = ("output", "namespace", "replicas", "anti_affinity", "pod_monitor", 
 @flags.engine_args
 @flags.matrix
 @click.option("--run", "do_run", is_flag=True, help="Run it (in the foreground; Ctrl-C stops the container).")
+@flags.verification
 def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name, kubernetes, output, namespace,
           replicas, anti_affinity, pod_monitor, cpu, memory, compile_cache_claim, gpu_family, gpu_product,
-          no_gpu_affinity, rollout, runtime_class, hub_cache, drain_s, engine_args, matrix_path, do_run):
+          no_gpu_affinity, rollout, runtime_class, hub_cache, drain_s, engine_args, matrix_path, do_run, verification):
     """Print the exact `docker run` that serves IMAGE (a tag or REPO@sha256:…) with STRATEGY: the GPUs (--tp N:
     N of them and the engine's own tensor-parallel flag), /dev/shm, the model mounted read-only, the port, a health
     check on the engine's ready path sized from the image's measured boot, a stop timeout above the engine's drain,
@@ -153,6 +154,9 @@ def serve(image, strategy, model_path, port, bind, gpus, tp, shm, drafter, name,
     kn = matrix_mod.load(Path(matrix_path)).knowledge if Path(matrix_path).is_file() else load_knowledge()
     strategy = strategies.one(strategy, strategies.known(kn))  # the engine data's names, extra files included
     found = subject.read(image, files=target.image_file)  # the daemon's, else the registry's: nothing pulled
+    from .verify import say_verified
+
+    say_verified(image, verification, matrix_path, lambda line: click.echo(line, err=True))
     launchline.tp_args(found.recipe(kn), tp)  # an engine without a tensor-parallel flag: refused now
     plan = plan_mod.derive(target, plan_mod.reference(target, image, found.digest), found.labels, kn, strategy,
                            model_path, port=port, gpus=gpus, tp=tp, shm=shm, drafter=drafter, extra_args=extra,

@@ -90,8 +90,9 @@ def _process_options(opts, cell, python: str, cache_root: str | None, image_path
                    "judged against its key before it starts, and what it compiled is set against that judgement.")
 @flags.out_dir("smoke_report_dir", "smoke.json, smoke.xml (JUnit) and the engine logs go to DIR/<cell>/")
 @flags.as_json
+@flags.verification
 def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root, image_paths, expect_warm, warm_key,
-          out_dir, as_json):
+          out_dir, as_json, verification):
     """Prove that TARGET, an image (or, with --launcher process, the cell id of an engine install), serves the
     model under each strategy, in layers:
     L0 labels and versions equal the plan; L1 the engine, its serving modules and every compiled extension
@@ -130,6 +131,10 @@ def smoke(target, matrix_path, profile, arch, strategy, layers, run, cache_root,
     if strategy is not None:
         strategies.for_smoke(strategy, (), names)  # the names now; the cell's own list later
     cell, image = subject.target(target, m, sel, run.launcher, matrix_path)  # refused before the model is read
+    if image is not None:  # a published image: whether it verifies, said (or refused) before anything runs
+        from .verify import say_verified
+
+        say_verified(image, verification, matrix_path, lambda line: click.echo(line, err=True))
     if cell is not None:  # a cell's engine without a tensor-parallel flag: refused before docker is asked
         launchline.tp_args(cell.engine_recipe, run.tp)
     model = Model.resolve(run.model, run.drafter)

@@ -58,3 +58,49 @@ def verify_cmd(image, keys, policy, lock_path, as_json):
             click.echo(f"verified {report.digest}: " + "; ".join(report.passed[-3:]))
     if not report.ok:
         raise Failed(f"{image}: {len(report.failed)} check(s) failed")
+
+
+def say_verified(image: str, given: flags.Verification, matrix_path, say) -> bool | None:
+    """What serve, smoke and doctor --host say of IMAGE's attestations before they run it: True verified, False not
+    (each failed check said), None not checked (no key; a local image that names no registry). With
+    `given.required` anything but True is refused: exit 1 (it does not verify), exit 2 (nothing to check it with)."""
+    from .. import matrix as matrix_mod
+    from ..image import signing, verify
+    from ..imageref import ImageRef
+    from ..registry_api import CAUSES, Unusable, first_line
+
+    keys = tuple(Path(k) for k in given.keys)
+    if not keys and not given.policy and matrix_path and Path(matrix_path).is_file():
+        named = matrix_mod.load(Path(matrix_path)).defaults.get(signing.MATRIX_KEY)
+        keys = (Path(matrix_path).resolve().parent / named,) if named else ()
+    if not keys and not given.policy:
+        if given.required:
+            raise UserError("--require-verified: no key to verify with (--verify-key PUB, --verify-policy FILE, or the "
+                            f"matrix's [defaults] {signing.MATRIX_KEY})")
+        say(f"verify: {image} not checked (no key: --verify-key PUB.pem or [defaults] {signing.MATRIX_KEY})")
+        return None
+    policy = verify.load_policy(Path(given.policy) if given.policy else None, keys)
+    try:
+        parsed = ImageRef.parse(image, "IMAGE")
+    except UserError:
+        parsed = None
+    if parsed is None or not parsed.registry:
+        if given.required:
+            raise Failed(f"--require-verified: {image} names no registry: only a published image, by its registry "
+                         "digest, can be verified")
+        say(f"verify: {image} not checked (a local name: verify reads a registry's digest)")
+        return None
+    try:
+        report = verify.verify(image, policy)
+    except Unusable as exc:
+        raise EnvironmentProblem(f"verify {image}: its registry could not be read: {CAUSES.get(exc.cause, exc.cause)} "
+                                 f"({first_line(exc)})") from None
+    if report.ok:
+        say(f"verify: {image} verified ({report.digest}: signed SBOM and provenance)")
+        return True
+    for line in report.failed:
+        say(f"verify: FAILED {line}")
+    if given.required:
+        raise Failed(f"--require-verified: {image} does not verify ({len(report.failed)} check(s) failed)")
+    say(f"verify: {image} does NOT verify; --require-verified refuses such an image")
+    return False

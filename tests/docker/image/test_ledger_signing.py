@@ -16,7 +16,7 @@ from builder.registry_api import Endpoint, RegistryPath
 
 from tests.helpers import CUDA_EXT_CELL as CELL
 from tests.helpers import commit_image
-from tests.registry_runs import TAG, Run, digest_in, forget_locally, local_id, push_under_tag
+from tests.registry_runs import TAG, Run, builder, digest_in, forget_locally, local_id, push_under_tag
 from tests.support.ledger_signing import DIGEST, FORGED, KEY, keys, pair
 
 
@@ -129,6 +129,14 @@ def test_a_signed_record_is_adopted_and_a_forged_one_never_reaches_the_local_led
         for f in [*where.rglob("*"), *tmp_path.glob("pins/*")]:  # the private key is nowhere builder wrote
             if f.is_file():
                 assert "PRIVATE KEY" not in f.read_text(errors="replace"), f
+        # its SBOM and provenance, signed by the same key, attached before the tag: `builder verify` passes them
+        listed = json.loads((where / "images.json").read_text())["images"][CELL]["referrers"]
+        assert sorted(a["kind"] for a in listed) == ["provenance", "sbom"]
+        assert all(a["signed_by"].startswith(keyid) and a["subject"] == digest for a in listed)
+        assert f"and the SLSA provenance to {run.repo}@{digest}, signed by key {keyid}" in res.stderr
+        pub_file = str(run.matrix.parent / "ledger.pub")
+        checked = builder("verify", f"{run.repo}:{TAG}@{digest}", "--key", pub_file, cwd=tmp_path)
+        assert checked.returncode == 0 and checked.stdout.startswith(f"verified {digest}"), checked.stdout + checked.stderr
 
         # a fresh runner: adopted on the signature, recorded with who vouched
         res, steps, where = run.run("build", "--no-smoke", "--reuse-from", run.registry)
@@ -151,6 +159,11 @@ def test_a_signed_record_is_adopted_and_a_forged_one_never_reaches_the_local_led
         forget_locally(derived_ref)
         served = digest_in(host, repo, TAG)
         assert served not in (None, digest)
+        # the tag moved: verify by tag and digest says so; by the tag alone, what it names carries no attestation
+        moved = builder("verify", f"{run.repo}:{TAG}@{digest}", "--key", pub_file, cwd=tmp_path)
+        assert moved.returncode == 1 and f"FAILED digest: {TAG} names {served}, not the digest asked" in moved.stdout
+        moved = builder("verify", f"{run.repo}:{TAG}", "--key", pub_file, cwd=tmp_path)
+        assert moved.returncode == 1 and "(none is attached)" in moved.stdout, moved.stdout
         edit_record(source_of(run.registry), run.repo, key, served)
         res, steps, where = run.run("build", "--no-smoke", "--reuse-from", run.registry)
         image = steps[f"image:{CELL}"]["artifacts"]

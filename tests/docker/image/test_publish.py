@@ -21,7 +21,11 @@ from typing import NamedTuple
 
 import pytest
 
+from builder.image import attest, sbom
+from builder.registry_api import Client as RegistryClient
+from builder.registry_api import RegistryPath
 from tests.helpers import free_port, registry_config_lines, stop_process
+from tests.support.ledger_signing import pair
 from tests.support.publish import CELL, CELL_90, FIXTURE, MATRIX, MATRIX_PUBLISH
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -329,6 +333,31 @@ def test_provenance_is_pushed_with_the_image_as_one_index(shared, registry, tmp_
     statement = reg.get(f"/v2/prov/cuda-ext/blobs/{layer['digest']}", accept="*/*")
     assert b'"ca"' in statement and b"BEGIN CERTIFICATE" not in statement  # the secret's id, never its value
     assert reg.digest("prov/cuda-ext", manifest) == manifest  # the image manifest itself is served too
+
+    # builder's own attestations (issue 49), unsigned here (no key given): the SBOM on the platform manifest, the
+    # provenance on the index and on the manifest, each listed in images.json and in the referrers tag's index
+    assert sorted((a["kind"], a["subject"]) for a in entry["referrers"]) == sorted(
+        [("sbom", manifest), ("provenance", index), ("provenance", manifest)])
+    assert all(a["signed_by"] == "" and a["mediaType"] == attest.IN_TOTO for a in entry["referrers"])
+    assert "UNSIGNED (no BUILDER_LEDGER_SIGNING_KEY)" in res.stderr
+    where = RegistryPath.parse(f"{registry}/prov", "test")
+    with RegistryClient(where.endpoint) as client:
+        found = client.image(where.repository("cuda-ext"), entry["tag"])
+        on_manifest, how = attest.read(client, where.repository("cuda-ext"), manifest)
+    assert how == "tag" and sorted(a.kind for a in on_manifest) == ["provenance", "sbom"]
+    (sbom_doc,) = [a for a in on_manifest if a.kind == "sbom"]
+    assert sbom_doc.opened.statement is not None and not sbom_doc.opened.signed_by
+    doc = sbom_doc.opened.statement["predicate"]
+    counts = sbom.counts(doc)
+    assert counts["compiled"] == 1 and counts["dist-info"] >= 2 and counts["dpkg"] >= 50, counts
+    assert sbom.check_labels(doc, found.labels) == []  # the audit's labels and the SBOM's binaries agree
+    # a deployer with a key: both refused as unsigned, one line each, exit 1
+    pem, pub = pair()
+    (tmp_path / "ci.pub").write_bytes(pub)
+    checked = subprocess.run([sys.executable, "-m", "builder.cli", "verify", f"{registry}/prov/cuda-ext@{index}",
+                              "--key", str(tmp_path / "ci.pub")], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 1 and checked.stdout.count("FAILED ") == 2 and "(unsigned)" in checked.stdout, \
+        checked.stdout + checked.stderr
 
 
 def test_publish_after_build_pushes_the_image_build_made_and_a_fresh_runner_builds_that_digest(shared, registry,

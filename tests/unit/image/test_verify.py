@@ -277,3 +277,38 @@ def test_a_policy_file_is_checked_before_any_request(tmp_path):
     (tmp_path / "q.toml").write_text('[[keys]]\npath = "k.pub"\nrequire = 3\n')
     with pytest.raises(UserError, match="unknown key 'require'"):
         verify.load_policy(tmp_path / "q.toml")
+
+
+def test_serve_smoke_and_doctor_say_whether_an_image_verifies_and_refuse_one_that_does_not(published, tmp_path,
+                                                                                            monkeypatch):
+    """--verify-key / --require-verified on the deployer's verbs: the check runs before anything is started or
+    written; an image whose attestations were dropped is refused (exit 1), no key to check with is bad input (2)."""
+    p = published
+    pub = str(p["tmp"] / "ecdsa.pub")
+    ref = f"{p['repository']}@{p['image'].digest}"
+    from builder.cli.flags import Verification
+    from builder.cli.verify import say_verified
+
+    said = []
+    assert say_verified(ref, Verification((pub,)), None, said.append) is True
+    assert said == [f"verify: {ref} verified ({p['image'].digest}: signed SBOM and provenance)"]
+    said.clear()
+    assert say_verified(ref, Verification(), None, said.append) is None and "not checked (no key" in said[0]
+    with Client(p["where"]) as client:  # the attestations dropped
+        client.put_manifest(p["repository"], referrers_tag(p["image"].digest),
+                            json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode(), OCI_INDEX)
+    said.clear()
+    assert say_verified(ref, Verification((pub,)), None, said.append) is False
+    assert said[-1].endswith("does NOT verify; --require-verified refuses such an image")
+    runner = CliRunner()
+    cwd = tmp_path / "cwd"  # no matrix.toml here: the key comes from the flags or nowhere
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for argv in (["serve", ref, "--strategy", "MTP2", "--model", str(tmp_path)], ["smoke", ref, "--layers", "L0"],
+                 ["doctor", "--host", ref]):
+        refused = runner.invoke(main, [*argv, "--verify-key", pub, "--require-verified"])
+        assert refused.exit_code == 1 and "does not verify (2 check(s) failed)" in refused.output, (argv, refused.output)
+        assert "docker run" not in refused.output
+        no_key = runner.invoke(main, [*argv, "--require-verified"])
+        assert no_key.exit_code == 2 and "no key to verify with" in no_key.output, (argv, no_key.output)
+    assert [f for f in cwd.rglob("*") if f.is_file()] == []  # nothing written
