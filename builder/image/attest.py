@@ -185,16 +185,18 @@ def _list_in_tag(client, repository: str, subject: str, descriptor: dict) -> Non
     client.put_manifest(repository, tag, _canonical(index), OCI_INDEX)
 
 
-def attach_image(where, repository: str, archive, image, provenance: dict, signer, say) -> list[dict]:
+def attach_image(where, repository: str, archive, image, provenance: dict, signer, say, sbom_doc=None) -> list[dict]:
     """Attach an image's SBOM (to its platform manifest) and its SLSA provenance `provenance` (to its top digest and
     its platform manifest) in REPOSITORY of the registry `where`, signed by `signer` when given; what was attached,
-    as images.json lists it. Called by publish and `warm --push`, before the image's tag is pushed."""
+    as images.json lists it. Called by publish and `warm --push`, before the image's tag is pushed. `sbom_doc`: the
+    image's SBOM when it was made already (sbom.make of this archive)."""
     from . import sbom
     from ..registry_api import Client
 
     created = now()
-    say("SBOM: reading the image's layers")
-    doc = sbom.make(archive)
+    if sbom_doc is None:
+        say("SBOM: reading the image's layers")
+    doc = sbom_doc or sbom.make(archive)
     counts = ", ".join(f"{n} {kind}" for kind, n in sbom.counts(doc).items())
     subjects = {repository: image.digest}
     tops = [image.descriptor]

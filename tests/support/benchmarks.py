@@ -41,6 +41,8 @@ QUICK = {
                        [pytest.mark.docker]),
     "pull.py": (["--quick"], rf"pull zstd vs gzip: median {NUMBER} s vs {NUMBER} s \(n = 1\), {NUMBER}x faster; compressed "
                              rf"{NUMBER} GB vs {NUMBER} GB, unpacked {NUMBER} GB", [pytest.mark.docker]),
+    "verify.py": (["--quick"], rf"verify: median {NUMBER} s over 1 runs \(goal <= 5 s\): (goal met|GOAL NOT MET)",
+                  [pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }
