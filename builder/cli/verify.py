@@ -62,7 +62,8 @@ def verify_cmd(image, keys, policy, lock_path, as_json):
 
 def say_verified(image: str, given: flags.Verification, matrix_path, say) -> bool | None:
     """What serve, smoke and doctor --host say of IMAGE's attestations before they run it: True verified, False not
-    (each failed check said), None not checked (no key; a local image that names no registry). With
+    (each failed check said), None not checked (no key given or named by the matrix: nothing said; a local image or
+    a saved config that names no registry). With
     `given.required` anything but True is refused: exit 1 (it does not verify), exit 2 (nothing to check it with)."""
     from .. import matrix as matrix_mod
     from ..image import signing, verify
@@ -77,8 +78,7 @@ def say_verified(image: str, given: flags.Verification, matrix_path, say) -> boo
         if given.required:
             raise UserError("--require-verified: no key to verify with (--verify-key PUB, --verify-policy FILE, or the "
                             f"matrix's [defaults] {signing.MATRIX_KEY})")
-        say(f"verify: {image} not checked (no key: --verify-key PUB.pem or [defaults] {signing.MATRIX_KEY})")
-        return None
+        return None  # nothing asked: a deployer who does not sign hears nothing of it
     policy = verify.load_policy(Path(given.policy) if given.policy else None, keys)
     try:
         parsed = ImageRef.parse(image, "IMAGE")
@@ -88,7 +88,7 @@ def say_verified(image: str, given: flags.Verification, matrix_path, say) -> boo
         if given.required:
             raise Failed(f"--require-verified: {image} names no registry: only a published image, by its registry "
                          "digest, can be verified")
-        say(f"verify: {image} not checked (a local name: verify reads a registry's digest)")
+        say(f"verify: {image} not checked (a local name or file: verify reads a registry's digest)")
         return None
     try:
         report = verify.verify(image, policy)

@@ -293,7 +293,7 @@ def test_serve_smoke_and_doctor_say_whether_an_image_verifies_and_refuse_one_tha
     assert say_verified(ref, Verification((pub,)), None, said.append) is True
     assert said == [f"verify: {ref} verified ({p['image'].digest}: signed SBOM and provenance)"]
     said.clear()
-    assert say_verified(ref, Verification(), None, said.append) is None and "not checked (no key" in said[0]
+    assert say_verified(ref, Verification(), None, said.append) is None and said == []  # nothing asked, nothing said
     with Client(p["where"]) as client:  # the attestations dropped
         client.put_manifest(p["repository"], referrers_tag(p["image"].digest),
                             json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode(), OCI_INDEX)
