@@ -34,6 +34,7 @@ GOAL_S = 5.0
 
 def start_registry(root: Path) -> tuple[subprocess.Popen, str]:
     host = f"127.0.0.1:{free_port()}"
+    root.mkdir(parents=True, exist_ok=True)
     (root / "config.yml").write_text("\n".join(registry_config_lines(root, host)) + "\n")
     proc = subprocess.Popen([shutil.which("docker-registry") or "docker-registry", "serve", str(root / "config.yml")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -37,10 +37,10 @@ def cold_image(local_bases) -> str:
     return tag
 
 
-def builder(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def builder(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout, env={**os.environ, "BUILDER_CACHE_DIR": str(cwd / "cache"),
-                                                "PYTHONPATH": str(REPO)})
+                                                "PYTHONPATH": str(REPO), **(env or {})})
 
 
 def inspect(ref: str) -> dict:
@@ -212,10 +212,19 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     assert pushed.returncode == 0, pushed.stderr
     assert digest_in(registry, name, warmed["of"]) == warmed["of"]  # the daemon pushed it by its digest
 
-    res = builder(*args, cwd=tmp_path)
+    from tests.support.ledger_signing import pair
+
+    pem, pub = pair()  # CI's signing key: the warm image's SBOM and warm provenance are signed with it
+    (tmp_path / "ci.pub").write_bytes(pub)
+    res = builder(*args, cwd=tmp_path, env={"BUILDER_LEDGER_SIGNING_KEY": pem})
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["pushed"] == out["digest"] == warmed["digest"]
+    # builder verify: signed, about this digest, and its warm provenance names the labels' cold image, key and layer
+    checked = builder("verify", f"{repository}@{warmed['digest']}", "--key", str(tmp_path / "ci.pub"), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "warm: warm layer" in builder("verify", f"{repository}@{warmed['digest']}", "--key", str(tmp_path / "ci.pub"),
+                                         "--json", cwd=tmp_path).stdout
     assert digest_in(registry, name, warm_tag) == warmed["digest"]
     assert digest_in(registry, name, warmed["digest"]) == warmed["digest"]
     data = json.loads(images.read_text())
@@ -225,6 +234,7 @@ def test_push_puts_the_warm_image_beside_its_published_cold_image_and_lists_both
     assert entry["pull"] == f"docker pull {repository}@{warmed['digest']}"
     assert (entry["strategy"], entry["gpu-arch"], entry["files"]) == ("MTP2", "none", len(CAPTURED))
     assert entry["cold-boot-s"] > 0 and entry["warm-boot-s"] > 0
+    assert sorted(a["kind"] for a in entry["referrers"]) == ["provenance", "sbom"]
     from builder.deploy.runtime.warmkey import Record  # the key the judge reads, listed for whoever reads the table
 
     assert Record.from_label(entry["key"]).caches == {"inductor": 5, "triton": 5, "vllm": 5}

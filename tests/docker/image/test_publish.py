@@ -351,6 +351,8 @@ def test_provenance_is_pushed_with_the_image_as_one_index(shared, registry, tmp_
     counts = sbom.counts(doc)
     assert counts["compiled"] == 1 and counts["dist-info"] >= 2 and counts["dpkg"] >= 50, counts
     assert sbom.check_labels(doc, found.labels) == []  # the audit's labels and the SBOM's binaries agree
+    compiled = {sbom.facts_of(p)["name"] for p in doc["packages"] if sbom.facts_of(p).get("kind") == "compiled"}
+    assert compiled == set(entry["wheels"]) and compiled  # every wheel images.json lists is a package of its own
     # a deployer with a key: both refused as unsigned, one line each, exit 1
     pem, pub = pair()
     (tmp_path / "ci.pub").write_bytes(pub)
