@@ -119,10 +119,14 @@ def build(m, sel, flags):
 @click.option("--no-attestations", is_flag=True,
               help="Attach no SBOM and no SLSA provenance (by default both are attached to each pushed digest, "
                    "signed with BUILDER_LEDGER_SIGNING_KEY when it is set; `builder verify` checks them).")
+@click.option("--sbom-format", "sbom_formats", multiple=True, type=click.Choice(["spdx", "cyclonedx"]),
+              default=("spdx",), show_default=True,
+              help="The SBOM's formats (repeatable): SPDX 2.3 always (what builder verify checks); cyclonedx adds "
+                   "its CycloneDX 1.5 form (needs the sbom extra: pip install 'builder[sbom]').")
 @flags.selection
 @flags.git_mirrors
 @flags.build()
-def publish(m, sel, flags, registry, images_json, retries, no_aliases, no_attestations):
+def publish(m, sel, flags, registry, images_json, retries, no_aliases, no_attestations, sbom_formats):
     """Build every selected cell (wheels from the cache where their keys are there), smoke it, and push the
     images whose smoke passed — by digest: the OCI archive the build exported, the very image smoke ran, is
     copied with its digest preserved to REGISTRY/ENGINE:VERSION-cuXYZ-torchX.Y.Z-py3XX-smA.B. When every cell
@@ -140,7 +144,16 @@ def publish(m, sel, flags, registry, images_json, retries, no_aliases, no_attest
         raise UserError("--images-json: an empty path")
     target = pub.make_target(registry if registry is not None else m.defaults["registry"],
                              Path(images_json).resolve() if images_json else m.path.resolve().parent / "images.json",
-                             attempts=retries + 1, aliases=not no_aliases, attestations=not no_attestations)
+                             attempts=retries + 1, aliases=not no_aliases, attestations=not no_attestations,
+                             cyclonedx="cyclonedx" in sbom_formats)
+    if target.cyclonedx:
+        if no_attestations:
+            raise UserError("--sbom-format cyclonedx attaches an SBOM; --no-attestations attaches none: give one")
+        import importlib.util
+
+        if importlib.util.find_spec("cyclonedx") is None:  # refused now, not after the build
+            raise UserError("--sbom-format cyclonedx: cyclonedx-python-lib is not installed (pip install "
+                            "'builder[sbom]')")
     pub.check_images_json(target.images_json)  # a bad file is found now, not after the push
     # skopeo and the registry are checked once every option is (exit 3 before anything is built)
     run_build(m, sel, flags, target)

@@ -185,11 +185,13 @@ def _list_in_tag(client, repository: str, subject: str, descriptor: dict) -> Non
     client.put_manifest(repository, tag, _canonical(index), OCI_INDEX)
 
 
-def attach_image(where, repository: str, archive, image, provenance: dict, signer, say, sbom_doc=None) -> list[dict]:
+def attach_image(where, repository: str, archive, image, provenance: dict, signer, say, sbom_doc=None,
+                 cyclonedx: bool = False) -> list[dict]:
     """Attach an image's SBOM (to its platform manifest) and its SLSA provenance `provenance` (to its top digest and
     its platform manifest) in REPOSITORY of the registry `where`, signed by `signer` when given; what was attached,
     as images.json lists it. Called by publish and `warm --push`, before the image's tag is pushed. `sbom_doc`: the
-    image's SBOM when it was made already (sbom.make of this archive)."""
+    image's SBOM when it was made already (sbom.make of this archive); `cyclonedx`: its CycloneDX 1.5 form attached
+    beside it (the SPDX one is what verify checks)."""
     from . import sbom
     from ..registry_api import Client
 
@@ -204,6 +206,9 @@ def attach_image(where, repository: str, archive, image, provenance: dict, signe
         subjects[f"{repository} (platform manifest)"] = image.manifest_digest
         tops.append(image.manifest_descriptor)
     made = [(image.manifest_descriptor, statement({repository: image.manifest_digest}, SPDX, doc))]
+    if cyclonedx:
+        made.append((image.manifest_descriptor,
+                     statement({repository: image.manifest_digest}, CYCLONEDX, sbom.to_cyclonedx(doc))))
     made += [(d, statement(subjects, SLSA, provenance)) for d in tops]
     out = []
     with Client(where) as client:

@@ -59,6 +59,7 @@ class Target:
     # the image's SBOM and SLSA provenance attached as referrers before its tag is pushed (builder/image/attest.py);
     # --no-attestations: none
     attestations: bool = True
+    cyclonedx: bool = False  # --sbom-format cyclonedx: the SBOM in CycloneDX 1.5 too (the `sbom` extra)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     @property
@@ -92,14 +93,14 @@ MAX_BACKOFF = 60.0
 
 
 def make_target(registry: str, images_json: Path, attempts: int = 5, backoff: float = 2.0,
-                aliases: bool = True, attestations: bool = True) -> Target:
+                aliases: bool = True, attestations: bool = True, cyclonedx: bool = False) -> Target:
     """A Target for REGISTRY (HOST[:PORT]/PATH, registry_api.RegistryPath), with the credentials the environment
     or docker login has for its host. Plain HTTP only for a loopback registry."""
     where = RegistryPath.parse(registry, "--registry")
     if not 1 <= attempts <= 100:
         raise UserError(f"--retries: from 0 to 99, got {attempts - 1}")
     return Target(where=where, images_json=images_json, attempts=attempts, backoff=backoff, aliases=aliases,
-                  attestations=attestations)
+                  attestations=attestations, cyclonedx=cyclonedx)
 
 
 def transient(output: str) -> bool:

@@ -110,7 +110,7 @@ def attach_attestations(ctx: CellContext, target, repository: str, archive, imag
     from ..image import attest
 
     return attest.attach_image(target.where, repository, archive, image, _provenance(ctx, attest.now()),
-                               ctx.opts.ledger_signer, ctx.note)
+                               ctx.opts.ledger_signer, ctx.note, cyclonedx=target.cyclonedx)
 
 
 def _provenance(ctx: CellContext, finished: str) -> dict:

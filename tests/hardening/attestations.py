@@ -1,6 +1,7 @@
 """The bad-input table for `builder verify` (issue 49), in the table's form (tests/hardening/cases.py's Case: the real
 CLI, its exit code, the words of its one-line message, no traceback, nothing written). Every case is refused before
-any request, but the last two: a registry that does not answer is exit 3, and no key or policy is read twice.
+any request, but the registry that does not answer (exit 3); publish's --sbom-format and --no-attestations are refused
+before anything is built.
 
 Keys are real PEM files made here (cryptography): a public key that is the wrong kind, a private key where a public
 key belongs, text that is no key. Policies are TOML files with each field wrong in turn."""
@@ -10,7 +11,7 @@ from __future__ import annotations
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.hardening.cases import Case, fifo
+from tests.hardening.cases import PUBLISH, Case, fifo
 
 REF = "127.0.0.1:9/builder-hardening/vllm@sha256:" + "a" * 64  # nothing listens on port 9
 VERIFY = ["verify", REF, "--key", "{tmp}/ci.pub"]
@@ -66,4 +67,9 @@ CASES: list[Case] = [
     Case("v49-verify-lock-not-a-lock", "shape", [*VERIFY, "--lock", "{tmp}/matrix.lock"],
          files={**KEYS, "matrix.lock": "format = 7\n"}, expect=("lock format",)),
     Case("v49-verify-registry-down", "late", VERIFY, code=3, files=KEYS, expect=("could not be read",)),
+    # publish's attestation flags: refused before anything is built
+    Case("v49-publish-sbom-format-unknown", "shape", [*PUBLISH, "--sbom-format", "xml"], expect=("--sbom-format", "xml")),
+    Case("v49-publish-cyclonedx-without-attestations", "shape", [*PUBLISH, "--sbom-format", "cyclonedx",
+                                                                 "--no-attestations"],
+         expect=("--sbom-format cyclonedx", "--no-attestations")),
 ]

@@ -312,3 +312,23 @@ def test_serve_smoke_and_doctor_say_whether_an_image_verifies_and_refuse_one_tha
         no_key = runner.invoke(main, [*argv, "--require-verified"])
         assert no_key.exit_code == 2 and "no key to verify with" in no_key.output, (argv, no_key.output)
     assert [f for f in cwd.rglob("*") if f.is_file()] == []  # nothing written
+
+
+def test_a_cyclonedx_sbom_goes_beside_the_spdx_one_and_verify_checks_the_spdx_one(registry, built, tmp_path):
+    signer, trusted, _ = keys(tmp_path)
+    where = RegistryPath.parse(f"{registry}/cdx", "test")
+    repository = where.repository("toy")
+    path = tmp_path / "image.oci.tar"
+    image = support.archive(path, built["sm80_sm90"].read_bytes(), support.image_labels())
+    attached = attest.attach_image(where, repository, path, image, support.cell_provenance(), signer, lambda line: None,
+                                   cyclonedx=True)
+    with Client(where) as client:
+        support.push(client, repository, "1.0", path)
+    assert sorted(a["predicateType"] for a in attached) == sorted([attest.SPDX, attest.CYCLONEDX, attest.SLSA])
+    report = verify.verify(f"{repository}@{image.digest}", verify.Policy((verify.TrustedKey(trusted, "ci"),)))
+    assert report.ok, report.failed
+    assert any(line.startswith(f"sbom {attest.CYCLONEDX}") for line in report.passed)
+    with Client(where) as client:
+        (cdx,) = [a for a in attest.read(client, repository, image.manifest_digest, [trusted])[0]
+                  if a.predicate_type == attest.CYCLONEDX]
+    assert cdx.opened.signed_by == trusted.keyid and cdx.opened.statement["predicate"]["specVersion"] == "1.5"
