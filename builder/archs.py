@@ -232,3 +232,12 @@ def cmake_codes(arch: str) -> tuple[str, ...]:
     base = arch[: -len("+PTX")] if arch.endswith("+PTX") else arch
     name = base.replace(".", "")
     return (f"sm_{name}", f"compute_{name}") if arch.endswith("+PTX") else (f"sm_{name}",)
+
+
+def newer_generations(archs: Iterable[int]) -> str:
+    """An extended regular expression matching the SM numbers (2 or 3 digits, as file names spell them) of every GPU
+    generation newer than the newest of `archs`: for 80,90 "10[0-9]|11[0-9]|...|19[0-9]". A GPU of such a
+    generation runs none of the cell's device code (the audit's verdict), so files read only when compiling for it
+    are never read."""
+    newest = max(archs) // 10
+    return "|".join(f"{major}[0-9]" for major in range(newest + 1, 20))

@@ -201,6 +201,9 @@ class Recipe:
     install_extras: tuple[str, ...] = ()
     serve_modules: tuple[str, ...] = ()
     stray_files: tuple[str, ...] = ()  # site-packages files dependencies ship by mistake: removed after install
+    # site-packages directories of per-arch sources (JIT sources read only when compiling for that arch): the files
+    # and directories named for a GPU generation newer than the cell's are removed after install
+    arch_sources: tuple[str, ...] = ()
     runtime_jit: bool = False
     runtime_checks: tuple[str, ...] = ()
     serve_jit: tuple[str, ...] = ()  # what it compiles at its first request (the knowledge's serve_jit table)
@@ -805,6 +808,7 @@ def _make_recipe(name: str, pkg: dict, version: str, file: str) -> Recipe:
         install_extras=tuple(merged.get("install_extras", ())),
         serve_modules=tuple(merged.get("serve_modules", ())),
         stray_files=tuple(merged.get("stray_files", ())),
+        arch_sources=tuple(merged.get("arch_sources", ())),
         runtime_jit=merged.get("runtime_jit", False),
         runtime_checks=tuple(merged.get("runtime_checks", ())),
         serve_jit=tuple(merged.get("serve_jit", ())),

@@ -190,6 +190,9 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
         "cache_root": cell.cache_root,
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "stray_files": list(cell.engine_recipe.stray_files),
+        # what the install leaves that this cell never reads (engine data arch_sources; duplicates; tests)
+        "slim": {"arch_sources": list(cell.engine_recipe.arch_sources),
+                 "newer": archs_mod.newer_generations(cell.archs)},
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
         "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.written(cell, keys)],
         "label_args": labels_mod.audit_args(cell),

@@ -498,6 +498,10 @@ RULE = Table(
         "stray_files": Key(ListOf(REL_PATH), "Site-packages files that dependencies ship by mistake and nothing imports "
                                              "(why: in the data): the runtime removes them after the install, and the "
                                              "check that no path is installed twice leaves them out."),
+        "arch_sources": Key(ListOf(REL_PATH), "Site-packages directories of per-arch sources its JIT reads only when "
+                                              "compiling for that arch (why: in the data): the runtime removes the "
+                                              "files and directories in them named for a GPU generation newer than "
+                                              "the cell's newest arch."),
         "runtime_jit": Key(BOOL, "The engine compiles kernels at run time: the runtime image gets the CUDA table's "
                                  "runtime_jit (nvcc, headers, ninja, a C++ compiler)."),
         "runtime_checks": Key(ListOf(QUOTABLE), "Python statements the image must run without error (smoke L1): that "

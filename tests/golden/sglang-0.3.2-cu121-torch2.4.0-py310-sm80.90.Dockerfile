@@ -508,7 +508,10 @@ ARG PIP_INDEX_URL
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
 # so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
-# stray_files, are removed first and left out).
+# stray_files, are removed first and left out). Then what the cell never reads goes, in this same layer (issue 48,
+# each measured in docs/evidence): per-arch JIT sources of GPU generations newer than the cell's (engine data
+# arch_sources; such a GPU runs none of the image's device code), the `tests` directories wheels ship, and every
+# file shipped twice becomes one file with hard links (same contents, mode and owner).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
@@ -521,7 +524,10 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && sp="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
+ && find "$sp" -type d -name tests -prune -exec rm -rf {} + \
+ && hardlink --ignore-time --minimum-size 1024 --quiet /opt/venv \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # what serving imports must be in the image (engine data serve_modules): a missing one fails here, not at boot
 RUN python -c 'import importlib.util; missing = [m for m in ["flashinfer", "vllm", "fastapi", "uvicorn", "uvloop", "zmq", "interegular", "outlines", "aiohttp"] if importlib.util.find_spec(m) is None]; assert not missing, "sglang imports these when serving, the image lacks them: %s" % missing'
@@ -571,27 +577,27 @@ LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_
 LABEL io.builder.warm-allowance="*.lock flashinfer/*/flashinfer_jit.log"
 LABEL io.builder.package.sglang.version="0.3.2"
 LABEL io.builder.package.sglang.source="sglang-0.3.2.tar.gz@sha256:3a52ca87da75048aa305242e8f40c0f0c78079f2e090411c4c55c951e09536f6"
-LABEL io.builder.package.sglang.cache-key="d2a0b220cf5b4c8b99cec3cbf4271193865aeaa7ceca40a45baa2f082a85bd39"
+LABEL io.builder.package.sglang.cache-key="43f4f30cc05d326b3657b5163354a8442a57719d71ff9d0dcef1255fb771f6da"
 LABEL io.builder.package.sglang.binary-kinds="pure Python"
 LABEL io.builder.package.vllm.version="0.5.5"
 LABEL io.builder.package.vllm.source="vllm-0.5.5.tar.gz@sha256:14abe33243939e18cdc437abfc78543aac62e11a43f66d36ec855a3e40c797dd"
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="5766bcc1001a8051aadf6d449ac486e30510012eb702632ea115d28e7ec8ca4d"
+LABEL io.builder.package.vllm.cache-key="7d6f855eedd5f19cf463bd30d88c1e9c622c63e5dcd25c1c2cdf6844c6d382c9"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flashinfer.version="0.1.6"
 LABEL io.builder.package.flashinfer.source="https://github.com/flashinfer-ai/flashinfer@v0.1.6 (unpinned tag)"
 LABEL io.builder.package.flashinfer.sass="${BUILDER_AUDIT_FLASHINFER_SASS}"
 LABEL io.builder.package.flashinfer.ptx="${BUILDER_AUDIT_FLASHINFER_PTX}"
 LABEL io.builder.package.flashinfer.binaries="${BUILDER_AUDIT_FLASHINFER_BINARIES}"
-LABEL io.builder.package.flashinfer.cache-key="50cd6438b0435b6f914ab08633c0623d86c41b5f44f618cff17d216d9c338c1d"
+LABEL io.builder.package.flashinfer.cache-key="a5691ff61a690cb671a21e2697c9a59013da043271554b2d7d3d1274aea16609"
 LABEL io.builder.package.flashinfer.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="fcc06c9df9ddafcb064a888a0c8b39a0270a6335077d527afdb378645a503eff"
+LABEL io.builder.package.flash-attn.cache-key="9cc09be77b7f605583071a4cffc6d59984bd42c715d65fc10a5a2c8abd6d1718"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

@@ -624,7 +624,10 @@ ARG PIP_INDEX_URL
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
 # so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
-# stray_files, are removed first and left out).
+# stray_files, are removed first and left out). Then what the cell never reads goes, in this same layer (issue 48,
+# each measured in docs/evidence): per-arch JIT sources of GPU generations newer than the cell's (engine data
+# arch_sources; such a GPU runs none of the image's device code), the `tests` directories wheels ship, and every
+# file shipped twice becomes one file with hard links (same contents, mode and owner).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
@@ -637,7 +640,10 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && sp="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
+ && find "$sp" -type d -name tests -prune -exec rm -rf {} + \
+ && hardlink --ignore-time --minimum-size 1024 --quiet /opt/venv \
  && python -c 'import torch, sglang; print("sglang", sglang.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 link a toolkit has and the
 # wheels lack). The CUDA wheels ship only versioned libraries (libnvrtc.so.13): a JIT module's -lcudart -lnvrtc needs the
@@ -701,20 +707,20 @@ LABEL io.builder.cache-env="SGLANG_CACHE_DIR=/opt/jit-cache/sglang-cache SGLANG_
 LABEL io.builder.warm-allowance="*.lock flashinfer/*/flashinfer_jit.log"
 LABEL io.builder.package.sglang.version="0.5.23"
 LABEL io.builder.package.sglang.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
-LABEL io.builder.package.sglang.cache-key="ec3f27acf0bfc65b2113c92e0d08c309e992bff84e80b550385051f5f4fa7acf"
+LABEL io.builder.package.sglang.cache-key="4ded389ea62e89bade1e3fb4d4a69032312d4949bb3236d7356669dbcb5c7b46"
 LABEL io.builder.package.sglang.binary-kinds="Rust, C++ against torch; bound to torch 2.14.1, CPython 3.12"
 LABEL io.builder.package.sglang-kernel.version="0.4.10"
 LABEL io.builder.package.sglang-kernel.source="https://github.com/sgl-project/sglang@v0.5.23 (unpinned tag)"
 LABEL io.builder.package.sglang-kernel.sass="${BUILDER_AUDIT_SGLANG_KERNEL_SASS}"
 LABEL io.builder.package.sglang-kernel.ptx="${BUILDER_AUDIT_SGLANG_KERNEL_PTX}"
 LABEL io.builder.package.sglang-kernel.binaries="${BUILDER_AUDIT_SGLANG_KERNEL_BINARIES}"
-LABEL io.builder.package.sglang-kernel.cache-key="de36c9f9091e90bbeef253a6ec24833e04cad90bc96a96c3c340122d795faa4d"
+LABEL io.builder.package.sglang-kernel.cache-key="6f45145a05c01bccddb7a4b94af936a2d7a94bcc7b55f3de416bc2f5641e359c"
 LABEL io.builder.package.sglang-kernel.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3.post2"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="52cd29176c039d3c139f2e50f8b35660fe91ae040ae91d81903f436c10d1c806"
+LABEL io.builder.package.flash-attn.cache-key="14b7306cdc78f8ba61dbc4ac70b5e0f802fe6fa66e11df543664ca8f35d5c924"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.1, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["python3", "-m", "sglang.launch_server"]

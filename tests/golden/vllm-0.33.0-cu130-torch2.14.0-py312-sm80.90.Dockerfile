@@ -512,7 +512,10 @@ ARG PIP_INDEX_URL
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
 # so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
-# stray_files, are removed first and left out).
+# stray_files, are removed first and left out). Then what the cell never reads goes, in this same layer (issue 48,
+# each measured in docs/evidence): per-arch JIT sources of GPU generations newer than the cell's (engine data
+# arch_sources; such a GPU runs none of the image's device code), the `tests` directories wheels ship, and every
+# file shipped twice becomes one file with hard links (same contents, mode and owner).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
@@ -528,6 +531,9 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
  && sp="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && rm -f "$sp/build_backend.py" \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0] and os.path.normpath(row[0]) not in ["build_backend.py"]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
+ && { [ ! -d "$sp/flashinfer/data/csrc" ] || find "$sp/flashinfer/data/csrc" -depth -regextype posix-extended -regex '.*[/_.-]sm_?(10[0-9]|11[0-9]|12[0-9]|13[0-9]|14[0-9]|15[0-9]|16[0-9]|17[0-9]|18[0-9]|19[0-9])[af]?([/_.-].*)?' -delete; } \
+ && find "$sp" -type d -name tests -prune -exec rm -rf {} + \
+ && hardlink --ignore-time --minimum-size 1024 --quiet /opt/venv \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # nvcc from the wheels above becomes CUDA_HOME (bin/nvcc, include/, lib/ + the lib64 link a toolkit has and the
 # wheels lack). The CUDA wheels ship only versioned libraries (libnvrtc.so.13): a JIT module's -lcudart -lnvrtc -lcublas -lcublasLt needs the
@@ -598,13 +604,13 @@ LABEL io.builder.package.vllm.source="vllm-0.33.0.tar.gz@sha256:f4c33c2503d52bb4
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="d6147189daa981231b764a5d084b88f22eda536efcda257e421df3067466306c"
+LABEL io.builder.package.vllm.cache-key="67c1c2557fb344879b0b1600d7f27bbeca80562d855f9c1aa6919300488a63e3"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch, Rust (vllm-rs); bound to torch 2.14.0, CUDA 13.0, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.8.3.post2"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.8.3.post2.tar.gz@sha256:d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="a4f887142980bed2bc3d11b82d78a32bf32cc01b0079969374e4796e3fc650c8"
+LABEL io.builder.package.flash-attn.cache-key="799582666006944bcad1feece53f5cf67ef8db4bc733521ff14d3b24209a90c7"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.14.0, CUDA 13.0, CPython 3.12"
 ENTRYPOINT ["vllm", "serve"]

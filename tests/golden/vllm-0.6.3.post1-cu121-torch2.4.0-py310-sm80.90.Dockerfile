@@ -411,7 +411,10 @@ ARG PIP_INDEX_URL
 # not what is installed) would make the two routes differ: they go. Then no path may be installed by two
 # distributions with different contents (their RECORD files): one would overwrite the other in no defined order,
 # so the image fails, naming both (files that dependencies ship by mistake and nothing imports, engine data
-# stray_files, are removed first and left out).
+# stray_files, are removed first and left out). Then what the cell never reads goes, in this same layer (issue 48,
+# each measured in docs/evidence): per-arch JIT sources of GPU generations newer than the cell's (engine data
+# arch_sources; such a GPU runs none of the image's device code), the `tests` directories wheels ship, and every
+# file shipped twice becomes one file with hard links (same contents, mode and owner).
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip \
     sha256sum --check --strict --quiet /wheels/wheels.sha256 \
  && with-ca pip install --no-compile pip==26.1.2 \
@@ -425,7 +428,10 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca --mou
       && rm -rf /tmp/constraints.txt /tmp/era-exempt; \
     fi \
  && find /opt/venv -name REQUESTED -path '*.dist-info/*' -delete \
+ && sp="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && python -c 'import collections, csv, os, pathlib, sys, sysconfig; own = collections.defaultdict(dict); sp = pathlib.Path(sysconfig.get_paths()["purelib"]); [own[os.path.normpath(row[0])].__setitem__(rec.parent.name, row[1] if len(row) > 1 else "") for rec in sp.glob("*.dist-info/RECORD") for row in csv.reader(rec.read_text().splitlines()) if row and row[0] and "__pycache__" not in row[0]]; clash = collections.defaultdict(list); [clash[tuple(sorted(d))].append(p) for p, d in own.items() if len(d) > 1 and (len(set(d.values())) > 1 or "" in d.values())]; [print("these distributions install %d same paths with different contents (their RECORDs), which overwrite each other in no defined order: %s; e.g. %s" % (len(ps), " and ".join(ds), ", ".join(sorted(ps)[:3])), file=sys.stderr) for ds, ps in clash.items()]; sys.exit(1 if clash else 0)' \
+ && find "$sp" -type d -name tests -prune -exec rm -rf {} + \
+ && hardlink --ignore-time --minimum-size 1024 --quiet /opt/venv \
  && python -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__)'
 # bytecode for the whole venv, compiled once with unchecked source hashes: nothing in it depends on the build
 # time, and the image is never modified in place. A file that does not compile (a template, another Python's
@@ -472,13 +478,13 @@ LABEL io.builder.package.vllm.source="vllm-0.6.3.post1.tar.gz@sha256:0aae6ddd534
 LABEL io.builder.package.vllm.sass="${BUILDER_AUDIT_VLLM_SASS}"
 LABEL io.builder.package.vllm.ptx="${BUILDER_AUDIT_VLLM_PTX}"
 LABEL io.builder.package.vllm.binaries="${BUILDER_AUDIT_VLLM_BINARIES}"
-LABEL io.builder.package.vllm.cache-key="a9418c485c9baeef8044bde7c4702654c352fa8feda403c0ca78f6565e31bf7b"
+LABEL io.builder.package.vllm.cache-key="907342eb5322e234148ec702d05becee9f7587e0175aaf96d0d0164824249009"
 LABEL io.builder.package.vllm.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython ABI3"
 LABEL io.builder.package.flash-attn.version="2.6.3"
 LABEL io.builder.package.flash-attn.source="flash_attn-2.6.3.tar.gz@sha256:5bfae9500ad8e7d2937ebccb4906f3bc464d1bf66eedd0e4adabd520811c7b52"
 LABEL io.builder.package.flash-attn.sass="${BUILDER_AUDIT_FLASH_ATTN_SASS}"
 LABEL io.builder.package.flash-attn.ptx="${BUILDER_AUDIT_FLASH_ATTN_PTX}"
 LABEL io.builder.package.flash-attn.binaries="${BUILDER_AUDIT_FLASH_ATTN_BINARIES}"
-LABEL io.builder.package.flash-attn.cache-key="fcc06c9df9ddafcb064a888a0c8b39a0270a6335077d527afdb378645a503eff"
+LABEL io.builder.package.flash-attn.cache-key="9cc09be77b7f605583071a4cffc6d59984bd42c715d65fc10a5a2c8abd6d1718"
 LABEL io.builder.package.flash-attn.binary-kinds="CUDA kernels, C++ against torch; bound to torch 2.4.0, CUDA 12.1, CPython 3.10"
 ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
