@@ -130,7 +130,7 @@ def generated_params() -> list[tuple[tuple[str, ...], str, str]]:
 
 # -- the scripts -----------------------------------------------------------------------------------------------
 NAME = "t-bundle"  # the bundle / spec name the script cases use
-SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference", "git-host")
+SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference", "git-host", "stargz-snapshotter")
 GOOD_SPEC = ('python = "3.11"\nplatforms = ["any"]\nwheels = ["purepkg==1.0"]\n'
              '[serve]\ncell = "stand-in-engine-1.0.0-cu130-py311-sm80.90"\nengine_args = ""\n')
 
@@ -579,7 +579,18 @@ def _git_host_cases() -> list[ScriptCase]:
     return out
 
 
-SCRIPT_CASES: list[ScriptCase] = [*_spec_cases(), *_run_cases(), *_bundle_cases(), *_gen_cases(), *_git_host_cases()]
+def _stargz_cases() -> list[ScriptCase]:
+    """scripts/stargz-snapshotter: its one optional OUT; refused before any package is installed or built."""
+    script = "stargz-snapshotter"
+    return [ScriptCase("i48-stargz-two-args", script, ["{tmp}/a", "{tmp}/b"], expect=("usage",)),
+            ScriptCase("i48-stargz-a-flag", script, ["--fast"], expect=("usage",)),
+            ScriptCase("i48-stargz-out-a-directory", script, ["{tmp}"], expect=("is a directory",)),
+            ScriptCase("i48-stargz-out-two-lines", script, ["{tmp}/a\nb"], expect=("one line",)),
+            ScriptCase("i48-stargz-out-blank", script, [" "], expect=("one line",))]
+
+
+SCRIPT_CASES: list[ScriptCase] = [*_spec_cases(), *_run_cases(), *_bundle_cases(), *_gen_cases(), *_git_host_cases(),
+                                  *_stargz_cases()]
 
 
 # -- running and judging a script case --------------------------------------------------------------------------

@@ -41,6 +41,10 @@ QUICK = {
                        [pytest.mark.docker]),
     "pull.py": (["--quick"], rf"pull zstd vs gzip: median {NUMBER} s vs {NUMBER} s \(n = 1\), {NUMBER}x faster; compressed "
                              rf"{NUMBER} GB vs {NUMBER} GB, unpacked {NUMBER} GB", [pytest.mark.docker]),
+    # root, FUSE and a containerd of its own (and a Go build of the snapshotter the first time): minutes
+    "lazy_pull.py": (["--quick"], rf"lazy \(eStargz\) vs full \(zstd\): to the engine imported median {NUMBER} s vs {NUMBER} s "
+                                  rf"\(n = 1\), pull {NUMBER} s vs {NUMBER} s; compressed {NUMBER} GB vs {NUMBER} GB",
+                     [pytest.mark.slow, pytest.mark.docker]),
     "verify.py": (["--quick"], rf"verify: median {NUMBER} s over 1 runs \(goal <= 5 s\): (goal met|GOAL NOT MET)",
                   [pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
