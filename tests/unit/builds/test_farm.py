@@ -199,3 +199,12 @@ def test_a_start_killed_half_way_is_cleaned_by_stop_and_by_the_next_start(tmp_pa
             assert refused.returncode == 2 and "a farm already runs at" in refused.stderr
             farm("stop", "--state", str(state))
         assert leftovers(state, farm_id) == []
+
+
+def test_not_root_is_refused_in_one_line(tmp_path):
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, str(FARM),
+                           "start", "--servers", "1", "--cpus", "1", "--memory", "1g", "--gb-per-job", "0.4",
+                           "--state", str(tmp_path / "farm")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and proc.stderr.strip() == ("farm: error: must run as root (network namespaces, "
+                                                            "cgroups, and sccache-dist's build servers need it)")
