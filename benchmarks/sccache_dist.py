@@ -27,7 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compile_cache import kernel_source  # noqa: E402
+
+from builder.compile_cache import dist_client_config, dist_scheduler_config, dist_server_config  # noqa: E402
 
 
 def free_port() -> int:
@@ -90,25 +93,23 @@ def main() -> int:
     try:
         client_token, server_token = os.urandom(16).hex(), os.urandom(16).hex()
         sched_port, ports = free_port(), [free_port(), free_port()]
-        (root / "scheduler.conf").write_text(
-            f'public_addr = "127.0.0.1:{sched_port}"\n[client_auth]\ntype = "token"\ntoken = "{client_token}"\n'
-            f'[server_auth]\ntype = "token"\ntoken = "{server_token}"\n')
+        (root / "scheduler.conf").write_text(dist_scheduler_config(f"127.0.0.1:{sched_port}", client_token,
+                                                                   server_token))
+        # the scheduler daemonizes (forks and its first process exits) unless told not to: then terminate() below
+        # would stop nothing
         procs.append(subprocess.Popen([dist, "scheduler", "--config", str(root / "scheduler.conf")],
+                                      env={**os.environ, "SCCACHE_NO_DAEMON": "1"},
                                       stdout=(root / "scheduler.log").open("w"), stderr=subprocess.STDOUT))
         wait_port(sched_port)
         for i, port in enumerate(ports):
             conf = root / f"server{i}.conf"
-            conf.write_text(
-                f'cache_dir = "{root}/toolchains{i}"\npublic_addr = "127.0.0.1:{port}"\nbind_address = "127.0.0.1:{port}"\n'
-                f'scheduler_url = "http://127.0.0.1:{sched_port}"\n[builder]\ntype = "overlay"\n'
-                f'build_dir = "{root}/build{i}"\nbwrap_path = "{shutil.which("bwrap")}"\n'
-                f'[scheduler_auth]\ntype = "token"\ntoken = "{server_token}"\n')
+            conf.write_text(dist_server_config(f"127.0.0.1:{port}", f"127.0.0.1:{port}",
+                                               f"http://127.0.0.1:{sched_port}", server_token, root / f"toolchains{i}",
+                                               root / f"build{i}", shutil.which("bwrap")))
             procs.append(subprocess.Popen([dist, "server", "--config", str(conf)],
                                           stdout=(root / f"server{i}.log").open("w"), stderr=subprocess.STDOUT))
             wait_port(port)
-        (root / "client.conf").write_text(
-            f'[dist]\nscheduler_url = "http://127.0.0.1:{sched_port}"\ntoolchains = []\n'
-            f'toolchain_cache_size = 10737418240\n[dist.auth]\ntype = "token"\ntoken = "{client_token}"\n')
+        (root / "client.conf").write_text(dist_client_config(f"http://127.0.0.1:{sched_port}", client_token))
         src = root / "src"
         src.mkdir()
         sources = []

@@ -102,11 +102,7 @@ class CompileCache:
     def write_secret(self, path: Path) -> Path:
         """The file BuildKit mounts as secret `sccache`: shell assignments with_sccache sources (mode 0600)."""
         env = {**self.settings(), **self.credentials()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.writelines(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-        return path
+        return write_private(path, "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items())))
 
 
 def parse(value, where: str) -> CompileCache | None:
@@ -152,19 +148,44 @@ def parse_dist(value, where: str) -> str | None:
     return value
 
 
+def write_private(path: Path, text: str) -> Path:
+    """`text` into `path`, readable by its owner only (mode 0600 from the start: it holds a credential)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+# sccache-dist's three configurations (sccache 0.16; the commented copies a team edits are builder/data/sccache-dist/)
+def dist_client_config(scheduler: str, token: str) -> str:
+    """The sccache client's: where the scheduler is and its client_auth token."""
+    return (f'[dist]\nscheduler_url = {json.dumps(scheduler)}\ntoolchains = []\n'
+            f'toolchain_cache_size = 10737418240\n[dist.auth]\ntype = "token"\ntoken = {json.dumps(token)}\n')
+
+
+def dist_scheduler_config(public_addr: str, client_token: str, server_token: str) -> str:
+    """The scheduler's: the address it listens on (HOST:PORT), the tokens clients and build servers present."""
+    return (f'public_addr = {json.dumps(public_addr)}\n[client_auth]\ntype = "token"\ntoken = {json.dumps(client_token)}\n'
+            f'[server_auth]\ntype = "token"\ntoken = {json.dumps(server_token)}\n')
+
+
+def dist_server_config(public_addr: str, bind_address: str, scheduler: str, server_token: str, cache_dir: Path,
+                       build_dir: Path, bwrap: str) -> str:
+    """A build server's: its address as clients reach it, the scheduler, and the overlay builder (bubblewrap)."""
+    return (f'cache_dir = {json.dumps(str(cache_dir))}\npublic_addr = {json.dumps(public_addr)}\n'
+            f'bind_address = {json.dumps(bind_address)}\nscheduler_url = {json.dumps(scheduler)}\n'
+            f'[builder]\ntype = "overlay"\nbuild_dir = {json.dumps(str(build_dir))}\nbwrap_path = {json.dumps(bwrap)}\n'
+            f'[scheduler_auth]\ntype = "token"\ntoken = {json.dumps(server_token)}\n')
+
+
 def write_dist_config(scheduler: str, path: Path) -> Path:
     """The sccache client configuration for a scheduler (secret `sccache-dist`, mode 0600)."""
     token = os.environ.get("BUILDER_SCCACHE_DIST_TOKEN", "")
     if not token:
         raise UserError("[defaults.cache] dist names a scheduler but BUILDER_SCCACHE_DIST_TOKEN is not set "
                         "(the client token of its client_auth)")
-    text = (f'[dist]\nscheduler_url = {json.dumps(scheduler)}\ntoolchains = []\n'
-            f'toolchain_cache_size = 10737418240\n[dist.auth]\ntype = "token"\ntoken = {json.dumps(token)}\n')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return path
+    return write_private(path, dist_client_config(scheduler, token))
 
 
 def _count(table) -> int:

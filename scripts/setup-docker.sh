@@ -4,7 +4,7 @@
 # Bookworm's docker.io (20.10) has no buildx and a BuildKit without SOURCE_DATE_EPOCH /
 # rewrite-timestamp, so this script:
 #   * installs bookworm's docker.io (for runc, iptables and the other dependencies) plus
-#     skopeo, docker-registry, debootstrap and apache2-utils;
+#     skopeo, docker-registry, debootstrap, apache2-utils and bubblewrap (scripts/farm's build servers);
 #   * downloads trixie's docker.io, docker-buildx and containerd (and docker-cli, used only when
 #     no Docker CLI 23+ is on PATH) (trixie is added for those
 #     commands only, from its own sources folder) and unpacks them under $BUILDER_DOCKER_PREFIX;
@@ -23,7 +23,7 @@ PREFIX=${BUILDER_DOCKER_PREFIX:-/opt/builder-docker}
 LOG=${BUILDER_DOCKERD_LOG:-/var/log/builder-dockerd.log}
 TIMEOUT=${BUILDER_DOCKER_TIMEOUT:-90}
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
-APT_PACKAGES=(docker.io skopeo docker-registry debootstrap apache2-utils)
+APT_PACKAGES=(docker.io skopeo docker-registry debootstrap apache2-utils bubblewrap)
 TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx containerd)
 DAEMON_BINARIES=(dockerd docker-proxy containerd containerd-shim-runc-v2 ctr)
 
@@ -68,8 +68,15 @@ print_versions() {
     echo "docker client ${client}, server ${server}; buildx ${buildx:-?}; BuildKit ${buildkit:-?}"
 }
 
-# Fast path: nothing to do.
-if command -v docker >/dev/null && daemon_ok && buildx_ok; then
+apt_missing() {
+    local p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+}
+
+# Fast path: nothing to do (a package added to APT_PACKAGES since the last run is installed below).
+if command -v docker >/dev/null && daemon_ok && buildx_ok && [[ -z $(apt_missing) ]]; then
     print_versions
     exit 0
 fi
@@ -77,7 +84,7 @@ fi
 # One setup at a time (several test runs may start at once).
 { exec 9>/run/lock/builder-setup-docker.lock; } 2>/dev/null || exec 9>/tmp/builder-setup-docker.lock
 flock -w 900 9 || die "another setup-docker.sh holds the lock for 15 minutes"
-if command -v docker >/dev/null && daemon_ok && buildx_ok; then
+if command -v docker >/dev/null && daemon_ok && buildx_ok && [[ -z $(apt_missing) ]]; then
     print_versions
     exit 0
 fi
@@ -86,10 +93,7 @@ export DEBIAN_FRONTEND=noninteractive
 APT_QUIET=(-qq -o Dpkg::Use-Pty=0 -o APT::Color=0)
 
 # --- 1. bookworm packages -------------------------------------------------------------------
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
+mapfile -t missing < <(apt_missing)
 if ((${#missing[@]})); then
     note "installing ${missing[*]} (bookworm)"
     # Keep the packages' init scripts from starting bookworm's dockerd or a registry on :5000.

@@ -130,7 +130,7 @@ def generated_params() -> list[tuple[tuple[str, ...], str, str]]:
 
 # -- the scripts -----------------------------------------------------------------------------------------------
 NAME = "t-bundle"  # the bundle / spec name the script cases use
-SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference", "git-host", "stargz-snapshotter")
+SCRIPTS = ("gpu-host-run", "gpu-host-bundle", "gen-reference", "git-host", "farm", "stargz-snapshotter")
 GOOD_SPEC = ('python = "3.11"\nplatforms = ["any"]\nwheels = ["purepkg==1.0"]\n'
              '[serve]\ncell = "stand-in-engine-1.0.0-cu130-py311-sm80.90"\nengine_args = ""\n')
 
@@ -589,8 +589,49 @@ def _stargz_cases() -> list[ScriptCase]:
             ScriptCase("i48-stargz-out-blank", script, [" "], expect=("one line",))]
 
 
+FARM = "farm"
+
+
+def _farm_cases() -> list[ScriptCase]:
+    """scripts/farm start/status/stop: numbers that are no count, core share or size, more cores than the machine,
+    a state dir that is a file or someone else's directory, a rehearsal file that is none, bubblewrap missing (exit
+    3), no server's memory holding one job. All refused before a namespace, link or cgroup is made."""
+    good = {"--servers": "2", "--cpus": "0.5", "--memory": "1g", "--gb-per-job": "0.4"}
+
+    def start(**change) -> list[str]:
+        flags = {**good, **{f"--{k.replace('_', '-')}": v for k, v in change.items()}}
+        return ["start", *[x for k, v in flags.items() if v is not None for x in (k, v)], "--state", "{tmp}/farm"]
+
+    out = [ScriptCase("i50-farm-no-verb", FARM, [], expect=("verb",)),
+           ScriptCase("i50-farm-unknown-verb", FARM, ["restart"], expect=("restart",))]
+    for flag, values in {"servers": ("0", "-1", "1000", "x", "nan"),
+                         "cpus": ("0", "-1", "nan", "inf", "x", "4096", "1,1,1"),
+                         "memory": ("0", "-1g", "x", "1e400", "nan", "10k", "1g,1g,1g"),
+                         "gb_per_job": ("0", "-1", "nan", "inf", "x", "1e400")}.items():
+        for value in values:
+            key = value.replace(",", "-")
+            out.append(ScriptCase(f"i50-farm-{flag.replace('_', '-')}-{key}", FARM, start(**{flag: value}),
+                                  expect=(f"--{flag.replace('_', '-')}",)))
+    rehearsal = start(gb_per_job=None) + ["--from-rehearsal", "{tmp}/r.json"]
+    for key, setup in (("missing", None), ("not-json", at("r.json", "{")), ("no-units", at("r.json", "[]")),
+                       ("no-peak", at("r.json", '[{"units": [{"source": "a.cu"}]}]')), ("a-dir", at("r.json", directory))):
+        out.append(ScriptCase(f"i50-farm-rehearsal-{key}", FARM, rehearsal, expect=("--from-rehearsal",), setup=setup))
+    out += [ScriptCase("i50-farm-both-gb-flags", FARM, start() + ["--from-rehearsal", "{tmp}/r.json"],
+                       expect=("--gb-per-job",)),
+            ScriptCase("i50-farm-state-a-file", FARM, start(), expect=("--state", "not a directory"),
+                       setup=at("farm", "x"), keeps=("farm",)),
+            ScriptCase("i50-farm-state-someone-elses", FARM, start(), expect=("--state", "did not make"),
+                       setup=at("farm/notes", "x"), keeps=("farm",)),
+            ScriptCase("i50-farm-no-bwrap", FARM, start(), code=3, expect=("apt-get install bubblewrap",),
+                       env={"PATH": "{tmp}/empty"}),
+            ScriptCase("i50-farm-no-server-fits", FARM, start(memory="256m", gb_per_job="1"),
+                       expect=("no server's memory holds one job",)),
+            ScriptCase("i50-farm-status-none", FARM, ["status", "--state", "{tmp}/farm"], expect=("no farm at",))]
+    return out
+
+
 SCRIPT_CASES: list[ScriptCase] = [*_spec_cases(), *_run_cases(), *_bundle_cases(), *_gen_cases(), *_git_host_cases(),
-                                  *_stargz_cases()]
+                                  *_farm_cases(), *_stargz_cases()]
 
 
 # -- running and judging a script case --------------------------------------------------------------------------
