@@ -9,8 +9,8 @@ its containerd; --cgroup-parent puts the build's RUN containers below them too).
 
 First run: the two cells of matrix-publish.toml build at once, each on the builder rendezvous hashing gives it (the
 context names are chosen so that the two cells fall on different builders), and both pass; each engine's cgroups
-show it did the work. Second run, with no layer cache and an empty wheelhouse: one engine's dockerd is killed while
-its cell compiles; only that cell fails, its reason naming its builder, and the other cell passes."""
+show it did the work. Second run, with no layer cache and an empty wheelhouse: one engine's dockerd is killed mid-build (5 s after
+its cell's compile RUN starts: in the run measured, the runtime image's build was then under way); only that cell fails, its reason naming its builder, and the other cell passes."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def split_names(prefix: str) -> tuple[str, str]:
 
 def build(fixture: Path, tmp: Path, name: str, builders: str, env: dict, *extra: str,
           kill: tuple[object, str] | None = None) -> tuple[int, list[dict], str, float]:
-    """`builder build` of both cells over BUILDERS; `kill`: (engine, cell) whose engine dies once that cell compiles.
+    """`builder build` of both cells over BUILDERS; `kill`: (engine, cell) whose engine dies 5 s after that cell's compile RUN starts.
     (exit code, JSON outcomes, stderr, seconds)."""
     logs = tmp / f"logs-{name}"
     argv = [sys.executable, "-m", "builder.cli", "build", "--matrix", "matrix-publish.toml", "--profile", "all",
