@@ -12,15 +12,19 @@ import threading
 
 import pytest
 
-from builder import fanout, report, runner
+from builder import fanout, matrix, plan, report, resolve, runner
 from builder.cache.local import Wheelhouse
 from builder.errors import UserError
 from builder.progress import Display
+from builder.resources import Host
+from builder.steps import BuildOptions
 from builder.steps.audit import AuditStep
 from builder.steps.cache import CacheStep
 
-from tests.helpers import FakeCompile, FakeImage
-from tests.unit.builds.test_runner import FIXTURE, HOST, options, planned
+from tests.helpers import REPO, FakeCompile, FakeImage
+
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
+HOST = Host(cores=2, free_gb=16.0)
 
 CELLS = [f"vllm-0.{minor}.0-cu130-torch2.{minor % 5}.0-py312-sm{arch}" for minor in range(20) for arch in (80, 90)]
 
@@ -61,6 +65,14 @@ def test_adding_a_builder_moves_only_the_cells_it_wins_and_removing_one_only_its
     moved = [c for c in CELLS if before[c] != after[c]]
     assert moved and all(after[c] == "gamma" for c in moved)
     assert fanout.assign(CELLS, ("alpha", "beta")) == before  # gamma gone: its cells go back where they were
+
+
+def planned(matrix_path, wheelhouse):
+    return plan.plan_cells(resolve.select(matrix.load(matrix_path), matrix.Selection()), wheelhouse)
+
+
+def options(tmp, **kw) -> BuildOptions:
+    return BuildOptions(work_dir=tmp / "work", log_dir=tmp / "logs", index_url="https://pypi.org/simple", **kw)
 
 
 def two_builders(cell_ids: list[str]) -> tuple[str, str]:
