@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -37,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import ensure_local_bases  # noqa: E402
 
 from builder.image import oci  # noqa: E402
+from tests.engines import second_engine  # noqa: E402
 
-PREFIX = Path(os.environ.get("BUILDER_DOCKER_PREFIX", "/opt/builder-docker"))
 MANIFESTS = ", ".join(["application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
                        "application/vnd.docker.distribution.manifest.v2+json"])
 
@@ -75,53 +73,6 @@ def registry(root: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def _free_subnet() -> ipaddress.IPv4Network:
-    used = sh(["ip", "-4", "-o", "addr"]).stdout
-    for third in range(200, 255):
-        net = ipaddress.ip_network(f"10.231.{third}.0/24")
-        if f"10.231.{third}." not in used:
-            return net
-    raise SystemExit("no free 10.231.x.0/24 for the second engine's bridge")
-
-
-@contextlib.contextmanager
-def second_engine(root: Path):
-    """A dockerd of its own (containerd image store, own bridge so the first engine's docker0 stays, no iptables
-    rules of its own: it only pulls); yields its -H address."""
-    dockerd = PREFIX / "bin" / "dockerd"
-    if not dockerd.exists():
-        raise SystemExit(f"{dockerd} missing: run scripts/setup-docker.sh, or pass --docker-host")
-    bridge, net = f"bpl{uuid.uuid4().hex[:8]}", _free_subnet()
-    sh(["ip", "link", "add", "name", bridge, "type", "bridge"])
-    proc = None
-    try:
-        sh(["ip", "addr", "add", f"{next(net.hosts())}/{net.prefixlen}", "dev", bridge])
-        sh(["ip", "link", "set", bridge, "up"])
-        (root / "daemon.json").write_text('{"features": {"containerd-snapshotter": true}}')
-        host = f"unix://{root / 'docker.sock'}"
-        proc = subprocess.Popen([str(dockerd), "--config-file", str(root / "daemon.json"), "--data-root", str(root / "data"),
-                                 "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"), "-H", host,
-                                 "--bridge", bridge, "--iptables=false", "--ip6tables=false"],
-                                stdout=(root / "dockerd.log").open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PATH": f"{PREFIX / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
-        deadline = time.monotonic() + 90
-        while sh(["docker", "-H", host, "info"], check=False).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the second dockerd did not start:\n" + (root / "dockerd.log").read_text()[-2000:])
-            time.sleep(0.5)
-        yield host
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        sh(["umount", "-R", str(root / "data")], check=False)
-        sh(["ip", "link", "del", bridge], check=False)
 
 
 def manifest(host: str, repo: str, ref: str) -> tuple[str, dict]:
@@ -240,7 +191,7 @@ def main() -> None:
             (root / "reg").mkdir()
             (root / "eng").mkdir()
             reg = args.registry or stack.enter_context(registry(root / "reg"))
-            host = args.docker_host or stack.enter_context(second_engine(root / "eng"))
+            host = args.docker_host or stack.enter_context(second_engine(root / "eng")).host
             found = measure(archive, reg, host, runs, root, None if args.docker_host else root / "eng" / "data")
     if args.json:
         args.json.write_text(json.dumps(found, indent=1))

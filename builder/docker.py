@@ -134,8 +134,8 @@ def _target(argv: list[str]) -> str:
     return f"--target {argv[argv.index('--target') + 1]} " if "--target" in argv[:-1] else ""
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, read from /proc."""
+def _live_processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every live (not zombie) process, read from /proc."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -146,9 +146,19 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
+        if len(fields) > 2 and fields[0] != "Z":
+            out.append((int(entry), int(fields[1]), int(fields[2])))
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    return [pid for pid, _, group in _live_processes() if group == pgid]
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` that lead a process group of their own (what `stream` starts)."""
+    return [child for child, parent, group in _live_processes() if parent == pid and group == child]
 
 
 def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE) -> str:

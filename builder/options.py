@@ -75,16 +75,6 @@ class BuildFlags:
     host: HostFlags = HostFlags()
 
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-def check_builder_name(builder: str | None) -> None:
-    if builder is not None:
-        grammar.check(grammar.path_argument, builder, "--builder")
-        if not _NAME.fullmatch(builder):
-            raise UserError(f"--builder: {redact.describe(builder)} is not a builder name (letters, digits, '_', '.', '-')")
-
-
 def _layer_cache(m, value: str | None) -> str | None:
     if value == "registry":
         value = f"{m.defaults['registry']}/buildcache"
@@ -144,7 +134,11 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
 
     if flags.ca_bundle == "":
         raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
-    check_builder_name(flags.host.builder)
+    from . import fanout
+
+    builders = fanout.parse(flags.host.builder)
+    if repro and len(builders) > 1:
+        raise UserError(f"--builder {flags.host.builder}: verify-repro builds its two builds on one builder; give one")
     # --cache-remote specs are refused now (exit 2), before the summary names them or any remote is asked
     selected_remotes(m.defaults["cache"]["remotes"], flags.cache.remotes, flags.cache.no_remote, m.defaults["registry"])
     return BuildOptions(
@@ -167,7 +161,8 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         compile_cache=compile_cache,
         compile_dist=None if repro else m.defaults["cache"].get("dist"),
         compile_dist_cores=0 if repro else m.defaults["cache"].get("dist_cores", 0),
-        builder=flags.host.builder,
+        builder=builders[0] if len(builders) == 1 else None,
+        builders=builders,
         layer_cache=None if repro else _layer_cache(m, flags.host.layer_cache),
         attest=("type=provenance,mode=max",) if flags.host.provenance and not repro else (),
         layer_compression=flags.layer_compression or m.defaults["layer_compression"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
@@ -130,6 +131,8 @@ class Display:
         self.github = env.get("GITHUB_ACTIONS") == "true" and mode != "tty"
         self._last_print = 0.0
         self._line_open = False
+        # cells of several builders run at once (builder/fanout.py): one writer at a time, so no line is cut by another
+        self._lock = threading.RLock()
 
     @property
     def echoes_output(self) -> bool:
@@ -137,9 +140,10 @@ class Display:
 
     def say(self, text: str) -> None:
         """A step line (never lost under a progress line)."""
-        self._clear()
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        with self._lock:
+            self._clear()
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
     def track(self, label: str, estimate_s: float | None) -> Tracker:
         if self.github:
@@ -154,7 +158,15 @@ class Display:
         if self.github:
             self.say("::endgroup::")
 
+    def lane(self, prefix: str) -> "Lane":
+        """This display as one builder's cells see it: every line and progress label starts with `prefix`."""
+        return Lane(self, prefix)
+
     def _changed(self, tracker: Tracker) -> None:
+        with self._lock:
+            self._redraw(tracker)
+
+    def _redraw(self, tracker: Tracker) -> None:
         if self.mode == "tty":
             self._clear()
             self.stream.write(tracker.status()[:200])
@@ -168,3 +180,23 @@ class Display:
         if self._line_open:
             self.stream.write("\r\x1b[2K")
             self._line_open = False
+
+
+class Lane:
+    """One builder's share of a Display (`Display.lane`): the same stream and lock, its own prefix."""
+
+    def __init__(self, display: Display, prefix: str):
+        self.display, self.prefix = display, prefix
+
+    @property
+    def echoes_output(self) -> bool:
+        return self.display.echoes_output
+
+    def say(self, text: str) -> None:
+        self.display.say(self.prefix + text)
+
+    def track(self, label: str, estimate_s: float | None) -> Tracker:
+        return self.display.track(self.prefix + label, estimate_s)
+
+    def finish(self, tracker: Tracker) -> None:
+        self.display.finish(tracker)

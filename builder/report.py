@@ -12,6 +12,7 @@ def outcome_json(o: CellOutcome) -> dict:
     digest = o.artifact("image", "digest")
     return {
         "cell": o.cell.id,
+        "builder": o.builder,  # with --builder A,B,...: where it was built; else null
         "result": "ok" if o.ok else "failed",
         "seconds": round(o.seconds, 1),
         "image": o.cell.ref if o.artifact("image", "image") else None,
@@ -60,12 +61,14 @@ def compile_times(o: CellOutcome) -> str:
 
 
 def format_table(outcomes: list[CellOutcome], planned: int) -> str:
-    rows = [("cell", "result", "time", "image", "digest", "wheels built", "wheels reused", "compile time (estimate)",
-             "smoke")]
+    fanned = any(o.builder for o in outcomes)  # --builder A,B,...: a builder column
+    rows = [("cell",) + (("builder",) if fanned else ()) + ("result", "time", "image", "digest", "wheels built",
+                                                              "wheels reused", "compile time (estimate)", "smoke")]
     for o in outcomes:
         digest = o.artifact("image", "digest")
         rows.append((
             o.cell.id,
+            *((o.builder or "-",) if fanned else ()),
             "ok" if o.ok else "FAILED",
             f"{o.seconds:.0f}s",
             o.cell.ref if o.artifact("image", "image") else "(not tagged)",
@@ -93,6 +96,7 @@ def format_table(outcomes: list[CellOutcome], planned: int) -> str:
                 lines.append(f"  {r.step:<8} {r.subject:<24} {r.status.value:<8} {r.reason.splitlines()[0] if r.reason else ''}")
     if len(outcomes) < planned:
         interrupted = any(o.interrupted for o in outcomes)
-        why = "interrupted" if interrupted else "stopped after the first failed cell (--keep-going goes on)"
+        why = "interrupted" if interrupted else ("stopped after a failed cell on its builder" if fanned else
+                                                 "stopped after the first failed cell") + " (--keep-going goes on)"
         lines.append(f"{why}: {planned - len(outcomes)} more planned cell(s) not run")
     return "\n".join(lines)

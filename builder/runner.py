@@ -13,21 +13,24 @@ are still compiled, audited and cached, and the next cells run.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
 import shutil
+import signal
 import ssl
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import docker, files, grammar, pins, render
+from . import docker, fanout, files, grammar, pins, render
 from .image import ledger
 from .cache import WheelCache
-from .errors import BuilderError, UserError, signal_name
+from .errors import BuilderError, Interrupted, UserError, signal_name
 from .plan import CellPlan, WheelStep
 from .resolve import Cell
 from .resources import Host
@@ -64,6 +67,7 @@ class CellOutcome:
     log: Path | None = None
     interrupted: bool = False
     plan: CellPlan | None = None  # the plan the cell ran: its `source = "auto"` packages on the routes build chose
+    builder: str | None = None  # with --builder A,B,...: the builder the cell was built on (builder/fanout.py)
 
     @property
     def ok(self) -> bool:
@@ -226,7 +230,15 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
     check_compilers(plans)
     check_writable(plans, opts, cache)
     host = host or Host.detect()
+    if len(opts.builders) > 1:
+        return _fan_out(plans, cache, opts, say, host, steps)
     resolve_local_bases(plans, opts, say)
+    return _in_order(plans, cache, opts, say, host, steps)
+
+
+def _in_order(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None], host: Host,
+              steps: tuple[Step, ...]) -> list[CellOutcome]:
+    """The cells one after another on one builder, stopping after the first failed one unless keep_going."""
     outcomes: list[CellOutcome] = []
     for plan in plans:
         outcome = run_cell(plan, cache, opts, say, host, steps)
@@ -234,6 +246,89 @@ def run_cells(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say:
         if outcome.interrupted or (not outcome.ok and not opts.keep_going):
             break
     return outcomes
+
+
+def lanes(plans: list[CellPlan], builders: tuple[str, ...]) -> dict[str, list[CellPlan]]:
+    """builder → the cells it builds, in plan order (builder/fanout.py assigns them); builders with no cell left out."""
+    where = fanout.assign([p.cell.id for p in plans], builders)
+    return {b: mine for b in builders if (mine := [p for p in plans if where[p.cell.id] == b])}
+
+
+def lane_options(opts: BuildOptions, builder: str) -> BuildOptions:
+    """The options of one builder's cells: that builder, and the display's lines prefixed with its name."""
+    display = opts.display.lane(f"[builder {builder}] ") if opts.display is not None else None
+    return dataclasses.replace(opts, builder=builder, display=display)
+
+
+def _fan_out(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: Callable[[str], None], host: Host,
+             steps: tuple[Step, ...]) -> list[CellOutcome]:
+    """--builder A,B,...: one worker thread per builder, its cells in plan order (keep_going holds per builder: a
+    failed cell stops the rest of its builder's cells only); the outcomes come back in plan order, each naming its
+    builder. A cell that failed while its builder no longer answers says so."""
+    done: dict[str, list[CellOutcome]] = {}
+    crashed: list[BaseException] = []
+
+    def work(builder: str, mine: list[CellPlan]) -> None:
+        lane_opts = lane_options(opts, builder)
+        lane_say = lane_opts.display.say if lane_opts.display is not None else (lambda text: say(f"[builder {builder}] {text}"))
+        outcomes: list[CellOutcome] = []
+        done[builder] = outcomes
+        try:
+            resolve_local_bases(mine, lane_opts, lane_say)
+            for plan in mine:
+                outcome = run_cell(plan, cache, lane_opts, lane_say, host, steps)
+                outcome.builder = builder
+                outcomes.append(outcome)
+                if not outcome.ok and not outcome.interrupted:
+                    _blame_builder(outcome, builder, opts.docker, lane_say)
+                if outcome.interrupted or (not outcome.ok and not opts.keep_going):
+                    break
+        except BaseException as exc:  # noqa: BLE001 — handed to the main thread, which raises it after the others end
+            crashed.append(exc)
+
+    workers = [threading.Thread(target=work, args=(b, mine), name=f"builder-{b}", daemon=True)
+               for b, mine in lanes(plans, opts.builders).items()]
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            worker.join()
+    except KeyboardInterrupt as exc:  # signals reach the main thread only: stop every builder's running cell
+        _interrupt(workers, exc)
+        for worker in workers:
+            worker.join()
+    if crashed:
+        raise crashed[0]
+    order = {p.cell.id: i for i, p in enumerate(plans)}
+    return sorted((o for outcomes in done.values() for o in outcomes), key=lambda o: order[o.cell.id])
+
+
+def _blame_builder(outcome: CellOutcome, builder: str, docker_cli: str, say: Callable[[str], None]) -> None:
+    """A failed cell whose builder no longer answers (its engine died mid-build) says so in its failure's reason."""
+    why = fanout.not_answering(builder, docker_cli)
+    failed = next((r for r in outcome.results if r.status is Status.FAILED), None)
+    if why and failed is not None:
+        failed.reason = f"builder {builder} does not answer ({why}): {failed.reason}"
+        say(f"[{outcome.cell.id}] FAILED on builder {builder}, which does not answer: {why}")
+
+
+def _interrupt(workers: list[threading.Thread], exc: KeyboardInterrupt) -> None:
+    """Raise the main thread's interrupt in every worker too (at its next Python instruction), then send SIGINT to
+    this process's children (each streamed docker command leads a process group of its own: builder/docker.py
+    stream), so a worker waiting on a silent build wakes up, and its step is recorded as interrupted, as one
+    builder's cell would be."""
+    import ctypes
+
+    signum = getattr(exc, "signum", signal.SIGINT)
+    kind = type("Interrupted", (Interrupted,), {"__init__": lambda self: Interrupted.__init__(self, signum)})
+    for worker in workers:
+        if worker.is_alive() and worker.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(kind))
+    for pid in docker.children(os.getpid()):
+        try:
+            os.killpg(pid, signal.SIGINT)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def digest_pinned_bases(plans: list[CellPlan]) -> list[str]:
@@ -387,8 +482,12 @@ def dry_run(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: C
     for ref in digest_pinned_bases(plans):
         say(f"# base {ref}: where only the local daemon holds it, resolved by name first (a cache-only build of "
             f"FROM {ref.split('@', 1)[0]}), so BuildKit takes it from the local store")
+    where = fanout.assign([p.cell.id for p in plans], opts.builders) if len(opts.builders) > 1 else {}
     for plan in plans:
-        ctx = _work(plan, opts, cache, host, say, io.StringIO())
+        cell_opts = lane_options(opts, where[plan.cell.id]) if where else opts
+        ctx = _work(plan, cell_opts, cache, host, say, io.StringIO())
+        if where:
+            say(f"# {plan.cell.id}: on builder {where[plan.cell.id]}")
         say(f"# {plan.cell.id}: `builder render --only {plan.cell.id}` writes {ctx.dockerfile}")
         for wheel in plan.wheels:
             if wheel.package.route is not None:

@@ -27,12 +27,13 @@ def _say(text: str) -> None:
 def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> None:
     """Plan, run and report the selected cells; with `target`, push what passed and move the aliases. Raises
     Failed (exit 1, or 128 + the signal when interrupted) once the closing table is printed."""
-    from .. import docker, epoch, lock, report, runner
+    from .. import docker, epoch, fanout, lock, report, runner
 
     cells = resolve.select(m, sel)
     stamp = epoch.resolve(m)
     opts = build_options(m, flags_, stamp.value, publish=target)
     runner.check_options(opts)  # bad input is exit 2 before git hosts or Docker are asked anything
+    fanout.check_known(opts.builders, opts.docker)  # an unknown builder or context: exit 2 before anything runs
     _say(summary(m, sel, flags_, target))  # what this run does differently, before any work
     if target is not None and not flags_.dry_run:  # the registry answers, or exit 3 before any work
         pub.check_tools()

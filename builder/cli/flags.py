@@ -366,9 +366,11 @@ _BUILD = {
                               "(verify-repro: WORK_DIR/verify-repro/<cell>/{first,second})."),
     "pins_dir": _declare("--pins-dir", type=FsPath(file_okay=False), default=None,
                          help="Where runtime-pins/<cell>.txt files live (default: runtime-pins/ next to the matrix)."),
-    "builder": _declare("--builder", "buildx_builder", default=None, metavar="NAME",
+    "builder": _declare("--builder", "buildx_builder", default=None, metavar="NAME[,NAME...]",
                         help="The buildx builder to build on (`docker buildx ls`; a docker context name is one): another "
-                             "machine, a remote BuildKit. Default: the current one."),
+                             "machine, a remote BuildKit. A comma list spreads the cells over several builders (build, "
+                             "publish), each cell always on the same one (docs/ci.md), the builders at once. Default: "
+                             "the current one."),
     "wheelhouse": wheelhouse,
     "dry_run": _declare("--dry-run", is_flag=True, help="Print the exact buildx commands; run nothing."),
     "keep_going": _declare("--keep-going", is_flag=True,

@@ -83,7 +83,9 @@ class BuildOptions:
     docker: str = "docker"
     smoke: bool = True  # run the smoke step (build --no-smoke: skipped, and nothing can be published)
     smoke_model: str = "tiny"  # what smoke serves: a local checkpoint directory or the generated tiny model
-    builder: str | None = None  # --builder: the buildx builder (or docker context) that builds
+    builder: str | None = None  # the buildx builder (or docker context) that builds this cell; None: the current one
+    # --builder A,B,...: the builders the cells are spread over (builder/fanout.py); () or one: `builder` builds all
+    builders: tuple[str, ...] = ()
     layer_cache: str | None = None  # --layer-cache: a registry repository for BuildKit's layer cache
     attest: tuple[str, ...] = ()  # --provenance / --sbom: attestations of the runtime image (buildx --attest)
     layer_compression: str = "zstd"  # the runtime image's layers (builder/image/oci.py export_options)

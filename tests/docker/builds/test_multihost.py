@@ -7,27 +7,23 @@ pulled and no compile stage runs at all."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import REPO, stop_process
+from tests import engines
+from tests.helpers import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CELL = "cuda-ext-1.0.0-cu130-py311-sm80.90"
-PREFIX = Path(os.environ.get("BUILDER_DOCKER_PREFIX", "/opt/builder-docker"))
 
 pytestmark = pytest.mark.slow  # a second engine, the CUDA bases loaded into it, a cold build there: ~4 minutes
 
@@ -38,82 +34,19 @@ class Engine(NamedTuple):
     env: dict[str, str]  # DOCKER_CONFIG holding the context (nothing written to the user's ~/.docker)
 
 
-def sh(argv: list[str], **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, **kw)
-
-
-def _free_subnet() -> ipaddress.IPv4Network:
-    used = sh(["ip", "-4", "route"]).stdout
-    for _ in range(50):
-        net = ipaddress.ip_network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
-        if str(net.network_address)[:-1] not in used:
-            return net
-    pytest.fail("no free 10.x.y.0/24 for the second engine's bridge")
-
-
 @pytest.fixture(scope="module")
 def second_engine(docker_engine, local_bases):
     if shutil.which("ip") is None or shutil.which("iptables") is None:
         pytest.fail("the second engine needs ip and iptables (scripts/setup-docker.sh installs docker.io, which brings them)")
-    dockerd = PREFIX / "bin" / "dockerd"
-    if not dockerd.exists():
-        pytest.fail(f"{dockerd} missing: run scripts/setup-docker.sh")
-    root = Path(tempfile.mkdtemp(prefix="bld2-", dir="/tmp"))  # short: a unix socket path has at most 107 bytes
-    tag = uuid.uuid4().hex[:8]
-    bridge, net = f"bld{tag}", _free_subnet()
-    gateway = f"{next(net.hosts())}/{net.prefixlen}"
-    # its own bridge, never --bridge=none (that deletes docker0 and takes the first engine's network down), and
-    # its own NAT, since it manages no iptables rules (those would fight the first engine's)
-    rules = [["-t", "nat", "POSTROUTING", "-s", str(net), "!", "-o", bridge, "-j", "MASQUERADE"],
-             ["FORWARD", "-i", bridge, "-j", "ACCEPT"],
-             ["FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]]
-
-    def iptables(op: str, rule: list[str]) -> None:
-        table = rule[:2] if rule[0] == "-t" else []
-        chain = rule[len(table)]
-        sh(["iptables", *table, op, chain, *rule[len(table) + 1:]], check=op != "-D")
-
-    sh(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
-    proc = None
-    try:
-        sh(["ip", "addr", "add", gateway, "dev", bridge], check=True)
-        sh(["ip", "link", "set", bridge, "up"], check=True)
-        for rule in rules:
-            iptables("-I", rule)
-        (root / "daemon.json").write_text('{"features": {"containerd-snapshotter": true}}')
-        sock = root / "docker.sock"
-        env_path = f"{PREFIX / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        log = (root / "dockerd.log").open("wb")
-        proc = subprocess.Popen([str(dockerd), "--config-file", str(root / "daemon.json"), "--data-root", str(root / "data"),
-                                 "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"),
-                                 "-H", f"unix://{sock}", "--bridge", bridge, "--iptables=false", "--ip6tables=false"],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PATH": env_path},
-                                start_new_session=True)
-        host = f"unix://{sock}"
-        deadline = time.monotonic() + 90
-        while sh(["docker", "-H", host, "info", "--format", "{{.ServerVersion}}"]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("the second dockerd did not start:\n" + (root / "dockerd.log").read_text()[-3000:])
-            time.sleep(0.5)
-        config = root / "docker-config"
+    with engines.second_engine(nat=True) as engine:  # its builds reach PyPI through its own NAT
+        engines.load_images(engine, local_bases["cuda_devel"], local_bases["cuda_base"])
+        config = engine.root / "docker-config"
         config.mkdir()
         env = {"DOCKER_CONFIG": str(config)}
-        context = f"bld2-{tag}"
-        sh(["docker", "context", "create", context, "--docker", f"host={host}"], env={**os.environ, **env}, check=True)
-        save = subprocess.Popen(["docker", "save", local_bases["cuda_devel"], local_bases["cuda_base"]],
-                                stdout=subprocess.PIPE)
-        load = sh(["docker", "-H", host, "load"], stdin=save.stdout)
-        save.wait()
-        assert load.returncode == 0, load.stderr
-        yield Engine(context, host, env)
-    finally:
-        if proc is not None:
-            stop_process(proc, 60)
-        sh(["umount", "-R", str(root / "data")])
-        for rule in rules:
-            iptables("-D", rule)
-        sh(["ip", "link", "del", bridge])
-        shutil.rmtree(root, ignore_errors=True)
+        context = f"bld2-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["docker", "context", "create", context, "--docker", f"host={engine.host}"],
+                       env={**os.environ, **env}, check=True, capture_output=True)
+        yield Engine(context, engine.host, env)
 
 
 def builder(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess[str]:
