@@ -37,10 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import REPO  # noqa: E402
-from pull import PREFIX, registry, sh  # noqa: E402
+from pull import registry, sh  # noqa: E402
 
 from builder.image import labels as labels_mod  # noqa: E402
 from builder.image import oci  # noqa: E402
+from tests.engines import PREFIX  # noqa: E402
 
 
 def snapshotter_binary() -> Path:
