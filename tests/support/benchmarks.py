@@ -47,6 +47,8 @@ QUICK = {
                      [pytest.mark.slow, pytest.mark.docker]),
     "verify.py": (["--quick"], rf"verify: median {NUMBER} s over 1 runs \(goal <= 5 s\): (goal met|GOAL NOT MET)",
                   [pytest.mark.docker]),
+    "sccache_upgrade.py": (["--quick"], rf"sccache 0\.15\.0 -> 0\.16\.0: \d+ of \d+ steps hit \({NUMBER} %\); 0\.15\.0 again: "
+                                        r"\d+ of \d+", [pytest.mark.network]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }
