@@ -36,6 +36,15 @@ def fixture_archive(tmp: Path) -> tuple[Path, tuple[int, ...]]:
     return tmp / "w" / cell["cell"] / "image.oci.tar", (80, 90)
 
 
+def chosen_archive(quick: bool, given: Path | None, tmp: Path) -> Path:
+    """The archive a benchmark reads: the fixture cell's, built under `tmp` (--quick), or the one given (--archive)."""
+    if quick:
+        return fixture_archive(tmp)[0]
+    if given is None:
+        sys.exit("give --archive PATH or --quick")
+    return given
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--archive", type=Path, help="an OCI archive of the image (builder's image.oci.tar)")

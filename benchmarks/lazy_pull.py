@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import REPO  # noqa: E402
+from image_bytes import chosen_archive  # noqa: E402
 from pull import registry, sh  # noqa: E402
 
 from builder.image import labels as labels_mod  # noqa: E402
@@ -125,15 +126,9 @@ def main() -> None:
         sys.exit("root is needed (FUSE mounts, overlayfs, containerd)")
     with tempfile.TemporaryDirectory(prefix="bench-lazy-") as tmp_dir:
         tmp = Path(tmp_dir)
+        archive = chosen_archive(args.quick, args.archive, tmp)
         if args.quick:
-            from image_bytes import fixture_archive
-
-            archive, _ = fixture_archive(tmp)
             args.runs = 1
-        elif args.archive is None:
-            sys.exit("give --archive PATH or --quick")
-        else:
-            archive = args.archive
         with oci.Archive(archive) as a:
             config = a.image().config
         engine, _ = labels_mod.engine((config.get("config") or {}).get("Labels") or {})

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import REPO  # noqa: E402
+from image_bytes import chosen_archive  # noqa: E402
 
 from builder.image import attest, oci, provenance, sbom  # noqa: E402
 from builder.registry_api import RegistryPath  # noqa: E402
@@ -58,15 +59,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp_dir:
         tmp = Path(tmp_dir)
+        archive = chosen_archive(args.quick, args.archive, tmp)
         if args.quick:
-            from image_bytes import fixture_archive
-
-            archive, _ = fixture_archive(tmp)
             args.n = 1
-        elif args.archive is None:
-            sys.exit("give --archive PATH or --quick")
-        else:
-            archive = args.archive
         proc, host = start_registry(tmp / "registry")
         try:
             where = RegistryPath.parse(f"{host}/bench", "--registry")

@@ -6,18 +6,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import zipfile
 from pathlib import Path
 
 import requests
+import zstandard
 from click.testing import CliRunner
 
 from builder import matrix as matrix_mod
@@ -450,3 +453,19 @@ def git_daemon(tmp_path: Path):
     finally:
         daemon.terminate()
         daemon.wait(10)
+
+
+def zstd_layer(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    """An image layer: a PAX tar of `files` (path -> contents, one fixed mtime) and hard `links` (path -> target),
+    zstd-compressed as builder's exporter writes them."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 1700000000
+            t.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.LNKTYPE, target
+            t.addfile(info)
+    return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())

@@ -3,29 +3,16 @@ libraries, pushed to a real registry over its API, and its attestations attached
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
 
-import zstandard
-
 from builder.image import attest, labels, oci, provenance
+from tests.helpers import zstd_layer
 
 SITE = "opt/venv/lib/python3.12/site-packages"
 CELL = "toy-1.0-cu130-torch2.11.0-py312-sm80.90"
 CONTENT_KEY = "e" * 64
 COMMIT = "a" * 40
-
-
-def layer(entries: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name, data in entries.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 1700000000
-            t.addfile(info, io.BytesIO(data))
-    return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())
 
 
 def image_labels(sass: str = "sm_80,sm_90", extra: dict | None = None) -> dict[str, str]:
@@ -46,7 +33,7 @@ def archive(path: Path, lib: bytes, image_labels: dict[str, str], more: dict[str
              f"{SITE}/toykern-1.0.dist-info/RECORD": record,
              "var/lib/dpkg/status": b"Package: libc6\nStatus: install ok installed\nVersion: 2.36-9\nArchitecture: amd64\n"
                                     b"Maintainer: GNU Libc Maintainers <debian-glibc@lists.debian.org>\n\n"}
-    layers = [layer(files)] + ([layer(more)] if more else [])
+    layers = [zstd_layer(files)] + ([zstd_layer(more)] if more else [])
     config = {"architecture": "amd64", "os": "linux", "created": "2026-12-05T00:00:00Z",
               "config": {"Labels": image_labels, "Env": ["PATH=/usr/bin:/bin"]},
               "rootfs": {"type": "layers", "diff_ids": []},
@@ -76,11 +63,13 @@ def cell_provenance(cell: str = CELL, content_key: str = CONTENT_KEY, commit: st
                                 finished="2026-12-05T00:01:00Z", versions={})
 
 
-def publish(where, repository: str, tag: str, path: Path, image: oci.Image, predicate: dict, signer) -> list[dict]:
+def publish(where, repository: str, tag: str, path: Path, image: oci.Image, predicate: dict, signer,
+            cyclonedx: bool = False) -> list[dict]:
     """As publish does: attestations attached first, then the image pushed under its tag."""
     from builder.registry_api import Client
 
-    attached = attest.attach_image(where, repository, path, image, predicate, signer, lambda line: None)
+    attached = attest.attach_image(where, repository, path, image, predicate, signer, lambda line: None,
+                                   cyclonedx=cyclonedx)
     with Client(where) as client:
         push(client, repository, tag, path)
     return attached

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
-import zstandard
 from license_expression import get_spdx_licensing
 from packageurl import PackageURL
 from spdx_tools.spdx.parser.parse_anything import parse_file
@@ -23,6 +20,7 @@ from builder.audit import read_fatbin_entries
 from builder.errors import UserError
 from builder.image import labels, oci, sbom
 from builder.resolve import Source
+from tests.helpers import zstd_layer
 from tests.support import audit as support
 
 built = support.built
@@ -62,16 +60,6 @@ Architecture: amd64
 Version: 1.0-1
 Maintainer: Someone <someone@example.org>
 """
-
-
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 1700000000
-            t.addfile(info, io.BytesIO(data))
-    return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())
 
 
 def _dist(site: str, name: str, version: str, licence: str, files: dict[str, bytes]) -> dict[str, bytes]:
@@ -125,7 +113,7 @@ def image(built, tmp_path_factory) -> dict:
               "config": {"Labels": _labels({"foo_kernels/libp.so": {"sass": [], "ptx": ["compute_80"]}})},
               "history": [{"created_by": "RUN base"}, {"created_by": "RUN pip install"}]}
     path = root / "image.oci.tar"
-    digest = oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+zstd", _layer(layer))
+    digest = oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+zstd", zstd_layer(layer))
                                               for layer in (first, second)])[0]
     return {"path": path, "digest": digest, "config": config, "layers": (first, second), "root": root,
             "entries": {n: read_fatbin_entries(built[n]) for n in ("sm80_sm90", "ptx80", "sm90a")}}
@@ -291,7 +279,7 @@ def test_an_audit_label_the_binaries_do_not_bear_out_is_a_problem(image, tmp_pat
     config = json.loads(json.dumps(image["config"]))
     config["config"]["Labels"] = _labels({"foo_kernels/libp.so": {"sass": ["sm_90"], "ptx": []}})
     path = tmp_path / "lying.oci.tar"
-    oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+zstd", _layer(layer))
+    oci.write_archive(path, config, [("application/vnd.oci.image.layer.v1.tar+zstd", zstd_layer(layer))
                                      for layer in image["layers"]])
     problems = sbom.check_coverage(sbom.make(path), path)
     assert problems == ["compiled package foo-kernels: foo_kernels/libp.so: the SBOM says SASS [] PTX ['compute_80'], "

@@ -3,34 +3,17 @@ overwrites applied), with real nvcc-built libraries for the device code no GPU o
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
-
-import zstandard
 
 from builder.audit import read_fatbin_entries
 from builder.image import oci, sizes
+from tests.helpers import zstd_layer
 from tests.support import audit as support
 
 built = support.built
 host_cc = support.host_cc
 SITE = "opt/venv/lib/python3.11/site-packages"
-
-
-def _layer(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 1700000000
-            t.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo(name)
-            info.type, info.linkname = tarfile.LNKTYPE, target
-            t.addfile(info)
-    return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())
 
 
 def _archive(path: Path, layers: list[bytes], env: list[str]) -> str:
@@ -47,12 +30,12 @@ def test_the_bytes_of_an_image_per_layer_kind_distribution_duplicate_and_arch(bu
     assert sm90 > 0 and sum(e.size for e in entries) < len(lib)
     record = "foo/__init__.py,,\nfoo/libk.so,,\nfoo/tests/test_k.py,,\nfoo-1.0.dist-info/RECORD,,\n".encode()
     big = b"x" * 5000
-    first = _layer({f"{SITE}/foo/__init__.py": b"", f"{SITE}/foo/libk.so": lib, f"{SITE}/foo/tests/test_k.py": big,
+    first = zstd_layer({f"{SITE}/foo/__init__.py": b"", f"{SITE}/foo/libk.so": lib, f"{SITE}/foo/tests/test_k.py": big,
                     f"{SITE}/foo-1.0.dist-info/RECORD": record, "usr/lib/old.so": b"o" * 3000,
                     f"{SITE}/old-1.0.dist-info/RECORD": b"old/gone.py,,\n", f"{SITE}/old/gone.py": b"g" * 100,
                     "opt/jit-cache/flashinfer/sm_100a/k.cubin": b"c" * 700,
                     "opt/jit-cache/flashinfer/sm_90a/k.cubin": b"c" * 900})
-    second = _layer({"usr/lib/.wh.old.so": b"", f"{SITE}/.wh.old-1.0.dist-info": b"", f"{SITE}/.wh.old": b"",
+    second = zstd_layer({"usr/lib/.wh.old.so": b"", f"{SITE}/.wh.old-1.0.dist-info": b"", f"{SITE}/.wh.old": b"",
                      "usr/share/copy-of-test.py": big, f"{SITE}/foo/__pycache__/x.cpython-311.pyc": b"p" * 40},
                     links={"usr/lib/libk-link.so": f"{SITE}/foo/libk.so"})
     digest = _archive(tmp_path / "image.oci.tar", [first, second], ["PATH=/usr/bin:/bin",

@@ -24,17 +24,25 @@ built = audit_support.built
 host_cc = audit_support.host_cc
 
 
+def _publish_toy(registry: str, lib: bytes, tmp_path, path: str, sass: str = "sm_80,sm_90",
+                 cyclonedx: bool = False) -> dict:
+    """An image of cell CELL holding `lib` (labels claiming `sass`) published to REGISTRY/PATH/toy:1.0 with its
+    attestations signed by a key made here."""
+    signer, trusted, _ = keys(tmp_path)
+    where = RegistryPath.parse(f"{registry}/{path}", "test")
+    repository = where.repository("toy")
+    archive = tmp_path / "image.oci.tar"
+    image = support.archive(archive, lib, support.image_labels(sass))
+    attached = support.publish(where, repository, "1.0", archive, image, support.cell_provenance(), signer, cyclonedx)
+    return {"where": where, "repository": repository, "image": image, "signer": signer, "trusted": trusted,
+            "attached": attached, "tmp": tmp_path, "ref": f"{repository}:1.0@{image.digest}"}
+
+
 @pytest.fixture
 def published(registry, built, tmp_path):
     """An image of cell CELL in a fresh repository, with its attestations signed by `signer`."""
-    signer, trusted, _ = keys(tmp_path)
-    where = RegistryPath.parse(f"{registry}/t{tmp_path.name[-12:].lower().replace('_', '')}", "test")
-    repository = where.repository("toy")
-    path = tmp_path / "image.oci.tar"
-    image = support.archive(path, built["sm80_sm90"].read_bytes(), support.image_labels())
-    attached = support.publish(where, repository, "1.0", path, image, support.cell_provenance(), signer)
-    return {"where": where, "repository": repository, "image": image, "signer": signer, "trusted": trusted,
-            "attached": attached, "tmp": tmp_path, "ref": f"{repository}:1.0@{image.digest}"}
+    return _publish_toy(registry, built["sm80_sm90"].read_bytes(), tmp_path,
+                        f"t{tmp_path.name[-12:].lower().replace('_', '')}")
 
 
 def _policy(p, *trusted, expires=None):
@@ -182,13 +190,8 @@ def test_sources_other_than_the_lock_pins_are_refused(published, tmp_path):
 def test_labels_that_claim_other_archs_than_the_sbom_found_are_refused(registry, built, tmp_path):
     """An image whose labels claim sm_90a for a library that holds sm_80 and sm_90: its own SBOM, genuine and signed,
     lists what the library holds, and verify says the two disagree."""
-    signer, trusted, _ = keys(tmp_path)
-    where = RegistryPath.parse(f"{registry}/claims", "test")
-    path = tmp_path / "image.oci.tar"
-    image = support.archive(path, built["sm80_sm90"].read_bytes(), support.image_labels("sm_80,sm_90a"))
-    support.publish(where, where.repository("toy"), "1.0", path, image, support.cell_provenance(), signer)
-    report = verify.verify(f"{where.repository('toy')}@{image.digest}",
-                           verify.Policy((verify.TrustedKey(trusted, "ci"),)))
+    p = _publish_toy(registry, built["sm80_sm90"].read_bytes(), tmp_path, "claims", sass="sm_80,sm_90a")
+    report = verify.verify(f"{p['repository']}@{p['image'].digest}", _policy(p))
     assert len(report.failed) == 1 and report.failed[0].startswith("sbom: ") and "sm_90a" in report.failed[0]
 
 
@@ -315,20 +318,12 @@ def test_serve_smoke_and_doctor_say_whether_an_image_verifies_and_refuse_one_tha
 
 
 def test_a_cyclonedx_sbom_goes_beside_the_spdx_one_and_verify_checks_the_spdx_one(registry, built, tmp_path):
-    signer, trusted, _ = keys(tmp_path)
-    where = RegistryPath.parse(f"{registry}/cdx", "test")
-    repository = where.repository("toy")
-    path = tmp_path / "image.oci.tar"
-    image = support.archive(path, built["sm80_sm90"].read_bytes(), support.image_labels())
-    attached = attest.attach_image(where, repository, path, image, support.cell_provenance(), signer, lambda line: None,
-                                   cyclonedx=True)
-    with Client(where) as client:
-        support.push(client, repository, "1.0", path)
-    assert sorted(a["predicateType"] for a in attached) == sorted([attest.SPDX, attest.CYCLONEDX, attest.SLSA])
-    report = verify.verify(f"{repository}@{image.digest}", verify.Policy((verify.TrustedKey(trusted, "ci"),)))
+    p = _publish_toy(registry, built["sm80_sm90"].read_bytes(), tmp_path, "cdx", cyclonedx=True)
+    assert sorted(a["predicateType"] for a in p["attached"]) == sorted([attest.SPDX, attest.CYCLONEDX, attest.SLSA])
+    report = verify.verify(f"{p['repository']}@{p['image'].digest}", _policy(p))
     assert report.ok, report.failed
     assert any(line.startswith(f"sbom {attest.CYCLONEDX}") for line in report.passed)
-    with Client(where) as client:
-        (cdx,) = [a for a in attest.read(client, repository, image.manifest_digest, [trusted])[0]
+    with Client(p["where"]) as client:
+        (cdx,) = [a for a in attest.read(client, p["repository"], p["image"].manifest_digest, [p["trusted"]])[0]
                   if a.predicate_type == attest.CYCLONEDX]
-    assert cdx.opened.signed_by == trusted.keyid and cdx.opened.statement["predicate"]["specVersion"] == "1.5"
+    assert cdx.opened.signed_by == p["trusted"].keyid and cdx.opened.statement["predicate"]["specVersion"] == "1.5"
