@@ -129,3 +129,33 @@ def test_doctor_host_judges_the_h200_sglang_layer_by_its_recorded_key():
     a100 = host.warm_match(Gpu(0, "NVIDIA A100-SXM4-80GB", "580.65.06", 80, "NVIDIA", 108), lab)
     assert "the first boot is a cold one (cold boot 150.3 s measured" in a100[0]
     assert all(": compile: arch sm80 (the layer: sm90)" in ln for ln in a100[1:4]), a100
+
+
+def test_doctor_host_judges_the_h100_27b_shape_layer_by_its_recorded_key():
+    """The key of the vLLM 0.26.0 layer at the 27B shape captured on an H100 80GB HBM3 (2026-12-05): on the same
+    GPU every cache hits; on an H200 (the same 132 SMs) vLLM's cache and Inductor compile, keyed on the GPU's name;
+    on an H100 PCIe (114 SMs) DeepGEMM's kernels compile as well. Its capture's warm boot rewrote Inductor autotune
+    records the data did not yet allow, so the key holds no warm-boot seconds: the judge says so, not a number."""
+    import json
+
+    from builder.deploy import host
+    from builder.deploy.runtime.gpus import Gpu
+    from builder.image import labels
+
+    from tests.helpers import REPO
+
+    facts = json.loads((REPO / "tests/fixtures/gpu-host/h100-2026-12-05-27b-shape-warm/warm.json").read_text())
+    lab = {labels.ENGINE: "vllm", labels.ENGINE_VERSION: "0.26.0",
+           **dict(labels.warm_written({k: str(v) for k, v in facts.items() if k in labels.WARM_FIELDS},
+                                      "sha256:" + "a" * 64))}
+    same = host.warm_match(Gpu(0, "NVIDIA H100 80GB HBM3", "580.159.04", 90, "NVIDIA", 132), lab)
+    assert "every cache's key matches; the first boot reuses it (warm boot ?)" in same[0]
+    assert all(ln.endswith(": hit") for ln in same[1:7]) and "deep_gemm (121 files)" in same[1]
+
+    def compiles(gpu):
+        said = host.warm_match(gpu, lab)
+        assert "cold boot 980.3 s measured" in said[0]
+        return {ln.split()[0] for ln in said[1:7] if ": compile: " in ln}
+
+    assert compiles(Gpu(0, "NVIDIA H200", "580.159.04", 90, "NVIDIA", 132)) == {"inductor", "vllm"}
+    assert compiles(Gpu(0, "NVIDIA H100 PCIe", "580.65.06", 90, "NVIDIA", 114)) == {"deep_gemm", "inductor", "vllm"}
