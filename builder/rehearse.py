@@ -39,6 +39,7 @@ import re
 import secrets
 import shlex
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -373,12 +374,18 @@ def _capture_script(stage: BuildStage) -> str:
     return "; ".join(setup) + f"; {stage.command}; echo rehearsal-build-exit=$?"
 
 
-def _container(work: Path, env: dict[str, str], name: str, *writable: tuple[str, str], memory: int | None = None) -> dict:
+DIST_SECRET = "/run/secrets/sccache-dist"  # where with-sccache finds the sccache-dist client configuration
+
+
+def _container(work: Path, env: dict[str, str], name: str, *writable: tuple[str, str], memory: int | None = None,
+               dist_conf: Path | None = None) -> dict:
     """run_argv's options of every rehearsal container: a name, no network, the rehearsal directory writable
-    and the programs read-only, the build's environment."""
-    return {"name": name, "network": "none", "memory": memory, "entrypoint": "bash",
-            "writable": ((str(work), REHEARSAL_DIR), *writable), "mounts": ((str(PROGRAMS), PROGRAMS_DIR),),
-            "env": tuple(env.items())}
+    and the programs read-only, the build's environment. With `dist_conf` (the sccache-dist client configuration
+    the build hands over as secret `sccache-dist`) the container has the host's network, as the build's compile
+    RUN has then, and the configuration where with-sccache reads it."""
+    mounts = ((str(PROGRAMS), PROGRAMS_DIR),) + (((str(dist_conf), DIST_SECRET),) if dist_conf else ())
+    return {"name": name, "network": "host" if dist_conf else "none", "memory": memory, "entrypoint": "bash",
+            "writable": ((str(work), REHEARSAL_DIR), *writable), "mounts": mounts, "env": tuple(env.items())}
 
 
 def measured_gcc(image: str, docker_bin: str = "docker") -> str:
@@ -421,8 +428,12 @@ def _build_failure(tail: str, package: str) -> UserError | None:
 
 
 def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[str, str], cuda_home: bool,
-                 sccache_dir: Path, memory: int | None = None, docker_bin: str = "docker") -> Measured:
-    """Compile one unit in a fresh container of the captured stage, through with-sccache, and measure it."""
+                 sccache_dir: Path, memory: int | None = None, docker_bin: str = "docker",
+                 dist_conf: Path | None = None, recache: bool = True) -> Measured:
+    """Compile one unit in a fresh container of the captured stage, through with-sccache, and measure it.
+    `dist_conf`: through the sccache-dist farm it configures, as the build with [defaults.cache] dist.
+    `recache` (the rehearsal's own way): compiled even when the object cache holds the unit; without it, a unit
+    the cache holds is fetched, which is what a rebuild does."""
     name = f"builder-rehearse-{secrets.token_hex(6)}"
     out = f"{REHEARSAL_DIR}/out"
     cmd = f"rm -f {shlex.quote(unit.output)}; {unit.command}"
@@ -432,19 +443,25 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
               f"cp {shlex.quote(unit.output)} {out}/unit-{index}.o 2>/dev/null; true")
     # measured cold: an object already in the cache would time its fetch, not its compile (sccache compiles it
     # again and stores the result)
-    options = _container(work, {**env, "SCCACHE_RECACHE": "1"}, name, (str(sccache_dir), SCCACHE_DIR), memory=memory)
+    options = _container(work, {**env, "SCCACHE_RECACHE": "1"} if recache else env, name,
+                         (str(sccache_dir), SCCACHE_DIR), memory=memory, dist_conf=dist_conf)
     try:
         proc = docker.run_container(snapshot, ["-c", script], check=False, docker=docker_bin, **options)
     except BaseException:  # an interrupt stops the docker CLI, not the container (--rm removes it once it ends)
         docker.remove_container(name, docker_bin)
         raise
+    return measured_unit(unit, index, work, proc.stdout + proc.stderr)
+
+
+def measured_unit(unit: Unit, index: int, work: Path, output: str) -> Measured:
+    """What compile_unit's container left in the rehearsal directory, read back."""
     result = work / "out" / f"unit-{index}.json"
     log = work / "out" / f"unit-{index}.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else ""
     try:
         r = json.loads(result.read_text())
     except (OSError, ValueError):  # the sampler itself was killed (the container's memory limit)
-        return Measured(unit, 137, 0.0, 0, None, True, tail or (proc.stdout + proc.stderr)[-3000:])
+        return Measured(unit, 137, 0.0, 0, None, True, tail or output[-3000:])
     from .compile_cache import summarize
 
     stats = work / "out" / f"unit-{index}.sccache.json"
@@ -453,6 +470,8 @@ def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[st
         try:
             s = summarize(json.loads(stats.read_text()))
             cache = {"hits": s["hits"], "misses": s["misses"]}
+            if s["distributed"]:  # build server -> nvcc steps it compiled (sccache-dist)
+                cache["distributed"] = s["distributed"]
         except ValueError:
             pass
     return Measured(unit, r["returncode"], r["seconds"], r["peak_bytes"], r["cgroup_peak_bytes"],
@@ -493,11 +512,42 @@ def work_dir_of(opts, cell, pkg) -> Path:
     return opts.work_dir / "rehearse" / cell.id / pkg.name
 
 
-def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], memory: int | None, keep: bool,
-                     say) -> dict:
-    """One compiled package of one cell: its build stage, the capture, the chosen units compiled and measured,
-    the projection. Raises UserError (exit 2) for a failure the user fixes; removes its images either way
-    (unless `keep`)."""
+def compile_units(snapshot: str, chosen: list[Unit], work: Path, env: dict[str, str], cuda_home: bool,
+                  sccache_dir: Path, memory: int | None, docker_bin: str, jobs: int = 1,
+                  dist_conf: Path | None = None, recache: bool = True, say=lambda text: None) -> list[Measured]:
+    """compile_unit for each chosen unit, `jobs` of them at once (each in its own container, measured alone);
+    in the order chosen."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> Measured:
+        say(f"compiling {chosen[i].source} ({' '.join(chosen[i].sass)})")
+        return compile_unit(snapshot, chosen[i], i, work, env, cuda_home, sccache_dir, memory, docker_bin,
+                            dist_conf, recache)
+
+    if jobs <= 1:
+        return [one(i) for i in range(len(chosen))]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, range(len(chosen))))
+
+
+@dataclass
+class Captured:
+    """A package's build stage, built and captured: the image of its configured build tree (`snapshot`), the CUDA
+    units it would compile, the environment its compile runs with, the stage's measured gcc."""
+
+    work: Path
+    stage: BuildStage
+    tag: str
+    snapshot: str
+    units: list[Unit]
+    env: dict[str, str]
+    gcc: str
+
+
+def capture_package(plan, wheel, opts, host: Host, say, images: list[str]) -> Captured:
+    """Build one package's build stage (the rendered Dockerfile up to its compile RUN) and capture its compile
+    commands; every image it makes is named in `images` first (the caller removes them). UserError for a gcc
+    below the engine's floor."""
     from .render import render
     from .steps import CellContext, common_build_args
 
@@ -510,34 +560,55 @@ def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], m
     (work / "Dockerfile").write_text(stage.dockerfile)
     par = choose(pkg.recipe, host, opts.max_jobs, opts.nvcc_threads)
     tag = f"builder-rehearse:{secrets.token_hex(6)}"
-    images = [tag]
+    images.append(tag)
+    with (work / "build.log").open("w") as log:
+        ctx = CellContext(plan=plan, opts=opts, cache=None, host=host, say=say, log=log)
+        common = {**common_build_args(ctx), "dockerfile": work / "Dockerfile", "context": work / "context",
+                  "layer_cache": None}
+        common["build_args"] += (("MAX_JOBS", str(par.max_jobs)), ("NVCC_THREADS", str(par.nvcc_threads)))
+        call = docker.BuildxCall(target=stage.target, tags=(tag,), load=True, **common)
+        say(f"[{cell.id}] {pkg.name}: building its build stage ({stage.target}, up to the compile)")
+        docker.stream(call.argv(opts.docker), log, None)
+    gcc = measured_gcc(tag, opts.docker)
+    too_old = gcc_too_old(pkg.name, pkg.version, gcc, pkg.recipe.min_gcc)
+    if too_old:
+        raise too_old
+    env = {"MAX_JOBS": str(par.max_jobs), "NVCC_THREADS": str(par.nvcc_threads)}
+    if opts.source_date_epoch:
+        env["SOURCE_DATE_EPOCH"] = opts.source_date_epoch
+    say(f"[{cell.id}] {pkg.name}: capturing its compile commands ({stage.command})")
+    snapshot, units = capture(tag, stage, work, env, pkg.name, opts.docker, made=images)
+    return Captured(work, stage, tag, snapshot, units, env, gcc)
+
+
+def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], memory: int | None, keep: bool,
+                     say, jobs: int = 1) -> dict:
+    """One compiled package of one cell: its build stage, the capture, the chosen units compiled (`jobs` at once)
+    and measured, the projection. With [defaults.cache] dist the units compile through that sccache-dist farm, as
+    the build's would. Raises UserError (exit 2) for a failure the user fixes; removes its images and the client
+    configuration either way (unless `keep`: the images)."""
+    cell, pkg = plan.cell, wheel.package
+    work = work_dir_of(opts, cell, pkg)
+    images: list[str] = []
     try:
-        with (work / "build.log").open("w") as log:
-            ctx = CellContext(plan=plan, opts=opts, cache=None, host=host, say=say, log=log)
-            common = {**common_build_args(ctx), "dockerfile": work / "Dockerfile", "context": work / "context",
-                      "layer_cache": None}
-            common["build_args"] += (("MAX_JOBS", str(par.max_jobs)), ("NVCC_THREADS", str(par.nvcc_threads)))
-            call = docker.BuildxCall(target=stage.target, tags=(tag,), load=True, **common)
-            say(f"[{cell.id}] {pkg.name}: building its build stage ({stage.target}, up to the compile)")
-            docker.stream(call.argv(opts.docker), log, None)
-        gcc = measured_gcc(tag, opts.docker)
-        too_old = gcc_too_old(pkg.name, pkg.version, gcc, pkg.recipe.min_gcc)
-        if too_old:
-            raise too_old
-        env = {"MAX_JOBS": str(par.max_jobs), "NVCC_THREADS": str(par.nvcc_threads)}
-        if opts.source_date_epoch:
-            env["SOURCE_DATE_EPOCH"] = opts.source_date_epoch
-        say(f"[{cell.id}] {pkg.name}: capturing its compile commands ({stage.command})")
-        snapshot, units = capture(tag, stage, work, env, pkg.name, opts.docker, made=images)
+        c = capture_package(plan, wheel, opts, host, say, images)
+        snapshot, units, env, stage, gcc, tag = c.snapshot, c.units, c.env, c.stage, c.gcc, c.tag
         chosen = pick(units, patterns)
         sccache_dir = opts.work_dir / "rehearse" / "sccache"
         sccache_dir.mkdir(parents=True, exist_ok=True)
-        measured = []
-        for i, unit in enumerate(chosen):
-            say(f"[{cell.id}] {pkg.name}: compiling {unit.source} ({' '.join(unit.sass)})")
-            m = compile_unit(snapshot, unit, i, work, env, stage.cuda_home, sccache_dir, memory, opts.docker)
+        dist_conf = None
+        if opts.compile_dist is not None:  # the build's sccache-dist client configuration, for this rehearsal only
+            from .compile_cache import write_dist_config
+
+            dist_conf = write_dist_config(opts.compile_dist, work / "sccache-dist.conf")
+        started = time.monotonic()
+        measured = compile_units(snapshot, chosen, work, env, stage.cuda_home, sccache_dir, memory, opts.docker,
+                                 jobs, dist_conf, say=lambda text: say(f"[{cell.id}] {pkg.name}: {text}"))
+        wall = round(time.monotonic() - started, 1)
+        for m in measured:
             m.planned_sass, m.asked = tuple(pkg.built_sass), tuple(pkg.archs)
-            measured.append(m)
+        for m in measured:
+            unit = m.unit
             problem = failure(m, pkg.name, pkg.version, host, memory)
             if problem:
                 raise problem
@@ -553,18 +624,18 @@ def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], m
                           opts.nvcc_threads)
         return {"cell": cell.id, "package": pkg.name, "version": pkg.version, "gcc": gcc,
                 "units": [m.to_json() for m in measured], "projection": proj,
-                "estimate": wheel.estimate.to_json() if wheel.estimate else None, "objects_to": seeded}
+                "estimate": wheel.estimate.to_json() if wheel.estimate else None, "objects_to": seeded,
+                "compile": {"wall_seconds": wall, "jobs": jobs, "dist": opts.compile_dist}}
     finally:
+        (work / "sccache-dist.conf").unlink(missing_ok=True)  # it holds the farm's client token
         if not keep:
             for image in images:
                 docker.remove_image(image, opts.docker)
 
 
-def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None, keep: bool = False,
-        say=lambda text: None) -> list[dict]:
-    """`builder rehearse`: every package the selected cells compile with nvcc, rehearsed (`rehearse_package`);
-    one result (JSON-able) per package. UserError when there is nothing to rehearse or a failure the user fixes;
-    EnvironmentProblem without Docker and buildx. `say` gets the progress lines."""
+def packages(m, sel, flags, say=lambda text: None) -> tuple:
+    """(build options, host, [(cell plan, wheel step)]): every package the selected cells compile with nvcc.
+    UserError when there is none or an option is bad; EnvironmentProblem without Docker and buildx."""
     from . import epoch, lock, resolve, runner
     from .options import build_options, wheelhouse_at
     from .plan import plan_cells
@@ -585,10 +656,19 @@ def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None
         raise UserError("the selected cells compile no CUDA code here (every such package comes from an index): "
                         "nothing to rehearse")
     docker.require_buildx(opts.docker)
+    return opts, host, todo
+
+
+def run(m, sel, flags, patterns: tuple[str, ...] = (), memory: int | None = None, keep: bool = False,
+        say=lambda text: None, jobs: int = 1) -> list[dict]:
+    """`builder rehearse`: every package the selected cells compile with nvcc, rehearsed (`rehearse_package`);
+    one result (JSON-able) per package. UserError when there is nothing to rehearse or a failure the user fixes;
+    EnvironmentProblem without Docker and buildx. `say` gets the progress lines."""
+    opts, host, todo = packages(m, sel, flags, say)
     results = []
     for p, w in todo:
         try:
-            results.append(rehearse_package(p, w, opts, host, tuple(patterns), memory, keep, say))
+            results.append(rehearse_package(p, w, opts, host, tuple(patterns), memory, keep, say, jobs))
         except CommandError as exc:
             # one package's stage failing (a source its deps stage cannot download, a configure error) hides no
             # other package's measurements: it is reported, and the verb exits 1 after the rest

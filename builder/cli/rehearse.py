@@ -35,6 +35,15 @@ def format_package(r: dict) -> str:
                      f"{p['gb_per_nvcc_thread']} GB per nvcc thread → {p['chosen']['why']}")
         lines.append(f"  projected compile on this host: {duration(p['projected_seconds'])} "
                      f"({p['kernel_arch_units']} units on {p['threads']} nvcc threads)")
+    c = r.get("compile") or {}
+    spread = {}
+    for u in r["units"]:
+        for server, n in (u["object_cache"].get("distributed") or {}).items():
+            spread[server] = spread.get(server, 0) + n
+    if c.get("jobs", 1) > 1 or c.get("dist"):
+        lines.append(f"  compiled {len(r['units'])} unit(s), {c['jobs']} at once, in {c['wall_seconds']:.1f}s"
+                     + (f" through {c['dist']}: " + (", ".join(f"{k} {v} steps" for k, v in sorted(spread.items()))
+                                                      or "no step ran on a build server") if c.get("dist") else ""))
     t = p["today"]
     lines.append(f"  today's rule: {t['gb_per_nvcc_thread']:g} GB per nvcc thread (engine data) → {t['why'] or '-'}")
     est = r["estimate"]
@@ -59,11 +68,15 @@ def format_package(r: dict) -> str:
 @click.option("--memory", type=flags.Number(6 << 20, 4 << 40, "a memory size", scale=True),
               default=None, metavar="SIZE",
               help="Memory limit of each unit's container (e.g. 4g): rehearse a smaller host.")
+@click.option("--parallel", type=flags.Number(1, 256, "a count of units", integer=True), default=1, metavar="N",
+              help="Compile N of the chosen units at once, each in its own container (default 1: each alone on "
+                   "the host). With [defaults.cache] dist the units compile through that sccache-dist farm, as the "
+                   "build's would: give N its slots.")
 @click.option("--keep", is_flag=True, help="Keep the rehearsal's images (builder-rehearse*).")
 @click.option("--wheelhouse", "wheelhouse_dir", type=flags.FsPath(file_okay=False), default=None,
               help="The wheelhouse whose earlier compiles give today's estimate (default: wheelhouse/ next to the "
                    "matrix); read only.")
-def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
+def rehearse(m, sel, flags, units, memory, parallel, keep, wheelhouse_dir):
     """Compile real translation units of each package the selected cells compile, with the exact commands,
     flags and archs of the build, in its build stage: seconds, peak memory of nvcc's process tree, kernel×arch
     units and the audit of each object; then the projected compile time of the whole package on this host and
@@ -75,9 +88,10 @@ def rehearse(m, sel, flags, units, memory, keep, wheelhouse_dir):
       builder rehearse --only 'vllm-0.33.0-*' --arch 80,90
       builder rehearse --engine sglang --unit '*flash_fwd_hdim128*' --json
       builder rehearse --only 'vllm-0.33.0-*' --memory 8g      # would 8 GB hosts OOM?
+      builder rehearse --engine sglang --parallel 3            # 3 units at once ([defaults.cache] dist: a farm)
     """
     flags = dataclasses.replace(flags, wheelhouse=wheelhouse_dir)
-    results = rh.run(m, sel, flags, tuple(units), memory, keep, _say)
+    results = rh.run(m, sel, flags, tuple(units), memory, keep, _say, parallel)
     if flags.as_json:
         click.echo(json.dumps(results, indent=2))
     else:

@@ -647,6 +647,8 @@ def _round_two() -> list[Case]:
     add(Case("rehearse-memory-below-docker", "build", [*REHEARSE, "--memory", "1k"], expect=("--memory", "6m")))
     add(Case("rehearse-max-jobs-zero", "build", [*REHEARSE, "--max-jobs", "0"], expect=("--max-jobs",)))
     add(Case("rehearse-no-cell", "build", [*REHEARSE, "--only", "nope-*"], expect=("nope-*",)))
+    add(Case("rehearse-parallel-zero", "build", [*REHEARSE, "--parallel", "0"], expect=("--parallel",)))
+    add(Case("rehearse-parallel-word", "build", [*REHEARSE, "--parallel", "all"], expect=("--parallel",)))
     add(Case("repro-max-jobs-zero", "repro", [*REPRO, "--max-jobs", "0"], expect=("--max-jobs",)))
     add(Case("repro-ca-bundle-empty", "repro", [*REPRO, "--ca-bundle", ""], expect=("--ca-bundle",)))
     add(Case("repro-builder-bad", "repro", [*REPRO, "--builder", "a b"], expect=("--builder",)))

@@ -49,6 +49,9 @@ QUICK = {
                   [pytest.mark.docker]),
     "sccache_upgrade.py": (["--quick"], rf"sccache 0\.15\.0 -> 0\.16\.0: \d+ of \d+ steps hit \({NUMBER} %\); 0\.15\.0 again: "
                                         r"\d+ of \d+", [pytest.mark.network]),
+    "farm_units.py": (["--quick"], rf"cuda-ext: 1 real units \(saxpy\.cu\)(.|\n)*  1 server\(s\): {NUMBER}s, [1-9]\d* steps remote"
+                                   rf"(.|\n)*rerun: {NUMBER}s, \d+ steps remote .*, [1-9]\d* hits",
+                      [pytest.mark.slow, pytest.mark.docker]),
     "sccache_dist.py": (["--quick"], rf"distributed: {NUMBER}s, \d+ steps compiled on the servers(.|\n)*both servers compiled",
                         [pytest.mark.slow, pytest.mark.toolchain]),
 }

