@@ -133,7 +133,15 @@ def units_from_capture(out: Path, package: str) -> list[Unit]:
             cus = [a for a in argv[1:] if a.endswith(".cu")]
             if "-c" in argv and cus:
                 units.append(_unit(package, cus[0], argv[argv.index("-o") + 1], shlex.join(argv), rec["cwd"]))
-    return units
+    # one object, one unit: a compile both lists record (flash-attn's setup.py: build.ninja's edge and the nvcc
+    # call the recorder met) is compiled once by the build; the build.ninja edge is kept
+    seen, out_units = set(), []
+    for u in units:
+        where = os.path.normpath(os.path.join(u.cwd, u.output)) if u.output else (u.cwd, u.source, u.command)
+        if where not in seen:
+            seen.add(where)
+            out_units.append(u)
+    return out_units
 
 
 def pick(units: list[Unit], patterns: tuple[str, ...] = (), size=None) -> list[Unit]:
@@ -429,12 +437,12 @@ def _build_failure(tail: str, package: str) -> UserError | None:
 
 def compile_unit(snapshot: str, unit: Unit, index: int, work: Path, env: dict[str, str], cuda_home: bool,
                  sccache_dir: Path, memory: int | None = None, docker_bin: str = "docker",
-                 dist_conf: Path | None = None, recache: bool = True) -> Measured:
+                 dist_conf: Path | None = None, recache: bool = True, name: str | None = None) -> Measured:
     """Compile one unit in a fresh container of the captured stage, through with-sccache, and measure it.
     `dist_conf`: through the sccache-dist farm it configures, as the build with [defaults.cache] dist.
     `recache` (the rehearsal's own way): compiled even when the object cache holds the unit; without it, a unit
     the cache holds is fetched, which is what a rebuild does."""
-    name = f"builder-rehearse-{secrets.token_hex(6)}"
+    name = name or f"builder-rehearse-{secrets.token_hex(6)}"
     out = f"{REHEARSAL_DIR}/out"
     cmd = f"rm -f {shlex.quote(unit.output)}; {unit.command}"
     script = (f"with-sccache{' --cuda-home' if cuda_home else ''} python3 {PROGRAMS_DIR}/measure.py "
@@ -516,18 +524,29 @@ def compile_units(snapshot: str, chosen: list[Unit], work: Path, env: dict[str, 
                   sccache_dir: Path, memory: int | None, docker_bin: str, jobs: int = 1,
                   dist_conf: Path | None = None, recache: bool = True, say=lambda text: None) -> list[Measured]:
     """compile_unit for each chosen unit, `jobs` of them at once (each in its own container, measured alone);
-    in the order chosen."""
+    in the order chosen. An interrupt removes every container of the batch (the other threads' docker CLIs then
+    end), not only the one the main thread waited on."""
     from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"builder-rehearse-{secrets.token_hex(6)}" for _ in chosen]
 
     def one(i: int) -> Measured:
         say(f"compiling {chosen[i].source} ({' '.join(chosen[i].sass)})")
         return compile_unit(snapshot, chosen[i], i, work, env, cuda_home, sccache_dir, memory, docker_bin,
-                            dist_conf, recache)
+                            dist_conf, recache, names[i])
 
     if jobs <= 1:
         return [one(i) for i in range(len(chosen))]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         return list(pool.map(one, range(len(chosen))))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for name in names:
+            docker.remove_container(name, docker_bin)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 @dataclass

@@ -42,6 +42,24 @@ def test_units_are_read_from_compile_commands_and_the_heaviest_per_binary_is_cho
         "/src/b.cu", "/src/d.cu", "/src/a.cu"]
 
 
+@pytest.mark.pure
+def test_a_compile_recorded_twice_is_one_unit(tmp_path):
+    """flash-attn 2.8.3's capture records each of its 72 compiles twice through the recording nvcc (torch's ninja
+    form, then setuptools' own, same object): the build compiles each once, so the units and the projection count
+    it once; the first record is kept."""
+    out = tmp_path / "out"
+    out.mkdir()
+    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+    recs = []
+    for f in ("a", "b"):
+        recs.append({"cwd": "/src", "argv": ["nvcc", "-Iinc", "-c", f"csrc/{f}.cu", "-o", f"build/{f}.o", *gencode]})
+        recs.append({"cwd": "/src", "argv": ["nvcc", "-DX", *gencode, "-c", "-o", f"/src/build/./{f}.o", f"csrc/{f}.cu"]})
+    (out / "nvcc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    units = rehearse.units_from_capture(out, "pkg")
+    assert [u.source for u in units] == ["csrc/a.cu", "csrc/b.cu"]
+    assert all(u.command.startswith("nvcc -Iinc") for u in units)
+
+
 class _FakeDocker:
     """subprocess.run and subprocess.Popen for a rehearsal without Docker: every argv recorded; the capture
     container writes a compile database, the compile container its measurement, `gcc -dumpfullversion` answers."""
