@@ -43,16 +43,14 @@ def _out_dir(out: str) -> Path:
 
 
 def _image(image: str):
-    """(labels, digest) of a local image; refused in one line when the daemon does not hold it."""
-    from .. import docker
+    """(labels, digest) of an image the local daemon holds; refused in one line otherwise."""
+    from ..deploy import subject
     from ..errors import UserError
 
-    proc = docker.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}} {{.Id}}", image],
-                      timeout=60, check=False)
-    if proc.returncode != 0:
+    found = subject.read(image, what="IMAGE", files=False)
+    if not found.local:
         raise UserError(f"{image}: no such image in the local daemon (build or pull it first)")
-    labels, digest = proc.stdout.strip().rsplit(" ", 1)
-    return json.loads(labels) or {}, digest
+    return found.labels, found.image_id
 
 
 @snapshot.command("take")

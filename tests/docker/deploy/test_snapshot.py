@@ -115,3 +115,13 @@ def test_a_restore_whose_key_does_not_hold_is_refused_and_starts_nothing(image, 
     assert "Traceback" not in refused.stderr and containers() == []
     other = builder("snapshot", "restore", str(snap), "--model", "another-model", cwd=tmp_path)
     assert other.returncode == 2 and "model: the snapshot's" in other.stderr and containers() == []
+
+
+def test_an_image_the_daemon_does_not_hold_is_refused_and_nothing_is_written(tmp_path):
+    """Not local, and its registry (Docker Hub) unreachable here: exit 3 (the environment), as every verb that reads an
+    image says it (deploy/subject.read), before any container or directory is made."""
+    refused = builder("snapshot", "take", "builder-test/no-such-image:never", "--model", MODEL, "--out",
+                      str(tmp_path / "o"), cwd=tmp_path)
+    assert refused.returncode == 3 and "not a local image" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "o").exists() and containers() == []
