@@ -67,7 +67,8 @@ def _image(image: str):
               help="The engine's port (in the container; on this host with --launcher process).")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensor parallel size.")
 @click.option("--criu", default="criu", show_default=True, help="The criu program where the engine runs.")
-@click.option("--boot-timeout", default=900.0, show_default=True, type=click.FloatRange(1, 86400))
+@click.option("--boot-timeout", default=900.0, show_default=True, type=click.FloatRange(1, 86400),
+              help="Seconds the engine has to boot and answer /v1/models before the snapshot is given up.")
 @flags.matrix
 @flags.as_json
 def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_timeout, matrix_path, as_json):
@@ -112,10 +113,12 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
 @snapshot.command("restore")
 @click.argument("directory", type=flags.FsPath(file_okay=True))
 @click.option("--image", default=None, help="--launcher docker: the image to restore in (default: the snapshot's).")
-@click.option("--launcher", default="docker", show_default=True, type=ROUTES)
+@click.option("--launcher", default="docker", show_default=True, type=ROUTES,
+              help="docker: restore in a fresh container of --image; process: on this host, in a new PID namespace.")
 @click.option("--model", default=None, help="The model this deployment serves: refused unless the snapshot's.")
 @click.option("--criu", default="criu", show_default=True, help="The criu program where it is restored.")
-@click.option("--ready-timeout", default=600.0, show_default=True, type=click.FloatRange(1, 86400))
+@click.option("--ready-timeout", default=600.0, show_default=True, type=click.FloatRange(1, 86400),
+              help="Seconds the restored engine has to answer /v1/models before the restore is undone.")
 @flags.as_json
 def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     """Restore the snapshot in DIRECTORY where its key holds; refused before anything starts where it does not."""
