@@ -377,6 +377,12 @@ SMOKE = Table(optional={
                                 "library fails there, not at the first request."),
     "jit_tools": Key(ListOf(STR), "Programs the engine's run-time kernel compilation calls (nvcc, ninja): smoke checks "
                                   "each is on PATH in the image."),
+    "sleep": Key(Table(required={
+        "flag": Key(STR, "The launch flag that turns the sleep mode on (--enable-sleep-mode)."),
+        "path": Key(STR, "The POST path that puts it to sleep, releasing its GPU memory (/sleep?level=1)."),
+        "wake": Key(STR, "The POST path that wakes it (/wake_up).")}),
+        "The engine's sleep mode: builder snapshot puts it to sleep before the checkpoint (the KV cache released, "
+        "so the GPU state copied is small) and wakes it after a restore."),
 })
 
 # where the torch pin comes from: the package's own metadata, the engine that pins the package, no torch, or

@@ -75,7 +75,7 @@ VERB_MODULES = {
     "build": "build", "publish": "build",
     "wheels": "wheels", "audit": "audit", "lock": "lock", "smoke": "smoke", "serve": "serve",
     "verify-repro": "repro", "doctor": "doctor", "rehearse": "rehearse", "bench": "bench", "warm": "warm",
-    "verify": "verify",
+    "verify": "verify", "snapshot": "snapshot",
 }
 
 

@@ -1,0 +1,159 @@
+"""`builder snapshot take|restore`: a booted engine's snapshot (CRIU + the CUDA driver's checkpoint API), restored
+where its key holds. The stages are builder/deploy/snapshot/: this module reads flags, checks them before any work,
+and prints the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from . import flags
+from .app import VerbGroup, main
+
+ROUTES = click.Choice(["docker", "process"])
+
+
+@main.group("snapshot", cls=VerbGroup)
+def snapshot():
+    """A booted engine's snapshot: `take` boots, asks smoke L3's request, quiesces (the engine data's sleep mode),
+    checkpoints its CUDA processes and dumps its process tree with CRIU >= 4; `restore` judges the key (GPUs, driver,
+    image digest, model, launch line, TP) and restores it in a fresh PID namespace, or refuses (exit 2: boot warm).
+
+    \b
+    Example:
+      builder snapshot take IMAGE --strategy MTP2 --model /models/tiny --out snap/
+      builder snapshot restore snap/ --image IMAGE
+      builder snapshot take CELL --matrix M --launcher process --python /opt/venv/bin/python --strategy MTP2 \\
+          --model /models/tiny --out /tmp/snap        # a GPU host without Docker
+      builder snapshot restore /tmp/snap --launcher process
+    """
+
+
+def _out_dir(out: str) -> Path:
+    from ..errors import UserError
+
+    if not out.strip():
+        raise UserError("--out: empty; name the directory the snapshot goes to")
+    path = Path(out)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"--out {out}: exists and is not an empty directory; a snapshot goes into a new one")
+    return path
+
+
+def _image(image: str):
+    """(labels, digest) of an image the local daemon holds; refused in one line otherwise."""
+    from ..deploy import subject
+    from ..errors import UserError
+
+    found = subject.read(image, what="IMAGE", files=False)
+    if not found.local:
+        raise UserError(f"{image}: no such image in the local daemon (build or pull it first)")
+    return found.labels, found.image_id
+
+
+@snapshot.command("take")
+@click.argument("target")
+@click.option("--strategy", default="", help="The strategy the engine boots with (its flags from the engine data).")
+@click.option("--model", required=True, help="The model, as the engine is given it (a path where the engine runs).")
+@click.option("--out", "out", required=True, type=flags.FsPath(file_okay=True),
+              help="A new (or empty) directory: the CRIU images, key.json, snapshot.json, the engine's log.")
+@click.option("--launcher", default="docker", show_default=True, type=ROUTES,
+              help="docker: TARGET is an image, booted in a container with the capabilities CRIU needs; process: "
+                   "TARGET is a cell of --matrix, booted on this host with --python.")
+@click.option("--python", "python", default="python3", show_default=True, help="--launcher process: the interpreter.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+              help="The engine's port (in the container; on this host with --launcher process).")
+@click.option("--tp", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensor parallel size.")
+@click.option("--criu", default="criu", show_default=True, help="The criu program where the engine runs.")
+@click.option("--boot-timeout", default=900.0, show_default=True, type=click.FloatRange(1, 86400),
+              help="Seconds the engine has to boot and answer /v1/models before the snapshot is given up.")
+@flags.matrix
+@flags.as_json
+def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_timeout, matrix_path, as_json):
+    """Snapshot TARGET booted (an image; a cell id with --launcher process) after it answered smoke L3's request."""
+    from ..deploy import subject
+    from ..deploy.snapshot import place as place_mod
+    from ..deploy.snapshot import take as take_mod
+    from ..errors import UserError
+
+    if not model.strip():
+        raise UserError("--model: empty; name the model the engine serves")
+    out_path = _out_dir(out)
+    m = flags.given_matrix(matrix_path)
+    kn = m.knowledge if m is not None else None
+    if launcher == "docker":
+        labels, digest = _image(target)
+        cell = subject.cell_from_labels(target, labels, kn)
+        identity, host = digest, "0.0.0.0"  # the container's published port reaches it on its own address
+    else:
+        from ..matrix import Selection
+
+        cell, _ = subject.target(target, m, Selection(), "process", matrix_path, what="snapshot TARGET")
+        identity, host = take_mod.venv_identity(python), "127.0.0.1"
+    recipe = cell.engine_recipe
+    if strategy and recipe.strategy_problem(strategy):
+        raise UserError(f"--strategy {strategy}: {recipe.strategy_problem(strategy)}")
+    argv = take_mod.line_for(recipe, strategy, model, port, host, tp, ())
+    if launcher == "process" and argv[0] in ("python", "python3"):
+        argv = (python, *argv[1:])
+    engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp)
+    if launcher == "docker":
+        place = place_mod.Container(target, str(out_path), port, take_mod.new_port())
+    else:
+        place = place_mod.Process(port=port)
+    record = take_mod.take(engine, place, out_path, boot_timeout, lambda s: click.echo(s, err=True), criu=criu,
+                           build_dir=out_path / "tool")
+    click.echo(json.dumps(record, indent=2) if as_json else
+               f"{out_path}: {record['processes']} process(es), {record['images']['bytes']} bytes of CRIU images, "
+               f"dump {record['dump_s']} s")
+
+
+@snapshot.command("restore")
+@click.argument("directory", type=flags.FsPath(file_okay=True))
+@click.option("--image", default=None, help="--launcher docker: the image to restore in (default: the snapshot's).")
+@click.option("--launcher", default="docker", show_default=True, type=ROUTES,
+              help="docker: restore in a fresh container of --image; process: on this host, in a new PID namespace.")
+@click.option("--model", default=None, help="The model this deployment serves: refused unless the snapshot's.")
+@click.option("--criu", default="criu", show_default=True, help="The criu program where it is restored.")
+@click.option("--ready-timeout", default=600.0, show_default=True, type=click.FloatRange(1, 86400),
+              help="Seconds the restored engine has to answer /v1/models before the restore is undone.")
+@flags.as_json
+def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
+    """Restore the snapshot in DIRECTORY where its key holds; refused before anything starts where it does not."""
+    import dataclasses
+
+    from ..deploy.runtime import gpus
+    from ..deploy.snapshot import key as key_mod
+    from ..deploy.snapshot import place as place_mod
+    from ..deploy.snapshot import restore as restore_mod
+    from ..deploy.snapshot import take as take_mod
+
+    path = Path(directory)
+    snap = key_mod.read(path)
+    record = restore_mod.read_record(path)
+    names, driver = key_mod.gpu_part(gpus.read())
+    if launcher == "docker":
+        image = image or record["subject"]
+        _, digest = _image(image)
+        identity = digest
+    else:
+        identity = snap.subject if not snap.subject.startswith("venv ") else \
+            take_mod.venv_identity(snap.engine_args[0])
+    here = dataclasses.replace(snap, gpus=names, driver=driver, subject=identity, model=model or snap.model)
+    restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))  # before anything starts
+    if launcher == "docker":
+        place = place_mod.Container(image, str(path), int(_port_of(snap)), take_mod.new_port()).start()
+    else:
+        place = place_mod.Process(port=int(_port_of(snap)))
+    result = restore_mod.restore(path, snap, record, place, lambda s: click.echo(s, err=True), criu=criu,
+                                 ready_timeout=ready_timeout, here_of=lambda v: dataclasses.replace(here, criu=v))
+    result["container"] = getattr(place, "cid", "")
+    click.echo(json.dumps(result, indent=2) if as_json else
+               f"restored: ready in {result['ready_s']} s on 127.0.0.1:{result['port']}")
+
+
+def _port_of(snap) -> str:
+    args = list(snap.engine_args)
+    return args[args.index("--port") + 1] if "--port" in args else "8000"

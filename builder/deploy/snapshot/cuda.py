@@ -1,0 +1,69 @@
+"""The CUDA processes of a tree and their GPU state: checkpointed (locked, GPU memory copied to host) before CRIU
+dumps the tree, restored and unlocked after CRIU restores it. CRIU cannot dump a process's GPU memory; the CUDA
+driver's checkpoint API (cuCheckpointProcess*, libcuda of driver >= 550) moves it to host memory first, where the
+dump takes it. The tool: NVIDIA's cuda-checkpoint where it is on PATH, else builder's cuda_checkpoint.c built with
+the toolkit's cuda.h and libcuda. A process with an NVIDIA device mapping that runs no CUDA context (vLLM's API
+server) is one the driver API does not know; CRIU's CUDA plugin (cuda_plugin.so, CRIU >= 4) handles its mapping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ...errors import Failed, UserError
+
+SOURCE = Path(__file__).with_name("cuda_checkpoint.c")
+MAPS_PY = ("import sys\n"
+           "for p in sys.argv[1:]:\n"
+           " try: m=open(f'/proc/{p}/maps').read()\n"
+           " except OSError: continue\n"
+           " if '/dev/nvidia' in m: print(p)\n")
+
+
+def cuda_pids(place, pids: list[int], python: str = "python3") -> list[int]:
+    """The pids of the tree that map an NVIDIA device (/dev/nvidia*): those the GPU checkpoint is for."""
+    rc, out = place.run([python, "-c", MAPS_PY, *map(str, pids)], timeout=30)
+    if rc != 0:
+        raise UserError(f"cannot read the memory maps of {pids} {place.where}: {out.strip()[-200:]}")
+    return [int(p) for p in out.split()]
+
+
+def tool(place, build_dir: Path | None = None) -> list[str]:
+    """The checkpoint tool's argv prefix in `place`: ["cuda-checkpoint"] (NVIDIA's), or builder's tool built here
+    (process route) with CUDA_HOME's cuda.h; refused in one line when neither can be had."""
+    rc, _ = place.run(["sh", "-c", "command -v cuda-checkpoint"], timeout=30)
+    if rc == 0:
+        return ["cuda-checkpoint"]
+    if build_dir is None or not place.local:
+        raise UserError(f"the tree has CUDA processes, and no cuda-checkpoint is on PATH {place.where}: put NVIDIA's "
+                        "cuda-checkpoint there (the image or the host)")
+    return [str(build(build_dir))]
+
+
+def build(build_dir: Path) -> Path:
+    """builder's cuda_checkpoint, compiled with the toolkit's cuda.h against this host's libcuda."""
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    header = Path(home) / "include" / "cuda.h"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not header.is_file() or cc is None:
+        raise UserError(f"cannot build the CUDA checkpoint tool: {'no C compiler' if cc is None else f'no {header}'} "
+                        "(set CUDA_HOME to a toolkit, or put NVIDIA's cuda-checkpoint on PATH)")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    out = build_dir / "cuda_checkpoint"
+    libdirs = [d for d in (Path(home) / "lib64" / "stubs", Path(home) / "lib64", Path(home) / "lib") if d.is_dir()]
+    argv = [cc, "-O2", "-o", str(out), str(SOURCE), f"-I{header.parent}", *(f"-L{d}" for d in libdirs), "-lcuda"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"building {SOURCE.name} failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
+    return out
+
+
+def act(place, argv0: list[str], action: str, pids: list[int]) -> None:
+    """checkpoint (lock + copy out) or restore (copy back + unlock) each pid; NVIDIA's tool toggles both steps."""
+    for pid in pids:
+        argv = [*argv0, "--toggle", "--pid", str(pid)] if argv0 == ["cuda-checkpoint"] else [*argv0, action, str(pid)]
+        rc, out = place.run(argv, timeout=600)
+        if rc != 0:
+            raise Failed(f"GPU {action} of pid {pid} failed: {out.strip()[-300:]}")

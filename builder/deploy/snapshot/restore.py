@@ -1,0 +1,100 @@
+"""`builder snapshot restore`: judge the snapshot's key against this host before anything starts (another GPU,
+driver, image digest, model or launch line refuses it, named: exit 2, and the warm boot is what runs instead),
+restore the tree with CRIU in a fresh PID namespace (a new container; on this host `unshare --pid --fork
+--mount-proc`), restore and unlock its CUDA processes, wake it, then wait for /v1/models and check that a greedy
+completion says what it said before the checkpoint. A restore that fails part-way ends everything it restored (the
+container, or the namespace's init) and says to boot warm."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from ...errors import Failed, UserError
+from . import criu as criu_mod
+from . import cuda, key as key_mod
+from . import place as place_mod
+from .take import IMAGES, PROMPT, RECORD, TOKENS, client
+
+FALLBACK = "boot it warm instead (builder serve IMAGE, or the warm image)"
+
+
+def read_record(directory: Path) -> dict:
+    path = directory / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise UserError(f"{path}: missing or not a snapshot record; take the snapshot again") from None
+    if not isinstance(record, dict) or not isinstance(record.get("answer"), str) or \
+            not isinstance(record.get("served_model"), str):
+        raise UserError(f"{path}: not a snapshot record (no answer or served_model); take the snapshot again")
+    if not (directory / IMAGES / "inventory.img").is_file():
+        raise UserError(f"{directory / IMAGES}: no CRIU images (inventory.img); take the snapshot again")
+    return record
+
+
+def judge(snapshot: key_mod.Key, here: key_mod.Key) -> None:
+    wrong = snapshot.differences(here)
+    if wrong:
+        raise UserError(f"the snapshot does not hold here: {'; '.join(wrong)}; {FALLBACK}")
+
+
+def restore(directory: Path, snapshot: key_mod.Key, record: dict, place, say: Callable[[str], None],
+            criu: str = "criu", ready_timeout: float = 600, here_of=None) -> dict:
+    """Restore in `place` (started, not yet holding anything); `here_of(criu_version)` is this host's key."""
+    try:
+        version = criu_mod.version(place, criu)
+        judge(snapshot, here_of(version))
+        return _restore(directory, record, place, say, criu, ready_timeout)
+    except BaseException:
+        place.close()  # nothing half-restored stays
+        raise
+
+
+def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
+    inside = place_mod.MOUNT if not place.local else str(directory.resolve())
+    images = f"{inside}/{IMAGES}"
+    t0 = time.monotonic()
+    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/restore.pid"))
+    criu_s = round(time.monotonic() - t0, 2)
+    if rc != 0:
+        _, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
+        raise Failed(f"criu restore failed (exit {rc}) {place.where}: {log.strip() or text.strip()}\nnothing restored "
+                     f"is left running; {FALLBACK}")
+    _, pid_text = place.run(["cat", f"{inside}/restore.pid"], timeout=30)
+    pid = int(pid_text.strip())
+    procs = criu_mod.tree(place, pid)
+    on_gpu = cuda.cuda_pids(place, procs)
+    t1 = time.monotonic()
+    if on_gpu:
+        cuda.act(place, cuda.tool(place, directory / "tool"), "restore", on_gpu)
+    gpu_s = round(time.monotonic() - t1, 2)
+    http = client(place.host_port, _Recipe(record), directory / "engine.log")
+    if record.get("slept"):
+        http.post(record["wake"], {}, timeout=600)
+    deadline = time.monotonic() + ready_timeout
+    while http.models() is None:
+        if time.monotonic() > deadline:
+            raise Failed(f"restored, but /v1/models did not answer in {ready_timeout:g} s; {FALLBACK}")
+        time.sleep(0.2)
+    ready_s = round(time.monotonic() - t0, 2)
+    got = http.post(http.completions, {"model": record["served_model"], "prompt": PROMPT, "max_tokens": TOKENS,
+                                       "temperature": 0.0}, timeout=120)["choices"][0]["text"]
+    if got != record["answer"]:
+        raise Failed(f"restored, but the greedy completion says {got!r}, not {record['answer']!r} as before the "
+                     f"checkpoint; {FALLBACK}")
+    _, metrics = http.metrics()
+    say(f"restored {len(procs)} process(es) in {criu_s} s (CRIU), GPU {gpu_s} s; ready in {ready_s} s; the same "
+        f"answer {got!r}")
+    return {"pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
+            "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
+
+
+class _Recipe:
+    """The client's view of a recipe, from the snapshot's record (the restore reads no engine data)."""
+
+    def __init__(self, record: dict):
+        self.health = record.get("health", "/health")
+        self.smoke = {"completions": record.get("completions", "/v1/completions")}

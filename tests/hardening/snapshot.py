@@ -1,0 +1,85 @@
+"""Bad inputs of `builder snapshot take|restore` (issue 52), in the shape of tests/hardening/cases.py: a missing or
+corrupt snapshot, a key that is not one, an output directory in the way, an image the daemon does not hold, and a
+CRIU that is missing or older than 4. An image the daemon does not hold is refused
+(exit 2, nothing written) in tests/docker/deploy/test_snapshot.py, against the real daemon: here the table's
+docker shim answers for no daemon (exit 3). Each: exit 2, one line naming the problem, nothing written.
+
+The old CRIU is a TEST DOUBLE: a script that answers `--version` as bookworm's CRIU 3.17.1 does (the version line is
+all the check reads; the real 3.17 fails `criu check` on this kernel, which is why it is refused)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.hardening.cases import Case
+
+KEY = {"format": 1, "gpus": ["none"], "driver": "none", "subject": "sha256:" + "a" * 64, "model": "m",
+       "model_config_sha256": "", "engine_args": ["python3", "-m", "stand_in_engine.server", "--port", "8000"],
+       "tp": 1, "criu": "4.1.1"}
+RECORD = {"subject": "img", "answer": "Paris", "served_model": "m"}
+SNAP = {"s/key.json": json.dumps(KEY), "s/snapshot.json": json.dumps(RECORD), "s/images/inventory.img": "x"}
+OLD_CRIU = "#!/bin/sh\necho 'Version: 3.17.1'\n"
+
+
+def _exe(text: str):
+    def make(path):
+        path.write_text(text)
+        path.chmod(0o755)
+    return make
+
+
+def _in_dirs(files: dict) -> dict:
+    """The case's files, their folders made first (the table writes a file into an existing folder)."""
+    def writer(content):
+        def make(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if callable(content):
+                content(path)
+            elif isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        return make
+    return {name: writer(content) for name, content in files.items()}
+
+
+def _key(**edit) -> dict:
+    return {**SNAP, "s/key.json": json.dumps({**KEY, **edit})}
+
+
+RESTORE = ["snapshot", "restore", "{tmp}/s", "--launcher", "process"]
+TAKE = ["snapshot", "take", "builder-test/no-such-image:never", "--model", "m"]
+
+CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for case in [
+    Case("s1-restore-missing-dir", "snapshot", ["snapshot", "restore", "{tmp}/none"],
+         expect=("no snapshot directory",)),
+    Case("s1-restore-no-key", "snapshot", RESTORE, files={"s/snapshot.json": "{}"}, expect=("key.json", "missing")),
+    Case("s1-restore-key-not-json", "snapshot", RESTORE, files={**SNAP, "s/key.json": "{not json"},
+         expect=("not a snapshot key",)),
+    Case("s1-restore-key-binary", "snapshot", RESTORE, files={**SNAP, "s/key.json": b"\xff\xfe\x00"},
+         expect=("not a snapshot key",)),
+    Case("s1-restore-key-other-format", "snapshot", RESTORE, files=_key(format=2), expect=("format 1",)),
+    Case("s1-restore-key-gpus-not-list", "snapshot", RESTORE, files=_key(gpus="H200"),
+         expect=("gpus", "not a list")),
+    Case("s1-restore-key-tp-zero", "snapshot", RESTORE, files=_key(tp=0), expect=("tp 0",)),
+    Case("s1-restore-key-tp-bool", "snapshot", RESTORE, files=_key(tp=True), expect=("tp True",)),
+    Case("s1-restore-record-missing", "snapshot", RESTORE, files={"s/key.json": json.dumps(KEY)},
+         expect=("snapshot.json", "not a snapshot record")),
+    Case("s1-restore-no-images", "snapshot", RESTORE,
+         files={"s/key.json": json.dumps(KEY), "s/snapshot.json": json.dumps(RECORD)}, expect=("inventory.img",)),
+    Case("s1-restore-other-gpu", "snapshot", RESTORE, files=_key(gpus=["NVIDIA H100 80GB HBM3"], driver="580.1"),
+         expect=("gpus: the snapshot's NVIDIA H100", "boot it warm")),
+    Case("s1-restore-other-model", "snapshot", [*RESTORE, "--model", "other"], files=SNAP,
+         expect=("model: the snapshot's 'm', here 'other'",)),
+    Case("s1-restore-criu-missing", "snapshot", [*RESTORE, "--criu", "{tmp}/no-criu"], files=SNAP,
+         expect=("not found", "CRIU >= 4"), needs_programs=True),
+    Case("s1-restore-criu-too-old", "snapshot", [*RESTORE, "--criu", "{tmp}/criu"],
+         files={**SNAP, "criu": _exe(OLD_CRIU)}, expect=("3.17.1", "too old", "CRIU >= 4"), needs_programs=True),
+    Case("s1-take-out-is-a-file", "snapshot", [*TAKE, "--out", "{tmp}/o"], files={"o": "x"},
+         expect=("--out", "not an empty directory")),
+    Case("s1-take-out-not-empty", "snapshot", [*TAKE, "--out", "{tmp}/o"], files={"o/a": "x"},
+         expect=("--out", "not an empty directory")),
+    Case("s1-take-out-empty-word", "snapshot", [*TAKE, "--out", " "], expect=("--out: empty",)),
+    Case("s1-take-model-empty", "snapshot", ["snapshot", "take", "img", "--model", " ", "--out", "{tmp}/o"],
+         expect=("--model: empty",)),
+]]
