@@ -63,11 +63,11 @@ def _image(image: str):
               help="docker: TARGET is an image, booted in a container with the capabilities CRIU needs; process: "
                    "TARGET is a cell of --matrix, booted on this host with --python.")
 @click.option("--python", "python", default="python3", show_default=True, help="--launcher process: the interpreter.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+@click.option("--port", default=8000, show_default=True, type=flags.Number(1, 65535, "a TCP port", integer=True),
               help="The engine's port (in the container; on this host with --launcher process).")
-@click.option("--tp", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensor parallel size.")
+@click.option("--tp", default=1, show_default=True, type=flags.Number(1, 64, "a tensor-parallel size", integer=True), help="Tensor parallel size.")
 @click.option("--criu", default="criu", show_default=True, help="The criu program where the engine runs.")
-@click.option("--boot-timeout", default=900.0, show_default=True, type=click.FloatRange(1, 86400),
+@click.option("--boot-timeout", default=900.0, show_default=True, type=flags.Number(1, 86400, "a number of seconds"),
               help="Seconds the engine has to boot and answer /v1/models before the snapshot is given up.")
 @flags.matrix
 @flags.as_json
@@ -117,7 +117,7 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
               help="docker: restore in a fresh container of --image; process: on this host, in a new PID namespace.")
 @click.option("--model", default=None, help="The model this deployment serves: refused unless the snapshot's.")
 @click.option("--criu", default="criu", show_default=True, help="The criu program where it is restored.")
-@click.option("--ready-timeout", default=600.0, show_default=True, type=click.FloatRange(1, 86400),
+@click.option("--ready-timeout", default=600.0, show_default=True, type=flags.Number(1, 86400, "a number of seconds"),
               help="Seconds the restored engine has to answer /v1/models before the restore is undone.")
 @flags.as_json
 def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
