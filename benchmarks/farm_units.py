@@ -1,6 +1,6 @@
 """Real translation units through a farm of sccache-dist servers (scripts/farm), as `builder rehearse` with
 [defaults.cache] dist compiles them: the package's build stage built and captured once (builder/rehearse.py), then
-the chosen units compiled all at once through farms of 1, 2, 3 servers (each `--cpus` cores, `--memory` RAM),
+the chosen units compiled at once (--parallel) through farms of 1, 2, ... servers (each `--cpus` cores, `--memory` RAM),
 every unit in its own container of the captured stage through the build's with-sccache and the farm's client
 configuration; then once more through the last farm without recaching (what a rebuild finds in the object cache).
 
@@ -13,7 +13,8 @@ On this 2-core machine every server and the client share the same 2 cores: the f
 admission and the memory, not a speed-up.
 
     .venv/bin/python benchmarks/farm_units.py [--matrix M] [--package flash-attn] [--unit PATTERN ...]
-                                              [--servers 1,2,3] [--cpus 1] [--memory 5.5g] [--gb-per-job 4.9]
+                                              [--servers 1,2] [--cpus 1] [--memory 8.5g] [--gb-per-job 3.8]
+                                              [--parallel 3] [--keep DIR | --from DIR]
     .venv/bin/python benchmarks/farm_units.py --quick   # the cuda-ext fixture's one unit through 1 and 2 servers
 """
 
@@ -40,9 +41,11 @@ REPO = Path(__file__).resolve().parent.parent
 FARM = REPO / "scripts" / "farm"
 REAL = REPO / "tests" / "fixtures" / "real-trees" / "matrix.toml"
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
-# three of flash-attn's forward units (3.8-4.8 GB per nvcc thread, 214-232 s each for sm_80 + sm_90 on this machine:
-# docs/evidence/2026-12-05-real-trees.md), so three servers fit this machine's 23 GB
-FORWARD = ("*flash_fwd_hdim64_fp16_sm80.cu", "*flash_fwd_hdim128_bf16_causal_sm80.cu", "*flash_fwd_hdim64_bf16_sm80.cu")
+# three of flash-attn's lightest units, its head-dim-64 forward kernels (3,778 MiB per nvcc thread, about 230 s for
+# sm_80 + sm_90 on this machine: docs/evidence/2026-12-05-real-trees.md). A server admitted by RAM must hold the 2
+# jobs sccache-dist runs on a 1-CPU server (scripts/farm): 8.5 GiB each at 3.8 GB per job, so this 23 GB machine
+# holds a farm of 2 such servers beside the client, not 3
+FORWARD = ("*flash_fwd_hdim64_fp16_sm80.cu", "*flash_fwd_hdim64_bf16_sm80.cu", "*flash_fwd_hdim64_fp16_causal_sm80.cu")
 GIB = 1 << 30
 
 
@@ -86,7 +89,8 @@ def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path,
         t0 = time.monotonic()
         measured = rehearse.compile_units(captured.snapshot, chosen, captured.work, captured.env,
                                           captured.stage.cuda_home, work / "sccache", None, "docker",
-                                          jobs=len(chosen), dist_conf=conf_file, recache=recache)
+                                          jobs=min(args.parallel, len(chosen)), dist_conf=conf_file,
+                                          recache=recache)
         wall = time.monotonic() - t0
         conf_file.unlink()
         for m_ in measured:
@@ -114,27 +118,44 @@ def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path,
                                for s in after["servers"]]}
 
 
+def kept(directory: Path):
+    """A capture kept by --keep: its image, its units (read again from its rehearsal directory), its environment."""
+    from types import SimpleNamespace
+
+    k = json.loads((directory / "captured.json").read_text())
+    work = Path(k["work"])
+    units = rehearse.units_from_capture(work / "out", "")
+    return SimpleNamespace(work=work, snapshot=k["snapshot"], env=k["env"], gcc=k["gcc"], units=units,
+                           stage=SimpleNamespace(cuda_home=k["cuda_home"]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--matrix", type=Path, default=REAL)
     ap.add_argument("--package", default="flash-attn")
     ap.add_argument("--unit", action="append", default=None)
-    ap.add_argument("--servers", default="1,2,3")
+    ap.add_argument("--servers", default="1,2")
     ap.add_argument("--cpus", default="1")
-    ap.add_argument("--memory", default="5.5g")
-    ap.add_argument("--gb-per-job", type=float, default=4.9)
+    ap.add_argument("--memory", default="8.5g")
+    ap.add_argument("--gb-per-job", type=float, default=3.8)
     ap.add_argument("--projection", default="4x16,16x16,64x32", help="KxC farms to project the package onto")
+    ap.add_argument("--parallel", type=int, default=3, help="units compiled at once (default 3)")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="keep the captured stage (its images and DIR/captured.json) for --from")
+    ap.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
+                    help="the units of a capture kept with --keep (no build stage, no capture)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
         args.matrix, args.package, args.unit, args.servers = FIXTURE, "cuda-ext", ["*saxpy.cu"], "1,2"
-        args.memory, args.gb_per_job = "1g", 0.4
+        args.memory, args.gb_per_job = "1g", 0.45
     patterns = tuple(args.unit or FORWARD)
     if os.geteuid() != 0:
         sys.exit("benchmarks/farm_units.py: needs root (scripts/farm)")
     with tempfile.TemporaryDirectory(prefix="farm-units-") as tmp:
-        work = Path(tmp)
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
 
         def plan_of(w: Path) -> BuildFlags:
             return BuildFlags(work_dir=str(w / "work"), log_dir=str(w / "logs"), wheelhouse=str(w / "wh"),
@@ -149,12 +170,21 @@ def main() -> int:
         images: list[str] = []
         try:
             t0 = time.monotonic()
-            captured = rehearse.capture_package(plan, wheel, opts, host, lambda s: print(s, file=sys.stderr), images)
+            if args.from_dir:
+                captured = kept(args.from_dir)
+            else:
+                captured = rehearse.capture_package(plan, wheel, opts, host, lambda s: print(s, file=sys.stderr),
+                                                    images)
+                if args.keep:
+                    (args.keep / "captured.json").write_text(json.dumps({
+                        "work": str(captured.work), "snapshot": captured.snapshot, "env": captured.env,
+                        "cuda_home": captured.stage.cuda_home, "gcc": captured.gcc, "images": images}))
+                    images = []
             capture_s = time.monotonic() - t0
             chosen = [u for u in captured.units if any(rehearse.fnmatch.fnmatch(u.source, p) for p in patterns)]
             if not chosen:
                 sys.exit(f"no unit matches {patterns}")
-            (work / "sccache").mkdir()
+            (work / "sccache").mkdir(exist_ok=True)
             runs = []
             counts = [int(x) for x in args.servers.split(",")]
             for k in counts:
@@ -171,13 +201,16 @@ def main() -> int:
     # thread-seconds per kernel×arch unit, from the one-server farm: its wall × the cores everything shared
     cores = os.cpu_count() or 1
     per_unit = first["wall_seconds"] * min(cores, len(chosen)) / sum(len(u.sass) for u in chosen)
+    # a unit's steps run one after another (NVCC_THREADS=1): no farm compiles the package faster than its longest unit
+    longest = max(u["seconds"] for r in runs if r["recache"] for u in r["units"])
     projections = []
     for spec in args.projection.split(","):
         k, c = (int(x) for x in spec.split("x"))
-        projections.append({"servers": k, "cores": c, "seconds": round(units_all * per_unit / (k * c))})
+        projections.append({"servers": k, "cores": c, "seconds": round(max(units_all * per_unit / (k * c), longest))})
     result = {"package": args.package, "units_chosen": [u.source.rsplit("/", 1)[-1] for u in chosen],
               "capture_seconds": round(capture_s, 1), "runs": runs, "kernel_arch_units_of_package": units_all,
-              "thread_seconds_per_unit": round(per_unit, 1), "nvcc_steps_per_run": steps, "projection": projections}
+              "thread_seconds_per_unit": round(per_unit, 1), "nvcc_steps_per_run": steps, "projection": projections,
+              "longest_unit_seconds": longest}
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -189,7 +222,8 @@ def main() -> int:
         print(f"  {r['servers']} server(s){'' if r['recache'] else ', rerun'}: {r['wall_seconds']}s, "
               f"{r['steps_remote']} steps remote {r['per_server_steps']}, {r['steps_local']} local, "
               f"{r['steps_hit']} hits; {mem}{'' if r['ok'] else ' — A UNIT FAILED'}")
-    print(f"  {per_unit:.1f} thread-seconds per kernel×arch unit; the package's {units_all} units projected: "
+    print(f"  {per_unit:.1f} thread-seconds per kernel×arch unit (longest unit {longest:.0f}s, the floor); the "
+          f"package's {units_all} units projected: "
           + ", ".join(f"{p['servers']} servers x {p['cores']} cores {duration(p['seconds'])}" for p in projections))
     return 0 if all(r["ok"] for r in runs) else 1
 
