@@ -60,7 +60,7 @@ def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> N
         click.echo(json.dumps([report.outcome_json(o) for o in outcomes], indent=2))
     else:
         click.echo(report.format_table(outcomes, len(plans)))
-    published = _after_publish(m, cells, plans, outcomes, opts) if target is not None else None
+    published = _after_publish(m, cells, plans, outcomes, opts, flags_.as_json) if target is not None else None
     if any(o.interrupted for o in outcomes):
         for reason in [r.reason for o in outcomes for r in o.results if r.reason.startswith("interrupted by")]:
             click.secho(f"error: {reason}", fg="red", err=True)
@@ -69,8 +69,9 @@ def run_build(m, sel, flags_: BuildFlags, target: pub.Target | None = None) -> N
         raise Failed()
 
 
-def _after_publish(m, cells, plans, outcomes, opts):
-    """After the runner: aliases (only when every cell was pushed), images.json, the pull lines."""
+def _after_publish(m, cells, plans, outcomes, opts, as_json: bool = False):
+    """After the runner: aliases (only when every cell was pushed), images.json, the pull lines (on stderr under
+    --json, whose stdout is one JSON document)."""
     try:
         every = resolve.select(m, matrix_mod.Selection(profiles=("all",)))
     except UserError:
@@ -80,7 +81,7 @@ def _after_publish(m, cells, plans, outcomes, opts):
     for line in summary.failed:
         click.secho(f"not published: {line}", fg="red", err=True)
     for line in summary.pulls:
-        click.echo(line)
+        click.echo(line, err=as_json)
     return summary
 
 

@@ -72,7 +72,12 @@ def _image(image: str):
 @flags.matrix
 @flags.as_json
 def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_timeout, matrix_path, as_json):
-    """Snapshot TARGET booted (an image; a cell id with --launcher process) after it answered smoke L3's request."""
+    """Snapshot TARGET booted (an image; a cell id with --launcher process) after it answered smoke L3's request.
+
+    \b
+    Example:
+      builder snapshot take IMAGE --strategy MTP2 --model /models/tiny --out snap/
+    """
     from ..deploy import subject
     from ..deploy.snapshot import place as place_mod
     from ..deploy.snapshot import take as take_mod
@@ -121,7 +126,13 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
               help="Seconds the restored engine has to answer /v1/models before the restore is undone.")
 @flags.as_json
 def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
-    """Restore the snapshot in DIRECTORY where its key holds; refused before anything starts where it does not."""
+    """Restore the snapshot in DIRECTORY where its key holds; refused before anything starts where it does not.
+
+    \b
+    Example:
+      builder snapshot restore snap/
+      builder snapshot restore /tmp/snap --launcher process --json
+    """
     import dataclasses
 
     from ..deploy.runtime import gpus

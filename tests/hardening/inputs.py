@@ -625,7 +625,7 @@ def _farm_cases() -> list[ScriptCase]:
             ScriptCase("i50-farm-no-bwrap", FARM, start(), code=3, expect=("apt-get install bubblewrap",),
                        env={"PATH": "{tmp}/empty"}),
             ScriptCase("i50-farm-no-server-fits", FARM, start(memory="256m", gb_per_job="1"),
-                       expect=("no server's memory holds one job",)),
+                       expect=("no server's memory holds the 2 jobs",)),
             ScriptCase("i50-farm-status-none", FARM, ["status", "--state", "{tmp}/farm"], expect=("no farm at",))]
     return out
 

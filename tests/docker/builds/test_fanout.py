@@ -70,14 +70,14 @@ def split_names(prefix: str) -> tuple[str, str]:
     raise AssertionError("no two names split the cells")
 
 def build(fixture: Path, tmp: Path, name: str, builders: str, env: dict, *extra: str,
-          kill: tuple[object, str] | None = None) -> tuple[int, list[dict], str, float]:
-    """`builder build` of both cells over BUILDERS; `kill`: (engine, cell) whose engine dies 5 s after that cell's compile RUN starts.
-    (exit code, JSON outcomes, stderr, seconds)."""
+          kill: tuple[object, str] | None = None, verb: str = "build") -> tuple[int, list[dict], str, float]:
+    """`builder build` (or `verb`) of both cells over BUILDERS; `kill`: (engine, cell) whose engine dies 5 s after
+    that cell's compile RUN starts. (exit code, JSON outcomes, stderr, seconds)."""
     logs = tmp / f"logs-{name}"
-    argv = [sys.executable, "-m", "builder.cli", "build", "--matrix", "matrix-publish.toml", "--profile", "all",
+    argv = [sys.executable, "-m", "builder.cli", verb, "--matrix", "matrix-publish.toml", "--profile", "all",
             "--builder", builders, "--wheelhouse", str(tmp / f"wh-{name}"), "--work-dir", str(tmp / f"work-{name}"),
-            "--log-dir", str(logs), "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(HOST_CA), "--no-smoke",
-            "--progress", "plain", "--json", *extra]
+            "--log-dir", str(logs), "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(HOST_CA),
+            *(("--no-smoke",) if verb == "build" else ()), "--progress", "plain", "--json", *extra]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=fixture, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **env})
@@ -143,3 +143,31 @@ def test_two_builders_build_one_cell_each_at_once_and_a_dead_builder_fails_only_
                                  f"127.0.0.1:5000/fan-{ns}/*"], capture_output=True, text=True).stdout.split()
         if listed:
             subprocess.run(["docker", "image", "rm", *listed], capture_output=True)
+
+
+def test_publish_over_two_builders_pushes_the_cell_of_the_builder_that_lives(two_engines, tmp_path, registry):
+    """`publish --builder A,B`: each cell built on its builder, smoked and pushed by digest; the engine of the second
+    builder dies during its cell's compile: that cell fails naming its builder and nothing of it reaches the registry,
+    while the first cell's image is published under its tag."""
+    import requests
+
+    engines, env = two_engines
+    names = list(engines)
+    ns = uuid.uuid4().hex[:8]
+    fixture = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, fixture)
+    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:  # a source neither engine has compiled
+        fh.write(f"// fanout publish {ns}\n")
+    repo = f"fanpub-{ns}"
+    code, cells, err, _ = build(fixture, tmp_path, "publish", ",".join(names), env, "--keep-going",
+                                "--registry", f"{registry}/{repo}", kill=(engines[names[1]], CELLS[1]), verb="publish")
+    assert code == 1, err[-5000:]
+    by_cell = {c["cell"]: c for c in cells}
+    assert by_cell[CELLS[0]]["result"] == "ok" and by_cell[CELLS[0]]["builder"] == names[0], err[-5000:]
+    assert by_cell[CELLS[1]]["result"] == "failed" and by_cell[CELLS[1]]["builder"] == names[1]
+    assert by_cell[CELLS[1]]["error"].startswith(f"builder {names[1]} does not answer ("), by_cell[CELLS[1]]["error"]
+    catalog = requests.get(f"http://{registry}/v2/_catalog", timeout=30).json()["repositories"]
+    mine = [r for r in catalog if r.startswith(repo + "/")]
+    assert len(mine) == 1, mine  # the first cell's engine repository only
+    tags = requests.get(f"http://{registry}/v2/{mine[0]}/tags/list", timeout=30).json()["tags"]
+    assert any(CELLS[0].split("-", 2)[2] in t for t in tags) and not any(CELLS[1].split("-", 2)[2] == t for t in tags), tags
