@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from tests.hardening.cases import Case
+from tests.hardening.cases import Case, write
 
 KEY = {"format": 1, "gpus": ["none"], "driver": "none", "subject": "sha256:" + "a" * 64, "model": "m",
        "model_config_sha256": "", "engine_args": ["python3", "-m", "stand_in_engine.server", "--port", "8000"],
@@ -33,12 +33,7 @@ def _in_dirs(files: dict) -> dict:
     def writer(content):
         def make(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            if callable(content):
-                content(path)
-            elif isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content)
+            write(path, content)
         return make
     return {name: writer(content) for name, content in files.items()}
 
