@@ -2,8 +2,10 @@
 dumps the tree, restored and unlocked after CRIU restores it. CRIU cannot dump a process's GPU memory; the CUDA
 driver's checkpoint API (cuCheckpointProcess*, libcuda of driver >= 550) moves it to host memory first, where the
 dump takes it. The tool: NVIDIA's cuda-checkpoint where it is on PATH, else builder's cuda_checkpoint.c built with
-the toolkit's cuda.h and libcuda. A process with an NVIDIA device mapping that runs no CUDA context (vLLM's API
-server) is one the driver API does not know; CRIU's CUDA plugin (cuda_plugin.so, CRIU >= 4) handles its mapping."""
+the toolkit's cuda.h (libcuda opened at run time), which takes NVIDIA's command line. A process with an NVIDIA device
+mapping that runs no CUDA context (vLLM's API server) is one the driver API does not know; CRIU's CUDA plugin
+(cuda_plugin.so, CRIU >= 4) handles its mapping, and drives `cuda-checkpoint` from PATH: builder's tool serves it
+too (its directory first on PATH)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def tool(place, build_dir: Path | None = None) -> list[str]:
 
 
 def build(build_dir: Path) -> Path:
-    """builder's cuda_checkpoint, compiled with the toolkit's cuda.h against this host's libcuda."""
+    """builder's cuda-checkpoint, compiled with the toolkit's cuda.h (the types; libcuda is opened at run time)."""
     home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     header = Path(home) / "include" / "cuda.h"
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -51,9 +53,8 @@ def build(build_dir: Path) -> Path:
         raise UserError(f"cannot build the CUDA checkpoint tool: {'no C compiler' if cc is None else f'no {header}'} "
                         "(set CUDA_HOME to a toolkit, or put NVIDIA's cuda-checkpoint on PATH)")
     build_dir.mkdir(parents=True, exist_ok=True)
-    out = build_dir / "cuda_checkpoint"
-    libdirs = [d for d in (Path(home) / "lib64" / "stubs", Path(home) / "lib64", Path(home) / "lib") if d.is_dir()]
-    argv = [cc, "-O2", "-o", str(out), str(SOURCE), f"-I{header.parent}", *(f"-L{d}" for d in libdirs), "-lcuda"]
+    out = build_dir / "cuda-checkpoint"  # the name CRIU's CUDA plugin runs from PATH
+    argv = [cc, "-O2", "-o", str(out), str(SOURCE), f"-I{header.parent}", "-ldl"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         raise UserError(f"building {SOURCE.name} failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
@@ -61,9 +62,9 @@ def build(build_dir: Path) -> Path:
 
 
 def act(place, argv0: list[str], action: str, pids: list[int]) -> None:
-    """checkpoint (lock + copy out) or restore (copy back + unlock) each pid; NVIDIA's tool toggles both steps."""
+    """checkpoint (lock + copy out) or restore (copy back + unlock) each pid: `--toggle`, which both tools take."""
     for pid in pids:
-        argv = [*argv0, "--toggle", "--pid", str(pid)] if argv0 == ["cuda-checkpoint"] else [*argv0, action, str(pid)]
+        argv = [*argv0, "--toggle", "--pid", str(pid)]
         rc, out = place.run(argv, timeout=600)
         if rc != 0:
             raise Failed(f"GPU {action} of pid {pid} failed: {out.strip()[-300:]}")

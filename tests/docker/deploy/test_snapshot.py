@@ -125,3 +125,22 @@ def test_an_image_the_daemon_does_not_hold_is_refused_and_nothing_is_written(tmp
     assert refused.returncode == 3 and "not a local image" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (tmp_path / "o").exists() and containers() == []
+
+
+def test_the_cuda_checkpoint_tool_builds_with_the_toolkit_header_and_takes_nvidias_command_line(local_bases):
+    """builder's cuda-checkpoint (builder/deploy/snapshot/cuda_checkpoint.c) compiled in the local CUDA 13.0 devel base
+    with its cuda.h alone: `-h` names --action (what CRIU's CUDA plugin looks for before it uses the tool), a bad
+    argument exits 2 with the usage, and with no CUDA driver (this machine: no GPU) a real request says so in one
+    line and exits 1. What it does on a GPU is the GPU session's (docs/snapshot.md)."""
+    src = REPO / "builder" / "deploy" / "snapshot"
+    script = ('H=$(dirname "$(find / -path /proc -prune -o -name cuda.h -path "*nvidia*include*" -print | head -1)"); '
+              "cc -O2 -Wall -Werror -o /tmp/cuda-checkpoint /src/cuda_checkpoint.c -I\"$H\" -ldl || exit 9; "
+              "/tmp/cuda-checkpoint -h; echo rc=$?; /tmp/cuda-checkpoint --pid; echo rc=$?; "
+              "/tmp/cuda-checkpoint --get-state --pid 1; echo rc=$?")
+    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{src}:/src:ro", "--entrypoint", "sh",
+                          local_bases["cuda_devel"], "-c", script], capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "--action lock|checkpoint|restore|unlock" in out.stdout and "rc=0" in out.stdout
+    assert out.stdout.count("rc=2") == 1 and out.stdout.rstrip().endswith("rc=1"), text
+    assert "no CUDA driver here (libcuda.so.1" in out.stderr, text
