@@ -64,6 +64,16 @@ def _grammar(rule, noun: str, plural: str = "") -> Parsed:
     return Parsed(rule, noun, plural or noun, explain=True)
 
 
+def _name_value(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", value):
+        raise ValueError("is not a NAME=VALUE string")
+    return value
+
+
+# an environment entry (an engine's --env, a sleep mode's variables)
+NAME_VALUE = Parsed(_name_value, "a NAME=VALUE string", "NAME=VALUE strings", explain=True, say_expected=False)
+
+
 def _long_flag(value: str) -> str:
     if not re.fullmatch(r"--[a-z][a-z0-9-]*", value, re.ASCII):
         raise ValueError("is not a long flag (--name: lower-case letters, digits, '-')")
@@ -380,7 +390,10 @@ SMOKE = Table(optional={
     "sleep": Key(Table(required={
         "flag": Key(STR, "The launch flag that turns the sleep mode on (--enable-sleep-mode)."),
         "path": Key(STR, "The POST path that puts it to sleep, releasing its GPU memory (/sleep?level=1)."),
-        "wake": Key(STR, "The POST path that wakes it (/wake_up).")}),
+        "wake": Key(STR, "The POST path that wakes it (/wake_up).")},
+        optional={"env": Key(ListOf(NAME_VALUE),
+                             "What the engine's environment needs for those paths to exist (vLLM: "
+                             "VLLM_SERVER_DEV_MODE=1).")}),
         "The engine's sleep mode: builder snapshot puts it to sleep before the checkpoint (the KV cache released, "
         "so the GPU state copied is small) and wakes it after a restore."),
 })
@@ -1237,19 +1250,13 @@ def _shell_words(value: str) -> str:
     return value
 
 
-def _name_value(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", value):
-        raise ValueError("is not a NAME=VALUE string")
-    return value
-
-
 CARRY_REQUIREMENT = _said(_carry_requirement, "a requirement like name==1.0", "requirements like name==1.0")
 CARRY_SERVE = Table(
     required={"cell": Key(_grammar(grammar.bundle_name, "a cell name"), "The cell of the GPU host's matrix "
                           "(tests/fixtures/gpu-host/matrix.toml) that smoke, bench and warm run."),
               "engine_args": Key(_said(_shell_words, "one shell-quoted string"),
                                  "The engine's own flags, one shell-quoted string (--engine-args).")},
-    optional={"env": Key(ListOf(_said(_name_value, "a NAME=VALUE string", "NAME=VALUE strings")),
+    optional={"env": Key(ListOf(NAME_VALUE),
                          "The engine's environment on the host (--env).")})
 _CARRY_WHEELS = {
     "python": Key(_said(_host_python, 'a Python version like "3.12"'), "The host's Python: pip downloads for it."),

@@ -67,25 +67,35 @@ def _image(image: str):
               help="The engine's port (in the container; on this host with --launcher process).")
 @click.option("--tp", default=1, show_default=True, type=flags.Number(1, 64, "a tensor-parallel size", integer=True), help="Tensor parallel size.")
 @click.option("--criu", default="criu", show_default=True, help="The criu program where the engine runs.")
+@flags.engine_args
+@flags.env
 @click.option("--boot-timeout", default=900.0, show_default=True, type=flags.Number(1, 86400, "a number of seconds"),
               help="Seconds the engine has to boot and answer /v1/models before the snapshot is given up.")
 @flags.matrix
 @flags.as_json
-def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_timeout, matrix_path, as_json):
+def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_args, env, boot_timeout, matrix_path,
+         as_json):
     """Snapshot TARGET booted (an image; a cell id with --launcher process) after it answered smoke L3's request.
 
     \b
     Example:
       builder snapshot take IMAGE --strategy MTP2 --model /models/tiny --out snap/
     """
-    from ..deploy import subject
+    from ..deploy import runflags, subject
     from ..deploy.runtime.engine import free_port
+    from ..deploy.smoke import shapemodel
+    from ..deploy.smoke.layers import Model
     from ..deploy.snapshot import place as place_mod
     from ..deploy.snapshot import take as take_mod
     from ..errors import UserError
 
     if not model.strip():
         raise UserError("--model: empty; name the model the engine serves")
+    generated = model == "tiny" or shapemodel.is_shape(model)
+    if generated and launcher == "docker":
+        raise UserError(f"--model {model}: a generated model is written on this host, which the container does not "
+                        "see; give the model's path in the image (or --launcher process)")
+    extra, given_env = runflags.engine_args(engine_args), runflags.env_pairs(env)
     out_path = _out_dir(out)
     m = flags.given_matrix(matrix_path)
     kn = m.knowledge if m is not None else None
@@ -101,10 +111,12 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, boot_ti
     recipe = cell.engine_recipe
     if strategy and recipe.strategy_problem(strategy):
         raise UserError(f"--strategy {strategy}: {recipe.strategy_problem(strategy)}")
-    argv = take_mod.line_for(recipe, strategy, model, port, host, tp, ())
+    served = str(Model.resolve(model).target) if generated else model  # tiny, shape:NAME: generated here
+    argv = take_mod.line_for(recipe, strategy, served, port, host, tp, extra, generated=generated)
     if launcher == "process" and argv[0] in ("python", "python3"):
         argv = (python, *argv[1:])
-    engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp)
+    engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp,
+                             env=take_mod.engine_env(recipe, strategy, given_env), served=served)
     if launcher == "docker":
         place = place_mod.Container(target, str(out_path), port, free_port())
     else:
@@ -163,8 +175,10 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     result = restore_mod.restore(path, snap, record, place, lambda s: click.echo(s, err=True), criu=criu,
                                  ready_timeout=ready_timeout, here_of=lambda v: dataclasses.replace(here, criu=v))
     result["container"] = getattr(place, "cid", "")
+    # how it ends: the container, or the init of its PID namespace (ending it ends every process restored there)
+    result["stop"] = f"docker rm -f {result['container']}" if result["container"] else f"kill -KILL {place.ns_init}"
     click.echo(json.dumps(result, indent=2) if as_json else
-               f"restored: ready in {result['ready_s']} s on 127.0.0.1:{result['port']}")
+               f"restored: ready in {result['ready_s']} s on 127.0.0.1:{result['port']}; to end it: {result['stop']}")
 
 
 def _port_of(snap) -> str:

@@ -14,6 +14,8 @@ the order of their numbers; a new bundle under an installed name is installed in
     scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore LAYER.tar.gz --expect-warm [...]
     scripts/gpu-host-run layer CAPTURE OUT [--part-mib 15] [--epoch N]   # a capture -> a warm layer in parts
     scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore OUT --expect-warm [...]  # those parts, joined
+    scripts/gpu-host-run snapshot vllm-0.26.0 take --strategy MTP2 --model tiny --out DIR [--criu C]  # issue 52
+    scripts/gpu-host-run snapshot vllm-0.26.0 restore DIR [--criu C] [--json]
 
 --image-paths runs the engine at the runtime image's paths (builder/image/launchline.py ImagePaths): a venv at the image's prefix
 made from this host's interpreter, the bundles' files in its site-packages (scripts pointed at its python), this
@@ -22,6 +24,10 @@ interpreter and runs the engine with it (the compile caches' keys hold these pat
 tar, as `builder warm` packs it) puts its files at the image's cache root first, which must be empty: only members
 under that root are taken, with the layer's file times, and the venv's own files are set back to that time, as in the
 image (ninja, FlashInfer's JIT, rebuilds whatever looks older than its inputs or newer than its deps log).
+
+`snapshot NAME take|restore` is builder snapshot on this host (--launcher process) with the bundle's interpreter:
+take boots the spec's cell with the spec's serve flags and snapshots it; restore brings DIR back in a new PID
+namespace, where its key holds (builder/deploy/snapshot/).
 
 `layer CAPTURE OUT` makes that tar without Docker from a capture of `warm --image-paths` (its tree/ at its cache root,
 every time the oldest captured file's, or --epoch: builder/deploy/warm/layer.py tar_layer) and writes it to OUT in
@@ -49,7 +55,8 @@ from .runtime.hostenv import Store, checked_name
 from .warm import restore as restore_mod
 
 MATRIX = "tests/fixtures/gpu-host/matrix.toml"
-VERBS = ("stash", "install", "bench", "smoke", "warm", "layer")
+VERBS = ("stash", "install", "bench", "smoke", "warm", "layer", "snapshot")
+SNAPSHOT_ACTIONS = ("take", "restore")
 LAYER_PART_MIB = 15  # what comes back from a device call: files of 16 MiB at most
 OWN_FLAGS = ("--client", "--with", "--restore")  # this route's own flags, each with a value
 
@@ -79,7 +86,7 @@ def main(argv: list[str], checkout: Path) -> int:
         return 0
     if len(argv) < 2 or argv[0] not in VERBS:
         got = f"unknown verb {argv[0]!r}" if argv and argv[0] not in VERBS else "no bundle name" if argv else "no verb"
-        print(f"error: {got}: usage: scripts/gpu-host-run stash|install|bench|smoke|warm NAME [...] | layer CAPTURE OUT "
+        print(f"error: {got}: usage: scripts/gpu-host-run stash|install|bench|smoke|warm|snapshot NAME [...] | layer CAPTURE OUT "
               "(--help says more)", file=sys.stderr)
         return EXIT_BAD_INPUT
     verb, name, rest = argv[0], argv[1], argv[2:]
@@ -189,6 +196,11 @@ def cell_paths(checkout: Path, cell_id: str):
 
 def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
     """builder's `verb` (smoke, bench, warm) of the spec's cell, on the installed bundles (installed first)."""
+    action = None
+    if verb == "snapshot":  # its action first: a bad one is refused before anything is read or installed
+        if not rest or rest[0] not in SNAPSHOT_ACTIONS:
+            raise UserError(f"snapshot {name}: say take or restore next (got {rest[0] if rest else 'nothing'!r})")
+        action = rest.pop(0)
     client, extra, layer = own_flags(rest)
     s = hostenv.spec(store, name)["serve"]  # a bad spec is found before anything is installed
     for n in [name, *extra, *([client] if client else [])]:
@@ -205,7 +217,13 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
         env = {**os.environ, "PYTHONPATH": str(store.checkout)}
         if layer is not None:
             restore_mod.restore(layer, paths.cache_root)
-    argv = [str(python), "-m", "builder.cli", verb, s["cell"], "--matrix", MATRIX, "--launcher", "process",
+    head = [str(python), "-m", "builder.cli", verb, *([action] if action else [])]
+    if verb == "snapshot":
+        if action == "restore":  # the snapshot's key holds the launch line: no serve flags again
+            argv = [*head, *rest, "--launcher", "process"]
+            print("$", shlex.join(argv), flush=True)
+            return subprocess.run(argv, cwd=store.checkout, env=env).returncode
+    argv = [*head, s["cell"], "--matrix", MATRIX, "--launcher", "process",
             "--python", str(python), "--engine-args", s["engine_args"]]
     for e in s.get("env", []):
         argv += ["--env", e]

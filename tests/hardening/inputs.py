@@ -321,6 +321,10 @@ def _spec_cases() -> list[ScriptCase]:
         out.append(ScriptCase(f"i4-run-spec-is-a-{key}", RUN, ["smoke", NAME], expect=("spec",),
                               setup=_store_spec(make)))
     out.append(ScriptCase("i4-run-spec-none", RUN, ["smoke", NAME], expect=("no spec", NAME)))
+    # snapshot's action (take or restore) is read before the spec or any install
+    out.append(ScriptCase("i4-run-snapshot-no-action", RUN, ["snapshot", NAME], expect=("take or restore", "nothing")))
+    out.append(ScriptCase("i4-run-snapshot-bad-action", RUN, ["snapshot", NAME, "peek"],
+                          expect=("take or restore", "'peek'")))
     return out
 
 

@@ -77,4 +77,11 @@ CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for 
     Case("s1-take-out-empty-word", "snapshot", [*TAKE, "--out", " "], expect=("--out: empty",)),
     Case("s1-take-model-empty", "snapshot", ["snapshot", "take", "img", "--model", " ", "--out", "{tmp}/o"],
          expect=("--model: empty",)),
+    # a generated model is written on this host: the docker route cannot see it
+    Case("s1-take-generated-model-in-a-container", "snapshot",
+         ["snapshot", "take", "img", "--model", "tiny", "--out", "{tmp}/o"], expect=("--model tiny", "--launcher process")),
+    Case("s1-take-engine-args-unquoted", "snapshot", [*TAKE, "--out", "{tmp}/o", "--engine-args", "--x 'a"],
+         expect=("--engine-args",)),
+    Case("s1-take-env-not-name-value", "snapshot", [*TAKE, "--out", "{tmp}/o", "--env", "A"],
+         expect=("--env 'A'", "NAME=VALUE")),
 ]]

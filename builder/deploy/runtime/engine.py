@@ -653,6 +653,19 @@ class RunningEngine:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
+    def call(self, path: str, timeout: float) -> int:
+        """The status of an empty POST to path (an engine's control endpoints, such as vLLM's /sleep and /wake_up,
+        answer 200 with no body); 0 when nothing answered."""
+        req = urllib.request.Request(self.base + path, data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                resp.read()
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except (OSError, ValueError):
+            return 0
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

@@ -61,10 +61,36 @@ def build(build_dir: Path) -> Path:
     return out
 
 
-def act(place, argv0: list[str], action: str, pids: list[int]) -> None:
-    """checkpoint (lock + copy out) or restore (copy back + unlock) each pid: `--toggle`, which both tools take."""
+# the state each action starts from, and the one it leaves (NVIDIA's --toggle: running -> checkpointed, and back)
+FROM = {"checkpoint": "running", "restore": "checkpointed"}
+
+
+def state(place, argv0: list[str], pid: int) -> str | None:
+    """The driver's word for pid (running, locked, checkpointed, failed); None when the driver knows no CUDA
+    context there (a process that maps an NVIDIA device for NVML, or a fork that never initialised CUDA)."""
+    rc, out = place.run([*argv0, "--get-state", "--pid", str(pid)], timeout=60)
+    words = out.strip().split()
+    return words[-1] if rc == 0 and words else None
+
+
+def act(place, argv0: list[str], action: str, pids: list[int]) -> dict[str, list[int]]:
+    """checkpoint (lock + copy out) or restore (copy back + unlock) each pid whose driver state calls for it:
+    `--toggle`, which both tools take. A pid already in the action's end state is left alone (CRIU's CUDA plugin,
+    where it is loaded, restores and unlocks each process itself), one the driver does not know is skipped (its
+    device mapping is CRIU's), and one in any other state (locked, failed) fails the step, named."""
+    done: dict[str, list[int]] = {"toggled": [], "already": [], "no_context": []}
     for pid in pids:
-        argv = [*argv0, "--toggle", "--pid", str(pid)]
-        rc, out = place.run(argv, timeout=600)
+        now = state(place, argv0, pid)
+        if now is None:
+            done["no_context"].append(pid)
+            continue
+        if now != FROM[action]:
+            if now == ("checkpointed" if action == "checkpoint" else "running"):
+                done["already"].append(pid)
+                continue
+            raise Failed(f"GPU {action} of pid {pid}: the driver says it is {now}, not {FROM[action]}")
+        rc, out = place.run([*argv0, "--toggle", "--pid", str(pid)], timeout=600)
         if rc != 0:
             raise Failed(f"GPU {action} of pid {pid} failed: {out.strip()[-300:]}")
+        done["toggled"].append(pid)
+    return done

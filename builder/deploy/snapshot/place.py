@@ -58,6 +58,9 @@ class Container:
             raise UserError(f"the engine did not start {self.where}: {out.strip()[-300:]}")
         return int(out.strip())
 
+    def alive(self, pid: int) -> bool:
+        return self.run(["sh", "-c", f"kill -0 {pid}"], timeout=30)[0] == 0
+
     def restore(self, argv: list[str]) -> tuple[int, str]:
         """CRIU's restore in this container: a fresh PID namespace, so no restored pid collides."""
         return self.run(argv, timeout=1800)
@@ -100,6 +103,11 @@ class Process:
                                 env={**os.environ, **self.env, **env}, start_new_session=True)
         self.started.append(proc)
         return proc.pid
+
+    def alive(self, pid: int) -> bool:
+        """Whether the engine started here still runs (an ended child is a zombie until reaped: kill -0 would
+        still find it)."""
+        return any(p.pid == pid and p.poll() is None for p in self.started)
 
     def restore(self, argv: list[str]) -> tuple[int, str]:
         """CRIU's restore in a new PID namespace (and a mount namespace with its own /proc); its init stays (a

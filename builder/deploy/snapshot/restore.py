@@ -8,6 +8,7 @@ container, or the namespace's init) and says to boot warm."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -16,7 +17,7 @@ from ...errors import Failed, UserError
 from . import criu as criu_mod
 from . import cuda, key as key_mod
 from . import place as place_mod
-from .take import IMAGES, PROMPT, RECORD, TOKENS, client
+from .take import IMAGES, LOG, PROMPT, RECORD, TOKENS, client
 
 FALLBACK = "boot it warm instead (builder serve IMAGE, or the warm image)"
 
@@ -53,9 +54,32 @@ def restore(directory: Path, snapshot: key_mod.Key, record: dict, place, say: Ca
         raise
 
 
+def rewind_log(directory: Path, record: dict) -> Path | None:
+    """The engine's log back at the size it had when it was dumped. CRIU reopens every regular file a process had
+    open and refuses one whose size changed ("File ... has bad size"), and a restored engine goes on writing its
+    log: without this a snapshot restores once. What a restored engine wrote is kept beside it (engine.log.N)."""
+    log, size = directory / LOG, record.get("log_bytes")
+    if not isinstance(size, int) or not log.is_file() or log.stat().st_size == size:
+        return None
+    n = 1
+    while (kept := directory / f"{LOG}.{n}").exists():
+        n += 1
+    log.rename(kept)
+    with kept.open("rb") as src, log.open("wb") as dst:
+        while size > 0 and (chunk := src.read(min(size, 1 << 20))):
+            dst.write(chunk)
+            size -= len(chunk)
+    shutil.copymode(kept, log)
+    return kept
+
+
 def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     inside = place_mod.MOUNT if not place.local else str(directory.resolve())
     images = f"{inside}/{IMAGES}"
+    (directory / "restore.pid").unlink(missing_ok=True)  # CRIU writes its pidfile with O_EXCL: an earlier restore's stops it
+    kept = rewind_log(directory, record)
+    if kept is not None:
+        say(f"the engine's log set back to its size at the dump (CRIU checks it); what was written since: {kept}")
     t0 = time.monotonic()
     rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/restore.pid"))
     criu_s = round(time.monotonic() - t0, 2)
@@ -68,12 +92,16 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     procs = criu_mod.tree(place, pid)
     on_gpu = cuda.cuda_pids(place, procs)
     t1 = time.monotonic()
+    gpu_done: dict = {}
     if on_gpu:
-        cuda.act(place, cuda.tool(place, directory / "tool"), "restore", on_gpu)
+        gpu_done = cuda.act(place, cuda.tool(place, directory / "tool"), "restore", on_gpu)
     gpu_s = round(time.monotonic() - t1, 2)
     http = client(place.host_port, _Recipe(record), directory / "engine.log")
     if record.get("slept"):
-        http.post(record["wake"], {}, timeout=600)
+        code = http.call(record["wake"], timeout=600)
+        if code != 200:
+            raise Failed(f"restored, but POST {record['wake']} answered {code}, not 200: the engine did not wake; "
+                         f"{FALLBACK}")
     deadline = time.monotonic() + ready_timeout
     while http.models() is None:
         if time.monotonic() > deadline:
@@ -88,7 +116,7 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     _, metrics = http.metrics()
     say(f"restored {len(procs)} process(es) in {criu_s} s (CRIU), GPU {gpu_s} s; ready in {ready_s} s; the same "
         f"answer {got!r}")
-    return {"pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
+    return {"pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
             "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
 
 

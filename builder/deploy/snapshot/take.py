@@ -16,7 +16,7 @@ from ...errors import Failed, UserError
 from ...image.launchline import launch_line
 from ..runtime import gpus as gpus_mod
 from ..runtime import warmkey
-from ..runtime.engine import BootFailed, RunningEngine
+from ..runtime.engine import HUB_OFF, BootFailed, RunningEngine
 from . import criu as criu_mod
 from . import cuda, key as key_mod, place as place_mod
 
@@ -38,18 +38,32 @@ class Engine:
     model: str
     tp: int = 1
     env: dict = field(default_factory=dict)
+    served: str = ""  # the model's path as the engine reads it ("" = model): a generated model's directory
 
     @property
     def sleep(self) -> dict | None:
         return self.recipe.smoke.get("sleep")
 
 
-def line_for(recipe, strategy_name: str, model: str, port: int, host: str, tp: int, extra: tuple[str, ...]) -> tuple:
+def line_for(recipe, strategy_name: str, model: str, port: int, host: str, tp: int, extra: tuple[str, ...],
+             generated: bool = False) -> tuple:
+    """The launch line smoke L3 would start (a generated model: dummy weights and smoke's tiny_args), with the
+    engine's sleep flag."""
     strategy = recipe.strategy(strategy_name) if strategy_name else None
     sleep = recipe.smoke.get("sleep")
     more = (*extra, sleep["flag"]) if sleep else extra
-    line = launch_line(recipe, strategy, {"model": model, "host": host, "port": str(port)}, extra=more, tp=tp)
+    line = launch_line(recipe, strategy, {"model": model, "host": host, "port": str(port)}, extra=more, tp=tp,
+                       dummy_weights=generated, tiny=generated)
     return tuple(line.argv)
+
+
+def engine_env(recipe, strategy_name: str, given: dict[str, str]) -> dict[str, str]:
+    """The engine's environment as smoke L3 sets it (the hub off, the strategy's own), plus what its sleep mode
+    needs (vLLM serves /sleep only with VLLM_SERVER_DEV_MODE=1) and the user's --env last."""
+    strategy = recipe.strategy(strategy_name) if strategy_name else None
+    sleep = recipe.smoke.get("sleep") or {}
+    pairs = dict(v.split("=", 1) for v in sleep.get("env", []))
+    return {**HUB_OFF, **dict(getattr(strategy, "env", ()) or ()), **pairs, **given}
 
 
 def client(port: int, recipe, log: Path) -> RunningEngine:
@@ -64,8 +78,7 @@ def wait_ready(place, engine: RunningEngine, pid: int, timeout: float) -> float:
         code, _ = engine.get(engine.health, timeout=5)
         if code == 200 and engine.models():
             return round(time.monotonic() - t0, 2)
-        rc, _ = place.run(["sh", "-c", f"kill -0 {pid}"], timeout=30)
-        if rc != 0:
+        if not place.alive(pid):
             raise BootFailed(f"the engine (pid {pid}) ended before it was ready", engine.log_tail())
         if time.monotonic() - t0 > timeout:
             raise BootFailed(f"not ready after {timeout:g} s", engine.log_tail())
@@ -119,15 +132,20 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     say(f"booted in {boot_s} s (pid {pid}); answered {before['text']!r}")
     slept = False
     if engine.sleep:
-        http.post(engine.sleep["path"], {}, timeout=600)
+        code = http.call(engine.sleep["path"], timeout=600)
+        if code != 200:
+            raise Failed(f"POST {engine.sleep['path']} answered {code}, not 200: the engine did not sleep (vLLM serves "
+                         "it only with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)")
         slept = True
         say(f"asleep ({engine.sleep['path']}): its KV cache released before the GPU checkpoint")
     procs = criu_mod.tree(place, pid)
     on_gpu = cuda.cuda_pids(place, procs)
     t0 = time.monotonic()
+    gpu_done: dict = {}
     if on_gpu:
-        cuda.act(place, cuda.tool(place, build_dir), "checkpoint", on_gpu)
-        say(f"GPU state of {len(on_gpu)} CUDA process(es) {on_gpu} checkpointed in {time.monotonic() - t0:.2f} s")
+        gpu_done = cuda.act(place, cuda.tool(place, build_dir), "checkpoint", on_gpu)
+        say(f"GPU state of {len(gpu_done['toggled'])} CUDA process(es) {gpu_done['toggled']} checkpointed in "
+            f"{time.monotonic() - t0:.2f} s; mapping a device without a CUDA context: {gpu_done['no_context']}")
     else:
         say(f"no CUDA process in the tree of {len(procs)} process(es): no GPU state to checkpoint")
     gpu_s = round(time.monotonic() - t0, 2)
@@ -142,16 +160,16 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     say(f"dumped {len(procs)} process(es) with CRIU {criu_version} in {dump_s} s")
     gpu_names, driver = key_mod.gpu_part(host)
     key = key_mod.Key(gpus=gpu_names, driver=driver, subject=engine.identity, model=engine.model,
-                      model_config_sha256=warmkey.model_config_sha(engine.model) or "",
+                      model_config_sha256=warmkey.model_config_sha(engine.served or engine.model) or "",
                       engine_args=engine.argv, tp=engine.tp, criu=criu_version)
     place.close()
     key.write(out)
     record = {"subject": engine.subject, "prompt": PROMPT, "max_tokens": TOKENS, "answer": before["text"],
               "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "gpu_checkpoint_s": gpu_s,
-              "dump_s": dump_s, "cuda_pids": on_gpu, "processes": len(procs), "slept": slept,
+              "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done, "processes": len(procs), "slept": slept,
               "wake": engine.sleep["wake"] if engine.sleep else "", "health": http.health,
               "completions": http.completions,
-              "images": sizes(out / IMAGES)}
+              "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size}
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return record
 

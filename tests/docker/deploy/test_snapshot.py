@@ -76,6 +76,9 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
     record = json.loads(took.stdout)
     assert "no CUDA process in the tree" in took.stderr  # no GPU here: the GPU step finds nothing, and says so
     assert record["cuda_pids"] == [] and record["processes"] >= 1 and record["images"]["bytes"] > 0
+    # quiesced through the data's sleep mode (its route exists only with the env the data names), woken at restore
+    assert record["slept"] and record["wake"] == "/wake_up"
+    assert "asleep (/sleep?level=1)" in (snap / "engine.log").read_text()
     key = json.loads((snap / "key.json").read_text())
     assert key["criu"].startswith("4.") and key["gpus"] == ["none"] and key["subject"].startswith("sha256:")
     assert containers() == []  # the dump ended the engine, and its container is gone
@@ -99,6 +102,67 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
               f"images {record['images']}")
     finally:
         subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
+    # the restored engine wrote to its log; CRIU refuses a reopened file whose size changed, so a second restore
+    # from the same snapshot works only because restore sets the log back (what was written is kept beside it)
+    assert (snap / "engine.log").stat().st_size > record["log_bytes"]
+    again = builder("snapshot", "restore", str(snap), "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = json.loads(again.stdout)
+    try:
+        assert second["answer"] == record["answer"] and (snap / "engine.log.1").stat().st_size > record["log_bytes"]
+    finally:
+        subprocess.run(["docker", "rm", "-f", second["container"]], capture_output=True)
+
+
+def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(image, tmp_path):
+    """`--launcher process` (a GPU host without Docker) as it runs there: builder on the host spawns the engine,
+    sleeps it, dumps it with CRIU, then restores it under `unshare --pid --fork --mount-proc` and reaches it through
+    nsenter. The "host" is a container of the CRIU image (this machine's own CRIU cannot run, see above), running
+    builder from this checkout with the test environment's pure-Python packages; the restored engine must answer
+    as before, woken, in a PID namespace of its own (its pid 1 is the namespace's init, not the engine)."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    cell = stand_in_cell().id
+    script = (f"python3 -m builder.cli snapshot take {cell} --matrix tests/fixtures/smoke/matrix.toml --launcher "
+              "process --python python3 --strategy MTP2 --model stand-in-model --out /work/snap --json "
+              "> /work/take.json || exit 10; "
+              "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore.json "
+              "|| exit 11; "
+              # the restored engine, seen from the host: its NSpid line has two pids (the host's, the namespace's)
+              "for d in /proc/[0-9]*; do grep -qa stand_in_engine.server $d/cmdline 2>/dev/null && "
+              "grep NSpid $d/status; done > /work/nspid.txt; "
+              "python3 -c \"import json,urllib.request as u;print(json.loads(u.urlopen(u.Request("
+              "'http://127.0.0.1:8000/v1/completions',data=json.dumps({'model':'stand-in-model','prompt':"
+              "'The capital of France is','max_tokens':16,'temperature':0}).encode(),headers={'Content-Type':"
+              "'application/json'})).read())['choices'][0]['text'])\" > /work/again.txt; "
+              # ended as the result says, then restored again from the same images (its log set back first)
+              "$(python3 -c \"import json;print(json.load(open('/work/restore.json'))['stop'])\"); sleep 0.5; "
+              "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore2.json "
+              "|| exit 12")
+    argv = ["docker", "run", "--rm", "--label", "io.builder.snapshot=1",
+            *(f"--cap-add={c}" for c in ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")),
+            "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+            "-v", f"{REPO}:/src:ro", "-v", f"{site}:/deps:ro", "-v", f"{tmp_path}:/work", "-w", "/src",
+            "-e", "PYTHONPATH=/src:/deps:/src/tests/fixtures/smoke/stand_in", "-e", "PYTHONDONTWRITEBYTECODE=1",
+            "--entrypoint", "sh", image, "-c", script]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    took = json.loads((tmp_path / "take.json").read_text())
+    restored = json.loads((tmp_path / "restore.json").read_text())
+    assert took["slept"] and took["processes"] >= 1 and took["cuda_pids"] == []
+    assert restored["answer"] == took["answer"] == (tmp_path / "again.txt").read_text().rstrip("\n")
+    assert restored["metrics"]["standin:spec_decode_num_drafts_total"] == \
+        took["metrics"]["standin:spec_decode_num_drafts_total"]
+    # one engine, in a PID namespace of its own, at the pid the snapshot recorded (CRIU gave it back its pid there)
+    # (the container is a PID namespace too: the engine's line is "NSpid: <container's pid> <restore's pid>"; the
+    # script's own shell, whose text names the engine, is pid 1 of the container alone)
+    lines = [line.split()[1:] for line in (tmp_path / "nspid.txt").read_text().splitlines()]
+    engines = [pids for pids in lines if len(pids) == 2]
+    assert len(engines) == 1 and engines[0][1] == str(restored["pid"]) != engines[0][0], lines
+    assert restored["stop"].startswith("kill -KILL ")
+    assert json.loads((tmp_path / "restore2.json").read_text())["answer"] == took["answer"]
+    assert containers() == []
 
 
 def test_a_restore_whose_key_does_not_hold_is_refused_and_starts_nothing(image, tmp_path):
