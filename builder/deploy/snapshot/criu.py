@@ -63,3 +63,9 @@ def tree(place, pid: int, python: str = "python3") -> list[int]:
     if rc != 0:
         raise UserError(f"cannot read the process tree of {pid} {place.where}: {out.strip()[-200:]}")
     return [int(p) for p in out.split()]
+
+
+def name(place, pid: int) -> str:
+    """The process's name (/proc/PID/comm) where it runs, for what take says of the tree."""
+    rc, out = place.run(["cat", f"/proc/{pid}/comm"], timeout=30)
+    return out.strip() if rc == 0 else "?"

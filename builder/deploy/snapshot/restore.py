@@ -90,18 +90,22 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     _, pid_text = place.run(["cat", f"{inside}/restore.pid"], timeout=30)
     pid = int(pid_text.strip())
     procs = criu_mod.tree(place, pid)
-    on_gpu = cuda.cuda_pids(place, procs)
+    # the processes the take checkpointed hold no device mapping now (the checkpoint released it): the record names
+    # them (CRIU gives each its pid back), the maps name any other
+    on_gpu = sorted(set(record.get("cuda_pids") or []) | set(cuda.cuda_pids(place, procs)))
     t1 = time.monotonic()
     gpu_done: dict = {}
     if on_gpu:
         gpu_done = cuda.act(place, cuda.tool(place, directory / "tool"), "restore", on_gpu)
     gpu_s = round(time.monotonic() - t1, 2)
     http = client(place.host_port, _Recipe(record), directory / "engine.log")
+    t_wake = time.monotonic()
     if record.get("slept"):
         code = http.call(record["wake"], timeout=600)
         if code != 200:
             raise Failed(f"restored, but POST {record['wake']} answered {code}, not 200: the engine did not wake; "
                          f"{FALLBACK}")
+    wake_s = round(time.monotonic() - t_wake, 2)
     deadline = time.monotonic() + ready_timeout
     while http.models() is None:
         if time.monotonic() > deadline:
@@ -117,7 +121,7 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     say(f"restored {len(procs)} process(es) in {criu_s} s (CRIU), GPU {gpu_s} s; ready in {ready_s} s; the same "
         f"answer {got!r}")
     return {"pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
-            "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
+            "wake_s": wake_s, "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
 
 
 class _Recipe:

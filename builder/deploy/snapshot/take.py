@@ -130,16 +130,20 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     model = http.models()
     before = answer(http, model)
     say(f"booted in {boot_s} s (pid {pid}); answered {before['text']!r}")
-    slept = False
+    slept, t_sleep = False, time.monotonic()
     if engine.sleep:
         code = http.call(engine.sleep["path"], timeout=600)
         if code != 200:
             raise Failed(f"POST {engine.sleep['path']} answered {code}, not 200: the engine did not sleep (vLLM serves "
                          "it only with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)")
         slept = True
-        say(f"asleep ({engine.sleep['path']}): its KV cache released before the GPU checkpoint")
+        say(f"asleep ({engine.sleep['path']}) in {time.monotonic() - t_sleep:.2f} s: its KV cache released before the "
+            "GPU checkpoint")
+    sleep_s = round(time.monotonic() - t_sleep, 2)
     procs = criu_mod.tree(place, pid)
     on_gpu = cuda.cuda_pids(place, procs)
+    say("the tree: " + "; ".join(f"{p} {criu_mod.name(place, p)}{' (maps /dev/nvidia*)' if p in on_gpu else ''}"
+                                 for p in procs))
     t0 = time.monotonic()
     gpu_done: dict = {}
     if on_gpu:
@@ -165,7 +169,7 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     place.close()
     key.write(out)
     record = {"subject": engine.subject, "prompt": PROMPT, "max_tokens": TOKENS, "answer": before["text"],
-              "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "gpu_checkpoint_s": gpu_s,
+              "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s, "gpu_checkpoint_s": gpu_s,
               "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done, "processes": len(procs), "slept": slept,
               "wake": engine.sleep["wake"] if engine.sleep else "", "health": http.health,
               "completions": http.completions,
