@@ -86,6 +86,7 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
     from ..deploy.smoke import shapemodel
     from ..deploy.smoke.layers import Model
     from ..deploy.snapshot import place as place_mod
+    from ..deploy.snapshot import noring
     from ..deploy.snapshot import take as take_mod
     from ..errors import UserError
 
@@ -115,6 +116,7 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
     argv = take_mod.line_for(recipe, strategy, served, port, host, tp, extra, generated=generated)
     if launcher == "process" and argv[0] in ("python", "python3"):
         argv = (python, *argv[1:])
+    argv = noring.wrap(python if launcher == "process" else "python3", argv)  # no io_uring for CRIU to meet
     engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp,
                              env=take_mod.engine_env(recipe, strategy, given_env), served=served)
     if launcher == "docker":

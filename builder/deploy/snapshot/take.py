@@ -18,7 +18,7 @@ from ..runtime import gpus as gpus_mod
 from ..runtime import warmkey
 from ..runtime.engine import HUB_OFF, BootFailed, RunningEngine
 from . import criu as criu_mod
-from . import cuda, key as key_mod, place as place_mod
+from . import cuda, key as key_mod, noring, place as place_mod
 
 PROMPT = "The capital of France is"  # smoke L3's greedy prompt
 TOKENS = 16
@@ -59,11 +59,12 @@ def line_for(recipe, strategy_name: str, model: str, port: int, host: str, tp: i
 
 def engine_env(recipe, strategy_name: str, given: dict[str, str]) -> dict[str, str]:
     """The engine's environment as smoke L3 sets it (the hub off, the strategy's own), plus what its sleep mode
-    needs (vLLM serves /sleep only with VLLM_SERVER_DEV_MODE=1) and the user's --env last."""
+    needs (vLLM serves /sleep only with VLLM_SERVER_DEV_MODE=1), libuv without io_uring (noring.py) and the user's
+    --env last."""
     strategy = recipe.strategy(strategy_name) if strategy_name else None
     sleep = recipe.smoke.get("sleep") or {}
     pairs = dict(v.split("=", 1) for v in sleep.get("env", []))
-    return {**HUB_OFF, **dict(getattr(strategy, "env", ()) or ()), **pairs, **given}
+    return {**HUB_OFF, **dict(getattr(strategy, "env", ()) or ()), **pairs, **noring.ENV, **given}
 
 
 def client(port: int, recipe, log: Path) -> RunningEngine:
