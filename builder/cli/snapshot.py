@@ -97,6 +97,8 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
         raise UserError(f"--model {model}: a generated model is written on this host, which the container does not "
                         "see; give the model's path in the image (or --launcher process)")
     extra, given_env = runflags.engine_args(engine_args), runflags.env_pairs(env)
+    if launcher == "process":
+        _port_free(port, "the engine it boots")
     out_path = _out_dir(out)
     m = flags.given_matrix(matrix_path)
     kn = m.knowledge if m is not None else None
@@ -173,6 +175,7 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     if launcher == "docker":
         place = place_mod.Container(image, str(path), int(_port_of(snap)), free_port()).start()
     else:
+        _port_free(int(_port_of(snap)), "the engine it restores, which listens where it was dumped")
         place = place_mod.Process(port=int(_port_of(snap)))
     result = restore_mod.restore(path, snap, record, place, lambda s: click.echo(s, err=True), criu=criu,
                                  ready_timeout=ready_timeout, here_of=lambda v: dataclasses.replace(here, criu=v))
@@ -181,6 +184,17 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     result["stop"] = f"docker rm -f {result['container']}" if result["container"] else f"kill -KILL {place.ns_init}"
     click.echo(json.dumps(result, indent=2) if as_json else
                f"restored: ready in {result['ready_s']} s on 127.0.0.1:{result['port']}; to end it: {result['stop']}")
+
+
+def _port_free(port: int, what: str) -> None:
+    """Refused before anything starts when something already listens on 127.0.0.1:port: a client there would talk
+    to that server, not to the snapshot's engine (an earlier restore still running is the usual one)."""
+    from ..deploy.runtime.engine import port_in_use
+    from ..errors import UserError
+
+    if port_in_use(port):
+        raise UserError(f"port {port} on 127.0.0.1 is in use: {what} needs it; end what listens there (an earlier "
+                        "restore: the `stop` line of its result)")
 
 
 def _port_of(snap) -> str:

@@ -221,7 +221,7 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
     if verb == "snapshot":
         if action == "restore":  # the snapshot's key holds the launch line: no serve flags again
             argv = [*head, *rest, "--launcher", "process"]
-            print("$", shlex.join(argv), flush=True)
+            print("$", shlex.join(argv), file=sys.stderr, flush=True)
             return subprocess.run(argv, cwd=store.checkout, env=env).returncode
     argv = [*head, s["cell"], "--matrix", MATRIX, "--launcher", "process",
             "--python", str(python), "--engine-args", s["engine_args"]]
@@ -230,5 +230,5 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
     if verb == "bench":
         argv += ["--client-python", str(store.python(client or name))]
     argv += rest
-    print("$", shlex.join(argv), flush=True)
+    print("$", shlex.join(argv), file=sys.stderr, flush=True)  # stdout is builder's own (--json)
     return subprocess.run(argv, cwd=store.checkout, env=env).returncode

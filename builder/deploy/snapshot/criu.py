@@ -12,7 +12,13 @@ import re
 from ...errors import UserError
 
 MIN_MAJOR = 4
-FLAGS = ("--tcp-established", "--file-locks")  # an engine's listening socket; the lock files its caches hold
+# --tcp-established: the engine's listening socket and the connections inside its tree (torch's TCPStore, gloo);
+# --file-locks: the lock files its caches hold; --link-remap: a file deleted while open and mapped (Python's
+# multiprocessing semaphores under /dev/shm: "Can't create link remap for /dev/shm/sem.… Use link-remap option",
+# vLLM 0.26.0's EngineCore on the H100); --network-lock skip: CRIU locks established connections with iptables or
+# nft, which a GPU host need not have ("iptables: not found" there), and every connection of the tree is inside it,
+# frozen at both ends. All measured on the H100 (issue 52, tests/fixtures/gpu-host/h100-2026-12-05-snapshot).
+FLAGS = ("--tcp-established", "--file-locks", "--link-remap", "--network-lock", "skip")
 
 
 def version(place, criu: str = "criu") -> str:

@@ -136,6 +136,9 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
               "'http://127.0.0.1:8000/v1/completions',data=json.dumps({'model':'stand-in-model','prompt':"
               "'The capital of France is','max_tokens':16,'temperature':0}).encode(),headers={'Content-Type':"
               "'application/json'})).read())['choices'][0]['text'])\" > /work/again.txt; "
+              # a second restore while the first one listens: refused before anything starts
+              "python3 -m builder.cli snapshot restore /work/snap --launcher process 2> /work/busy.txt; "
+              "echo $? > /work/busy.rc; "
               # ended as the result says, then restored again from the same images (its log set back first)
               "$(python3 -c \"import json;print(json.load(open('/work/restore.json'))['stop'])\"); sleep 0.5; "
               "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore2.json "
@@ -161,6 +164,8 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     engines = [pids for pids in lines if len(pids) == 2]
     assert len(engines) == 1 and engines[0][1] == str(restored["pid"]) != engines[0][0], lines
     assert restored["stop"].startswith("kill -KILL ")
+    assert (tmp_path / "busy.rc").read_text().strip() == "2"
+    assert "port 8000 on 127.0.0.1 is in use" in (tmp_path / "busy.txt").read_text()
     assert json.loads((tmp_path / "restore2.json").read_text())["answer"] == took["answer"]
     assert containers() == []
 
