@@ -141,14 +141,20 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
 @click.option("--criu", default="criu", show_default=True, help="The criu program where it is restored.")
 @click.option("--ready-timeout", default=600.0, show_default=True, type=flags.Number(1, 86400, "a number of seconds"),
               help="Seconds the restored engine has to answer /v1/models before the restore is undone.")
+@click.option("--or-boot", is_flag=True,
+              help="Where the snapshot does not hold here (another GPU, driver, image digest) or its restore fails, "
+                   "boot the engine instead with the snapshot's own launch line (the warm boot, where the image holds "
+                   "its warm layer) and exit 0 once it is ready; the result says why it was not restored. Another "
+                   "model is still refused: that launch line serves the snapshot's.")
 @flags.as_json
-def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
+def restore(directory, image, launcher, model, criu, ready_timeout, or_boot, as_json):
     """Restore the snapshot in DIRECTORY where its key holds; refused before anything starts where it does not.
 
     \b
     Example:
       builder snapshot restore snap/
       builder snapshot restore /tmp/snap --launcher process --json
+      builder snapshot restore snap/ --or-boot      # boot warm where it does not hold
     """
     import dataclasses
 
@@ -158,6 +164,7 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
     from ..deploy.snapshot import place as place_mod
     from ..deploy.snapshot import restore as restore_mod
     from ..deploy.snapshot import take as take_mod
+    from ..errors import Failed, UserError
 
     path = Path(directory)
     snap = key_mod.read(path)
@@ -171,19 +178,37 @@ def restore(directory, image, launcher, model, criu, ready_timeout, as_json):
         identity = snap.subject if not snap.subject.startswith("venv ") else \
             take_mod.venv_identity(snap.engine_args[0])
     here = dataclasses.replace(snap, gpus=names, driver=driver, subject=identity, model=model or snap.model)
-    restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))  # before anything starts
-    if launcher == "docker":
-        place = place_mod.Container(image, str(path), int(_port_of(snap)), free_port()).start()
-    else:
-        _port_free(int(_port_of(snap)), "the engine it restores, which listens where it was dumped")
-        place = place_mod.Process(port=int(_port_of(snap)))
-    result = restore_mod.restore(path, snap, record, place, lambda s: click.echo(s, err=True), criu=criu,
-                                 ready_timeout=ready_timeout, here_of=lambda v: dataclasses.replace(here, criu=v))
+    if model and model != snap.model:  # no fallback serves another model: the launch line is the snapshot's
+        restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))
+    port = int(_port_of(snap))
+    if launcher == "process":
+        _port_free(port, "the engine it restores, which listens where it was dumped")
+
+    def place_here():
+        if launcher == "docker":
+            return place_mod.Container(image, str(path), port, free_port()).start()
+        return place_mod.Process(port=port)
+
+    say = lambda s: click.echo(s, err=True)  # noqa: E731
+    try:
+        restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))  # before anything starts
+        place = place_here()
+        result = restore_mod.restore(path, snap, record, place, say, criu=criu, ready_timeout=ready_timeout,
+                                     here_of=lambda v: dataclasses.replace(here, criu=v))
+    except (UserError, Failed) as exc:
+        if not or_boot:  # what stands in the way here (the key, CRIU, the checkpoint tool) or a failed restore
+            raise
+        say(f"not restored: {exc}")
+        place = place_here()
+        result = restore_mod.boot_instead(path, snap, record, place, say, ready_timeout, why=str(exc))
     result["container"] = getattr(place, "cid", "")
-    # how it ends: the container, or the init of its PID namespace (ending it ends every process restored there)
-    result["stop"] = f"docker rm -f {result['container']}" if result["container"] else f"kill -KILL {place.ns_init}"
+    # how it ends: the container, or the init of its PID namespace (ending it ends every process restored there),
+    # or the booted engine's process group
+    result["stop"] = (f"docker rm -f {result['container']}" if result["container"] else
+                      f"kill -KILL {place.ns_init}" if result["restored"] else f"kill -TERM -- -{result['pid']}")
     click.echo(json.dumps(result, indent=2) if as_json else
-               f"restored: ready in {result['ready_s']} s on 127.0.0.1:{result['port']}; to end it: {result['stop']}")
+               f"{'restored' if result['restored'] else 'booted instead'}: ready in {result['ready_s']} s on "
+               f"127.0.0.1:{result['port']}; to end it: {result['stop']}")
 
 
 def _port_free(port: int, what: str) -> None:

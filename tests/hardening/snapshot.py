@@ -66,6 +66,8 @@ CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for 
          expect=("gpus: the snapshot's NVIDIA H100", "boot it warm")),
     Case("s1-restore-other-model", "snapshot", [*RESTORE, "--model", "other"], files=SNAP,
          expect=("model: the snapshot's 'm', here 'other'",)),
+    Case("s1-restore-or-boot-other-model", "snapshot", [*RESTORE, "--model", "other", "--or-boot"], files=SNAP,
+         expect=("model: the snapshot's 'm', here 'other'",)),  # no fallback serves another model
     Case("s1-restore-criu-missing", "snapshot", [*RESTORE, "--criu", "{tmp}/no-criu"], files=SNAP,
          expect=("not found", "CRIU >= 4"), needs_programs=True),
     Case("s1-restore-criu-too-old", "snapshot", [*RESTORE, "--criu", "{tmp}/criu"],

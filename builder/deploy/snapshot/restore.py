@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import Failed, UserError
+from ..runtime.engine import BootFailed
 from . import criu as criu_mod
 from . import cuda, key as key_mod
 from . import place as place_mod
@@ -120,7 +121,7 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     _, metrics = http.metrics()
     say(f"restored {len(procs)} process(es) in {criu_s} s (CRIU), GPU {gpu_s} s; ready in {ready_s} s; the same "
         f"answer {got!r}")
-    return {"pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
+    return {"restored": True, "pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
             "wake_s": wake_s, "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
 
 
@@ -130,3 +131,26 @@ class _Recipe:
     def __init__(self, record: dict):
         self.health = record.get("health", "/health")
         self.smoke = {"completions": record.get("completions", "/v1/completions")}
+
+
+def boot_instead(directory: Path, snapshot: key_mod.Key, record: dict, place, say: Callable[[str], None],
+                 ready_timeout: float, why: str) -> dict:
+    """The fallback of a snapshot that does not hold here or failed to restore: the engine booted with the
+    snapshot's own launch line and environment (a warm boot where the image carries its warm layer), ready when
+    /v1/models answers. Its log goes beside the snapshot's (engine.boot.log)."""
+    from .take import wait_ready
+
+    inside = place_mod.MOUNT if not place.local else str(directory.resolve())
+    try:
+        pid = place.spawn(list(snapshot.engine_args), dict(record.get("env") or {}), f"{inside}/engine.boot.log")
+        http = client(place.host_port, _Recipe(record), directory / "engine.boot.log")
+        try:
+            boot_s = wait_ready(place, http, pid, ready_timeout)
+        except BootFailed as exc:
+            raise Failed(f"not restored ({why}), and the boot instead failed too: {exc.why}; the end of its log:\n"
+                         f"{exc.tail}") from None
+    except BaseException:
+        place.close()
+        raise
+    say(f"booted instead in {boot_s} s (pid {pid})")
+    return {"restored": False, "why": why, "pid": pid, "ready_s": boot_s, "port": place.host_port}

@@ -106,6 +106,7 @@ def take(engine: Engine, place, out: Path, boot_timeout: float, say: Callable[[s
     """The snapshot of `engine` booted in `place`, stored in `out` (which must not exist or be empty)."""
     made = not out.exists() or not any(out.iterdir())
     out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)  # every page the engine held, its environment too: root's alone
     try:
         if hasattr(place, "start"):
             place.start()
@@ -173,7 +174,7 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
               "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s, "gpu_checkpoint_s": gpu_s,
               "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done, "processes": len(procs), "slept": slept,
               "wake": engine.sleep["wake"] if engine.sleep else "", "health": http.health,
-              "completions": http.completions,
+              "completions": http.completions, "env": engine.env,
               "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size}
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return record

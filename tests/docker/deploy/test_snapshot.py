@@ -142,7 +142,14 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
               # ended as the result says, then restored again from the same images (its log set back first)
               "$(python3 -c \"import json;print(json.load(open('/work/restore.json'))['stop'])\"); sleep 0.5; "
               "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore2.json "
-              "|| exit 12")
+              "|| exit 12; "
+              # a restore that fails part-way (its memory pages gone) leaves nothing, and --or-boot boots instead
+              "$(python3 -c \"import json;print(json.load(open('/work/restore2.json'))['stop'])\"); sleep 0.5; "
+              "rm /work/snap/images/pages-*.img; "
+              "python3 -m builder.cli snapshot restore /work/snap --launcher process --or-boot --json "
+              "> /work/fallback.json 2> /work/fallback.err || exit 13; "
+              "for d in /proc/[0-9]*; do grep -qa stand_in_engine.server $d/cmdline 2>/dev/null && "
+              "grep NSpid $d/status; done > /work/after.txt")
     argv = ["docker", "run", "--rm", "--label", "io.builder.snapshot=1",
             *(f"--cap-add={c}" for c in ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")),
             "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
@@ -167,6 +174,12 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     assert (tmp_path / "busy.rc").read_text().strip() == "2"
     assert "port 8000 on 127.0.0.1 is in use" in (tmp_path / "busy.txt").read_text()
     assert json.loads((tmp_path / "restore2.json").read_text())["answer"] == took["answer"]
+    fallback = json.loads((tmp_path / "fallback.json").read_text())
+    assert fallback["restored"] is False and "criu restore failed" in fallback["why"], fallback
+    assert "nothing restored is left running" in (tmp_path / "fallback.err").read_text()
+    # one engine now: the one booted instead, in no PID namespace of builder's (its NSpid has the container's pid only)
+    engines = [line.split()[1:] for line in (tmp_path / "after.txt").read_text().splitlines()]
+    assert [pids for pids in engines if len(pids) > 1] == [] and len([p for p in engines if p != ["1"]]) == 1, engines
     assert containers() == []
 
 
@@ -184,6 +197,19 @@ def test_a_restore_whose_key_does_not_hold_is_refused_and_starts_nothing(image, 
     assert "Traceback" not in refused.stderr and containers() == []
     other = builder("snapshot", "restore", str(snap), "--model", "another-model", cwd=tmp_path)
     assert other.returncode == 2 and "model: the snapshot's" in other.stderr and containers() == []
+    # --or-boot: the engine booted instead with the snapshot's own launch line, ready, saying why
+    other = builder("snapshot", "restore", str(snap), "--model", "another-model", "--or-boot", cwd=tmp_path)
+    assert other.returncode == 2 and containers() == []  # another model: that launch line serves the snapshot's
+    booted = builder("snapshot", "restore", str(snap), "--or-boot", "--json", cwd=tmp_path)
+    assert booted.returncode == 0, booted.stderr
+    result = json.loads(booted.stdout)
+    try:
+        assert result["restored"] is False and "gpus: the snapshot's NVIDIA H200, here none" in result["why"]
+        assert complete(result["port"]) == json.loads((snap / "snapshot.json").read_text())["answer"]
+        assert "not restored: the snapshot does not hold here" in booted.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
+    assert containers() == []
 
 
 def test_an_image_the_daemon_does_not_hold_is_refused_and_nothing_is_written(tmp_path):
