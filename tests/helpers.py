@@ -351,9 +351,11 @@ def fixture_copy(tmp: Path, registry: str, runtime_base: str | None = None) -> P
     return dest / "matrix.toml"
 
 
-def real_vllm_index_matrix(registry: str) -> str:
+def real_vllm_index_matrix(registry: str, jit: str = "") -> str:
     """The matrix of the real vLLM 0.33.0 index cell (slow tests): vLLM as PyPI publishes it, in a runtime image on
-    the local CUDA 13.0 bases (Debian bookworm, Python 3.11), its tag under `registry`."""
+    the local CUDA 13.0 bases (Debian bookworm, Python 3.11), its tag under `registry`; `jit = "prebuilt"` compiles
+    its JIT modules into the image (what a published image should carry: smoke then compiles nothing)."""
+    more = f'jit = {{ vllm = "{jit}" }}\n' if jit else ""
     return f"""
 [defaults]
 profile = "upstream"
@@ -371,7 +373,7 @@ python = "3.11"
 engines = {{ vllm = "0.33.0" }}
 strategies = ["MTP2", "MTP7", "DFlash2"]
 source = {{ vllm = "index" }}
-"""
+{more}"""
 
 
 def commit_image(base: str, ref: str, *changes: str, add_file: bool = True) -> str:
