@@ -273,7 +273,8 @@ def test_the_real_vllm_0_33_index_cell_is_built_published_as_built_and_taken_fro
     # jit prebuilt: the image publish smokes carries its JIT modules (a first-request cell's smoke compiles them on the
     # runner: 1,294 s of a 1,329 s publish, docs/evidence/2026-12-05-publish-as-built.md)
     matrix.write_text(real_vllm_index_matrix(names, jit="prebuilt"))
-    tag = REAL_CELL.removeprefix("vllm-")
+    cell_id = f"{REAL_CELL}-jitprebuilt"  # the cell's id names its jit mode
+    tag = cell_id.removeprefix("vllm-")
     ref = f"{names}/vllm:{tag}"
     res = builder("lock", "--matrix", str(matrix), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -293,9 +294,9 @@ def test_the_real_vllm_0_33_index_cell_is_built_published_as_built_and_taken_fro
     try:
         _, steps, built = run("build", "first", "--no-smoke")  # publish smokes it: what it pushes is what smoke ran
         digest = steps["image"]["artifacts"]["digest"]
-        log = (tmp_path / "first" / "logs-build" / f"{REAL_CELL}.log").read_text()
+        log = (tmp_path / "first" / "logs-build" / f"{cell_id}.log").read_text()
         assert log.index("--target runtime-resolved") < log.index("--target runtime ") and "--require-hashes" in log
-        pins_file = tmp_path / "first" / "pins" / f"{REAL_CELL}.txt"
+        pins_file = tmp_path / "first" / "pins" / f"{cell_id}.txt"
         pinned = {l.partition(" ")[0].partition("[")[0].split("==")[0]: l.partition(" ")[0].split("==")[1]
                   for l in pins_file.read_text().splitlines() if l and not l.startswith("#")}
         assert {"pip", "setuptools", "torch"} <= set(pinned), sorted(pinned)
@@ -305,13 +306,13 @@ def test_the_real_vllm_0_33_index_cell_is_built_published_as_built_and_taken_fro
         installed = {canonicalize_name(n): v for n, v in (l.split("==", 1) for l in freeze.splitlines() if "==" in l)}
         differ = {n: (v, installed.get(n)) for n, v in pinned.items() if installed.get(n) != v}
         assert not differ, differ  # every pin installed at its version (vllm itself is the cell's audited wheel)
-        archive = tmp_path / "first" / "work" / REAL_CELL / "image.oci.tar"
+        archive = tmp_path / "first" / "work" / cell_id / "image.oci.tar"
         exported = archive.stat().st_mtime_ns
 
         _, steps, published = run("publish", "first", "--registry", reg, "--images-json", str(tmp_path / "images.json"),
                                   "--no-aliases")
         assert steps["image"]["artifacts"]["reused"] is True and steps["publish"]["artifacts"]["digest"] == digest
-        log = (tmp_path / "first" / "logs-publish" / f"{REAL_CELL}.log").read_text()
+        log = (tmp_path / "first" / "logs-publish" / f"{cell_id}.log").read_text()
         assert "docker buildx build" not in log and archive.stat().st_mtime_ns == exported
         smoke_s, push_s = steps["smoke"]["seconds"], steps["publish"]["seconds"]
 
