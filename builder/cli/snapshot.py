@@ -178,8 +178,6 @@ def restore(directory, image, launcher, model, criu, ready_timeout, or_boot, as_
         identity = snap.subject if not snap.subject.startswith("venv ") else \
             take_mod.venv_identity(snap.engine_args[0])
     here = dataclasses.replace(snap, gpus=names, driver=driver, subject=identity, model=model or snap.model)
-    if model and model != snap.model:  # no fallback serves another model: the launch line is the snapshot's
-        restore_mod.judge(snap, dataclasses.replace(here, criu=snap.criu))
     port = int(_port_of(snap))
     if launcher == "process":
         _port_free(port, "the engine it restores, which listens where it was dumped")
@@ -196,7 +194,9 @@ def restore(directory, image, launcher, model, criu, ready_timeout, or_boot, as_
         result = restore_mod.restore(path, snap, record, place, say, criu=criu, ready_timeout=ready_timeout,
                                      here_of=lambda v: dataclasses.replace(here, criu=v))
     except (UserError, Failed) as exc:
-        if not or_boot:  # what stands in the way here (the key, CRIU, the checkpoint tool) or a failed restore
+        # what stands in the way here (the key, CRIU, the checkpoint tool) or a failed restore; no fallback serves
+        # another model: the launch line is the snapshot's
+        if not or_boot or (model and model != snap.model):
             raise
         say(f"not restored: {exc}")
         place = place_here()

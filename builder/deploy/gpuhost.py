@@ -218,17 +218,15 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
         if layer is not None:
             restore_mod.restore(layer, paths.cache_root)
     head = [str(python), "-m", "builder.cli", verb, *([action] if action else [])]
-    if verb == "snapshot":
-        if action == "restore":  # the snapshot's key holds the launch line: no serve flags again
-            argv = [*head, *rest, "--launcher", "process"]
-            print("$", shlex.join(argv), file=sys.stderr, flush=True)
-            return subprocess.run(argv, cwd=store.checkout, env=env).returncode
-    argv = [*head, s["cell"], "--matrix", MATRIX, "--launcher", "process",
-            "--python", str(python), "--engine-args", s["engine_args"]]
-    for e in s.get("env", []):
-        argv += ["--env", e]
-    if verb == "bench":
-        argv += ["--client-python", str(store.python(client or name))]
-    argv += rest
+    if action == "restore":  # the snapshot's key holds the launch line: no cell or serve flags again
+        argv = [*head, *rest, "--launcher", "process"]
+    else:
+        argv = [*head, s["cell"], "--matrix", MATRIX, "--launcher", "process",
+                "--python", str(python), "--engine-args", s["engine_args"]]
+        for e in s.get("env", []):
+            argv += ["--env", e]
+        if verb == "bench":
+            argv += ["--client-python", str(store.python(client or name))]
+        argv += rest
     print("$", shlex.join(argv), file=sys.stderr, flush=True)  # stdout is builder's own (--json)
     return subprocess.run(argv, cwd=store.checkout, env=env).returncode

@@ -63,8 +63,9 @@ def build(build_dir: Path) -> Path:
     return out
 
 
-# the state each action starts from, and the one it leaves (NVIDIA's --toggle: running -> checkpointed, and back)
-FROM = {"checkpoint": "running", "restore": "checkpointed"}
+# the driver state each action starts from, and the one it leaves (NVIDIA's --toggle: running -> checkpointed, and
+# back)
+STATES = {"checkpoint": ("running", "checkpointed"), "restore": ("checkpointed", "running")}
 
 
 def state(place, argv0: list[str], pid: int) -> str | None:
@@ -80,17 +81,15 @@ def act(place, argv0: list[str], action: str, pids: list[int]) -> dict[str, list
     `--toggle`, which both tools take. A pid already in the action's end state is left alone (CRIU's CUDA plugin,
     where it is loaded, restores and unlocks each process itself), one the driver does not know is skipped (its
     device mapping is CRIU's), and one in any other state (locked, failed) fails the step, named."""
+    start, end = STATES[action]
     done: dict[str, list[int]] = {"toggled": [], "already": [], "no_context": []}
     for pid in pids:
         now = state(place, argv0, pid)
-        if now is None:
-            done["no_context"].append(pid)
+        if now is None or now == end:
+            done["no_context" if now is None else "already"].append(pid)
             continue
-        if now != FROM[action]:
-            if now == ("checkpointed" if action == "checkpoint" else "running"):
-                done["already"].append(pid)
-                continue
-            raise Failed(f"GPU {action} of pid {pid}: the driver says it is {now}, not {FROM[action]}")
+        if now != start:
+            raise Failed(f"GPU {action} of pid {pid}: the driver says it is {now}, not {start}")
         rc, out = place.run([*argv0, "--toggle", "--pid", str(pid)], timeout=600)
         if rc != 0:
             raise Failed(f"GPU {action} of pid {pid} failed: {out.strip()[-300:]}")

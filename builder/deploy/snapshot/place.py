@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from ... import docker as docker_mod
@@ -61,6 +62,10 @@ class Container:
     def alive(self, pid: int) -> bool:
         return self.run(["sh", "-c", f"kill -0 {pid}"], timeout=30)[0] == 0
 
+    def inside(self, directory) -> str:
+        """The snapshot directory as the container sees it (mounted there)."""
+        return MOUNT
+
     def restore(self, argv: list[str]) -> tuple[int, str]:
         """CRIU's restore in this container: a fresh PID namespace, so no restored pid collides."""
         return self.run(argv, timeout=1800)
@@ -103,6 +108,10 @@ class Process:
                                 env={**os.environ, **self.env, **env}, start_new_session=True)
         self.started.append(proc)
         return proc.pid
+
+    def inside(self, directory) -> str:
+        """The snapshot directory as this host sees it."""
+        return str(Path(directory).resolve())
 
     def alive(self, pid: int) -> bool:
         """Whether the engine started here still runs (an ended child is a zombie until reaped: kill -0 would

@@ -8,6 +8,7 @@ container, or the namespace's init) and says to boot warm."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,8 +18,9 @@ from ...errors import Failed, UserError
 from ..runtime.engine import BootFailed
 from . import criu as criu_mod
 from . import cuda, key as key_mod
-from . import place as place_mod
-from .take import IMAGES, LOG, PROMPT, RECORD, TOKENS, client
+from .take import IMAGES, LOG, PROMPT, RECORD, TOKENS, boot, client
+
+PIDFILE = "restore.pid"  # the restored tree's root, as CRIU writes it (O_EXCL)
 
 FALLBACK = "boot it warm instead (builder serve IMAGE, or the warm image)"
 
@@ -65,30 +67,26 @@ def rewind_log(directory: Path, record: dict) -> Path | None:
     n = 1
     while (kept := directory / f"{LOG}.{n}").exists():
         n += 1
-    log.rename(kept)
-    with kept.open("rb") as src, log.open("wb") as dst:
-        while size > 0 and (chunk := src.read(min(size, 1 << 20))):
-            dst.write(chunk)
-            size -= len(chunk)
-    shutil.copymode(kept, log)
+    shutil.copyfile(log, kept)
+    os.truncate(log, size)
     return kept
 
 
 def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
-    inside = place_mod.MOUNT if not place.local else str(directory.resolve())
+    inside = place.inside(directory)
     images = f"{inside}/{IMAGES}"
-    (directory / "restore.pid").unlink(missing_ok=True)  # CRIU writes its pidfile with O_EXCL: an earlier restore's stops it
+    (directory / PIDFILE).unlink(missing_ok=True)  # CRIU writes it with O_EXCL: an earlier restore's stops it
     kept = rewind_log(directory, record)
     if kept is not None:
         say(f"the engine's log set back to its size at the dump (CRIU checks it); what was written since: {kept}")
     t0 = time.monotonic()
-    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/restore.pid"))
+    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"))
     criu_s = round(time.monotonic() - t0, 2)
     if rc != 0:
         _, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
         raise Failed(f"criu restore failed (exit {rc}) {place.where}: {log.strip() or text.strip()}\nnothing restored "
                      f"is left running; {FALLBACK}")
-    _, pid_text = place.run(["cat", f"{inside}/restore.pid"], timeout=30)
+    _, pid_text = place.run(["cat", f"{inside}/{PIDFILE}"], timeout=30)
     pid = int(pid_text.strip())
     procs = criu_mod.tree(place, pid)
     # the processes the take checkpointed hold no device mapping now (the checkpoint released it): the record names
@@ -121,8 +119,8 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     _, metrics = http.metrics()
     say(f"restored {len(procs)} process(es) in {criu_s} s (CRIU), GPU {gpu_s} s; ready in {ready_s} s; the same "
         f"answer {got!r}")
-    return {"restored": True, "pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done, "criu_restore_s": criu_s, "gpu_restore_s": gpu_s,
-            "wake_s": wake_s, "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
+    return {"restored": True, "pid": pid, "processes": len(procs), "cuda_pids": on_gpu, "gpu_restore": gpu_done,
+            "criu_restore_s": criu_s, "gpu_restore_s": gpu_s, "wake_s": wake_s, "ready_s": ready_s, "answer": got, "metrics": metrics, "port": place.host_port}
 
 
 class _Recipe:
@@ -138,14 +136,10 @@ def boot_instead(directory: Path, snapshot: key_mod.Key, record: dict, place, sa
     """The fallback of a snapshot that does not hold here or failed to restore: the engine booted with the
     snapshot's own launch line and environment (a warm boot where the image carries its warm layer), ready when
     /v1/models answers. Its log goes beside the snapshot's (engine.boot.log)."""
-    from .take import wait_ready
-
-    inside = place_mod.MOUNT if not place.local else str(directory.resolve())
     try:
-        pid = place.spawn(list(snapshot.engine_args), dict(record.get("env") or {}), f"{inside}/engine.boot.log")
-        http = client(place.host_port, _Recipe(record), directory / "engine.boot.log")
         try:
-            boot_s = wait_ready(place, http, pid, ready_timeout)
+            pid, _, boot_s = boot(place, snapshot.engine_args, dict(record.get("env") or {}), directory,
+                                  "engine.boot.log", _Recipe(record), ready_timeout)
         except BootFailed as exc:
             raise Failed(f"not restored ({why}), and the boot instead failed too: {exc.why}; the end of its log:\n"
                          f"{exc.tail}") from None

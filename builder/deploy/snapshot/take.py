@@ -18,7 +18,7 @@ from ..runtime import gpus as gpus_mod
 from ..runtime import warmkey
 from ..runtime.engine import HUB_OFF, BootFailed, RunningEngine
 from . import criu as criu_mod
-from . import cuda, key as key_mod, noring, place as place_mod
+from . import cuda, key as key_mod, noring
 
 PROMPT = "The capital of France is"  # smoke L3's greedy prompt
 TOKENS = 16
@@ -86,6 +86,14 @@ def wait_ready(place, engine: RunningEngine, pid: int, timeout: float) -> float:
         time.sleep(0.5)
 
 
+def boot(place, argv, env: dict, directory: Path, log: str, recipe, timeout: float) -> tuple[int, RunningEngine, float]:
+    """The engine started in `place` (its output in directory/log) and waited for: (pid, its client, seconds to
+    ready); BootFailed when it ends or is not ready in `timeout`."""
+    pid = place.spawn(list(argv), env, f"{place.inside(directory)}/{log}")
+    http = client(place.host_port, recipe, directory / log)
+    return pid, http, wait_ready(place, http, pid, timeout)
+
+
 def answer(engine: RunningEngine, model: str) -> dict:
     """smoke L3's requests: one greedy completion (its text is what a restore must say again) and one streamed
     (the engine's counters rise); the connections are closed when they return."""
@@ -119,29 +127,24 @@ def take(engine: Engine, place, out: Path, boot_timeout: float, say: Callable[[s
 
 
 def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
-    inside = place_mod.MOUNT if not place.local else str(out.resolve())
     criu_version = criu_mod.version(place, criu)
     host = gpus_mod.read()
-    pid = place.spawn(list(engine.argv), engine.env, f"{inside}/{LOG}")
-    port = place.host_port if not place.local else place.port
-    http = client(port, engine.recipe, out / LOG)
     try:
-        boot_s = wait_ready(place, http, pid, boot_timeout)
+        pid, http, boot_s = boot(place, engine.argv, engine.env, out, LOG, engine.recipe, boot_timeout)
     except BootFailed as exc:
         raise Failed(f"{exc.why} {place.where}; the end of its log:\n{exc.tail}") from None
     model = http.models()
     before = answer(http, model)
     say(f"booted in {boot_s} s (pid {pid}); answered {before['text']!r}")
-    slept, t_sleep = False, time.monotonic()
+    t_sleep = time.monotonic()
     if engine.sleep:
         code = http.call(engine.sleep["path"], timeout=600)
         if code != 200:
             raise Failed(f"POST {engine.sleep['path']} answered {code}, not 200: the engine did not sleep (vLLM serves "
                          "it only with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)")
-        slept = True
-        say(f"asleep ({engine.sleep['path']}) in {time.monotonic() - t_sleep:.2f} s: its KV cache released before the "
-            "GPU checkpoint")
     sleep_s = round(time.monotonic() - t_sleep, 2)
+    if engine.sleep:
+        say(f"asleep ({engine.sleep['path']}) in {sleep_s} s: its KV cache released before the GPU checkpoint")
     procs = criu_mod.tree(place, pid)
     on_gpu = cuda.cuda_pids(place, procs)
     say("the tree: " + "; ".join(f"{p} {criu_mod.name(place, p)}{' (maps /dev/nvidia*)' if p in on_gpu else ''}"
@@ -156,7 +159,7 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
         say(f"no CUDA process in the tree of {len(procs)} process(es): no GPU state to checkpoint")
     gpu_s = round(time.monotonic() - t0, 2)
     t0 = time.monotonic()
-    images = f"{inside}/{IMAGES}"
+    images = f"{place.inside(out)}/{IMAGES}"
     place.run(["mkdir", "-p", images], timeout=30)
     rc, text = place.run(criu_mod.dump_argv(criu, pid, images), timeout=1800)
     dump_s = round(time.monotonic() - t0, 2)
@@ -171,8 +174,9 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     place.close()
     key.write(out)
     record = {"subject": engine.subject, "prompt": PROMPT, "max_tokens": TOKENS, "answer": before["text"],
-              "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s, "gpu_checkpoint_s": gpu_s,
-              "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done, "processes": len(procs), "slept": slept,
+              "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s,
+              "gpu_checkpoint_s": gpu_s, "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done,
+              "processes": len(procs), "slept": bool(engine.sleep),
               "wake": engine.sleep["wake"] if engine.sleep else "", "health": http.health,
               "completions": http.completions, "env": engine.env,
               "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size}
