@@ -126,6 +126,7 @@ def test_a_stale_page_is_named_with_the_command_that_regenerates_it(tmp_path, ca
 # A ```sh block runs here (in-process, through click's CliRunner, from the repository root) unless the line
 # before it is `<!-- check-only: why -->`: then each of its commands is checked instead — a builder verb and its
 # flags against the click commands, a script of the repository for existing, a test path for existing.
+import json
 import re
 import shlex
 import tomllib
@@ -439,3 +440,19 @@ def test_a_yaml_block_shown_as_output_is_what_the_command_prints(where, command,
 @pytest.mark.pure
 def test_the_deployers_page_shows_generated_yaml():
     assert any(w.startswith("docs/deployers.md") for w, _, _ in shown_outputs())
+
+
+@pytest.mark.pure
+def test_the_deployers_example_reads_the_config_of_an_image_publish_pushed():
+    """Issue 45 item 5: the example is made from a real image's labels, not written by hand. The fixture's digest
+    is the one the publish evidence records, and its labels are what builder writes (the cell, the content key,
+    the JIT cache the prebuilt modules live in)."""
+    (image,) = json.loads((ROOT / "tests/fixtures/serve/vllm-0.33.0-image.json").read_text())
+    digest = image["RepoDigests"][0].rpartition("@")[2]
+    evidence = (ROOT / "docs/evidence/2026-12-05-publish-as-built.md").read_text()
+    assert digest[:len("sha256:") + 8] in evidence
+    labels = image["Config"]["Labels"]
+    assert labels["io.builder.cell"] == "vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index-jitprebuilt"
+    assert "-jitprebuilt" in evidence  # the cell the evidence names by its id's end
+    assert len(labels["io.builder.content-key"]) == 64
+    assert labels["io.builder.cache-root"] == "/opt/jit-cache"
