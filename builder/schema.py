@@ -14,6 +14,7 @@ A type here is a description, not code that runs: `noun` is how messages spell t
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 import string
@@ -72,6 +73,20 @@ def _name_value(value: str) -> str:
 
 # an environment entry (an engine's --env, a sleep mode's variables)
 NAME_VALUE = Parsed(_name_value, "a NAME=VALUE string", "NAME=VALUE strings", explain=True, say_expected=False)
+
+
+def _json_object(value: str) -> str:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise ValueError("is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("is JSON but not an object ({...})")
+    return value
+
+
+# a request body the engine data gives as JSON text (a sleep mode's)
+JSON_OBJECT = Parsed(_json_object, "a JSON object", "JSON objects", explain=True, say_expected=False)
 
 
 def _long_flag(value: str) -> str:
@@ -393,7 +408,9 @@ SMOKE = Table(optional={
         "wake": Key(STR, "The POST path that wakes it (/wake_up).")},
         optional={"env": Key(ListOf(NAME_VALUE),
                              "What the engine's environment needs for those paths to exist (vLLM: "
-                             "VLLM_SERVER_DEV_MODE=1).")}),
+                             "VLLM_SERVER_DEV_MODE=1)."),
+                  "body": Key(JSON_OBJECT, "The JSON object both POSTs send (SGLang: {\"tags\": [\"kv_cache\"]}, "
+                                           "what to release and take back); none: an empty POST.")}),
         "The engine's sleep mode: builder snapshot puts it to sleep before the checkpoint (the KV cache released, "
         "so the GPU state copied is small) and wakes it after a restore."),
 })

@@ -653,10 +653,11 @@ class RunningEngine:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
-    def call(self, path: str, timeout: float) -> int:
-        """The status of an empty POST to path (an engine's control endpoints, such as vLLM's /sleep and /wake_up,
-        answer 200 with no body); 0 when nothing answered."""
-        req = urllib.request.Request(self.base + path, data=b"", method="POST")
+    def call(self, path: str, timeout: float, body: str = "") -> int:
+        """The status of a POST to path: empty (vLLM's /sleep and /wake_up answer 200 with no body), or `body` as
+        JSON (SGLang's /release_memory_occupation reads its tags from one); 0 when nothing answered."""
+        req = urllib.request.Request(self.base + path, data=body.encode(), method="POST",
+                                     headers={"Content-Type": "application/json"} if body else {})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 resp.read()

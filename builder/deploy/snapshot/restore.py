@@ -100,7 +100,7 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     http = client(place.host_port, _Recipe(record), directory / "engine.log")
     t_wake = time.monotonic()
     if record.get("slept"):
-        code = http.call(record["wake"], timeout=600)
+        code = http.call(record["wake"], timeout=600, body=record.get("sleep_body", ""))
         if code != 200:
             raise Failed(f"restored, but POST {record['wake']} answered {code}, not 200: the engine did not wake; "
                          f"{FALLBACK}")

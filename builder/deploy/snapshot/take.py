@@ -138,10 +138,11 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     say(f"booted in {boot_s} s (pid {pid}); answered {before['text']!r}")
     t_sleep = time.monotonic()
     if engine.sleep:
-        code = http.call(engine.sleep["path"], timeout=600)
+        code = http.call(engine.sleep["path"], timeout=600, body=engine.sleep.get("body", ""))
         if code != 200:
-            raise Failed(f"POST {engine.sleep['path']} answered {code}, not 200: the engine did not sleep (vLLM serves "
-                         "it only with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)")
+            needs = " and ".join([engine.sleep["flag"], *engine.sleep.get("env", [])])
+            raise Failed(f"POST {engine.sleep['path']} answered {code}, not 200: the engine did not sleep (its sleep "
+                         f"mode, from the engine data, needs {needs})")
     sleep_s = round(time.monotonic() - t_sleep, 2)
     if engine.sleep:
         say(f"asleep ({engine.sleep['path']}) in {sleep_s} s: its KV cache released before the GPU checkpoint")
@@ -177,7 +178,8 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
               "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s,
               "gpu_checkpoint_s": gpu_s, "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done,
               "processes": len(procs), "slept": bool(engine.sleep),
-              "wake": engine.sleep["wake"] if engine.sleep else "", "health": http.health,
+              "wake": engine.sleep["wake"] if engine.sleep else "",
+              "sleep_body": engine.sleep.get("body", "") if engine.sleep else "", "health": http.health,
               "completions": http.completions, "env": engine.env,
               "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size}
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")

@@ -114,6 +114,37 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
         subprocess.run(["docker", "rm", "-f", second["container"]], capture_output=True)
 
 
+def test_an_engine_whose_sleep_takes_a_body_releases_only_what_the_data_names(image, tmp_path):
+    """SGLang's sleep mode is its memory saver: POST /release_memory_occupation with {"tags": [...]}, where no tags
+    means the weights too, which come back empty. The stand-in plays that API (a TEST DOUBLE of SGLang's routes,
+    read in its 0.5.17 / 0.5.23 wheels); the engine data of this test is the fixture's with SGLang's sleep entry
+    shape. The take must send the data's body, the restore must send it to the wake route, and the restored engine
+    answers as before (with the weights released too, it would not)."""
+    data = (FIXTURES / "smoke" / "engines.toml").read_text()
+    vllm_like = next(line for line in data.splitlines() if line.startswith("sleep = "))
+    sglang_like = ('sleep = { flag = "--enable-memory-saver", path = "/release_memory_occupation", '
+                   'wake = "/resume_memory_occupation", body = \'{"tags": ["kv_cache"]}\' }')
+    (tmp_path / "engines.toml").write_text(data.replace(vllm_like, sglang_like))
+    (tmp_path / "matrix.toml").write_text((FIXTURES / "smoke" / "matrix.toml").read_text())
+    snap = tmp_path / "snap"
+    took = builder("snapshot", "take", image, "--strategy", "MTP2", "--model", MODEL, "--out", str(snap), "--json",
+                   "--matrix", str(tmp_path / "matrix.toml"), cwd=tmp_path)
+    assert took.returncode == 0, took.stdout + took.stderr
+    record = json.loads(took.stdout)
+    assert record["slept"] and record["wake"] == "/resume_memory_occupation"
+    assert record["sleep_body"] == '{"tags": ["kv_cache"]}'
+    log = (snap / "engine.log").read_text()
+    assert "'enable_memory_saver': True" in log and "released ['kv_cache']" in log and "memory saver off" not in log
+    restored = builder("snapshot", "restore", str(snap), "--json", cwd=tmp_path)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    result = json.loads(restored.stdout)
+    try:
+        assert "resumed ['kv_cache']" in (snap / "engine.log").read_text()
+        assert result["answer"] == record["answer"] == complete(result["port"])
+    finally:
+        subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
+
+
 def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(image, tmp_path):
     """`--launcher process` (a GPU host without Docker) as it runs there: builder on the host spawns the engine,
     sleeps it, dumps it with CRIU, then restores it under `unshare --pid --fork --mount-proc` and reaches it through

@@ -77,8 +77,11 @@ def test_vllm_0330_parser_resolves_every_strategy_and_refuses_the_recipe_flags(t
     # the engine data's drain flag, which serve adds to the launch line (builder/deploy/serve/fit.py Shutdown)
     assert eng.shutdown_flag == "--shutdown-timeout"
     drain = Strategy("drain", None, "-", (eng.shutdown_flag, "30"), expect=(("shutdown_timeout", 30),))
-    res = run_l2("vllm", "0.33.0", tiny, tmp_path, [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + bogus + [drain])
-    for name in ("MTP2", "MTP7", "DFlash2", "drain"):
+    # the sleep flag snapshot take adds (engine data smoke.sleep)
+    sleep = Strategy("sleep", None, "-", (eng.smoke["sleep"]["flag"],), expect=(("enable_sleep_mode", True),))
+    res = run_l2("vllm", "0.33.0", tiny, tmp_path,
+                 [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + bogus + [drain, sleep])
+    for name in ("MTP2", "MTP7", "DFlash2", "drain", "sleep"):
         assert res[name].status == "pass", res[name].reason
     assert res["drain"].figures["resolved"] == {"shutdown_timeout": 30}
     assert res["MTP7"].figures["resolved"] == {"speculative_config.method": "mtp", "speculative_config.num_speculative_tokens": 7}
@@ -96,8 +99,11 @@ def test_sglang_0523_parser_and_name_resolution_and_dflash2_is_no_algorithm(tiny
     mtp = Strategy("MTP", None, "-", ("--speculative-algorithm", "MTP", "--speculative-draft-model-path", "{model}"),
                    expect=(("speculative_algorithm@resolved", "EAGLE"),))
     flag = Strategy("--enable-dflash2", None, "-", ("--enable-dflash2",))
-    res = run_l2("sglang", "0.5.23", tiny, tmp_path, [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + [dflash2, mtp, flag])
-    for name in ("MTP2", "MTP7", "DFlash2"):
+    # the sleep flag snapshot take adds: SGLang's memory saver (engine data smoke.sleep)
+    sleep = Strategy("sleep", None, "-", (eng.smoke["sleep"]["flag"],), expect=(("enable_memory_saver", True),))
+    res = run_l2("sglang", "0.5.23", tiny, tmp_path,
+                 [eng.strategy(n) for n in ("MTP2", "MTP7", "DFlash2")] + [dflash2, mtp, flag, sleep])
+    for name in ("MTP2", "MTP7", "DFlash2", "sleep"):
         assert res[name].status == "pass", res[name].reason
     got = res["MTP7"].figures["resolved"]
     assert (got["speculative_algorithm@resolved"], got["speculative_num_steps"], got["speculative_eagle_topk"],

@@ -216,6 +216,13 @@ BAD_KNOWLEDGE = [
      ["more.toml: packages.x.rules[0].health_wait_s: expected a number of seconds from 1 to 600, got a string"]),
     ("shutdown-flag-short", PACKAGE_X + 'shutdown_flag = "-t"\n',
      ["more.toml: packages.x.rules[0].shutdown_flag: '-t' is not a long flag"]),
+    # what snapshot take and restore send to sleep and wake the engine (SGLang's memory saver reads a JSON body)
+    ("sleep-body-not-json", PACKAGE_X + "[packages.x.rules.smoke]\nsleep = { flag = \"--s\", path = \"/s\", "
+                                        "wake = \"/w\", body = \"tags: kv_cache\" }\n",
+     ["more.toml: packages.x.rules[0].smoke.sleep.body: 'tags: kv_cache' is not JSON"]),
+    ("sleep-body-a-list", PACKAGE_X + "[packages.x.rules.smoke]\nsleep = { flag = \"--s\", path = \"/s\", "
+                                      "wake = \"/w\", body = '[\"kv_cache\"]' }\n",
+     ["more.toml: packages.x.rules[0].smoke.sleep.body: '[\"kv_cache\"]' is JSON but not an object"]),
 ]
 
 
