@@ -46,6 +46,7 @@ class Profile:
     base_images: dict[str, str]
     sources: dict[str, str] = field(default_factory=dict)  # package → "index" | "auto" (absent: built from source)
     jit: dict[str, str] = field(default_factory=dict)  # engine → "prebuilt" (absent: JIT modules built at first request)
+    criu: bool = False  # the runtime images carry CRIU (builder snapshot's container route)
 
     def from_index(self, package: str) -> bool:
         return self.sources.get(package) == "index"
@@ -162,6 +163,7 @@ def _profile(kn: Knowledge, name: str, p: dict, defaults: dict) -> Profile:
         base_images={**defaults["base_images"], **p.get("base_images", {})},
         sources={k: v for k, v in sources.items() if v != "build"},
         jit={k: v for k, v in jit.items() if v != "first-request"},
+        criu=p.get("criu", False),
     )
 
 

@@ -185,6 +185,7 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
         # the toolchain's own check: each gets an unversioned link beside the versioned file the wheels ship
         "jit_link_libs": list(dict.fromkeys(["cudart", *cell.jit_links])) if cell.runtime_jit else [],
         "jit_prebuilt": prebuilt_builds(cell),
+        "criu": cell.criu,  # profiles.<name>.criu: the CRIU the runtime image carries (builder/data/criu/criu.toml)
         # every compile cache of the engine under the image's one root (engine data compile_caches)
         "compile_caches": list(cell.compile_caches),
         "cache_root": cell.cache_root,

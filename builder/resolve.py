@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import archs as archs_mod
-from . import grammar
+from . import files, grammar
 from .engines import Recipe
 from .errors import UserError
 from .lockfile import LOCK_NAME, Lock
@@ -169,6 +170,8 @@ class Cell:
     # the GPU families that select it, the libraries it links, and why it is not built by smoke where it is not
     jit_modules: tuple[dict, ...] = dataclasses.field(default=(), compare=False, hash=False)
     jit_prebuilt: bool = False  # profiles.<name>.jit = "prebuilt": those modules are built into the image
+    # profiles.<name>.criu = true: what the image's CRIU is built from (builder/data/criu/criu.toml), else None
+    criu: dict | None = dataclasses.field(default=None, compare=False, hash=False)
     # every compile cache of the engine, (variable, directory under the image's one cache root): engine data
     # compile_caches; the runtime image sets them, `builder warm` captures that root, L3 boots with them
     compile_caches: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False, hash=False)
@@ -509,7 +512,9 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
     # a cell with a wheel taken from the index is another image than the one compiled here: its own id and tag
     # a cell with a package on the "auto" route: one id whatever build decides (its labels say what it took)
     index_part = "-auto" if any(p.route for p in packages) else "-index" if any(p.from_index for p in packages) else ""
-    cell_id = f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}{'-jitprebuilt' if prebuilt else ''}"
+    # as are one whose JIT modules are prebuilt and one that carries CRIU (profiles.<name>.criu)
+    cell_id = (f"{engine}-{version}-{prof.cuda_tag}{torch_part}-py{py}-sm{sm}{index_part}"
+               f"{'-jitprebuilt' if prebuilt else ''}{'-criu' if prof.criu else ''}")
     bases = base_refs(m, prof)
     for k, ref in bases.items():  # the templates and mirrors were checked; what they make must be a reference too
         grammar.check(grammar.image_ref, ref, f"{where}.base_images.{k} (after {{cuda}}, {{os}} and mirrors)")
@@ -539,10 +544,18 @@ def make_cell(m: Matrix, lock: Lock, prof: Profile, engine: str, archs: tuple[in
         serve_jit=serve_jit,
         jit_modules=tuple(jit_modules),
         jit_prebuilt=prebuilt,
+        criu=criu_data() if prof.criu else None,
         compile_caches=kn.compile_caches_of(eng),
         cache_root=kn.cache_root_of(eng),
         warm_allowance=eng.warm_allowance,
     )
+
+
+def criu_data() -> dict:
+    """The CRIU a runtime image carries (builder/data/criu/criu.toml), with its patches' paths."""
+    data = dict(files.package_data("criu/criu.toml"))
+    data["patch_paths"] = tuple(Path(str(resources.files("builder").joinpath("data", "criu", p))) for p in data["patches"])
+    return data
 
 
 def select(m: Matrix, sel: Selection, lock: Lock | None = None) -> list[Cell]:

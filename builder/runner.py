@@ -370,6 +370,10 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         (cell_dir / "context").mkdir(parents=True)
+        if cell.criu:  # the patches the criu stage applies (dockerfiles/stages/criu.j2 copies them from the context)
+            (cell_dir / "context" / "criu").mkdir()
+            for patch in cell.criu["patch_paths"]:
+                shutil.copyfile(patch, cell_dir / "context" / "criu" / patch.name)
         if kept.exists():
             os.replace(kept, archive)
         if not auto:

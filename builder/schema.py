@@ -1106,6 +1106,9 @@ PROFILE = Table(
                             "source; \"index\" takes the published wheel (pinned by sha256 in matrix.lock) and lets the "
                             "audit judge its archs; \"auto\" takes it when its audit and torch / CUDA / Python fit the "
                             "cell, else compiles."),
+              "criu": Key(BOOL, "The runtime images carry CRIU (builder/data/criu/criu.toml: built from source on the "
+                                "devel base, with the libraries it links, at /opt/builder/criu and on PATH), which "
+                                "`builder snapshot`'s container route runs inside the image. Default false."),
               "jit": Key(TableOf(OneOf(JIT_CHOICES)),
                          "Per engine, when its JIT modules (engine data jit_modules) are built: \"first-request\" (the "
                          "default) or \"prebuilt\", at image-build time into the image's JIT cache, so no request waits "

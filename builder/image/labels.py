@@ -50,6 +50,7 @@ BOOT_SECONDS = "io.builder.boot-seconds"
 CACHE_ROOT = "io.builder.cache-root"
 CACHE_ENV = "io.builder.cache-env"
 WARM_ALLOWANCE = "io.builder.warm-allowance"  # globs under the root a warm boot may still write (engine data)
+CRIU = "io.builder.criu"  # the CRIU the image carries (profiles.<name>.criu): its version and patches
 # a warm image (builder/deploy/warm/layer.py): the image plus one layer holding what a boot compiled, and what it was warmed
 # for; WARM_OF names the cold image's digest
 WARM = "io.builder.warm"
@@ -82,6 +83,8 @@ def written(cell, keys: dict[str, str]) -> list[tuple[str, str, bool]]:
         (ARCHS, ",".join(str(a) for a in cell.archs), False), (STRATEGIES, ",".join(cell.strategies), False),
         (BUILDER_VERSION, __version__, False),
     ]
+    if cell.criu:  # builder snapshot's container route runs it inside the image
+        out.append((CRIU, f"{cell.criu['version']} (" + ", ".join(cell.criu["patches"]) + ")", False))
     if cell.cache_root:
         out += [(CACHE_ROOT, cell.cache_root, False),
                 (CACHE_ENV, " ".join(f"{k}={v}" for k, v in cell.compile_caches), False),

@@ -33,7 +33,8 @@ def image(local_bases) -> str:
     tag = f"builder-test/snapshot-stand-in:{stand_in_digest()}"
     labels = render.labels(cell, {p.name: "test-double" for p in cell.packages})
     argv = ["docker", "buildx", "build", "--progress=plain", "--load", "-t", tag, "-f",
-            str(FIXTURES / "snapshot" / "Dockerfile"), "--build-arg", f"BASE={local_bases['debian']}"]
+            str(FIXTURES / "snapshot" / "Dockerfile"), "--build-arg", f"BASE={local_bases['debian']}",
+            "--build-context", f"criu-patches={REPO / 'builder' / 'data' / 'criu'}"]
     for k, v in labels:
         argv += ["--label", f"{k}={v}"]
     res = subprocess.run([*argv, str(FIXTURES)], capture_output=True, text=True, timeout=1800)
@@ -270,3 +271,48 @@ def test_the_cuda_checkpoint_tool_builds_with_the_toolkit_header_and_takes_nvidi
     assert "--action lock|checkpoint|restore|unlock" in out.stdout and "rc=0" in out.stdout
     assert out.stdout.count("rc=2") == 1 and out.stdout.rstrip().endswith("rc=1"), text
     assert "no CUDA driver here (libcuda.so.1" in out.stderr, text
+
+
+def test_an_image_builder_builds_with_criu_is_snapshotted_in_its_own_container(local_bases, tmp_path):
+    """profiles.<name>.criu = true: the runtime image `builder build` makes carries CRIU (built from source on the
+    devel base with the patch the data names, its libraries beside it) and `builder snapshot take IMAGE` runs that
+    CRIU inside the image: the product's own image, not a test image, dumped and restored with the same answer.
+    The engine is the stand-in (a TEST DOUBLE: no GPU here), built as a wheel from its local source by the pipeline."""
+    from tests.helpers import HOST_CA, SMOKE_FIXTURE
+
+    matrix = (SMOKE_FIXTURE / "matrix.toml").read_text()
+    matrix = matrix.replace('knowledge = ["engines.toml"]', f'knowledge = ["{SMOKE_FIXTURE / "engines.toml"}"]')
+    matrix = matrix.replace('strategies = ["MTP2", "MTP7"]', 'strategies = ["MTP2", "MTP7"]\ncriu = true')
+    assert "criu = true" in matrix
+    (tmp_path / "matrix.toml").write_text(matrix)
+    (tmp_path / "stand_in").symlink_to(SMOKE_FIXTURE / "stand_in")  # the local source, beside the matrix
+    built = builder("build", "--matrix", str(tmp_path / "matrix.toml"), "--wheelhouse", str(tmp_path / "wh"),
+                    "--work-dir", str(tmp_path / "work"), "--log-dir", str(tmp_path / "logs"), "--pins-dir",
+                    str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--no-smoke", "--json", cwd=tmp_path)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (cell,) = json.loads(built.stdout)
+    assert cell["cell"].endswith("-criu"), cell["cell"]  # another image than the cell without CRIU: its own id
+    image = cell["image"]
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", image], capture_output=True, text=True,
+                                        check=True).stdout)[0]
+    assert inspect["Config"]["Labels"]["io.builder.criu"] == "4.1.1 (criu-4.1.1-sockopts-linux-6.16.patch)"
+    linked = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c",
+                             "criu --version && ldd /usr/local/sbin/criu"], capture_output=True, text=True)
+    assert linked.returncode == 0 and "Version: 4.1.1" in linked.stdout and "not found" not in linked.stdout, \
+        linked.stdout + linked.stderr
+    assert "libprotobuf-c.so.1 => /opt/builder/criu/lib/" in linked.stdout  # its own, not a package of the image
+
+    snap = tmp_path / "snap"
+    took = builder("snapshot", "take", image, "--strategy", "MTP2", "--model", MODEL, "--out", str(snap), "--json",
+                   "--matrix", str(tmp_path / "matrix.toml"), cwd=tmp_path)
+    assert took.returncode == 0, took.stdout + took.stderr
+    record = json.loads(took.stdout)
+    assert json.loads((snap / "key.json").read_text())["criu"] == "4.1.1"
+    restored = builder("snapshot", "restore", str(snap), "--json", cwd=tmp_path)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    result = json.loads(restored.stdout)
+    try:
+        assert result["answer"] == record["answer"] == complete(result["port"])
+    finally:
+        subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
+    assert containers() == []

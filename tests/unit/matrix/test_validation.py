@@ -50,6 +50,9 @@ CASES = [
      ["MTP2 cannot run on vllm 0.6.3.post1", "versions that can: vllm>=0.17"]),
     ("unknown-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "DFLASH2"]'), ["plan"],
      ["unknown strategy 'DFLASH2'", "did you mean 'DFlash2'"]),
+    # profiles.<name>.criu: the runtime images carry CRIU (builder snapshot's container route), a boolean
+    ("criu-not-a-boolean", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "MTP7", "DFlash2"]\ncriu = "yes"'),
+     ["plan"], ["profiles.cu130.criu: expected a boolean, got a string 'yes'"]),
     ("duplicate-strategy", edit('strategies = ["MTP2", "MTP7", "DFlash2"]', 'strategies = ["MTP2", "MTP2"]'), ["plan"],
      ["listed twice"]),
     ("empty-selection-only", None, ["plan", "--only", "trtllm-*"], ["the selection is empty", "only trtllm-*"]),

@@ -268,3 +268,46 @@ def test_cmake_dependencies_named_by_tag_are_pinned_once_a_commit_is_known():
     assert f"git -C /opt/deps/cutlass fetch -q --depth 1 origin {commit}" in text
     assert f'"$(git -C /opt/deps/cutlass rev-parse HEAD)" != {commit} ]' in text
     assert P.cache_key(cell, pinned) != P.cache_key(cell, vllm)  # a pin changes what is built
+
+
+def _criu_matrix(tmp_path: Path) -> Path:
+    """The smoke fixture's matrix (the stand-in, a TEST DOUBLE engine) with profiles.local.criu = true."""
+    from tests.helpers import SMOKE_FIXTURE
+
+    text = (SMOKE_FIXTURE / "matrix.toml").read_text()
+    text = text.replace('knowledge = ["engines.toml"]', f'knowledge = ["{SMOKE_FIXTURE / "engines.toml"}"]')
+    text = text.replace('strategies = ["MTP2", "MTP7"]', 'strategies = ["MTP2", "MTP7"]\ncriu = true')
+    (tmp_path / "matrix.toml").write_text(text)
+    (tmp_path / "stand_in").symlink_to(SMOKE_FIXTURE / "stand_in")  # the local source, beside the matrix
+    return tmp_path / "matrix.toml"
+
+
+def test_a_profile_with_criu_builds_it_in_its_own_stage_and_the_runtime_copies_it(tmp_path):
+    """profiles.<name>.criu = true: a `criu` stage FROM the devel base fetches the source the data names, checks its
+    sha256, applies the data's patches (from the build context) and keeps the binary with its libraries; the
+    runtime copies that directory and puts criu on PATH; the label says which CRIU. Its own cell id, and
+    hadolint-clean."""
+    m = M.load(_criu_matrix(tmp_path))
+    (cell,) = resolve.select(m, M.Selection())
+    data = resolve.criu_data()
+    assert cell.id.endswith("-criu") and cell.criu["version"] == data["version"] == "4.1.1"
+    text = render_cell(cell, m.defaults["index"])
+    stages = re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)
+    assert ("${BASE_DEVEL_IMAGE}", "criu") in stages
+    criu_stage = text.split(" AS criu\n", 1)[1].split("\nFROM ", 1)[0]
+    assert data["source"] in criu_stage and f'echo "{data["sha256"]}  criu.tar.xz" | sha256sum --check' in criu_stage
+    for patch in data["patches"]:
+        assert f"COPY criu/{patch} /src/" in criu_stage and f"patch -d criu -p1 < {patch}" in criu_stage
+    assert "patchelf --force-rpath --set-rpath /opt/builder/criu/lib" in criu_stage
+    runtime = text.split(" AS runtime\n", 1)[1]
+    assert "COPY --from=criu /opt/builder/criu /opt/builder/criu" in runtime
+    assert "ln -s /opt/builder/criu/bin/criu /usr/local/sbin/criu" in runtime
+    assert 'LABEL io.builder.criu="4.1.1 (criu-4.1.1-sockopts-linux-6.16.patch)"' in runtime
+    # without the key: no stage, no label, the id without the suffix
+    plain = resolve.select(M.load(REPO / "tests/fixtures/smoke/matrix.toml"), M.Selection())[0]
+    assert plain.criu is None and not plain.id.endswith("-criu")
+    assert " AS criu\n" not in render_cell(plain, m.defaults["index"])
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    (tmp_path / "criu.Dockerfile").write_text(text)
+    res = subprocess.run([hadolint, "--no-color", str(tmp_path / "criu.Dockerfile")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
