@@ -267,6 +267,7 @@ def _fan_out(plans: list[CellPlan], cache: WheelCache, opts: BuildOptions, say: 
     builder. A cell that failed while its builder no longer answers says so."""
     done: dict[str, list[CellOutcome]] = {}
     crashed: list[BaseException] = []
+    _FORWARDED.clear()
 
     def work(builder: str, mine: list[CellPlan]) -> None:
         lane_opts = lane_options(opts, builder)
@@ -312,6 +313,11 @@ def _blame_builder(outcome: CellOutcome, builder: str, docker_cli: str, say: Cal
         say(f"[{outcome.cell.id}] FAILED on builder {builder}, which does not answer: {why}")
 
 
+# the signal _interrupt forwarded to the lanes of a fan-out (empty until then): a step that fails after it was
+# stopped by it (runner.run_cell's attempt reports it as interrupted)
+_FORWARDED: list[int] = []
+
+
 def _interrupt(workers: list[threading.Thread], exc: KeyboardInterrupt) -> None:
     """Raise the main thread's interrupt in every worker too (at its next Python instruction), then send SIGINT to
     this process's children (each streamed docker command leads a process group of its own: builder/docker.py
@@ -320,6 +326,7 @@ def _interrupt(workers: list[threading.Thread], exc: KeyboardInterrupt) -> None:
     import ctypes
 
     signum = getattr(exc, "signum", signal.SIGINT)
+    _FORWARDED.append(int(signum))
     kind = type("Interrupted", (Interrupted,), {"__init__": lambda self: Interrupted.__init__(self, signum)})
     for worker in workers:
         if worker.is_alive() and worker.ident is not None:
@@ -418,6 +425,14 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
             except Exception as exc:  # a step's bug or an unexpected fault: the cell fails, the run goes on
                 _try_write(log, traceback.format_exc())
                 result = StepResult(step.name, subject, Status.FAILED, f"{type(exc).__name__}: {exc}")
+            if result.status is Status.FAILED and not outcome.interrupted and _FORWARDED:
+                # fanned out: the signal reached this lane's docker command before the worker's own interrupt, so
+                # the command ended ("context canceled") and the step says it failed; it was interrupted
+                _try_write(log, f"{step.name} of {subject} ended after {signal.Signals(_FORWARDED[0]).name} was "
+                                f"forwarded: {result.reason}\n")
+                result = StepResult(step.name, subject, Status.FAILED, f"interrupted by "
+                                    f"{signal.Signals(_FORWARDED[0]).name} during {step.name} of {subject}")
+                outcome.interrupted = True
             result.seconds = time.monotonic() - started
             outcome.results.append(result)
             if result.status is Status.FAILED:

@@ -171,3 +171,72 @@ def test_publish_over_two_builders_pushes_the_cell_of_the_builder_that_lives(two
     assert len(mine) == 1, mine  # the first cell's engine repository only
     tags = requests.get(f"http://{registry}/v2/{mine[0]}/tags/list", timeout=30).json()["tags"]
     assert any(CELLS[0].split("-", 2)[2] in t for t in tags) and not any(CELLS[1].split("-", 2)[2] == t for t in tags), tags
+
+
+def test_an_interrupt_stops_the_cell_of_every_builder_and_stores_nothing(two_engines, tmp_path):
+    """Ctrl-C during a build fanned out over two builders: the terminal's SIGINT reaches builder's process group
+    once each builder runs its cell. builder forwards it to every builder's running docker command (each leads its
+    own process group, so the terminal's signal does not reach them), both cells are recorded as interrupted (the
+    first run of this test found them recorded as "resolving the runtime's dependencies failed: ... context
+    canceled": the forwarded signal ended the command before the worker's own interrupt arrived), the run exits 130
+    within a minute, nothing goes on in either engine, and the wheelhouse holds only whole entries."""
+    import signal
+
+    from builder.cache import inventory
+    from builder.cache.local import Wheelhouse
+
+    engines, env = two_engines
+    names = list(engines)
+    ns = uuid.uuid4().hex[:8]
+    fixture = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, fixture)
+    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:  # a source neither engine has compiled
+        fh.write(f"// fanout interrupt {ns}\n")
+    text = (fixture / "matrix-publish.toml").read_text()
+    (fixture / "matrix-publish.toml").write_text(text.replace("127.0.0.1:5000/builder-test", f"127.0.0.1:5000/fanint-{ns}"))
+    logs, wheelhouse = tmp_path / "logs-int", tmp_path / "wh-int"
+    argv = [sys.executable, "-m", "builder.cli", "build", "--matrix", "matrix-publish.toml", "--profile", "all",
+            "--builder", ",".join(names), "--wheelhouse", str(wheelhouse), "--work-dir", str(tmp_path / "work-int"),
+            "--log-dir", str(logs), "--pins-dir", str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--no-smoke",
+            "--no-cache", "--progress", "plain", "--json"]
+    # a session of its own: its process group is what a terminal's Ctrl-C signals
+    proc = subprocess.Popen(argv, cwd=fixture, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **env})
+    try:
+        deadline = time.monotonic() + 900
+        while not all((logs / f"{c}.log").is_file() and "pip wheel" in (logs / f"{c}.log").read_text(errors="replace")
+                      for c in CELLS):  # both compile RUNs under way
+            assert proc.poll() is None and time.monotonic() < deadline, "the two compiles never ran at once"
+            time.sleep(1)
+        time.sleep(3)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        stopped = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err[-5000:]
+    where = [next(s['reason'] for s in cells[c]['steps'] if (s['reason'] or '').startswith('interrupted by')) for c in CELLS]
+    print(f"interrupted two builders' cells: exit 130 in {stopped:.1f}s; {where}")
+    assert stopped < 60, stopped
+    cells = {c["cell"]: c for c in json.loads(out)}
+    assert set(cells) == set(CELLS) and {c["builder"] for c in cells.values()} == set(names)
+    for cell in CELLS:
+        assert cells[cell]["result"] == "failed" and any(
+            s["reason"] and s["reason"].startswith("interrupted by SIGINT") for s in cells[cell]["steps"]), json.dumps(cells[cell]["steps"], indent=1)[-3000:]
+    assert "error: interrupted by SIGINT" in err
+    # no compile goes on in either engine once builder has exited (BuildKit cancels a solve its client left)
+    deadline = time.monotonic() + 60
+    while True:
+        left = subprocess.run(["pgrep", "-af", "cicc|ptxas|nvcc|pip wheel"], capture_output=True, text=True).stdout
+        if not left.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert not left.strip(), left
+    # nothing half-stored: no wheel, no quarantined or temporary entry
+    wh = Wheelhouse(wheelhouse)
+    assert inventory.leftovers(wh, stale_after_s=0) == []
+    for entry in inventory.entries(wh):  # a compile that ended before the signal stored a whole, audited entry
+        assert inventory.verify(wh, entry) == "", entry
