@@ -142,9 +142,9 @@ def cell(labels: dict[str, str]) -> str | None:
 
 
 def jit_prebuilt(labels: dict[str, str]) -> bool:
-    """The image is warm: its JIT modules were built into it (a profile with jit = "prebuilt", whose cell id ends
-    in -jitprebuilt). An image that does not say so is cold."""
-    return (labels.get(CELL) or "").endswith("-jitprebuilt")
+    """The image is warm: its JIT modules were built into it (a profile with jit = "prebuilt", whose cell id has
+    the part -jitprebuilt, last or before -criu). An image that does not say so is cold."""
+    return "jitprebuilt" in (labels.get(CELL) or "").split("-")[1:]
 
 
 def boot_label(labels: dict[str, str]) -> str:

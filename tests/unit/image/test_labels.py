@@ -68,3 +68,16 @@ def test_no_other_module_spells_an_image_label():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"io\.builder\.[a-z.-]+", node.value):
                 offenders.append(f"{rel}: {node.value}")
     assert offenders == []
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("cell, prebuilt", [
+    ("vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index-jitprebuilt", True),
+    ("vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-index-jitprebuilt-criu", True),  # criu's suffix comes after
+    ("vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90-criu", False),
+    ("vllm-0.33.0-cu130-torch2.14.0-py311-sm80.90", False),
+    ("jitprebuilt-1.0-cu130-py311-sm90", False),  # an engine's name is not the part
+])
+def test_an_image_is_jit_prebuilt_when_its_cell_id_has_the_part(cell, prebuilt):
+    """serve mounts no compile-cache volume over prebuilt JIT modules: the cell id says which images carry them."""
+    assert labels.jit_prebuilt({labels.CELL: cell}) is prebuilt
