@@ -45,8 +45,9 @@ REAL = REPO / "tests" / "fixtures" / "real-trees" / "matrix.toml"
 FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
 # three of flash-attn's lightest units, its head-dim-64 forward kernels (3,778 MiB per nvcc thread, about 230 s for
 # sm_80 + sm_90 on this machine: docs/evidence/2026-12-05-real-trees.md). A server admitted by RAM must hold the 2
-# jobs sccache-dist runs on a 1-CPU server (scripts/farm): 8.5 GiB each at 3.8 GB per job, so this 23 GB machine
-# holds a farm of 2 such servers beside the client, not 3
+# jobs sccache-dist runs on a 1-CPU server (scripts/farm): a limit of 8.5 GiB each at 3.8 GB per job. A limit is a
+# cap, not a reservation: three such servers run on this 23 GB machine because the three units compile one nvcc
+# step at a time each, so at most three jobs (about 11.4 GB) run at once whatever the farm
 FORWARD = ("*flash_fwd_hdim64_fp16_sm80.cu", "*flash_fwd_hdim64_bf16_sm80.cu", "*flash_fwd_hdim64_fp16_causal_sm80.cu")
 GIB = 1 << 30
 

@@ -37,7 +37,7 @@ CPUS, MEMORY = 1.0, 2 << 30  # each engine: one core's quota, 2 GiB (the host ha
 pytestmark = pytest.mark.slow  # two engines, the CUDA bases loaded into each, three cold compiles: ~10 minutes
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: two of them kill an engine, so no test may share a pair
 def two_engines(docker_engine, local_bases):
     for program in ("ip", "iptables"):
         if shutil.which(program) is None:
@@ -69,15 +69,36 @@ def split_names(prefix: str) -> tuple[str, str]:
                 return pair
     raise AssertionError("no two names split the cells")
 
+def fresh_fixture(tmp_path: Path, what: str, repo: str | None = None) -> tuple[Path, str]:
+    """A copy of the cuda-ext fixture whose source neither engine has compiled (a line naming `what` and a random
+    id), its images under 127.0.0.1:5000/<repo>-<id> when `repo` is given. (fixture, id)"""
+    ns = uuid.uuid4().hex[:8]
+    fixture = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, fixture)
+    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:
+        fh.write(f"// fanout {what} {ns}\n")
+    if repo:
+        text = (fixture / "matrix-publish.toml").read_text()
+        (fixture / "matrix-publish.toml").write_text(text.replace("127.0.0.1:5000/builder-test",
+                                                                  f"127.0.0.1:5000/{repo}-{ns}"))
+    return fixture, ns
+
+
+def argv_of(tmp: Path, name: str, builders: str, verb: str, *extra: str) -> list[str]:
+    """The command line of `builder VERB` of both cells over BUILDERS, its wheelhouse, work and logs under
+    TMP/<kind>-NAME."""
+    return [sys.executable, "-m", "builder.cli", verb, "--matrix", "matrix-publish.toml", "--profile", "all",
+            "--builder", builders, "--wheelhouse", str(tmp / f"wh-{name}"), "--work-dir", str(tmp / f"work-{name}"),
+            "--log-dir", str(tmp / f"logs-{name}"), "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(HOST_CA),
+            *(("--no-smoke",) if verb == "build" else ()), "--progress", "plain", "--json", *extra]
+
+
 def build(fixture: Path, tmp: Path, name: str, builders: str, env: dict, *extra: str,
           kill: tuple[object, str] | None = None, verb: str = "build") -> tuple[int, list[dict], str, float]:
     """`builder build` (or `verb`) of both cells over BUILDERS; `kill`: (engine, cell) whose engine dies 5 s after
     that cell's compile RUN starts. (exit code, JSON outcomes, stderr, seconds)."""
+    argv = argv_of(tmp, name, builders, verb, *extra)
     logs = tmp / f"logs-{name}"
-    argv = [sys.executable, "-m", "builder.cli", verb, "--matrix", "matrix-publish.toml", "--profile", "all",
-            "--builder", builders, "--wheelhouse", str(tmp / f"wh-{name}"), "--work-dir", str(tmp / f"work-{name}"),
-            "--log-dir", str(logs), "--pins-dir", str(tmp / "pins"), "--ca-bundle", str(HOST_CA),
-            *(("--no-smoke",) if verb == "build" else ()), "--progress", "plain", "--json", *extra]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=fixture, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **env})
@@ -94,17 +115,76 @@ def build(fixture: Path, tmp: Path, name: str, builders: str, env: dict, *extra:
     return proc.returncode, json.loads(out) if out.strip() else [], err, time.monotonic() - t0
 
 
+def test_an_interrupt_stops_the_cell_of_every_builder_and_stores_nothing(two_engines, tmp_path):
+    """Ctrl-C during a build fanned out over two builders: the terminal's SIGINT reaches builder's process group
+    once each builder runs its cell. builder forwards it to every builder's running docker command (each leads its
+    own process group, so the terminal's signal does not reach them), both cells are recorded as interrupted (the
+    first run of this test found them recorded as "resolving the runtime's dependencies failed: ... context
+    canceled": the forwarded signal ended the command before the worker's own interrupt arrived), the run exits 130
+    within a minute, nothing goes on in either engine, and the wheelhouse holds only whole entries."""
+    import signal
+
+    from builder.cache import inventory
+    from builder.cache.local import Wheelhouse
+
+    engines, env = two_engines
+    names = list(engines)
+    fixture, _ = fresh_fixture(tmp_path, "interrupt", "fanint")
+    argv = argv_of(tmp_path, "int", ",".join(names), "build", "--no-cache")
+    logs, wheelhouse = tmp_path / "logs-int", tmp_path / "wh-int"
+    # a session of its own: its process group is what a terminal's Ctrl-C signals
+    proc = subprocess.Popen(argv, cwd=fixture, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **env})
+    try:
+        deadline = time.monotonic() + 900
+        while not all((logs / f"{c}.log").is_file() and "pip wheel" in (logs / f"{c}.log").read_text(errors="replace")
+                      for c in CELLS):  # both compile RUNs under way
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                raise AssertionError(f"builder ended ({proc.returncode}) before both cells ran: {err[-5000:]}")
+            assert time.monotonic() < deadline, "the two cells never ran at once"
+            time.sleep(1)
+        time.sleep(3)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        stopped = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err[-5000:]
+    assert stopped < 60, stopped
+    cells = {c["cell"]: c for c in json.loads(out)}
+    assert set(cells) == set(CELLS) and {c["builder"] for c in cells.values()} == set(names)
+    for cell in CELLS:
+        steps = cells[cell]["steps"]
+        assert cells[cell]["result"] == "failed" and any(
+            (s["reason"] or "").startswith("interrupted by SIGINT") for s in steps), json.dumps(steps, indent=1)[-3000:]
+    assert "error: interrupted by SIGINT" in err
+    where = [next(s["reason"] for s in cells[c]["steps"] if (s["reason"] or "").startswith("interrupted by"))
+             for c in CELLS]
+    print(f"interrupted two builders' cells: exit 130 in {stopped:.1f}s; {where}")
+    # no compile goes on in either engine once builder has exited (BuildKit cancels a solve its client left)
+    deadline = time.monotonic() + 60
+    while True:
+        left = subprocess.run(["pgrep", "-af", "cicc|ptxas|nvcc|pip wheel"], capture_output=True, text=True).stdout
+        if not left.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert not left.strip(), left
+    # nothing half-stored: no quarantined or temporary entry, every entry whole
+    wh = Wheelhouse(wheelhouse)
+    assert inventory.leftovers(wh, stale_after_s=0) == []
+    for entry in inventory.entries(wh):  # a compile that ended before the signal stored a whole, audited entry
+        assert inventory.verify(wh, entry) == "", entry
+
+
 def test_two_builders_build_one_cell_each_at_once_and_a_dead_builder_fails_only_its_cell(two_engines, tmp_path):
     engines, env = two_engines
     names = list(engines)
     first, second = (engines[n] for n in names)  # first builds CELLS[0], second CELLS[1]
-    ns = uuid.uuid4().hex[:8]
-    fixture = tmp_path / "fixture"
-    shutil.copytree(FIXTURE, fixture)
-    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:  # a source neither engine has compiled
-        fh.write(f"// fanout {ns}\n")
-    text = (fixture / "matrix-publish.toml").read_text()
-    (fixture / "matrix-publish.toml").write_text(text.replace("127.0.0.1:5000/builder-test", f"127.0.0.1:5000/fan-{ns}"))
+    fixture, ns = fresh_fixture(tmp_path, "both", "fan")
     try:
         code, cells, err, seconds = build(fixture, tmp_path, "both", ",".join(names), env)
         assert code == 0, err[-5000:]
@@ -124,7 +204,8 @@ def test_two_builders_build_one_cell_each_at_once_and_a_dead_builder_fails_only_
         for engine in (first, second):
             cpu, memory = engine.cgroups
             peak = int((memory / "memory.max_usage_in_bytes").read_text())
-            assert 100 << 20 < peak <= MEMORY, peak
+            # cgroup v1 may record a charge a few pages past the limit before it reclaims (measured: 1 page)
+            assert 100 << 20 < peak <= MEMORY + (1 << 20), peak
             stat = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
             assert int(stat["nr_throttled"]) > 0, stat
 
@@ -153,11 +234,7 @@ def test_publish_over_two_builders_pushes_the_cell_of_the_builder_that_lives(two
 
     engines, env = two_engines
     names = list(engines)
-    ns = uuid.uuid4().hex[:8]
-    fixture = tmp_path / "fixture"
-    shutil.copytree(FIXTURE, fixture)
-    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:  # a source neither engine has compiled
-        fh.write(f"// fanout publish {ns}\n")
+    fixture, ns = fresh_fixture(tmp_path, "publish")
     repo = f"fanpub-{ns}"
     code, cells, err, _ = build(fixture, tmp_path, "publish", ",".join(names), env, "--keep-going",
                                 "--registry", f"{registry}/{repo}", kill=(engines[names[1]], CELLS[1]), verb="publish")
@@ -172,71 +249,3 @@ def test_publish_over_two_builders_pushes_the_cell_of_the_builder_that_lives(two
     tags = requests.get(f"http://{registry}/v2/{mine[0]}/tags/list", timeout=30).json()["tags"]
     assert any(CELLS[0].split("-", 2)[2] in t for t in tags) and not any(CELLS[1].split("-", 2)[2] == t for t in tags), tags
 
-
-def test_an_interrupt_stops_the_cell_of_every_builder_and_stores_nothing(two_engines, tmp_path):
-    """Ctrl-C during a build fanned out over two builders: the terminal's SIGINT reaches builder's process group
-    once each builder runs its cell. builder forwards it to every builder's running docker command (each leads its
-    own process group, so the terminal's signal does not reach them), both cells are recorded as interrupted (the
-    first run of this test found them recorded as "resolving the runtime's dependencies failed: ... context
-    canceled": the forwarded signal ended the command before the worker's own interrupt arrived), the run exits 130
-    within a minute, nothing goes on in either engine, and the wheelhouse holds only whole entries."""
-    import signal
-
-    from builder.cache import inventory
-    from builder.cache.local import Wheelhouse
-
-    engines, env = two_engines
-    names = list(engines)
-    ns = uuid.uuid4().hex[:8]
-    fixture = tmp_path / "fixture"
-    shutil.copytree(FIXTURE, fixture)
-    with (fixture / "pkg" / "csrc" / "saxpy.cu").open("a") as fh:  # a source neither engine has compiled
-        fh.write(f"// fanout interrupt {ns}\n")
-    text = (fixture / "matrix-publish.toml").read_text()
-    (fixture / "matrix-publish.toml").write_text(text.replace("127.0.0.1:5000/builder-test", f"127.0.0.1:5000/fanint-{ns}"))
-    logs, wheelhouse = tmp_path / "logs-int", tmp_path / "wh-int"
-    argv = [sys.executable, "-m", "builder.cli", "build", "--matrix", "matrix-publish.toml", "--profile", "all",
-            "--builder", ",".join(names), "--wheelhouse", str(wheelhouse), "--work-dir", str(tmp_path / "work-int"),
-            "--log-dir", str(logs), "--pins-dir", str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--no-smoke",
-            "--no-cache", "--progress", "plain", "--json"]
-    # a session of its own: its process group is what a terminal's Ctrl-C signals
-    proc = subprocess.Popen(argv, cwd=fixture, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **env})
-    try:
-        deadline = time.monotonic() + 900
-        while not all((logs / f"{c}.log").is_file() and "pip wheel" in (logs / f"{c}.log").read_text(errors="replace")
-                      for c in CELLS):  # both compile RUNs under way
-            assert proc.poll() is None and time.monotonic() < deadline, "the two compiles never ran at once"
-            time.sleep(1)
-        time.sleep(3)
-        t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-        stopped = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130, err[-5000:]
-    where = [next(s['reason'] for s in cells[c]['steps'] if (s['reason'] or '').startswith('interrupted by')) for c in CELLS]
-    print(f"interrupted two builders' cells: exit 130 in {stopped:.1f}s; {where}")
-    assert stopped < 60, stopped
-    cells = {c["cell"]: c for c in json.loads(out)}
-    assert set(cells) == set(CELLS) and {c["builder"] for c in cells.values()} == set(names)
-    for cell in CELLS:
-        assert cells[cell]["result"] == "failed" and any(
-            s["reason"] and s["reason"].startswith("interrupted by SIGINT") for s in cells[cell]["steps"]), json.dumps(cells[cell]["steps"], indent=1)[-3000:]
-    assert "error: interrupted by SIGINT" in err
-    # no compile goes on in either engine once builder has exited (BuildKit cancels a solve its client left)
-    deadline = time.monotonic() + 60
-    while True:
-        left = subprocess.run(["pgrep", "-af", "cicc|ptxas|nvcc|pip wheel"], capture_output=True, text=True).stdout
-        if not left.strip() or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert not left.strip(), left
-    # nothing half-stored: no wheel, no quarantined or temporary entry
-    wh = Wheelhouse(wheelhouse)
-    assert inventory.leftovers(wh, stale_after_s=0) == []
-    for entry in inventory.entries(wh):  # a compile that ended before the signal stored a whole, audited entry
-        assert inventory.verify(wh, entry) == "", entry
