@@ -84,6 +84,14 @@ def fresh_fixture(tmp_path: Path, what: str, repo: str | None = None) -> tuple[P
     return fixture, ns
 
 
+def remove_images(pattern: str) -> None:
+    """Remove the local daemon's images whose reference matches PATTERN (the test's own repository)."""
+    listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", pattern],
+                            capture_output=True, text=True).stdout.split()
+    if listed:
+        subprocess.run(["docker", "image", "rm", *listed], capture_output=True)
+
+
 def argv_of(tmp: Path, name: str, builders: str, verb: str, *extra: str) -> list[str]:
     """The command line of `builder VERB` of both cells over BUILDERS, its wheelhouse, work and logs under
     TMP/<kind>-NAME."""
@@ -129,7 +137,7 @@ def test_an_interrupt_stops_the_cell_of_every_builder_and_stores_nothing(two_eng
 
     engines, env = two_engines
     names = list(engines)
-    fixture, _ = fresh_fixture(tmp_path, "interrupt", "fanint")
+    fixture, ns = fresh_fixture(tmp_path, "interrupt", "fanint")
     argv = argv_of(tmp_path, "int", ",".join(names), "build", "--no-cache")
     logs, wheelhouse = tmp_path / "logs-int", tmp_path / "wh-int"
     # a session of its own: its process group is what a terminal's Ctrl-C signals
@@ -153,6 +161,7 @@ def test_an_interrupt_stops_the_cell_of_every_builder_and_stores_nothing(two_eng
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+        remove_images(f"127.0.0.1:5000/fanint-{ns}/*")  # a cell whose image was made before the signal
     assert proc.returncode == 130, err[-5000:]
     assert stopped < 60, stopped
     cells = {c["cell"]: c for c in json.loads(out)}
@@ -220,10 +229,7 @@ def test_two_builders_build_one_cell_each_at_once_and_a_dead_builder_fails_only_
         assert dead["error"].startswith(f"builder {names[1]} does not answer ("), dead["error"]
         assert f"FAILED on builder {names[1]}, which does not answer" in err
     finally:
-        listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
-                                 f"127.0.0.1:5000/fan-{ns}/*"], capture_output=True, text=True).stdout.split()
-        if listed:
-            subprocess.run(["docker", "image", "rm", *listed], capture_output=True)
+        remove_images(f"127.0.0.1:5000/fan-{ns}/*")
 
 
 def test_publish_over_two_builders_pushes_the_cell_of_the_builder_that_lives(two_engines, tmp_path, registry):
