@@ -37,8 +37,11 @@ def fixture_copy(tmp_path: Path, engines_edit=None, source_edit=None) -> Path:
 
 
 def rehearse_cli(matrix: Path, tmp_path: Path, *extra: str):
+    # the CA bundle as every build test passes it: behind a TLS-intercepting proxy the build stage's pip needs it
+    # whenever BuildKit has no cached toolchain stage (a fresh machine)
     return run_cli("rehearse", "--matrix", str(matrix), "--work-dir", str(tmp_path / "work"),
-                   "--log-dir", str(tmp_path / "logs"), "--wheelhouse", str(tmp_path / "wh"), *extra)
+                   "--log-dir", str(tmp_path / "logs"), "--wheelhouse", str(tmp_path / "wh"),
+                   "--ca-bundle", str(HOST_CA), *extra)
 
 
 def _images(prefix: str = "builder-rehearse") -> set[str]:
@@ -113,7 +116,7 @@ def test_the_table_prints_the_unit_and_the_projection(local_bases, docker_engine
     monkeypatch.setattr(subprocess, "Popen", Spy)
     caplog.set_level(logging.DEBUG, logger="builder.commands")
     res = run_cli("--debug", "rehearse", "--matrix", str(FIXTURE / "matrix.toml"), "--work-dir", str(tmp_path / "work"),
-                  "--log-dir", str(tmp_path / "logs"), "--wheelhouse", str(tmp_path / "wh"))
+                  "--log-dir", str(tmp_path / "logs"), "--wheelhouse", str(tmp_path / "wh"), "--ca-bundle", str(HOST_CA))
     assert res.exit_code == 0, res.output
     row = next(ln for ln in res.stdout.splitlines() if "saxpy.cu" in ln)
     assert "sm_80 sm_90" in row and "ok (sm_80 sm_90)" in row
