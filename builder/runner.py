@@ -313,9 +313,16 @@ def _blame_builder(outcome: CellOutcome, builder: str, docker_cli: str, say: Cal
         say(f"[{outcome.cell.id}] FAILED on builder {builder}, which does not answer: {why}")
 
 
-# the signal _interrupt forwarded to the lanes of a fan-out (empty until then): a step that fails after it was
+# the interrupt _interrupt forwarded to the lanes of a fan-out (empty until then): a step that fails after it was
 # stopped by it (runner.run_cell's attempt reports it as interrupted)
-_FORWARDED: list[int] = []
+_FORWARDED: list[Interrupted] = []
+
+
+def _interrupted(step: str, subject: str, exc: BaseException) -> StepResult:
+    """The result of a step an interrupt stopped, naming the signal (and the command it stopped, when it says)."""
+    stopped = getattr(exc, "stopped", "")
+    return StepResult(step, subject, Status.FAILED, f"interrupted by {signal_name(exc)} during {step} of {subject}"
+                      + (f": stopped {stopped}" if stopped else ""))
 
 
 def _interrupt(workers: list[threading.Thread], exc: KeyboardInterrupt) -> None:
@@ -326,7 +333,7 @@ def _interrupt(workers: list[threading.Thread], exc: KeyboardInterrupt) -> None:
     import ctypes
 
     signum = getattr(exc, "signum", signal.SIGINT)
-    _FORWARDED.append(int(signum))
+    _FORWARDED.append(Interrupted(signum))
     kind = type("Interrupted", (Interrupted,), {"__init__": lambda self: Interrupted.__init__(self, signum)})
     for worker in workers:
         if worker.is_alive() and worker.ident is not None:
@@ -410,10 +417,7 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
             try:
                 result = step.run(ctx, wheel)
             except KeyboardInterrupt as exc:
-                stopped = getattr(exc, "stopped", "")
-                result = StepResult(step.name, subject, Status.FAILED,
-                                    f"interrupted by {signal_name(exc)} during {step.name} of {subject}"
-                                    + (f": stopped {stopped}" if stopped else ""))
+                result = _interrupted(step.name, subject, exc)
                 outcome.interrupted = True
             except BuilderError as exc:
                 result = StepResult(step.name, subject, Status.FAILED, str(exc))
@@ -428,10 +432,9 @@ def run_cell(plan: CellPlan, cache: WheelCache, opts: BuildOptions, say: Callabl
             if result.status is Status.FAILED and not outcome.interrupted and _FORWARDED:
                 # fanned out: the signal reached this lane's docker command before the worker's own interrupt, so
                 # the command ended ("context canceled") and the step says it failed; it was interrupted
-                _try_write(log, f"{step.name} of {subject} ended after {signal.Signals(_FORWARDED[0]).name} was "
-                                f"forwarded: {result.reason}\n")
-                result = StepResult(step.name, subject, Status.FAILED, f"interrupted by "
-                                    f"{signal.Signals(_FORWARDED[0]).name} during {step.name} of {subject}")
+                _try_write(log, f"{step.name} of {subject} ended after {signal_name(_FORWARDED[0])} was forwarded: "
+                                f"{result.reason}\n")
+                result = _interrupted(step.name, subject, _FORWARDED[0])
                 outcome.interrupted = True
             result.seconds = time.monotonic() - started
             outcome.results.append(result)

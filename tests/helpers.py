@@ -245,6 +245,18 @@ def stand_in_digest() -> str:
     return h.hexdigest()[:12]
 
 
+def criu_matrix(root: Path) -> Path:
+    """The smoke fixture's matrix (the stand-in, a TEST DOUBLE engine) written under ROOT with its profile's
+    criu = true, the engine data named by absolute path and the stand-in's local source linked beside it."""
+    text = (SMOKE_FIXTURE / "matrix.toml").read_text()
+    text = text.replace('knowledge = ["engines.toml"]', f'knowledge = ["{SMOKE_FIXTURE / "engines.toml"}"]')
+    text = text.replace('strategies = ["MTP2", "MTP7"]', 'strategies = ["MTP2", "MTP7"]\ncriu = true')
+    assert "criu = true" in text and str(SMOKE_FIXTURE) in text, "the smoke fixture's matrix changed its shape"
+    (root / "matrix.toml").write_text(text)
+    (root / "stand_in").symlink_to(SMOKE_FIXTURE / "stand_in")
+    return root / "matrix.toml"
+
+
 def build_stand_in(tag: str, labels: list[tuple[str, str]], base: str) -> None:
     """docker buildx build the stand-in image FROM `base`, with these labels."""
     argv = ["docker", "buildx", "build", "--progress=plain", "--load", "-t", tag, "-f", str(SMOKE_FIXTURE / "Dockerfile"),

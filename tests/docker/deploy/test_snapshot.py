@@ -278,14 +278,9 @@ def test_an_image_builder_builds_with_criu_is_snapshotted_in_its_own_container(l
     devel base with the patch the data names, its libraries beside it) and `builder snapshot take IMAGE` runs that
     CRIU inside the image: the product's own image, not a test image, dumped and restored with the same answer.
     The engine is the stand-in (a TEST DOUBLE: no GPU here), built as a wheel from its local source by the pipeline."""
-    from tests.helpers import HOST_CA, SMOKE_FIXTURE
+    from tests.helpers import HOST_CA, criu_matrix
 
-    matrix = (SMOKE_FIXTURE / "matrix.toml").read_text()
-    matrix = matrix.replace('knowledge = ["engines.toml"]', f'knowledge = ["{SMOKE_FIXTURE / "engines.toml"}"]')
-    matrix = matrix.replace('strategies = ["MTP2", "MTP7"]', 'strategies = ["MTP2", "MTP7"]\ncriu = true')
-    assert "criu = true" in matrix
-    (tmp_path / "matrix.toml").write_text(matrix)
-    (tmp_path / "stand_in").symlink_to(SMOKE_FIXTURE / "stand_in")  # the local source, beside the matrix
+    criu_matrix(tmp_path)
     built = builder("build", "--matrix", str(tmp_path / "matrix.toml"), "--wheelhouse", str(tmp_path / "wh"),
                     "--work-dir", str(tmp_path / "work"), "--log-dir", str(tmp_path / "logs"), "--pins-dir",
                     str(tmp_path / "pins"), "--ca-bundle", str(HOST_CA), "--no-smoke", "--json", cwd=tmp_path)

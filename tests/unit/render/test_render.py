@@ -16,7 +16,7 @@ from builder import plan as P
 from builder import render as R
 from builder import resolve
 
-from tests.helpers import MATRIX, REPO, run_cli
+from tests.helpers import MATRIX, REPO, criu_matrix, run_cli
 
 GOLDEN = REPO / "tests" / "golden"
 UPDATE = os.environ.get("BUILDER_UPDATE_GOLDEN") == "1"
@@ -270,24 +270,12 @@ def test_cmake_dependencies_named_by_tag_are_pinned_once_a_commit_is_known():
     assert P.cache_key(cell, pinned) != P.cache_key(cell, vllm)  # a pin changes what is built
 
 
-def _criu_matrix(tmp_path: Path) -> Path:
-    """The smoke fixture's matrix (the stand-in, a TEST DOUBLE engine) with profiles.local.criu = true."""
-    from tests.helpers import SMOKE_FIXTURE
-
-    text = (SMOKE_FIXTURE / "matrix.toml").read_text()
-    text = text.replace('knowledge = ["engines.toml"]', f'knowledge = ["{SMOKE_FIXTURE / "engines.toml"}"]')
-    text = text.replace('strategies = ["MTP2", "MTP7"]', 'strategies = ["MTP2", "MTP7"]\ncriu = true')
-    (tmp_path / "matrix.toml").write_text(text)
-    (tmp_path / "stand_in").symlink_to(SMOKE_FIXTURE / "stand_in")  # the local source, beside the matrix
-    return tmp_path / "matrix.toml"
-
-
 def test_a_profile_with_criu_builds_it_in_its_own_stage_and_the_runtime_copies_it(tmp_path):
     """profiles.<name>.criu = true: a `criu` stage FROM the devel base fetches the source the data names, checks its
     sha256, applies the data's patches (from the build context) and keeps the binary with its libraries; the
     runtime copies that directory and puts criu on PATH; the label says which CRIU. Its own cell id, and
     hadolint-clean."""
-    m = M.load(_criu_matrix(tmp_path))
+    m = M.load(criu_matrix(tmp_path))
     (cell,) = resolve.select(m, M.Selection())
     data = resolve.criu_data()
     assert cell.id.endswith("-criu") and cell.criu["version"] == data["version"] == "4.1.1"
