@@ -192,13 +192,28 @@ def context(cell: Cell, index_url: str, keys: dict[str, str], compile_shared: bo
         "serve_modules": list(cell.engine_recipe.serve_modules),
         "stray_files": list(cell.engine_recipe.stray_files),
         # what the install leaves that this cell never reads (engine data arch_sources; duplicates; tests)
-        "slim": {"arch_sources": list(cell.engine_recipe.arch_sources),
-                 "newer": archs_mod.newer_generations(cell.archs)},
+        "slim": slim_context(cell),
         "runtime_checks": list(cell.engine_recipe.runtime_checks),
         "labels": [(k, dockerfile_quoted(v, expand=arg)) for k, v, arg in labels_mod.written(cell, keys)],
         "label_args": labels_mod.audit_args(cell),
         "entrypoint": entrypoint(cell),
     }
+
+
+def slim_context(cell: Cell) -> dict:
+    """What the runtime's install drops that this cell never reads (macros.j2 slim): per-arch JIT sources of GPU
+    generations newer than the cell's (engine data arch_sources), `tests` directories, files shipped twice."""
+    return {"arch_sources": list(cell.engine_recipe.arch_sources), "newer": archs_mod.newer_generations(cell.archs)}
+
+
+def slim_command(cell: Cell, prefix: str, purelib: str) -> str:
+    """The runtime install's slim step, the template's own text, as one shell command over the venv at `prefix`
+    (its site-packages `purelib`): a GPU host without Docker runs the same step on the venv it boots
+    (gpu-host-run --slim). The template links duplicates under the image's venv, /opt/venv, by name."""
+    step = str(templates.environment().get_template("macros.j2").module.slim(slim_context(cell))).strip()
+    if not step.endswith(" /opt/venv"):
+        raise AssertionError(f"macros.j2 slim no longer ends with the venv it links in: {step[-80:]!r}")
+    return f"sp={shlex.quote(purelib)} && {step[:-len('/opt/venv')]}{shlex.quote(prefix)}"
 
 
 def dockerfile_quoted(value: str, expand: bool = False) -> str:

@@ -14,6 +14,7 @@ the order of their numbers; a new bundle under an installed name is installed in
     scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore LAYER.tar.gz --expect-warm [...]
     scripts/gpu-host-run layer CAPTURE OUT [--part-mib 15] [--epoch N]   # a capture -> a warm layer in parts
     scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --restore OUT --expect-warm [...]  # those parts, joined
+    scripts/gpu-host-run smoke vllm-0.26.0 --image-paths --slim --layers L3 [...]  # the runtime's slim step first
     scripts/gpu-host-run snapshot vllm-0.26.0 take --strategy MTP2 --model tiny --out DIR [--criu C]  # issue 52
     scripts/gpu-host-run snapshot vllm-0.26.0 restore DIR [--criu C] [--json]
 
@@ -24,6 +25,11 @@ interpreter and runs the engine with it (the compile caches' keys hold these pat
 tar, as `builder warm` packs it) puts its files at the image's cache root first, which must be empty: only members
 under that root are taken, with the layer's file times, and the venv's own files are set back to that time, as in the
 image (ninja, FlashInfer's JIT, rebuilds whatever looks older than its inputs or newer than its deps log).
+
+--slim (with --image-paths) runs the runtime install's slim step (dockerfiles/macros.j2 slim, rendered for the
+spec's cell: newer archs' JIT sources, `tests` directories, files shipped twice hard-linked) over that venv's
+site-packages before the verb, so a boot on this host proves what a slimmed image's boot would; the host's own
+packages, linked in, are left alone (find and hardlink do not follow links).
 
 `snapshot NAME take|restore` is builder snapshot on this host (--launcher process) with the bundle's interpreter:
 take boots the spec's cell with the spec's serve flags and snapshots it; restore brings DIR back in a new PID
@@ -59,6 +65,7 @@ VERBS = ("stash", "install", "bench", "smoke", "warm", "layer", "snapshot")
 SNAPSHOT_ACTIONS = ("take", "restore")
 LAYER_PART_MIB = 15  # what comes back from a device call: files of 16 MiB at most
 OWN_FLAGS = ("--client", "--with", "--restore")  # this route's own flags, each with a value
+OWN_SWITCHES = ("--slim",)  # and those without one
 
 
 def one_line(call: Callable[[], int], interrupted: str, faults: tuple[type[BaseException], ...] = (OSError,)) -> int:
@@ -182,16 +189,22 @@ def pack_layer(args: list[str]) -> int:
     return 0
 
 
-def cell_paths(checkout: Path, cell_id: str):
-    """The runtime image's paths (builder/image/launchline.py ImagePaths) of the spec's cell in the GPU host's matrix."""
+def host_cell(checkout: Path, cell_id: str):
+    """The spec's cell in the GPU host's matrix."""
     from .. import matrix as matrix_mod
-    from ..image.launchline import image_paths
     from .subject import find_cell
 
     cell, _ = find_cell(matrix_mod.load(checkout / MATRIX), matrix_mod.Selection(), cell_id)
     if cell is None:
         raise UserError(f"{MATRIX} has no cell {cell_id}")
-    return image_paths(cell)
+    return cell
+
+
+def cell_paths(checkout: Path, cell_id: str):
+    """The runtime image's paths (builder/image/launchline.py ImagePaths) of the spec's cell in the GPU host's matrix."""
+    from ..image.launchline import image_paths
+
+    return image_paths(host_cell(checkout, cell_id))
 
 
 def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
@@ -202,6 +215,11 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
             raise UserError(f"snapshot {name}: say take or restore next (got {rest[0] if rest else 'nothing'!r})")
         action = rest.pop(0)
     client, extra, layer = own_flags(rest)
+    slim = "--slim" in rest
+    if slim:
+        rest.remove("--slim")
+        if "--image-paths" not in rest:
+            raise UserError("--slim slims the venv at the image's paths: with --image-paths")
     s = hostenv.spec(store, name)["serve"]  # a bad spec is found before anything is installed
     for n in [name, *extra, *([client] if client else [])]:
         hostenv.install(store, n)
@@ -211,9 +229,14 @@ def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
            "PATH": ":".join([*(str(s / "bin") for s in sites), os.environ.get("PATH", "")])}
     if "--image-paths" in rest:  # the engine, and builder, run by the venv at the image's paths; nothing on PYTHONPATH
         sys.path[:0] = [str(p) for p in sites]  # builder's own needs (tomli_w, ...) come with the bundle
-        paths = cell_paths(store.checkout, s["cell"])  # but builder's own source
+        from ..image.launchline import image_paths
+        from ..render import slim_command
+
+        cell = host_cell(store.checkout, s["cell"])  # but builder's own source
+        paths = image_paths(cell)
         python = hostenv.image_venv(store, [name, *extra], paths,
-                                    None if layer is None else restore_mod.layer_time(layer))
+                                    None if layer is None else restore_mod.layer_time(layer),
+                                    slim=slim_command(cell, paths.prefix, paths.purelib) if slim else None)
         env = {**os.environ, "PYTHONPATH": str(store.checkout)}
         if layer is not None:
             restore_mod.restore(layer, paths.cache_root)

@@ -415,6 +415,9 @@ def _run_cases() -> list[ScriptCase]:
                       "name-nul-ish": ["install", "a\x01b"], "name-dash": ["stash", "-rf"],
                       "client-path": ["bench", NAME, "--client", "../x"], "with-missing": ["smoke", NAME, "--with"]}.items():
         out.append(ScriptCase(f"i4-run-args-{key}", RUN, argv, expect=("error",)))
+    # --slim slims the venv at the image's paths: refused, before any spec is read, without --image-paths
+    out.append(ScriptCase("i4-run-args-slim-without-image-paths", RUN, ["smoke", NAME, "--slim", "--layers", "L3"],
+                          expect=("--slim", "--image-paths")))
     # interrupted: a stash or install stopped half-way leaves nothing half-done and says so in one line
     out.append(ScriptCase("i4-run-interrupted-install", RUN, ["install", NAME], code=130, expect=("interrupted",),
                           setup=_lazy_tar(good_tar), interrupt=(subprocess, "run"), env={"PIP_NO_INDEX": "1"}))

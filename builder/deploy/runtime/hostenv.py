@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -237,7 +238,8 @@ def spec(store: Store, name: str) -> dict:
 
 
 # -- the venv at the image's prefix ----------------------------------------------------------------------------
-def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than: int | None = None) -> Path:
+def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than: int | None = None,
+               slim: str | None = None) -> Path:
     """A venv at the image's prefix made from this interpreter: the installed bundles' files copied into its
     site-packages (console scripts pointed at its python), then every entry of this interpreter's own site-packages
     that the bundles do not provide linked in (torch and the rest of the host, reached at the image's paths), and
@@ -245,13 +247,15 @@ def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than
     packages or the toolkit changed: otherwise the one made before is kept with its files' times, as an image's
     venv is between two boots (made anew, its files would be newer than what FlashInfer's ninja built from them,
     and rebuilt).
-    `not_newer_than` (a warm layer's time): the venv's own files get no later time than that, as in the image."""
+    `not_newer_than` (a warm layer's time): the venv's own files get no later time than that, as in the image.
+    `slim` (the runtime install's slim step as a shell command, render.slim_command): run over the venv once its
+    files are in, as the image's install does; a venv made with it is another venv than one made without."""
     import sysconfig
 
     venv, purelib = Path(paths.prefix), Path(paths.purelib)
     host = Path(sysconfig.get_paths()["purelib"])
     toolkit = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
-    stamp = _stamp(store, names, paths, host, toolkit)
+    stamp = _stamp(store, names, paths, host, toolkit, slim)
     stamp_file = venv / VENV_STAMP
     if not venv.is_symlink() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         print(f"image paths: {venv} kept as made before (the same bundles, interpreter, packages and toolkit)",
@@ -269,6 +273,8 @@ def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than
     for n in names:
         _copy_site(store.site(n), venv, purelib, python)
     linked = _link_host(host, purelib)
+    if slim is not None:
+        _slim(slim, purelib, python)
     if paths.cuda_home:
         _link_toolkit(Path(paths.cuda_home), toolkit)
     _clamp_venv(venv, paths, not_newer_than)
@@ -278,14 +284,40 @@ def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than
     return python
 
 
-def _stamp(store: Store, names: list[str], paths: ImagePaths, host: Path, toolkit: Path) -> str:
-    """What the venv is made from: the installed bundles, this interpreter and its packages, the toolkit."""
+def _own_bytes(root: Path) -> tuple[int, int]:
+    """(files, bytes) under `root`, links not followed and a hard-linked file counted once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            st = os.lstat(os.path.join(dirpath, f))
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return len(seen), total
+
+
+def _slim(command: str, purelib: Path, python: Path) -> None:
+    """The runtime's slim step over the venv's own files (the host's, linked in, are not followed), its figures."""
+    before = _own_bytes(purelib)
+    env = {**os.environ, "PATH": f"{python.parent}:{os.environ.get('PATH', '')}"}
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", command], env=env)
+    if res.returncode:
+        raise EnvironmentProblem(f"the slim step exited {res.returncode} over {purelib} (its command: {command})")
+    after = _own_bytes(purelib)
+    print(f"slim: {purelib}: {before[0]} files, {before[1]:,} bytes -> {after[0]} files, {after[1]:,} bytes "
+          f"(the bundles' own files; the host's linked packages are not slimmed)", flush=True)
+
+
+def _stamp(store: Store, names: list[str], paths: ImagePaths, host: Path, toolkit: Path, slim: str | None = None) -> str:
+    """What the venv is made from: the installed bundles, this interpreter and its packages, the toolkit, the slim
+    step it went through."""
     markers = {n: store.marker(n) for n in names}
     return json.dumps({"bundles": {n: m.read_text().strip() if m.is_file() else "" for n, m in markers.items()},
                        "python": sys.executable, "host": str(host), "prefix": str(Path(paths.prefix)),
                        "purelib": str(Path(paths.purelib)),
                        "host_entries": sorted(set(os.listdir(host)) - {"__pycache__"}),  # bytecode a boot wrote
-                       "cuda_home": paths.cuda_home, "toolkit": str(toolkit)}, sort_keys=True)
+                       "cuda_home": paths.cuda_home, "toolkit": str(toolkit), "slim": slim}, sort_keys=True)
 
 
 def _copy_site(site: Path, venv: Path, purelib: Path, python: Path) -> None:

@@ -231,6 +231,50 @@ def test_the_image_venv_is_kept_with_its_times_between_boots_and_made_anew_for_a
     assert header.stat().st_mtime > 1000
 
 
+def test_slim_runs_the_runtimes_own_slim_step_over_the_venvs_files_and_leaves_the_hosts_alone(store, tmp_path,
+                                                                                               monkeypatch):
+    """gpu-host-run --slim: the slim step the runtime image's install runs (macros.j2, rendered for the GPU host's
+    vLLM 0.26.0 cell), over the venv at the image's paths, so an L3 boot there is a boot of slimmed files. The
+    bundle's `tests` directories go and its duplicate files become one; the host's packages, linked in, are not
+    touched; a venv slimmed is another venv than one not slimmed (made anew either way)."""
+    from builder.deploy.gpuhost import host_cell
+    from builder.render import slim_command
+
+    site = tmp_path / "store" / "site-b"
+    big = "x" * 4096
+    for rel, text in {"eng/__init__.py": "", "eng/tests/test_eng.py": big, "eng/a.so": big, "eng/b.so": big,
+                      "eng/c.so": big + "other"}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    host = tmp_path / "host-site-packages"
+    (host / "torch" / "tests").mkdir(parents=True)
+    (host / "torch" / "tests" / "t.py").write_text(big)
+    monkeypatch.setattr("sysconfig.get_paths", lambda *a, **k: {"purelib": str(host)})
+    py = "%d.%d" % sys.version_info[:2]
+    paths = launchline.ImagePaths(prefix=str(tmp_path / "venv"), purelib=f"{tmp_path}/venv/lib/python{py}/site-packages",
+                                  cuda_home="", cache_root=str(tmp_path / "root"))
+    command = slim_command(host_cell(REPO, "vllm-0.26.0-cu130-torch2.11.0-py312-sm90"), paths.prefix, paths.purelib)
+    assert "hardlink" in command and command.endswith(str(tmp_path / "venv")), command
+    purelib = Path(paths.purelib)
+    hostenv.image_venv(store, ["b"], paths, slim=command)
+    assert not (purelib / "eng" / "tests").exists() and (purelib / "eng" / "__init__.py").is_file()
+    assert (purelib / "eng" / "a.so").stat().st_ino == (purelib / "eng" / "b.so").stat().st_ino
+    assert (purelib / "eng" / "c.so").stat().st_ino != (purelib / "eng" / "a.so").stat().st_ino
+    assert (purelib / "torch").is_symlink() and (host / "torch" / "tests" / "t.py").is_file()
+    assert (site / "eng" / "tests" / "test_eng.py").is_file()  # the installed bundle itself is as it was
+    hostenv.image_venv(store, ["b"], paths)  # the next boot without --slim: the bundle's files again
+    assert (purelib / "eng" / "tests" / "test_eng.py").is_file()
+    assert (purelib / "eng" / "a.so").stat().st_ino != (purelib / "eng" / "b.so").stat().st_ino
+
+
+def test_slim_is_refused_without_the_image_paths(tmp_path):
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu-host-run"), "smoke", "vllm-0.26.0", "--slim",
+                          "--layers", "L3"], capture_output=True, text=True,
+                         env={**os.environ, "BUILDER_CARRY_STORE": str(tmp_path / "store")})
+    assert res.returncode == 2 and "--slim" in res.stderr and "--image-paths" in res.stderr, res.stderr
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
+
+
 def layer_tar(path: Path, members: dict[str, bytes | None], mtime: float = 0) -> Path:
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:  # PAX: any time, as a hostile layer has it
         for name, data in members.items():
