@@ -561,13 +561,18 @@ def _jit_modules(spec):
         runs = m.get("runs") or [[f"sm_{a}", _arch_value(a)] for a in m["archs"]]
         for label, arch in runs:
             key = f"{m['name']}@{label}"
+            own = not m.get("cache_dir")  # a prebuilt image's cache is its own; a cache made here is removed after
             cache = m.get("cache_dir") or tempfile.mkdtemp(prefix=f"builder-jit-{m['name']}-")
             env = {**os.environ, m["cache_env"]: cache}
             if m.get("arch_env"):
                 env[m["arch_env"]] = arch
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "jit-module", json.dumps({**m, "arch": arch})],
-                                  env=env, capture_output=True, text=True)
+            try:
+                proc = subprocess.run([sys.executable, os.path.abspath(__file__), "jit-module",
+                                       json.dumps({**m, "arch": arch})], env=env, capture_output=True, text=True)
+            finally:
+                if own:
+                    shutil.rmtree(cache, ignore_errors=True)
             res = None
             for line in proc.stdout.splitlines():
                 if line.startswith(MARK):
@@ -597,6 +602,8 @@ def cmd_jit(spec):
             res["ok"] = True
         except Exception as exc:  # noqa: BLE001 - reported per path
             res["error"] = str(exc) if isinstance(exc, RuntimeError) else _short(exc)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)  # run on a host (the process route), it would stay in its /tmp
         res["seconds"] = round(time.monotonic() - t0, 2)
         out["paths"][path] = res
     out["modules"] = _jit_modules(spec)

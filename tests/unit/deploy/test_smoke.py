@@ -468,3 +468,19 @@ def test_l1_sees_past_a_package_init_that_rewords_its_extensions_import_error(tm
             del sys.modules[name]
     assert needs[0] == "needs-driver" and "libcuda.so.1" in needs[1], needs
     assert fine == ("ok", "loaded from its file (its package's __init__ failed to import)"), fine
+
+
+def test_the_jit_probe_leaves_no_work_directory_behind(tmp_path, monkeypatch):
+    """The JIT probe's builds run in temporary directories; on the process route the probe runs on the host, whose
+    /tmp kept one directory per path and module per run (66 of them on this machine after a day of tests)."""
+    import tempfile
+
+    from builder.deploy.smoke import probe
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spec = {"paths": ["python-c", "no-such-path"],
+            "modules": [{"name": "m", "archs": [90], "cache_env": "BUILDER_TEST_CACHE", "framework": "none"}]}
+    got = probe.cmd_jit(spec)
+    assert set(got["paths"]) == {"python-c", "no-such-path"} and "m@sm_90" in got["modules"], got
+    assert "does not know the JIT path" in got["paths"]["no-such-path"]["error"]
+    assert list(tmp_path.iterdir()) == []
