@@ -285,9 +285,10 @@ def check_command(words: list[str]) -> None:
                 assert len(rest) >= 1 and set(rest[1::2]) <= {"--part-mib", "--epoch"}, f"{words}: layer CAPTURE OUT"
                 return
             assert (ROOT / "scripts" / "gpu-host" / f"{name}.toml").is_file(), f"{name}: no spec in scripts/gpu-host/"
-            while {"--client", "--with", "--restore"} & set(rest):  # gpu-host-run's own flags, each with a value
-                at = min(rest.index(f) for f in ("--client", "--with", "--restore") if f in rest)
+            while set(gpuhost.OWN_FLAGS) & set(rest):  # gpu-host-run's own flags, each with a value
+                at = min(rest.index(f) for f in gpuhost.OWN_FLAGS if f in rest)
                 rest = rest[:at] + rest[at + 2:]
+            rest = [w for w in rest if w not in gpuhost.OWN_SWITCHES]  # and those without one
             if verb in ("bench", "smoke", "warm"):
                 target = ["bench", "run"] if verb == "bench" else [verb]
                 cmd, path, _ = resolve([*target, "CELL"])
