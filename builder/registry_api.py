@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -332,6 +333,15 @@ class Client:
             raise Unusable(f"blob {digest[:19]}… of {repository}: the registry served bytes of another digest", "digest")
         return body
 
+    def open_blob(self, repository: str, digest: str) -> requests.Response:
+        """A blob's response, to be read as a stream (and closed) by the caller: a snapshot's GBs."""
+        resp = self.send("GET", self.url(repository, "blobs", digest), repository)
+        if resp.status_code != 200:
+            resp.close()
+            raise Unusable(f"{repository}: blob {digest[:19]}… answered HTTP {resp.status_code}",
+                           _status_cause(resp.status_code))
+        return resp
+
     def image(self, repository: str, tag: str, platform: str | None = None) -> Found | None:
         """The image under REPOSITORY:TAG — its digest and its config's labels — or None when the tag is not
         there. An index (BuildKit's, with attestations) is read through its one platform image; with `platform`
@@ -389,6 +399,14 @@ class Client:
     # -- writing ------------------------------------------------------------------------------------------
     def upload(self, repository: str, data: bytes) -> str:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        return self._upload(repository, digest, data)
+
+    def upload_file(self, repository: str, path: Path, digest: str, size: int) -> str:
+        """A blob from a file, streamed (a GB-sized one is never in memory); `digest` and `size` its own."""
+        with path.open("rb") as f:
+            return self._upload(repository, digest, f, {"Content-Length": str(size)})
+
+    def _upload(self, repository: str, digest: str, data, headers: dict | None = None) -> str:
         head = self.send("HEAD", self.url(repository, "blobs", digest), repository, push=True)
         head.close()
         if head.status_code == 200:
@@ -401,7 +419,7 @@ class Client:
         if location.startswith("/"):
             location = f"{self.scheme}://{self.source.host}{location}"
         put = self.send("PUT", location, repository, push=True, params={"digest": digest}, data=data,
-                         headers={"Content-Type": "application/octet-stream"})
+                         headers={"Content-Type": "application/octet-stream", **(headers or {})})
         put.close()
         if put.status_code != 201:
             raise Unusable(f"{repository}: uploading blob {digest[:19]}… answered HTTP {put.status_code}")

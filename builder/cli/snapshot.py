@@ -225,3 +225,72 @@ def _port_free(port: int, what: str) -> None:
 def _port_of(snap) -> str:
     args = list(snap.engine_args)
     return args[args.index("--port") + 1] if "--port" in args else "8000"
+
+
+@snapshot.command("push")
+@click.argument("directory", type=flags.FsPath(file_okay=True))
+@click.argument("ref")
+@flags.as_json
+def push(directory, ref, as_json):
+    """Push the snapshot in DIRECTORY to REF (HOST[:PORT]/PATH:TAG), an OCI artifact: its key the config, its files
+    one tar layer compressed with zstd. Tag it beside the warm image it was taken of.
+
+    \b
+    Example:
+      builder snapshot push snap/ registry.example.com/ml/vllm:0.33.0-cu130-warm-mtp2-h200-snapshot
+    """
+    from ..deploy.snapshot import ship
+    from ..errors import EnvironmentProblem, UserError
+    from ..imageref import ImageRef
+    from ..registry_api import CAUSES, Unusable, first_line
+
+    parsed = ImageRef.parse(ref, "REF")
+    if not parsed.registry:
+        raise UserError(f"REF {ref}: name the registry (HOST[:PORT]/PATH:TAG)")
+    try:
+        done = ship.push(Path(directory), parsed, lambda s: click.echo(s, err=True))
+    except Unusable as exc:
+        raise EnvironmentProblem(f"snapshot push {ref}: {CAUSES.get(exc.cause, exc.cause)} ({first_line(exc)}); "
+                                 "no tag was written") from None
+    click.echo(json.dumps(done.to_json(), indent=2) if as_json else
+               f"pushed {done.ref}@{done.digest}: {done.files} files, {done.unpacked_bytes:,} bytes as "
+               f"{done.layer_bytes:,} (zstd) in {done.seconds} s")
+
+
+@snapshot.command("pull")
+@click.argument("ref")
+@click.argument("out", type=flags.FsPath(file_okay=True))
+@click.option("--any-gpu", is_flag=True,
+              help="Fetch it even where its key names other GPUs or another driver than this host's (to carry it to "
+                   "a host where it holds); without it such a snapshot is refused before its layer is fetched.")
+@flags.as_json
+def pull(ref, out, any_gpu, as_json):
+    """Pull the snapshot REF (a tag or a digest) into OUT, a new directory, whole or not at all. Its key is judged
+    first (this host's GPUs and driver): a snapshot that cannot restore here is refused before its layer is fetched.
+
+    \b
+    Example:
+      builder snapshot pull registry.example.com/ml/vllm:0.33.0-cu130-warm-mtp2-h200-snapshot snap/
+      builder snapshot restore snap/
+    """
+    from ..deploy.runtime import gpus
+    from ..deploy.snapshot import key as key_mod
+    from ..deploy.snapshot import ship
+    from ..errors import EnvironmentProblem, UserError
+    from ..imageref import ImageRef
+    from ..registry_api import CAUSES, Unusable, first_line
+
+    parsed = ImageRef.parse(ref, "REF")
+    if not parsed.registry:
+        raise UserError(f"REF {ref}: name the registry (HOST[:PORT]/PATH:TAG or @sha256:...)")
+    out_path = Path(out)
+    ship.check_out(out_path)
+    names, driver = key_mod.gpu_part(gpus.read())
+    try:
+        done = ship.pull(parsed, out_path, names, driver, any_gpu, lambda s: click.echo(s, err=True))
+    except Unusable as exc:
+        raise EnvironmentProblem(f"snapshot pull {ref}: {CAUSES.get(exc.cause, exc.cause)} ({first_line(exc)}); "
+                                 f"nothing was written to {out}") from None
+    click.echo(json.dumps(done.to_json(), indent=2) if as_json else
+               f"pulled {done.ref}@{done.digest} into {out}: {done.files} files, {done.layer_bytes:,} bytes fetched, "
+               f"{done.unpacked_bytes:,} unpacked, in {done.seconds} s")

@@ -53,10 +53,19 @@ def read(directory: Path) -> Key:
     if not Path(directory).is_dir():
         raise UserError(f"{directory}: no snapshot directory (builder snapshot take writes one)")
     try:
-        raw = json.loads(path.read_text())
+        text = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: missing; {directory} is not a snapshot (builder snapshot take writes one)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
+        raise UserError(f"{path}: not a snapshot key ({type(exc).__name__}); take the snapshot again") from None
+    return parse(text, str(path))
+
+
+def parse(text: bytes, path: str) -> Key:
+    """A key from its JSON bytes (key.json, or a pushed snapshot's config blob); `path` names it in a refusal."""
+    try:
+        raw = json.loads(text.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UserError(f"{path}: not a snapshot key ({type(exc).__name__}); take the snapshot again") from None
     names = {f.name: f.type for f in fields(Key)}
     if not isinstance(raw, dict) or raw.get("format") != FORMAT or set(raw) - {"format"} != set(names):

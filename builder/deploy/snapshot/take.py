@@ -181,7 +181,9 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
               "wake": engine.sleep["wake"] if engine.sleep else "",
               "sleep_body": engine.sleep.get("body", "") if engine.sleep else "", "health": http.health,
               "completions": http.completions, "env": engine.env,
-              "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size}
+              "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size,
+              # where the processes saw the snapshot's files (their open log): a container's mount, or this host's path
+              "directory": images.rsplit("/", 1)[0]}
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return record
 

@@ -115,6 +115,34 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
         subprocess.run(["docker", "rm", "-f", second["container"]], capture_output=True)
 
 
+def test_a_snapshot_pushed_to_a_registry_and_pulled_elsewhere_restores_with_the_same_answer(image, registry, tmp_path):
+    """Issue 52 item 4, how a snapshot ships: taken, pushed beside its image as an OCI artifact, pulled into another
+    directory (another host's, as far as this machine can stand for one) and restored from there."""
+    snap = tmp_path / "taken"
+    took = builder("snapshot", "take", image, "--strategy", "MTP2", "--model", MODEL, "--out", str(snap), "--json", *M,
+                   cwd=tmp_path)
+    assert took.returncode == 0, took.stdout + took.stderr
+    record = json.loads(took.stdout)
+    assert record["directory"] == "/snapshot"  # the container's mount: the pulled copy may live anywhere
+    ref = f"{registry}/builder-test/snapshot-stand-in:mtp2-snapshot"
+    pushed = builder("snapshot", "push", str(snap), ref, "--json", cwd=tmp_path)
+    assert pushed.returncode == 0, pushed.stderr
+    shipped = json.loads(pushed.stdout)
+    pulled = builder("snapshot", "pull", f"{ref.rsplit(':', 1)[0]}@{shipped['digest']}", str(tmp_path / "pulled"),
+                     "--json", cwd=tmp_path)
+    assert pulled.returncode == 0, pulled.stderr
+    restored = builder("snapshot", "restore", str(tmp_path / "pulled"), "--json", cwd=tmp_path)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    result = json.loads(restored.stdout)
+    try:
+        assert result["restored"] and result["answer"] == record["answer"] == complete(result["port"])
+        print(f"snapshot {shipped['unpacked_bytes']} bytes, pushed as {shipped['layer_bytes']} (zstd) in "
+              f"{shipped['seconds']} s; pulled in {json.loads(pulled.stdout)['seconds']} s; ready {result['ready_s']} s")
+    finally:
+        subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
+    assert containers() == []
+
+
 def test_an_engine_whose_sleep_takes_a_body_releases_only_what_the_data_names(image, tmp_path):
     """SGLang's sleep mode is its memory saver: POST /release_memory_occupation with {"tags": [...]}, where no tags
     means the weights too, which come back empty. The stand-in plays that API (a TEST DOUBLE of SGLang's routes,
