@@ -259,18 +259,19 @@ def push(directory, ref, as_json):
 
 @snapshot.command("pull")
 @click.argument("ref")
-@click.argument("out", type=flags.FsPath(file_okay=True))
+@click.option("--out", "out", required=True, type=flags.FsPath(file_okay=True),
+              help="A new (or empty) directory the snapshot is unpacked into, whole or not at all.")
 @click.option("--any-gpu", is_flag=True,
               help="Fetch it even where its key names other GPUs or another driver than this host's (to carry it to "
                    "a host where it holds); without it such a snapshot is refused before its layer is fetched.")
 @flags.as_json
 def pull(ref, out, any_gpu, as_json):
-    """Pull the snapshot REF (a tag or a digest) into OUT, a new directory, whole or not at all. Its key is judged
+    """Pull the snapshot REF (a tag or a digest) into --out, a new directory, whole or not at all. Its key is judged
     first (this host's GPUs and driver): a snapshot that cannot restore here is refused before its layer is fetched.
 
     \b
     Example:
-      builder snapshot pull registry.example.com/ml/vllm:0.33.0-cu130-warm-mtp2-h200-snapshot snap/
+      builder snapshot pull registry.example.com/ml/vllm:0.33.0-cu130-warm-mtp2-h200-snapshot --out snap/
       builder snapshot restore snap/
     """
     from ..deploy.runtime import gpus

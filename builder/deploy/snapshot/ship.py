@@ -4,7 +4,7 @@ tar layer compressed with zstd, streamed both ways with bounded memory (an engin
 
     push DIRECTORY REF   the snapshot's files (images/, key.json, snapshot.json, the engine's log at its dumped
                          size) -> REF (HOST[:PORT]/PATH:TAG)
-    pull REF OUT         REF (a tag or a digest) -> OUT, a new directory, whole or not at all
+    pull REF --out DIR   REF (a tag or a digest) -> DIR, a new directory, whole or not at all
 
 What is not shipped: what a restore writes beside the snapshot (restore.pid, the log a restored engine went on
 writing, engine.log.N, the checkpoint tool built on its host: each host builds its own)."""
@@ -315,7 +315,7 @@ class _Counting(io.RawIOBase):
 def check_out(out: Path) -> None:
     """OUT for a pull: new, or an empty directory, in a directory that exists."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: exists and is not an empty directory; a snapshot is pulled into a new one")
+        raise UserError(f"--out {out}: exists and is not an empty directory; a snapshot is pulled into a new one")
     if not out.parent.is_dir():
-        raise UserError(f"{out.parent}: no such directory to pull into")
+        raise UserError(f"--out {out}: {out.parent} is no directory to pull into")
 

@@ -128,7 +128,7 @@ def test_a_snapshot_pushed_to_a_registry_and_pulled_elsewhere_restores_with_the_
     pushed = builder("snapshot", "push", str(snap), ref, "--json", cwd=tmp_path)
     assert pushed.returncode == 0, pushed.stderr
     shipped = json.loads(pushed.stdout)
-    pulled = builder("snapshot", "pull", f"{ref.rsplit(':', 1)[0]}@{shipped['digest']}", str(tmp_path / "pulled"),
+    pulled = builder("snapshot", "pull", f"{ref.rsplit(':', 1)[0]}@{shipped['digest']}", "--out", str(tmp_path / "pulled"),
                      "--json", cwd=tmp_path)
     assert pulled.returncode == 0, pulled.stderr
     restored = builder("snapshot", "restore", str(tmp_path / "pulled"), "--json", cwd=tmp_path)

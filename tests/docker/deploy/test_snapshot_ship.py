@@ -72,7 +72,7 @@ def test_a_snapshot_is_pushed_as_an_artifact_and_pulled_whole(registry, tmp_path
         assert doc["config"]["mediaType"] == ship.KEY_MEDIA and doc["layers"][0]["mediaType"] == ship.LAYER_MEDIA
         assert c.blob(f"{registry}/builder-test/snapshots", doc["config"]["digest"]) == (snap / "key.json").read_bytes()
     out = tmp_path / "pulled"
-    pulled = builder("snapshot", "pull", f"{registry}/builder-test/snapshots@{done['digest']}", str(out), "--json",
+    pulled = builder("snapshot", "pull", f"{registry}/builder-test/snapshots@{done['digest']}", "--out", str(out), "--json",
                      cwd=tmp_path)
     assert pulled.returncode == 0, pulled.stderr
     assert json.loads(pulled.stdout)["layer_bytes"] == done["layer_bytes"]
@@ -102,14 +102,14 @@ def test_a_snapshot_of_another_gpu_is_refused_before_its_layer_is_fetched(regist
     log = registry_log(tmp_path_factory)
     fetched_before = log.read_text(errors="replace").count(f"GET /v2/builder-test/snapshots/blobs/{layer}")
     out = tmp_path / "o"
-    refused = builder("snapshot", "pull", ref, str(out), cwd=tmp_path)
+    refused = builder("snapshot", "pull", ref, "--out", str(out), cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
     assert "taken on NVIDIA H200 (driver 580.159.04), here none (driver none)" in refused.stderr
     assert "nothing fetched" in refused.stderr and "Traceback" not in refused.stderr
     assert not out.exists() and [p for p in tmp_path.iterdir() if ".pull-" in p.name] == []
     assert log.read_text(errors="replace").count(f"GET /v2/builder-test/snapshots/blobs/{layer}") == fetched_before
     # --any-gpu: fetched for another host, whole
-    carried = builder("snapshot", "pull", ref, str(out), "--any-gpu", cwd=tmp_path)
+    carried = builder("snapshot", "pull", ref, "--out", str(out), "--any-gpu", cwd=tmp_path)
     assert carried.returncode == 0, carried.stderr
     assert (out / "images" / "pages-1.img").read_bytes() == (snap / "images" / "pages-1.img").read_bytes()
     assert log.read_text(errors="replace").count(f"GET /v2/builder-test/snapshots/blobs/{layer}") > fetched_before
@@ -122,11 +122,11 @@ def test_a_process_route_snapshot_lands_only_at_the_path_it_was_taken_at(registr
     (snap / "snapshot.json").write_text(json.dumps(record))
     ref = f"{registry}/builder-test/snapshots:process"
     assert builder("snapshot", "push", str(snap), ref, cwd=tmp_path).returncode == 0
-    elsewhere = builder("snapshot", "pull", ref, str(tmp_path / "elsewhere"), cwd=tmp_path)
+    elsewhere = builder("snapshot", "pull", ref, "--out", str(tmp_path / "elsewhere"), cwd=tmp_path)
     assert elsewhere.returncode == 2 and f"restores only at the path it was taken at, {tmp_path / 'taken-here'}" in \
         elsewhere.stderr, elsewhere.stderr
     assert not (tmp_path / "elsewhere").exists()
-    there = builder("snapshot", "pull", ref, str(tmp_path / "taken-here"), cwd=tmp_path)
+    there = builder("snapshot", "pull", ref, "--out", str(tmp_path / "taken-here"), cwd=tmp_path)
     assert there.returncode == 0 and (tmp_path / "taken-here" / "images" / "inventory.img").is_file(), there.stderr
 
 
@@ -173,7 +173,7 @@ def test_a_hostile_or_damaged_artifact_is_refused_and_leaves_nothing(registry, t
     ref = _push_raw(registry, case, key, layer,
                     "application/vnd.oci.image.layer.v1.tar+gzip" if case == "not-a-snapshot-manifest" else ship.LAYER_MEDIA)
     out = tmp_path / "out"
-    got = builder("snapshot", "pull", ref, str(out), cwd=tmp_path)
+    got = builder("snapshot", "pull", ref, "--out", str(out), cwd=tmp_path)
     assert got.returncode == 3, got.stderr
     assert {"symlink": "a link or device", "dotdot": "outside a snapshot", "absolute": "outside a snapshot",
             "stray-name": "outside a snapshot", "not-zstd": "does not unpack", "key-differs": "not its config's",
@@ -191,13 +191,13 @@ def test_bad_input_is_refused_in_one_line_before_any_request(tmp_path):
                        (["push", str(tmp_path / "nope"), "127.0.0.1:9/x/y:t"], "no snapshot directory"),
                        (["push", str(tmp_path / "full"), "127.0.0.1:9/x/y:t"], "missing"),
                        (["push", str(snap), "snapshots:t"], "name the registry"),
-                       (["pull", "127.0.0.1:9/x/y:t", str(tmp_path / "full")], "not an empty directory"),
-                       (["pull", "127.0.0.1:9/x/y:t", str(tmp_path / "no" / "such" / "dir")], "no such directory"),
-                       (["pull", "127.0.0.1:9/x/y:t t", str(tmp_path / "o")], "white space")):
+                       (["pull", "127.0.0.1:9/x/y:t", "--out", str(tmp_path / "full")], "not an empty directory"),
+                       (["pull", "127.0.0.1:9/x/y:t", "--out", str(tmp_path / "no" / "such" / "dir")], "is no directory"),
+                       (["pull", "127.0.0.1:9/x/y:t t", "--out", str(tmp_path / "o")], "white space")):
         got = builder("snapshot", *argv, cwd=tmp_path)
         assert got.returncode == 2 and says in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)
     # a registry that does not answer: exit 3, no tag, nothing written
-    got = builder("snapshot", "pull", "127.0.0.1:9/x/y:t", str(tmp_path / "o"), cwd=tmp_path)
+    got = builder("snapshot", "pull", "127.0.0.1:9/x/y:t", "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert got.returncode == 3 and "nothing was written" in got.stderr and not (tmp_path / "o").exists(), got.stderr
     got = builder("snapshot", "push", str(snap), "127.0.0.1:9/x/y:t", cwd=tmp_path)
     assert got.returncode == 3 and "no tag was written" in got.stderr and list(snap.glob(".push-*")) == [], got.stderr
