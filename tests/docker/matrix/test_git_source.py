@@ -12,6 +12,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 from builder import plan, render
@@ -44,6 +45,17 @@ def _local_cell(m, root: Path, commit: str, *, setuptools_scm: bool):
     source = dataclasses.replace(pkg.source, repository=f"file:///srv/{root.name}", commit=commit)
     pkg = dataclasses.replace(pkg, recipe=recipe, source=source)
     return dataclasses.replace(cell, torch="", packages=(pkg,))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_the_toolchain_images():
+    """The toolchain images _build tags (named by the Dockerfile's hash: a template change makes new ones) go with
+    the module: left behind, every change of the templates kept another 1.8 GB pair in the daemon."""
+    yield
+    out = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "builder-test/toolchain-with-repo"],
+                         capture_output=True, text=True).stdout.split()
+    if out:
+        subprocess.run(["docker", "rmi", "-f", *out], capture_output=True)
 
 
 def _build(tmp: Path, text: str, root: Path, local_bases, target: str, out: Path | None) -> tuple[int, str]:
