@@ -45,6 +45,8 @@ QUICK = {
     "lazy_pull.py": (["--quick"], rf"lazy \(eStargz\) vs full \(zstd\): to the engine imported median {NUMBER} s vs {NUMBER} s "
                                   rf"\(n = 1\), pull {NUMBER} s vs {NUMBER} s; compressed {NUMBER} GB vs {NUMBER} GB",
                      [pytest.mark.slow, pytest.mark.docker]),
+    "snapshot_bytes.py": (["--quick", "--codecs", "zstd:3,gzip:6"], rf"snapshot bytes: {NUMBER} GB in \d+ files; zstd-3 \(as push\) "
+                                                                    rf"{NUMBER} GB in {NUMBER} s, gzip-6 {NUMBER} GB in {NUMBER} s", []),
     "verify.py": (["--quick"], rf"verify: median {NUMBER} s over 1 runs \(goal <= 5 s\): (goal met|GOAL NOT MET)",
                   [pytest.mark.docker]),
     "sccache_upgrade.py": (["--quick"], rf"sccache 0\.15\.0 -> 0\.16\.0: \d+ of \d+ steps hit \({NUMBER} %\); 0\.15\.0 again: "
