@@ -15,9 +15,9 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import shutil
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -152,9 +152,10 @@ def push(directory: Path, ref, say=lambda s: None) -> Shipped:
         raise UserError(f"{ref}: name a tag to push to (HOST[:PORT]/PATH:TAG), not a digest")
     t0 = time.monotonic()
     key_bytes = (directory / key_mod.KEY).read_bytes()
-    with tempfile.NamedTemporaryFile(prefix=".push-", suffix=".tar.zst", dir=directory) as tmp:
-        layer_digest, layer_size, unpacked, files = pack(directory, tmp)
-        tmp.flush()
+    packed = directory / f".push-{secrets.token_hex(6)}.tar.zst"  # named first: an interrupt anywhere removes it
+    try:
+        with packed.open("xb") as tmp:
+            layer_digest, layer_size, unpacked, files = pack(directory, tmp)
         say(f"packed {files} files, {unpacked:,} bytes -> {layer_size:,} bytes (zstd -{LEVEL}) in "
             f"{time.monotonic() - t0:.1f} s")
         body = manifest("sha256:" + hashlib.sha256(key_bytes).hexdigest(), len(key_bytes), layer_digest, layer_size,
@@ -162,8 +163,10 @@ def push(directory: Path, ref, say=lambda s: None) -> Shipped:
         client, repo = _client_and_repo(ref)
         with client:
             client.upload(repo, key_bytes)
-            client.upload_file(repo, Path(tmp.name), layer_digest, layer_size)
+            client.upload_file(repo, packed, layer_digest, layer_size)
             client.put_manifest(repo, ref.tag, body, MANIFEST_MEDIA)
+    finally:
+        packed.unlink(missing_ok=True)
     return Shipped(str(ref), "sha256:" + hashlib.sha256(body).hexdigest(), layer_size, unpacked, files,
                    round(time.monotonic() - t0, 2))
 
@@ -217,9 +220,11 @@ def pull(ref, out: Path, here_gpus: tuple[str, ...], here_driver: str, any_gpu: 
         if route_of(snapshot) == "process" and taken_at and Path(taken_at) != out.resolve():
             raise UserError(f"{ref}: a snapshot of the process route restores only at the path it was taken at, "
                             f"{taken_at} (its processes' open files are named by it): pull it there; nothing fetched")
-        say(f"{ref}: the key holds here; fetching {layer['size']:,} bytes")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.pull-", dir=out.parent))
+        # named before it is made, so that an interrupt at any point (even inside mkdir) finds it to remove
+        tmp = out.parent / f".{out.name}.pull-{secrets.token_hex(6)}"
         try:
+            tmp.mkdir()
+            say(f"{ref}: the key holds here; fetching {layer['size']:,} bytes")
             files, unpacked = _fetch(client, repo, layer, tmp)
             if (tmp / key_mod.KEY).read_bytes() != key_bytes:
                 raise Unusable(f"{ref}: the key in its layer is not its config's", "digest")

@@ -201,3 +201,95 @@ def test_bad_input_is_refused_in_one_line_before_any_request(tmp_path):
     assert got.returncode == 3 and "nothing was written" in got.stderr and not (tmp_path / "o").exists(), got.stderr
     got = builder("snapshot", "push", str(snap), "127.0.0.1:9/x/y:t", cwd=tmp_path)
     assert got.returncode == 3 and "no tag was written" in got.stderr and list(snap.glob(".push-*")) == [], got.stderr
+
+
+class SlowProxy:
+    """A TCP forwarder on 127.0.0.1 to `target` that passes bytes at `rate` a second each way: an upload or a
+    download through it lasts long enough for a signal to land in it, whatever this machine's speed."""
+
+    def __init__(self, target: str, rate: int):
+        import socket
+        import threading
+
+        host, _, port = target.rpartition(":")
+        self.target, self.rate = (host, int(port)), rate
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+
+    def _pipe(self, src, dst):
+        import time
+
+        try:
+            while chunk := src.recv(1 << 16):
+                dst.sendall(chunk)
+                time.sleep(len(chunk) / self.rate)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self):
+        self.server.close()
+
+
+def test_a_pull_interrupted_while_it_fetches_leaves_nothing(registry, tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) once the layer is being fetched: exit 130, no
+    --out, no temporary directory beside it."""
+    import signal
+
+    snap = snapshot_dir(tmp_path / "snap")
+    (snap / "images" / "pages-2.img").write_bytes(os.urandom(64 << 20))  # incompressible
+    ref = f"{registry}/builder-test/snapshots:big"
+    assert builder("snapshot", "push", str(snap), ref, cwd=tmp_path).returncode == 0
+    proxy = SlowProxy(registry, 16 << 20)  # 16 MB/s: the 64 MB layer's fetch takes about 4 s
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "snapshot", "pull",
+                             f"{proxy.address}/builder-test/snapshots:big", "--out", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    line = proc.stderr.readline()
+    assert "fetching" in line, line
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    proxy.close()
+    assert proc.returncode == 130, line + err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if ".pull-" in p.name] == []
+
+
+def test_a_push_interrupted_while_it_uploads_tags_nothing_and_leaves_no_packed_file(registry, tmp_path):
+    import signal
+
+    snap = snapshot_dir(tmp_path / "snap")
+    (snap / "images" / "pages-2.img").write_bytes(os.urandom(64 << 20))
+    proxy = SlowProxy(registry, 16 << 20)  # 16 MB/s: the 64 MB layer's upload takes about 4 s
+    ref = f"{proxy.address}/builder-test/snapshots:interrupted-push"
+    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "snapshot", "push", str(snap), ref], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    line = proc.stderr.readline()
+    assert line.startswith("packed "), line  # the layer is packed; its upload begins
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, line + err
+    assert list(snap.glob(".push-*")) == []
+    proxy.close()
+    with registry_api.Client(registry_api.endpoint(registry)) as c:
+        assert c.manifest(f"{registry}/builder-test/snapshots", "interrupted-push", accept=ship.MANIFEST_MEDIA) is None
