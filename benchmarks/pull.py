@@ -42,7 +42,12 @@ MANIFESTS = ", ".join(["application/vnd.oci.image.index.v1+json", "application/v
 
 
 def sh(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=check, **kw)
+    """`argv` run; with `check`, a failure stops the benchmark naming the command and what it said (a pull that
+    fails for want of disk says so)."""
+    res = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if check and res.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} exited {res.returncode}: {(res.stderr or res.stdout).strip()[-1500:]}")
+    return res
 
 
 def free_port() -> int:
