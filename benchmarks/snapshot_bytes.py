@@ -18,7 +18,6 @@ import tempfile
 import io
 import json
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -40,19 +39,6 @@ class Counter(io.RawIOBase):
         return len(b)
 
 
-def tar_into(directory: Path, out) -> int:
-    """The files push ships, as one tar, written to `out`: their bytes."""
-    total = 0
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for name, path, size in ship.members(directory, read_record(directory)):
-            info = tarfile.TarInfo(name)
-            info.size = size
-            with path.open("rb") as f:
-                tar.addfile(info, ship._Limited(f, size))
-            total += size
-    return total
-
-
 def measure(directory: Path, codec: str) -> dict:
     kind, _, level = codec.partition(":")
     level_n = int(level or 3)
@@ -64,14 +50,14 @@ def measure(directory: Path, codec: str) -> dict:
         import zstandard
 
         with zstandard.ZstdCompressor(level=level_n, threads=-1).stream_writer(counter, closefd=False) as z:
-            tar_into(directory, z)
+            ship.write_tar(directory, z)
         size = counter.n
     elif kind == "gzip":
         with gzip.GzipFile(fileobj=counter, mode="wb", compresslevel=level_n, mtime=0) as z:
-            tar_into(directory, z)
+            ship.write_tar(directory, z)
         size = counter.n
     elif kind == "none":
-        tar_into(directory, counter)
+        ship.write_tar(directory, counter)
         size = counter.n
     else:
         raise SystemExit(f"--codecs: {codec!r}: say zstd:N, gzip:N or none")

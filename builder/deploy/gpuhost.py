@@ -200,12 +200,6 @@ def host_cell(checkout: Path, cell_id: str):
     return cell
 
 
-def cell_paths(checkout: Path, cell_id: str):
-    """The runtime image's paths (builder/image/launchline.py ImagePaths) of the spec's cell in the GPU host's matrix."""
-    from ..image.launchline import image_paths
-
-    return image_paths(host_cell(checkout, cell_id))
-
 
 def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
     """builder's `verb` (smoke, bench, warm) of the spec's cell, on the installed bundles (installed first)."""

@@ -89,40 +89,29 @@ class _Hashing(io.RawIOBase):
         return len(b)
 
 
-def pack(directory: Path, dest) -> tuple[str, int, int, int]:
-    """The snapshot's files as a tar compressed with zstd, written to `dest` (a binary file): (sha256 digest of
-    what was written, its bytes, the tar's unpacked bytes, files)."""
-    import zstandard
-
-    record = read_record(directory)
-    files = members(directory, record)
-    hashing = _Hashing(dest)
-    unpacked = 0
-    with zstandard.ZstdCompressor(level=LEVEL, threads=-1).stream_writer(hashing, closefd=False) as z, \
-            tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+def write_tar(directory: Path, out) -> tuple[int, int]:
+    """The files a restore reads (`members`) as one tar written to `out`: (their bytes, how many)."""
+    files = members(directory, read_record(directory))
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name, path, size in files:
             info = tarfile.TarInfo(name)
             st = path.stat()
             # its mode and time as they are: CRIU reopens the engine's log and refuses another mode ("has bad mode")
             info.size, info.mtime, info.mode = size, int(st.st_mtime), st.st_mode & 0o777
             with path.open("rb") as f:
-                tar.addfile(info, _Limited(f, size))
-            unpacked += size
-    return "sha256:" + hashing.sha.hexdigest(), hashing.n, unpacked, len(files)
+                tar.addfile(info, f)  # exactly info.size bytes: the log up to its size at the dump
+    return sum(size for _, _, size in files), len(files)
 
 
-class _Limited(io.RawIOBase):
-    def __init__(self, f, size: int):
-        self.f, self.left = f, size
+def pack(directory: Path, dest) -> tuple[str, int, int, int]:
+    """The snapshot's files as a tar compressed with zstd, written to `dest` (a binary file): (sha256 digest of
+    what was written, its bytes, the tar's unpacked bytes, files)."""
+    import zstandard
 
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n < 0 else min(n, self.left)
-        b = self.f.read(n)
-        self.left -= len(b)
-        return b
+    hashing = _Hashing(dest)
+    with zstandard.ZstdCompressor(level=LEVEL, threads=-1).stream_writer(hashing, closefd=False) as z:
+        unpacked, files = write_tar(directory, z)
+    return "sha256:" + hashing.sha.hexdigest(), hashing.n, unpacked, files
 
 
 def manifest(key_digest: str, key_size: int, layer_digest: str, layer_size: int, unpacked: int,
