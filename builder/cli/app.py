@@ -8,6 +8,7 @@ import importlib
 import logging
 import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -134,24 +135,55 @@ class _SignalHandlers:
     def __init__(self):
         self.received: int | None = None
         self._previous: dict = {}
+        self._previous_unraisable = None
+        self._pending: int | None = None  # an interrupt dropped inside a callback, not raised since
 
     def _handle(self, signum, frame):
         self.received = signum
+        self._pending = None
         raise Interrupted(signum)
 
+    def _unraisable(self, unraisable):
+        """Python runs a signal's handler wherever the main thread is, and an exception raised inside a weakref
+        callback, a __del__ or the garbage collector cannot propagate: it is printed ("Exception ignored in
+        ...") and dropped, and the verb went on to exit 0 as if no Ctrl-C came (a snapshot pull, 1 run in ~40:
+        the interrupt landed in WeakSet._remove). Such an interrupt is sent to the main thread again a moment
+        later, from a thread of its own, so its handler raises it where it can propagate. Not at once: a signal
+        raised here runs its handler here, inside this hook, where the exception is dropped again. One still
+        pending when the verb ends is raised there."""
+        if isinstance(unraisable.exc_value, Interrupted) and self._previous:
+            self._pending = unraisable.exc_value.signum
+            timer = threading.Timer(self.REDELIVER_S, self._redeliver, [unraisable.exc_value.signum])
+            timer.daemon = True
+            timer.start()
+            return
+        (self._previous_unraisable or sys.__unraisablehook__)(unraisable)
+
+    REDELIVER_S = 0.05
+
+    def _redeliver(self, signum: int) -> None:
+        if self._previous and self._pending == signum:  # the verb still runs, and nothing raised it since
+            signal.pthread_kill(threading.main_thread().ident, signum)
+
     def __enter__(self):
-        self.received = None
+        self.received = self._pending = None
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:  # not the main thread: leave signals alone
-            pass
+            return self
+        self._previous_unraisable, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._previous_unraisable is not None:
+            sys.unraisablehook, self._previous_unraisable = self._previous_unraisable, None
+        pending, self._pending = self._pending, None
+        if pending is not None and exc_type is None:
+            raise Interrupted(pending)
         return False
 
 
