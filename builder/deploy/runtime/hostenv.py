@@ -106,8 +106,8 @@ def stash(store: Store, name: str) -> None:
                 os.replace(tmp, dest / p.name)
             finally:
                 tmp.unlink(missing_ok=True)
-            print(f"stashed {p.name} ({p.stat().st_size >> 20} MiB)")
-    print("store:", ", ".join(sorted(q.name for q in dest.iterdir())))
+            print(f"stashed {p.name} ({p.stat().st_size >> 20} MiB)", file=sys.stderr)
+    print("store:", ", ".join(sorted(q.name for q in dest.iterdir())), file=sys.stderr)
 
 
 def read_sums(store: Store, name: str) -> tuple[str, list[tuple[str, str]]]:
@@ -145,11 +145,11 @@ def install(store: Store, name: str) -> None:
     whole, parts = read_sums(store, name)
     py, marker = store.python(name), store.marker(name)
     if py.is_file() and marker.is_file() and marker.read_text().strip() == whole:
-        print(f"{name}: bundle {whole[:16]} already installed")
+        print(f"{name}: bundle {whole[:16]} already installed", file=sys.stderr)
         return
     if py.is_file():
         print(f"{name}: the store holds another bundle under this name than the installed one: installing bundle "
-              f"{whole[:16]} in its place")
+              f"{whole[:16]} in its place", file=sys.stderr)
     src = store.stored(name)
     missing = [p for p, _ in parts if not (src / p).is_file()]
     if missing:
@@ -166,7 +166,7 @@ def install(store: Store, name: str) -> None:
                   f"exec {shlex.quote(sys.executable)} \"$@\"\n")
     py.chmod(0o755)
     marker.write_text(whole + "\n")
-    print(f"{name}: {wheels} wheels installed in {site}; interpreter {py}")
+    print(f"{name}: {wheels} wheels installed in {site}; interpreter {py}", file=sys.stderr)
 
 
 def _install_site(store: Store, name: str, whole: str, parts: list[str]) -> int:
@@ -259,7 +259,7 @@ def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than
     stamp_file = venv / VENV_STAMP
     if not venv.is_symlink() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         print(f"image paths: {venv} kept as made before (the same bundles, interpreter, packages and toolkit)",
-              flush=True)
+              flush=True, file=sys.stderr)
         _clamp_venv(venv, paths, not_newer_than)
         return venv / "bin" / "python"
     if venv.is_symlink() or venv.is_file():
@@ -280,7 +280,7 @@ def image_venv(store: Store, names: list[str], paths: ImagePaths, not_newer_than
     _clamp_venv(venv, paths, not_newer_than)
     stamp_file.write_text(stamp)  # last: a venv left half-made by a failure is made anew next time
     print(f"image paths: {venv} ({', '.join(names)} copied in, {linked} entries of {host} linked), "
-          f"CUDA_HOME {paths.cuda_home or '-'}", flush=True)
+          f"CUDA_HOME {paths.cuda_home or '-'}", flush=True, file=sys.stderr)
     return python
 
 
@@ -306,7 +306,7 @@ def _slim(command: str, purelib: Path, python: Path) -> None:
         raise EnvironmentProblem(f"the slim step exited {res.returncode} over {purelib} (its command: {command})")
     after = _own_bytes(purelib)
     print(f"slim: {purelib}: {before[0]} files, {before[1]:,} bytes -> {after[0]} files, {after[1]:,} bytes "
-          f"(the bundles' own files; the host's linked packages are not slimmed)", flush=True)
+          f"(the bundles' own files; the host's linked packages are not slimmed)", flush=True, file=sys.stderr)
 
 
 def _stamp(store: Store, names: list[str], paths: ImagePaths, host: Path, toolkit: Path, slim: str | None = None) -> str:
@@ -381,12 +381,12 @@ def _clamp_venv(venv: Path, paths: ImagePaths, not_newer_than: int | None) -> No
         return
     clamped = clamp_times(venv, not_newer_than)
     print(f"image paths: {clamped} files of {venv} set back to the warm layer's time {not_newer_than} (in the "
-          "image BuildKit's rewrite-timestamp does the same)", flush=True)
+          "image BuildKit's rewrite-timestamp does the same)", flush=True, file=sys.stderr)
     newer = newer_host_files([Path(paths.purelib) / "torch" / "include",
                               Path(paths.cuda_home or "/nonexistent") / "include"], not_newer_than)
     if newer:  # this host's files, not ours to change: a JIT module including one of them is rebuilt
         print(f"image paths: {len(newer)} header(s) this host provides are newer than the warm layer, e.g. "
-              f"{newer[0]}: ninja rebuilds what includes them", flush=True)
+              f"{newer[0]}: ninja rebuilds what includes them", flush=True, file=sys.stderr)
 
 
 def clamp_times(top: Path, when: int) -> int:

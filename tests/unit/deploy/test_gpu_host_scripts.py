@@ -146,7 +146,10 @@ def test_a_new_bundle_under_an_installed_name_is_installed_not_ignored(tmp_path)
     assert gpu_host_run("install", name, store=store).returncode == 0
     assert value_of(store / f"py-{name}") == "old"
     again = gpu_host_run("install", name, store=store)
-    assert again.returncode == 0 and "already installed" in again.stdout
+    assert again.returncode == 0 and "already installed" in again.stderr
+    # what the route says of its bundle goes to stderr: stdout is the verb's own (snapshot --json on a GPU host
+    # came back as the install's lines followed by the JSON)
+    assert again.stdout == ""
     new = wheel_tar(tmp_path, "new", padding=5000)
     parts = bundle_parts(store, name, new, len(new) // 3 + 1)
     kept = parts[1].read_bytes()
@@ -156,7 +159,7 @@ def test_a_new_bundle_under_an_installed_name_is_installed_not_ignored(tmp_path)
     assert value_of(store / f"py-{name}") == "old"  # the installed bundle is left as it was
     parts[1].write_bytes(kept)
     done = gpu_host_run("install", name, store=store)
-    assert done.returncode == 0 and "installing bundle" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "installing bundle" in done.stderr and done.stdout == "", done.stdout + done.stderr
     assert value_of(store / f"py-{name}") == "new"
 
 
