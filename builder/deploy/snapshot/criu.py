@@ -71,6 +71,20 @@ def tree(place, pid: int, python: str = "python3") -> list[int]:
     return [int(p) for p in out.split()]
 
 
+MAX_TID_PY = ("import os,sys\n"
+              "ids=[int(p) for p in sys.argv[1:]]\n"
+              "for p in sys.argv[1:]:\n"
+              " try: ids+=[int(t) for t in os.listdir(f'/proc/{p}/task')]\n"
+              " except OSError: pass\n"
+              "print(max(ids))\n")
+
+
+def max_tid(place, pids: list[int], python: str = "python3") -> int:
+    """The highest process or thread id of the tree (CRIU restores each with its id: a restore must not hold one)."""
+    rc, out = place.run([python, "-c", MAX_TID_PY, *map(str, pids)], timeout=30)
+    return int(out.strip()) if rc == 0 and out.strip().isdigit() else max(pids)
+
+
 def name(place, pid: int) -> str:
     """The process's name (/proc/PID/comm) where it runs, for what take says of the tree."""
     rc, out = place.run(["cat", f"/proc/{pid}/comm"], timeout=30)

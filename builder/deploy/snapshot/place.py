@@ -21,6 +21,14 @@ from ...errors import UserError
 CAPS = ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")
 SECURITY = ("seccomp=unconfined", "apparmor=unconfined")
 MOUNT = "/snapshot"  # the snapshot directory, in the container
+# children that end at once until one's pid is at least argv[1] (or the pids wrapped: then they are all free again)
+PAST_PY = ("import os,sys\n"
+           "n=int(sys.argv[1])\n"
+           "for _ in range(1<<22):\n"
+           " p=os.fork()\n"
+           " if p==0: os._exit(0)\n"
+           " os.waitpid(p,0)\n"
+           " if p>=n or p<os.getpid(): break\n")
 
 
 @dataclass
@@ -66,8 +74,17 @@ class Container:
         """The snapshot directory as the container sees it (mounted there)."""
         return MOUNT
 
-    def restore(self, argv: list[str]) -> tuple[int, str]:
-        """CRIU's restore in this container: a fresh PID namespace, so no restored pid collides."""
+    def restore(self, argv: list[str], above: int = 0) -> tuple[int, str]:
+        """CRIU's restore in this container: a fresh PID namespace, whose own processes (its init, `sleep`) have the
+        pids they had in the take's container. CRIU gives each restored process and thread its id back, so no process
+        of this container may hold one of them: the criu process (a `docker exec`: the next free pid) did, and the
+        restore stopped at "Can't fork for 21: File exists" (the stand-in's resource tracker). So pids are used up
+        first (short-lived children) until the next one is past the tree's highest id, `above`: criu and its helpers
+        are numbered above the tree. (/proc/sys/kernel/ns_last_pid is read-only in a container.)"""
+        if above:
+            rc, out = self.run(["python3", "-c", PAST_PY, str(above)], timeout=120)
+            if rc != 0:
+                return rc, f"cannot move the container's pids past the snapshot's {above}: {out.strip()[-200:]}"
         return self.run(argv, timeout=1800)
 
     def close(self) -> None:
@@ -118,8 +135,9 @@ class Process:
         still find it)."""
         return any(p.pid == pid and p.poll() is None for p in self.started)
 
-    def restore(self, argv: list[str]) -> tuple[int, str]:
-        """CRIU's restore in a new PID namespace (and a mount namespace with its own /proc); its init stays (a
+    def restore(self, argv: list[str], above: int = 0) -> tuple[int, str]:
+        """CRIU's restore in a new PID namespace (its only process before the restore is its init, pid 1, and criu
+        pid 2: no id of a host's tree, `above` is not needed) (and a mount namespace with its own /proc); its init stays (a
         shell, then `sleep infinity`) and holds what was restored: close() ends it, and the namespace with it."""
         import time
 

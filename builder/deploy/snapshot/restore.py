@@ -17,7 +17,7 @@ from typing import Callable
 from ...errors import Failed, UserError
 from ..runtime.engine import BootFailed
 from . import criu as criu_mod
-from . import cuda, key as key_mod
+from . import cuda, key as key_mod, remaps
 from .take import IMAGES, LOG, PROMPT, RECORD, TOKENS, boot, client
 
 PIDFILE = "restore.pid"  # the restored tree's root, as CRIU writes it (O_EXCL)
@@ -36,6 +36,7 @@ def read_record(directory: Path) -> dict:
         raise UserError(f"{path}: not a snapshot record (no answer or served_model); take the snapshot again")
     if not (directory / IMAGES / "inventory.img").is_file():
         raise UserError(f"{directory / IMAGES}: no CRIU images (inventory.img); take the snapshot again")
+    remaps.checked(directory, record)
     return record
 
 
@@ -79,12 +80,16 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     kept = rewind_log(directory, record)
     if kept is not None:
         say(f"the engine's log set back to its size at the dump (CRIU checks it); what was written since: {kept}")
+    placed = remaps.put_back(place, directory, remaps.checked(directory, record))
     t0 = time.monotonic()
-    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"))
+    above = record.get("max_tid")
+    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"),
+                             above if isinstance(above, int) and 0 < above < 1 << 22 else 0)
     criu_s = round(time.monotonic() - t0, 2)
     if rc != 0:
-        _, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
-        raise Failed(f"criu restore failed (exit {rc}) {place.where}: {log.strip() or text.strip()}\nnothing restored "
+        remaps.remove(place, placed)
+        rc_log, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
+        raise Failed(f"criu restore failed (exit {rc}) {place.where}: {(log if rc_log == 0 else '').strip() or text.strip()}\nnothing restored "
                      f"is left running; {FALLBACK}")
     _, pid_text = place.run(["cat", f"{inside}/{PIDFILE}"], timeout=30)
     pid = int(pid_text.strip())

@@ -18,7 +18,7 @@ from ..runtime import gpus as gpus_mod
 from ..runtime import warmkey
 from ..runtime.engine import HUB_OFF, BootFailed, RunningEngine
 from . import criu as criu_mod
-from . import cuda, key as key_mod, noring
+from . import cuda, key as key_mod, noring, remaps
 
 PROMPT = "The capital of France is"  # smoke L3's greedy prompt
 TOKENS = 16
@@ -150,6 +150,8 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     on_gpu = cuda.cuda_pids(place, procs)
     say("the tree: " + "; ".join(f"{p} {criu_mod.name(place, p)}{' (maps /dev/nvidia*)' if p in on_gpu else ''}"
                                  for p in procs))
+    remap_dirs, remaps_before = remaps.before_dump(place, procs)
+    top = criu_mod.max_tid(place, procs)  # while the tree runs: its threads' ids too
     t0 = time.monotonic()
     gpu_done: dict = {}
     if on_gpu:
@@ -168,6 +170,10 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
         rc2, log = place.run(["tail", "-n", "15", f"{images}/dump.log"], timeout=30)
         raise Failed(f"criu dump failed (exit {rc}) {place.where}:\n{log.strip() if rc2 == 0 else text.strip()}")
     say(f"dumped {len(procs)} process(es) with CRIU {criu_version} in {dump_s} s")
+    link_remaps = remaps.keep(place, out, remap_dirs, remaps_before)
+    if link_remaps:
+        say(f"CRIU's link remap(s) kept in the snapshot (every restore puts them back): "
+            f"{', '.join(e['path'] for e in link_remaps)}")
     gpu_names, driver = key_mod.gpu_part(host)
     key = key_mod.Key(gpus=gpu_names, driver=driver, subject=engine.identity, model=engine.model,
                       model_config_sha256=warmkey.model_config_sha(engine.served or engine.model) or "",
@@ -177,11 +183,11 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     record = {"subject": engine.subject, "prompt": PROMPT, "max_tokens": TOKENS, "answer": before["text"],
               "metrics": before["metrics"], "served_model": model, "boot_s": boot_s, "sleep_s": sleep_s,
               "gpu_checkpoint_s": gpu_s, "dump_s": dump_s, "cuda_pids": on_gpu, "gpu_checkpoint": gpu_done,
-              "processes": len(procs), "slept": bool(engine.sleep),
+              "processes": len(procs), "max_tid": top, "slept": bool(engine.sleep),
               "wake": engine.sleep["wake"] if engine.sleep else "",
               "sleep_body": engine.sleep.get("body", "") if engine.sleep else "", "health": http.health,
               "completions": http.completions, "env": engine.env,
-              "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size,
+              "images": sizes(out / IMAGES), "log_bytes": (out / LOG).stat().st_size, "link_remaps": link_remaps,
               # where the processes saw the snapshot's files (their open log): a container's mount, or this host's path
               "directory": images.rsplit("/", 1)[0]}
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")

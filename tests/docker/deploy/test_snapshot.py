@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -85,6 +86,10 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
     assert containers() == []  # the dump ended the engine, and its container is gone
     before = record["metrics"]["standin:spec_decode_num_drafts_total"]
     assert before > 0  # smoke L3's streamed request with MTP2 made drafts
+    # its named semaphore (multiprocessing's, as vLLM's and SGLang's) was dumped through a link remap, which CRIU
+    # leaves in the engine's /dev/shm; it is in the snapshot, since the restore's fresh container has none
+    (remap,) = record["link_remaps"]
+    assert re.fullmatch(r"/dev/shm/link_remap\.\d+", remap["path"]) and (snap / remap["file"]).is_file()
 
     restored = builder("snapshot", "restore", str(snap), "--json", cwd=tmp_path)
     assert restored.returncode == 0, restored.stdout + restored.stderr
@@ -99,6 +104,8 @@ def test_the_stand_in_is_snapshotted_and_restored_with_the_same_answer_and_its_s
                 timeout=30) as resp:
             resp.read()
         assert drafts(port) > before  # and it goes on counting from there
+        shm = subprocess.run(["docker", "exec", result["container"], "ls", "/dev/shm"], capture_output=True, text=True)
+        assert shm.returncode == 0 and "link_remap" not in shm.stdout  # CRIU used it up
         print(f"dump {record['dump_s']} s, restore {result['criu_restore_s']} s, ready {result['ready_s']} s, "
               f"images {record['images']}")
     finally:
@@ -131,6 +138,8 @@ def test_a_snapshot_pushed_to_a_registry_and_pulled_elsewhere_restores_with_the_
     pulled = builder("snapshot", "pull", f"{ref.rsplit(':', 1)[0]}@{shipped['digest']}", "--out", str(tmp_path / "pulled"),
                      "--json", cwd=tmp_path)
     assert pulled.returncode == 0, pulled.stderr
+    (remap,) = record["link_remaps"]  # the semaphore's link remap travelled with it (without it: no restore)
+    assert (tmp_path / "pulled" / remap["file"]).read_bytes() == (snap / remap["file"]).read_bytes()
     restored = builder("snapshot", "restore", str(tmp_path / "pulled"), "--json", cwd=tmp_path)
     assert restored.returncode == 0, restored.stdout + restored.stderr
     result = json.loads(restored.stdout)
@@ -186,7 +195,7 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     cell = stand_in_cell().id
     script = (f"python3 -m builder.cli snapshot take {cell} --matrix tests/fixtures/smoke/matrix.toml --launcher "
               "process --python python3 --strategy MTP2 --model stand-in-model --out /work/snap --json "
-              "> /work/take.json || exit 10; "
+              "> /work/take.json || exit 10; ls /dev/shm > /work/shm-after-take.txt; "
               "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore.json "
               "|| exit 11; "
               # the restored engine, seen from the host: its NSpid line has two pids (the host's, the namespace's)
@@ -209,7 +218,7 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
               "python3 -m builder.cli snapshot restore /work/snap --launcher process --or-boot --json "
               "> /work/fallback.json 2> /work/fallback.err || exit 13; "
               "for d in /proc/[0-9]*; do grep -qa stand_in_engine.server $d/cmdline 2>/dev/null && "
-              "grep NSpid $d/status; done > /work/after.txt")
+              "grep NSpid $d/status; done > /work/after.txt; exit 0")  # (the loop's status is its last grep's)
     argv = ["docker", "run", "--rm", "--label", "io.builder.snapshot=1",
             *(f"--cap-add={c}" for c in ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")),
             "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
@@ -221,6 +230,8 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     took = json.loads((tmp_path / "take.json").read_text())
     restored = json.loads((tmp_path / "restore.json").read_text())
     assert took["slept"] and took["processes"] >= 1 and took["cuda_pids"] == []
+    # the link remap CRIU made on this host's /dev/shm went into the snapshot: a restore puts it back, each time
+    assert len(took["link_remaps"]) == 1 and "link_remap" not in (tmp_path / "shm-after-take.txt").read_text()
     assert restored["answer"] == took["answer"] == (tmp_path / "again.txt").read_text().rstrip("\n")
     assert restored["metrics"]["standin:spec_decode_num_drafts_total"] == \
         took["metrics"]["standin:spec_decode_num_drafts_total"]
