@@ -69,3 +69,56 @@ def test_the_recorded_restores_answer_as_the_booted_engine_in_seconds_and_its_dr
     sglang = load("sglang-take.json")
     assert not sglang["slept"] and sglang["images"]["bytes"] > 8 * took["images"]["bytes"]  # no sleep mode: its KV
     assert all(load(f"sglang-restore-{i}.json")["answer"] == sglang["answer"] for i in (1, 2))
+
+
+RUN2 = REPO / "tests" / "fixtures" / "gpu-host" / "h100-2026-12-06-snapshot"
+
+
+def load2(name: str):
+    return json.loads((RUN2 / name).read_text())
+
+
+def test_sglang_with_its_memory_saver_restores_in_seconds_three_times_and_boots_instead_where_it_does_not_hold():
+    """The H100 run of 2026-12-06 (docs/evidence/2026-12-06-h100-snapshot-memory-saver.md): SGLang 0.5.17 booted with
+    --enable-memory-saver, its KV cache released (the tags body) before the GPU checkpoint, restored three times from
+    one snapshot; then the key edited to another driver and `restore --or-boot` booted it instead."""
+    took = load2("sg-take.json")
+    assert took["slept"] and took["wake"] == "/resume_memory_occupation"
+    assert json.loads(took["sleep_body"]) == {"tags": ["kv_cache"]}  # not the weights: they would come back empty
+    assert "--enable-memory-saver" in load2("sg-key.json")["engine_args"]
+    before = load("sglang-take.json")  # 2026-12-05, no memory saver: its whole KV pool was copied
+    assert took["images"]["bytes"] * 5 < before["images"]["bytes"]  # 4.50 GB against 24.4 GB
+    restores = [load2(f"sg-restore-{i}.json") for i in (1, 2, 3)]
+    for r in restores:
+        assert r["restored"] and r["answer"] == took["answer"] and r["processes"] == took["processes"] == 4
+        assert r["ready_s"] <= 10  # the issue's goal: 3.06, 3.34, 3.19 s (13.8-15.2 s without the memory saver)
+    assert took["boot_s"] > 10 * max(r["ready_s"] for r in restores)
+    instead = load2("sg-orboot.json")
+    assert instead["restored"] is False and "driver: the snapshot's '575.57.08'" in instead["why"]
+    assert instead["ready_s"] > max(r["ready_s"] for r in restores)  # the warm boot it fell back to: 41.09 s
+    # the bytes as push ships them: zstd -3 of the tar (benchmarks/snapshot_bytes.py on the host)
+    shipped = json.loads((RUN2 / "run1" / "sg-bytes.json").read_text())
+    zstd = next(c for c in shipped["codecs"] if c["codec"] == "zstd:3")
+    assert zstd["ratio"] < 0.2 and shipped["kinds"]["memory pages (images/pages-*.img)"] / shipped["bytes"] > 0.99
+
+
+def test_a_vllm_snapshot_restored_once_then_failed_for_its_link_remap_which_the_record_now_keeps():
+    """vLLM 0.26.0 on the same H100: the first restore ready in 2.46 s, the second stopped at CRIU's link remap of
+    multiprocessing's semaphore, which lived in the host's /dev/shm and the first restore used up. Taken before
+    builder kept remaps in the snapshot: its record has none (fixed since; tests/docker/deploy/test_snapshot.py)."""
+    took = load2("vl-take.json")
+    first = load2("vl-restore-1.json")
+    assert first["restored"] and first["answer"] == took["answer"] and first["ready_s"] <= 10
+    failed = (RUN2 / "vl-restore-2.err").read_text()
+    assert "Can't link dev/shm/link_remap." in failed and "nothing restored is left running" in failed
+    assert "link_remaps" not in took  # what builder keeps now
+    zstd = next(c for c in load2("vl-bytes.json")["codecs"] if c["codec"] == "zstd:3")
+    assert zstd["bytes"] < 0.2 * load2("vl-bytes.json")["bytes"]  # 3.07 GB -> 384 MB
+
+
+def test_the_slimmed_venvs_l3_passed_on_the_gpu():
+    (report,) = load2("slim/smoke.json")
+    (l3,) = [r for r in report["results"] if r["layer"] == "L3"]
+    assert report["subject"] == "process:/opt/venv/bin/python" and l3["status"] == "pass"
+    slim = (RUN2 / "slim" / "vl-slim.err").read_text()
+    assert "slim: /opt/venv/lib/python3.12/site-packages: 20720 files" in slim and "-> 19687 files" in slim
