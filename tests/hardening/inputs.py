@@ -614,7 +614,8 @@ def _farm_cases() -> list[ScriptCase]:
     for flag, values in {"servers": ("0", "-1", "1000", "x", "nan"),
                          "cpus": ("0", "-1", "nan", "inf", "x", "4096", "1,1,1"),
                          "memory": ("0", "-1g", "x", "1e400", "nan", "10k", "1g,1g,1g"),
-                         "gb_per_job": ("0", "-1", "nan", "inf", "x", "1e400")}.items():
+                         "gb_per_job": ("0", "-1", "nan", "inf", "x", "1e400"),
+                         "toolchain_gb": ("-1", "nan", "inf", "x", "65")}.items():
         for value in values:
             key = value.replace(",", "-")
             out.append(ScriptCase(f"i50-farm-{flag.replace('_', '-')}-{key}", FARM, start(**{flag: value}),

@@ -175,7 +175,7 @@ def test_units_compile_through_the_farm_the_matrix_names_as_the_build_would(loca
     if os.geteuid() != 0 or not shutil.which("bwrap"):
         pytest.fail("this test starts sccache-dist build servers (scripts/farm): root and bubblewrap")
     state = tmp_path / "farm"
-    farm("start", "--servers", "2", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.4", "--state", str(state))
+    farm("start", "--servers", "2", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.29", "--state", str(state))
     try:
         url = json.loads(farm("status", "--state", str(state)).stdout)["scheduler_url"]
         token = tomllib.loads((state / "client.conf").read_text())["dist"]["auth"]["token"]

@@ -81,19 +81,20 @@ def compile_through(state: Path, work: Path, nvcc: Path, sources: int, instances
 
 def test_three_servers_in_their_own_namespaces_and_cgroups_compile_nvcc_steps_and_stop_leaves_nothing(tmp_path, nvcc):
     state = tmp_path / "farm"
-    started = farm("start", "--servers", "3", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.4",
+    started = farm("start", "--servers", "3", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.29",
                    "--state", str(state))
     farm_id = json.loads((state / "state.json").read_text())["id"]
     try:
         assert started.stdout.strip().startswith("http://10.213.")
         st = json.loads(farm("status", "--state", str(state)).stdout)
         assert st["running"] and st["dist_status"]["num_servers"] == 3 and st["dist_status"]["num_cpus"] == 3
+        assert st["toolchain_gb"] == 0.3  # held back from each server's memory before jobs are counted
         namespaces = subprocess.run(["ip", "netns"], capture_output=True, text=True).stdout
         root_listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
         assert ":10501" not in root_listening  # no server listens in the root namespace
         assert st["scheduler_url"].removeprefix("http://") in root_listening
         for srv in st["servers"]:
-            # 1 GiB x 0.9 holds 2 jobs of 0.4 GB: the server sees 1 CPU, on which sccache-dist runs 2 jobs at once
+            # 1 GiB x 0.9 - 0.3 GB of toolchain holds 2 jobs of 0.29 GB: the server sees 1 CPU, on which sccache-dist runs 2 jobs at once
             assert srv["netns"] in namespaces and srv["alive"] and (srv["cores_seen"], srv["slots"]) == (1, 2)
             inside = subprocess.run(["ip", "netns", "exec", srv["netns"], "ss", "-Hltn"], capture_output=True,
                                     text=True).stdout
@@ -118,11 +119,12 @@ def test_three_servers_in_their_own_namespaces_and_cgroups_compile_nvcc_steps_an
 
 def test_a_server_whose_memory_holds_fewer_than_two_jobs_is_not_started_and_the_others_take_its_work(tmp_path, nvcc):
     state = tmp_path / "farm"
-    started = farm("start", "--servers", "3", "--cpus", "0.5", "--memory", "1g,1g,700m", "--gb-per-job", "0.4",
+    started = farm("start", "--servers", "3", "--cpus", "0.5", "--memory", "1g,1g,700m", "--gb-per-job", "0.29",
                    "--state", str(state))
     farm_id = json.loads((state / "state.json").read_text())["id"]
     try:
-        assert ("server2: 0.68 GiB x 0.9 holds 1 job(s) of 0.4 GB (--gb-per-job), fewer than the 2 sccache-dist runs "
+        assert ("server2: 0.68 GiB x 0.9 - 0.3 GB toolchain holds 1 job(s) of 0.29 GB (--gb-per-job), fewer than the 2 "
+                "sccache-dist runs "
                 "on a 1-CPU server: not started") in started.stderr
         st = json.loads(farm("status", "--state", str(state)).stdout)
         assert [s["name"] for s in st["servers"]] == ["server0", "server1"]
@@ -133,23 +135,24 @@ def test_a_server_whose_memory_holds_fewer_than_two_jobs_is_not_started_and_the_
     finally:
         farm("stop", "--state", str(state))
     assert leftovers(state, farm_id) == []
-    refused = farm("start", "--servers", "2", "--cpus", "1", "--memory", "256m", "--gb-per-job", "0.4",
+    refused = farm("start", "--servers", "2", "--cpus", "1", "--memory", "256m", "--gb-per-job", "0.29",
                    "--state", str(state), check=False)
-    assert refused.returncode == 2 and "no server's memory holds the 2 jobs of 0.4 GB" in refused.stderr
+    assert refused.returncode == 2 and "no server's memory holds the 2 jobs of 0.29 GB" in refused.stderr
     assert not state.exists()
 
 
 @pytest.mark.slow  # two farms and about 70 s of compiles on 2 cores
 def test_slots_by_ram_keep_the_oom_counter_at_zero_and_over_admission_is_killed(tmp_path, nvcc):
-    """One server of 2 CPUs' quota. Admitted by RAM (1 GiB, 0.45 GB per job: 2 jobs, so it sees 1 CPU, on which
-    sccache-dist runs 2 jobs at once) the heavier units compile on it two at a time, the rest locally, and its memory
-    cgroup records no OOM kill. Over-admitted (320 MiB, 0.14 GB per job: 2 jobs) the same units meet the limit: the
-    cgroup's oom_kill counter rises (and sccache reports the killed job as a failed compile, not a local fallback:
-    what admission by RAM prevents)."""
+    """One server of 2 CPUs' quota. Admitted by RAM (1400 MiB x 0.9 less the 0.3 GB toolchain, 0.45 GB per job: 2
+    jobs, so it sees 1 CPU, on which sccache-dist runs 2 jobs at once) the heavier units compile on it two at a time,
+    the rest locally, and its memory cgroup records no OOM kill. Over-admitted (320 MiB, 0.14 GB per job and no
+    toolchain term: 2 jobs) the same units meet the limit: the cgroup's oom_kill counter rises (and sccache reports
+    the killed job as a failed compile, not a local fallback: what admission by RAM prevents)."""
     results = {}
-    for key, memory, gb in (("admitted", "1g", "0.45"), ("over", "320m", "0.14")):
+    for key, memory, gb, toolchain in (("admitted", "1400m", "0.45", "0.3"), ("over", "320m", "0.14", "0")):
         state = tmp_path / key
-        farm("start", "--servers", "1", "--cpus", "2", "--memory", memory, "--gb-per-job", gb, "--state", str(state))
+        farm("start", "--servers", "1", "--cpus", "2", "--memory", memory, "--gb-per-job", gb, "--toolchain-gb",
+             toolchain, "--state", str(state))
         try:
             codes, stats = compile_through(state, tmp_path / f"work-{key}", nvcc, sources=4, instances=40, unroll=32)
             st = json.loads(farm("status", "--state", str(state)).stdout)
@@ -167,7 +170,7 @@ def test_a_start_killed_half_way_is_cleaned_by_stop_and_by_the_next_start(tmp_pa
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     for then in ("stop", "start"):
         proc = subprocess.Popen([sys.executable, str(FARM), "start", "--servers", "3", "--cpus", "0.5", "--memory",
-                                 "1g", "--gb-per-job", "0.4", "--state", str(state)], env=env,
+                                 "1g", "--gb-per-job", "0.29", "--state", str(state)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # kill it once a server's namespace is made (bridge and scheduler before)
@@ -185,10 +188,10 @@ def test_a_start_killed_half_way_is_cleaned_by_stop_and_by_the_next_start(tmp_pa
         if then == "stop":
             farm("stop", "--state", str(state))
         else:
-            again = farm("start", "--servers", "1", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.4",
+            again = farm("start", "--servers", "1", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.29",
                          "--state", str(state))
             assert "removed what an earlier farm left" in again.stderr
-            refused = farm("start", "--servers", "1", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.4",
+            refused = farm("start", "--servers", "1", "--cpus", "0.5", "--memory", "1g", "--gb-per-job", "0.29",
                            "--state", str(state), check=False)
             assert refused.returncode == 2 and "a farm already runs at" in refused.stderr
             farm("stop", "--state", str(state))
@@ -197,7 +200,7 @@ def test_a_start_killed_half_way_is_cleaned_by_stop_and_by_the_next_start(tmp_pa
 
 def test_not_root_is_refused_in_one_line(tmp_path):
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, str(FARM),
-                           "start", "--servers", "1", "--cpus", "1", "--memory", "1g", "--gb-per-job", "0.4",
+                           "start", "--servers", "1", "--cpus", "1", "--memory", "1g", "--gb-per-job", "0.29",
                            "--state", str(tmp_path / "farm")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and proc.stderr.strip() == ("farm: error: must run as root (network namespaces, "
