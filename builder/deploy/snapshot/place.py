@@ -136,9 +136,10 @@ class Process:
         return any(p.pid == pid and p.poll() is None for p in self.started)
 
     def restore(self, argv: list[str], above: int = 0) -> tuple[int, str]:
-        """CRIU's restore in a new PID namespace (its only process before the restore is its init, pid 1, and criu
-        pid 2: no id of a host's tree, `above` is not needed) (and a mount namespace with its own /proc); its init stays (a
-        shell, then `sleep infinity`) and holds what was restored: close() ends it, and the namespace with it."""
+        """CRIU's restore in a new PID namespace (and a mount namespace with its own /proc); its init stays (a
+        shell, then `sleep infinity`) and holds what was restored: close() ends it, and the namespace with it.
+        `above` is not needed here: before the restore the namespace holds its init (pid 1) and criu (pid 2), no id
+        of a tree taken on a host."""
         import time
 
         line = f"{shlex.join(argv)} && exec sleep infinity"

@@ -89,8 +89,8 @@ def checked(directory: Path, record: dict) -> list[dict]:
         if not (path.is_absolute() and ".." not in path.parts and NAME.fullmatch(path.name)
                 and len(file.parts) == 2 and file.parts[0] == REMAPS and ".." not in file.parts
                 and (directory / file).is_file() and not (directory / file).is_symlink()):
-            raise UserError(f"{directory}: snapshot.json names a link remap {e!r} that is not CRIU's link_remap.N at an "
-                         f"absolute path with its copy under {REMAPS}/; take the snapshot again")
+            raise UserError(f"{directory}: snapshot.json names a link remap {e!r} that is not CRIU's link_remap.N "
+                         f"at an absolute path with its copy under {REMAPS}/; take the snapshot again")
     return entries
 
 

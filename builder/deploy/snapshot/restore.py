@@ -89,8 +89,9 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     if rc != 0:
         remaps.remove(place, placed)
         rc_log, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
-        raise Failed(f"criu restore failed (exit {rc}) {place.where}: {(log if rc_log == 0 else '').strip() or text.strip()}\nnothing restored "
-                     f"is left running; {FALLBACK}")
+        said = (log if rc_log == 0 else "").strip() or text.strip()  # no log: criu did not start (what stopped it)
+        raise Failed(f"criu restore failed (exit {rc}) {place.where}: {said}\nnothing restored is left running; "
+                     f"{FALLBACK}")
     _, pid_text = place.run(["cat", f"{inside}/{PIDFILE}"], timeout=30)
     pid = int(pid_text.strip())
     procs = criu_mod.tree(place, pid)

@@ -60,7 +60,8 @@ def route_of(snapshot: key_mod.Key) -> str:
 
 def members(directory: Path, record: dict) -> list[tuple[str, Path, int]]:
     """(name in the layer, file, bytes to ship) of every file a restore reads, sorted: CRIU's images and link remaps,
-    the key, the record, and the engine's log at the size it had at the dump (CRIU refuses a reopened file of another size)."""
+    the key, the record, and the engine's log at the size it had at the dump (CRIU refuses a reopened file of another
+    size)."""
     out = [(name, directory / name, (directory / name).stat().st_size) for name in (key_mod.KEY, RECORD)]
     for path in sorted([*(directory / IMAGES).rglob("*"), *(directory / REMAPS).rglob("*")]):
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
@@ -249,7 +250,8 @@ def _fetch(client, repo: str, layer: dict, into: Path) -> tuple[int, int]:
             for m in tar:
                 name = PurePosixPath(m.name)
                 top = name.parts[0] if name.parts else ""
-                if name.is_absolute() or ".." in name.parts or top not in (IMAGES, REMAPS, key_mod.KEY, RECORD, LOG) or \
+                if name.is_absolute() or ".." in name.parts or \
+                        top not in (IMAGES, REMAPS, key_mod.KEY, RECORD, LOG) or \
                         not (m.isreg() or m.isdir()):
                     raise Unusable(f"its layer holds {m.name!r} ({'a link or device' if not (m.isreg() or m.isdir()) else 'outside a snapshot'}): "
                                    "not a builder snapshot", "shape")
