@@ -62,6 +62,16 @@ CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for 
          expect=("snapshot.json", "not a snapshot record")),
     Case("s1-restore-no-images", "snapshot", RESTORE,
          files={"s/key.json": json.dumps(KEY), "s/snapshot.json": json.dumps(RECORD)}, expect=("inventory.img",)),
+    # a record's link remaps are put back as root before the restore: only CRIU's link_remap.N at an absolute path,
+    # with its copy under remaps/ (a pulled snapshot.json must not write anywhere else)
+    Case("s1-restore-remap-elsewhere", "snapshot", RESTORE,
+         files={**SNAP, "s/remaps/0-link_remap.7": "x", "s/snapshot.json": json.dumps(
+             {**RECORD, "link_remaps": [{"path": "/etc/cron.d/x", "file": "remaps/0-link_remap.7"}]})},
+         expect=("link remap", "take the snapshot again")),
+    Case("s1-restore-remap-no-copy", "snapshot", RESTORE,
+         files={**SNAP, "s/snapshot.json": json.dumps(
+             {**RECORD, "link_remaps": [{"path": "/dev/shm/link_remap.7", "file": "remaps/0-link_remap.7"}]})},
+         expect=("link remap", "take the snapshot again")),
     Case("s1-restore-other-gpu", "snapshot", RESTORE, files=_key(gpus=["NVIDIA H100 80GB HBM3"], driver="580.1"),
          expect=("gpus: the snapshot's NVIDIA H100", "boot it warm")),
     Case("s1-restore-other-model", "snapshot", [*RESTORE, "--model", "other"], files=SNAP,
