@@ -415,6 +415,7 @@ _BUILD = {
                                 "does not."),
     "as_json": as_json,
 }
+ca_bundle = _BUILD["ca_bundle"]  # also `snapshot criu`'s, which builds with BuildKit too
 _DEST = {"builder": "buildx_builder", "wheelhouse": "wheelhouse_dir"}  # where click puts a flag's value
 _REPRO = ("ca_bundle", "allow_unpinned", "max_jobs", "nvcc_threads", "work_dir", "log_dir", "pins_dir", "builder",
           "layer_compression", "as_json")

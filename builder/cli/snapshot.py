@@ -1,5 +1,5 @@
-"""`builder snapshot take|restore`: a booted engine's snapshot (CRIU + the CUDA driver's checkpoint API), restored
-where its key holds. The stages are builder/deploy/snapshot/: this module reads flags, checks them before any work,
+"""`builder snapshot take|restore|push|pull|criu`: a booted engine's snapshot (CRIU + the CUDA driver's checkpoint
+API), restored where its key holds, shipped through a registry; and CRIU built for a host without Docker. The stages are builder/deploy/snapshot/: this module reads flags, checks them before any work,
 and prints the result."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def snapshot():
       builder snapshot take CELL --matrix M --launcher process --python /opt/venv/bin/python --strategy MTP2 \\
           --model /models/tiny --out /tmp/snap        # a GPU host without Docker
       builder snapshot restore /tmp/snap --launcher process
+      builder snapshot criu --base ubuntu:24.04 --out criu/   # CRIU for that host, built here
     """
 
 
@@ -295,3 +296,47 @@ def pull(ref, out, any_gpu, as_json):
     click.echo(json.dumps(done.to_json(), indent=2) if as_json else
                f"pulled {done.ref}@{done.digest} into {out}: {done.files} files, {done.layer_bytes:,} bytes fetched, "
                f"{done.unpacked_bytes:,} unpacked, in {done.seconds} s")
+
+
+@snapshot.command("criu")
+@click.option("--base", required=True,
+              help="The Debian or Ubuntu image CRIU is built on; its glibc must not be newer than the host's (e.g. "
+                   "ubuntu:24.04 for an Ubuntu 24.04 host, or the profile's devel base).")
+@click.option("--out", "out", required=True, type=flags.FsPath(file_okay=True),
+              help="A new (or empty) directory: bin/criu, lib/ (the libraries it links), BUILT_ON.")
+@flags.ca_bundle
+@flags.as_json
+def criu(base, out, ca_bundle, as_json):
+    """Build CRIU for a GPU host without Docker (the process route's `--criu`): the runtime images' own CRIU (the
+    same source, checksum and patch; Linux >= 6.16 needs it) built by BuildKit on --base, its libraries beside it
+    and found from wherever the directory is put. Needs Docker with buildx here, not on the host.
+
+    \b
+    Example:
+      builder snapshot criu --base ubuntu:24.04 --out criu/
+      # on the GPU host: criu/bin/criu check; builder snapshot take CELL --launcher process --criu $PWD/criu/bin/criu ...
+    """
+    from .. import docker as docker_mod
+    from ..deploy.snapshot import hostcriu
+    from ..errors import UserError
+    from ..imageref import ImageRef
+
+    ImageRef.parse(base, "--base")  # a reference, refused in one line otherwise
+    out_path = Path(out)
+    if not out.strip():
+        raise UserError("--out: empty; name the directory CRIU goes to")
+    if out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
+        raise UserError(f"--out {out}: exists and is not an empty directory; CRIU goes into a new one")
+    if ca_bundle is not None:
+        from ..runner import check_ca_bundle
+
+        if ca_bundle == "":
+            raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
+        check_ca_bundle(Path(ca_bundle))
+        ca_bundle = str(Path(ca_bundle).resolve())
+    docker_mod.require_daemon()
+    docker_mod.require_buildx()
+    done = hostcriu.build(base, out_path, ca_bundle, lambda s: click.echo(s, err=True))
+    click.echo(json.dumps(done, indent=2) if as_json else
+               f"CRIU {done['criu']} in {out}: {len(done['files'])} files, {done['bytes']:,} bytes; built on "
+               f"{'; '.join(done['built_on'][:2])}")

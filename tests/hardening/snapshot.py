@@ -72,6 +72,18 @@ CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for 
          files={**SNAP, "s/snapshot.json": json.dumps(
              {**RECORD, "link_remaps": [{"path": "/dev/shm/link_remap.7", "file": "remaps/0-link_remap.7"}]})},
          expect=("link remap", "take the snapshot again")),
+    # snapshot criu: what the build is given, refused before the daemon is asked
+    Case("s1-criu-base-empty", "snapshot", ["snapshot", "criu", "--base", "", "--out", "{tmp}/c"], expect=("--base",)),
+    Case("s1-criu-base-not-a-ref", "snapshot", ["snapshot", "criu", "--base", "Ubuntu 24.04", "--out", "{tmp}/c"],
+         expect=("--base",)),
+    Case("s1-criu-base-shell", "snapshot", ["snapshot", "criu", "--base", "ubuntu;rm -rf /", "--out", "{tmp}/c"],
+         expect=("--base",)),
+    Case("s1-criu-out-not-empty", "snapshot", ["snapshot", "criu", "--base", "ubuntu:24.04", "--out", "{tmp}/c"],
+         files={"c/x": "x"}, expect=("--out", "not an empty directory")),
+    Case("s1-criu-out-a-file", "snapshot", ["snapshot", "criu", "--base", "ubuntu:24.04", "--out", "{tmp}/c"],
+         files={"c": "x"}, expect=("--out",)),
+    Case("s1-criu-ca-missing", "snapshot", ["snapshot", "criu", "--base", "ubuntu:24.04", "--out", "{tmp}/c",
+                                            "--ca-bundle", "{tmp}/none.pem"], expect=("--ca-bundle",)),
     Case("s1-restore-other-gpu", "snapshot", RESTORE, files=_key(gpus=["NVIDIA H100 80GB HBM3"], driver="580.1"),
          expect=("gpus: the snapshot's NVIDIA H100", "boot it warm")),
     Case("s1-restore-other-model", "snapshot", [*RESTORE, "--model", "other"], files=SNAP,
