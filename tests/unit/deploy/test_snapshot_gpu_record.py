@@ -122,3 +122,17 @@ def test_the_slimmed_venvs_l3_passed_on_the_gpu():
     assert report["subject"] == "process:/opt/venv/bin/python" and l3["status"] == "pass"
     slim = (RUN2 / "slim" / "vl-slim.err").read_text()
     assert "slim: /opt/venv/lib/python3.12/site-packages: 20720 files" in slim and "-> 19687 files" in slim
+
+
+def test_on_the_gpu_host_the_link_remap_is_kept_and_one_snapshot_restores_three_times():
+    """The fix for vLLM's failed second restore, on the same H100's kernel and /dev/shm: the stand-in engine (a TEST
+    DOUBLE holding a multiprocessing semaphore as vLLM does) through the process route, CRIU from `builder snapshot
+    criu` moved elsewhere on the host. Not vLLM itself: its take was longer than the device time left."""
+    run = RUN2 / "stand-in-process-route"
+    took = json.loads((run / "si-take.json").read_text())
+    (remap,) = took["link_remaps"]
+    assert remap["path"].startswith("/dev/shm/link_remap.") and took["max_tid"] >= 636  # the tree: 635, 636
+    for i in (1, 2, 3):
+        r = json.loads((run / f"si-restore-{i}.json").read_text())
+        assert r["restored"] and r["answer"] == took["answer"] and r["processes"] == took["processes"] == 2
+    assert "/root/hc/moved/bin/../lib/libprotobuf-c.so.1" in (run / "run.log").read_text()  # relocated, found
