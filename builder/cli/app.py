@@ -132,6 +132,8 @@ class _SignalHandlers:
     running docker child is stopped (builder/docker.py), the closing table printed, and the exit code is
     128 + the signal (130, 143). The previous handlers come back afterwards."""
 
+    REDELIVER_S = 0.05  # how long after it was dropped an interrupt is sent again (see _unraisable)
+
     def __init__(self):
         self.received: int | None = None
         self._previous: dict = {}
@@ -158,8 +160,6 @@ class _SignalHandlers:
             timer.start()
             return
         (self._previous_unraisable or sys.__unraisablehook__)(unraisable)
-
-    REDELIVER_S = 0.05
 
     def _redeliver(self, signum: int) -> None:
         if self._previous and self._pending == signum:  # the verb still runs, and nothing raised it since

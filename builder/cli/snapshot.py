@@ -1,6 +1,6 @@
 """`builder snapshot take|restore|push|pull|criu`: a booted engine's snapshot (CRIU + the CUDA driver's checkpoint
-API), restored where its key holds, shipped through a registry; and CRIU built for a host without Docker. The stages are builder/deploy/snapshot/: this module reads flags, checks them before any work,
-and prints the result."""
+API), restored where its key holds, shipped through a registry; and CRIU built for a host without Docker. The
+stages are builder/deploy/snapshot/: this module reads flags, checks them before any work, and prints the result."""
 
 from __future__ import annotations
 
@@ -32,14 +32,14 @@ def snapshot():
     """
 
 
-def _out_dir(out: str) -> Path:
+def _out_dir(out: str, what: str = "the snapshot") -> Path:
     from ..errors import UserError
 
     if not out.strip():
-        raise UserError("--out: empty; name the directory the snapshot goes to")
+        raise UserError(f"--out: empty; name the directory {what} goes to")
     path = Path(out)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UserError(f"--out {out}: exists and is not an empty directory; a snapshot goes into a new one")
+        raise UserError(f"--out {out}: exists and is not an empty directory; {what} goes into a new one")
     return path
 
 
@@ -322,11 +322,7 @@ def criu(base, out, ca_bundle, as_json):
     from ..imageref import ImageRef
 
     ImageRef.parse(base, "--base")  # a reference, refused in one line otherwise
-    out_path = Path(out)
-    if not out.strip():
-        raise UserError("--out: empty; name the directory CRIU goes to")
-    if out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
-        raise UserError(f"--out {out}: exists and is not an empty directory; CRIU goes into a new one")
+    out_path = _out_dir(out, "CRIU")
     if ca_bundle is not None:
         from ..runner import check_ca_bundle
 

@@ -200,7 +200,6 @@ def host_cell(checkout: Path, cell_id: str):
     return cell
 
 
-
 def run_builder(store: Store, verb: str, name: str, rest: list[str]) -> int:
     """builder's `verb` (smoke, bench, warm) of the spec's cell, on the installed bundles (installed first)."""
     action = None

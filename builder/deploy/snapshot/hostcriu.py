@@ -24,7 +24,7 @@ def dockerfile(criu: dict) -> str:
     return templates.environment().get_template(TEMPLATE).render(criu=criu, cell={"profile": {"name": "host"}})
 
 
-def build(base: str, out: Path, ca_bundle: str | None, say: Callable[[str], None], log: Path | None = None) -> dict:
+def build(base: str, out: Path, ca_bundle: str | None, say: Callable[[str], None]) -> dict:
     """Build and export; the facts of what was made."""
     from ...resolve import criu_data
 
@@ -41,8 +41,6 @@ def build(base: str, out: Path, ca_bundle: str | None, say: Callable[[str], None
                                      output=docker_mod.csv_options(type="local", dest=str(work / "tree")))
         say(f"building CRIU {criu['version']} on {base} (BuildKit; the runtime images' criu stage)")
         proc = docker_mod.run(call.argv(), timeout=3600, check=False)
-        if log is not None:
-            log.write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise Failed(f"building CRIU on {base} failed (exit {proc.returncode}); nothing written:\n{tail}")

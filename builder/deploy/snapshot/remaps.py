@@ -65,9 +65,9 @@ def keep(place, directory: Path, dirs: list[str], before: set[str], python: str 
     the record's entries."""
     made = [p for p in _lines(place, LIST_PY, dirs, python) if p not in before] if dirs else []
     entries = []
+    inside = place.inside(directory)
     for i, path in enumerate(made):
         name = f"{REMAPS}/{i}-{PurePosixPath(path).name}"
-        inside = place.inside(directory)
         rc, out = place.run(["sh", "-c", f"mkdir -p {shlex.quote(inside + '/' + REMAPS)} && "
                                          f"cp -p {shlex.quote(path)} {shlex.quote(inside + '/' + name)} && "
                                          f"rm -f {shlex.quote(path)}"], timeout=60)
@@ -90,12 +90,12 @@ def checked(directory: Path, record: dict) -> list[dict]:
                 and len(file.parts) == 2 and file.parts[0] == REMAPS and ".." not in file.parts
                 and (directory / file).is_file() and not (directory / file).is_symlink()):
             raise UserError(f"{directory}: snapshot.json names a link remap {e!r} that is not CRIU's link_remap.N "
-                         f"at an absolute path with its copy under {REMAPS}/; take the snapshot again")
+                            f"at an absolute path with its copy under {REMAPS}/; take the snapshot again")
     return entries
 
 
 def put_back(place, directory: Path, entries: list[dict]) -> list[str]:
-    """Before a restore: each remap at its path again (its directory must exist there: CRIU reopens the engine's
+    """Before a restore: each remap (of a record `checked` has passed) at its path again (its directory must exist there: CRIU reopens the engine's
     other files in it too). The paths placed, for `remove` if the restore fails."""
     placed = []
     inside = place.inside(directory)

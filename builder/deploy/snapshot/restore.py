@@ -80,7 +80,7 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     kept = rewind_log(directory, record)
     if kept is not None:
         say(f"the engine's log set back to its size at the dump (CRIU checks it); what was written since: {kept}")
-    placed = remaps.put_back(place, directory, remaps.checked(directory, record))
+    placed = remaps.put_back(place, directory, record.get("link_remaps") or [])  # checked by read_record
     t0 = time.monotonic()
     above = record.get("max_tid")
     rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"),
