@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 import tarfile
 import tempfile
 import zlib
@@ -168,5 +169,5 @@ def restore(layer: Path, root: str) -> int:
         raise UserError(f"--restore {layer}: {_said(exc, 300)}; the cache root {root} is left "
                         "empty") from None
     files = sum(m.isfile() for m, _ in members)
-    print(f"restored {files} files of {layer.name} under {root}", flush=True)
+    print(f"restored {files} files of {layer.name} under {root}", flush=True, file=sys.stderr)  # stdout: the verb's
     return files

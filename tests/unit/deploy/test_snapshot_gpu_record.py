@@ -136,3 +136,24 @@ def test_on_the_gpu_host_the_link_remap_is_kept_and_one_snapshot_restores_three_
         r = json.loads((run / f"si-restore-{i}.json").read_text())
         assert r["restored"] and r["answer"] == took["answer"] and r["processes"] == took["processes"] == 2
     assert "/root/hc/moved/bin/../lib/libprotobuf-c.so.1" in (run / "run.log").read_text()  # relocated, found
+
+
+def test_vllm_with_its_link_remap_kept_restores_one_snapshot_three_times_on_the_gpu():
+    """The fix, with vLLM 0.26.0 itself on an H100 (2026-12-06, docs/evidence/2026-12-06-h100-snapshot-memory-saver.md):
+    take kept CRIU's link remap of the engine's semaphore in the snapshot; three restores of that one snapshot each
+    put it back, answered as the booted engine and drafted on, in 2.2-2.4 s. The same run's record before the fix
+    failed at the second restore (the test above)."""
+    run = RUN2 / "vllm-remap-kept"
+    took = json.loads((run / "vl-take.json").read_text())
+    (remap,) = took["link_remaps"]
+    assert remap["path"].startswith("/dev/shm/link_remap.") and remap["file"].startswith("remaps/")
+    assert "link remap(s) kept in the snapshot" in (run / "vl-take.err").read_text()
+    drafts = "vllm:spec_decode_num_drafts_total"
+    restores = [json.loads((run / f"vl-restore-{i}.json").read_text()) for i in (1, 2, 3)]
+    for r in restores:
+        assert r["restored"] and r["answer"] == took["answer"] and r["processes"] == took["processes"] == 3
+        assert r["ready_s"] <= 10 and r["metrics"][drafts] > took["metrics"][drafts]  # 2.33, 2.23, 2.35 s
+    assert took["boot_s"] > 50 * max(r["ready_s"] for r in restores)  # its cold boot: 184.2 s
+    shipped = json.loads((run / "vl-bytes.json").read_text())
+    zstd = next(c for c in shipped["codecs"] if c["codec"] == "zstd:3")
+    assert zstd["bytes"] < 0.13 * shipped["bytes"]  # 3.06 GB -> 382 MB
