@@ -8,18 +8,31 @@ outside the snapshot, on the tmpfs where the engine ran: a restore in a fresh co
 on another host, or a second restore on the same host failed with "Can't link dev/shm/link_remap.428 ->
 dev/shm/sem.7ug0SC: No such file or directory" (vLLM 0.26.0 on an H100; the stand-in holds such a semaphore too).
 take copies each remap CRIU made into `remaps/` and removes it where it was; every restore puts the copies back
-first; CRIU consumes them."""
+first; CRIU consumes them.
+
+On a host (the process route) the directory is shared: two restores at once of snapshots whose remaps have the same
+name (CRIU numbers them by the file's id in the dump, so takes of the same engine do: vLLM's was link_remap.428 on
+every H100), or a restore beside a take, would put a remap where the other's CRIU expects its own or removes it.
+`held` serializes that window per directory with a lock file there, from putting the remaps back until CRIU has
+consumed them (a restore) or from listing them until they are kept (a take). A container has /dev/shm of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
 import shlex
+import time
 from pathlib import Path, PurePosixPath
 
 from ...errors import Failed, UserError
 
 REMAPS = "remaps"
 NAME = re.compile(r"link_remap\.\d+")
+LOCK = ".builder-link-remaps.lock"  # in each directory whose remaps a take or restore on this host handles
+WAIT_S = 300  # for another take's or restore's window (seconds: a dump of a sleeping engine, a restore)
+CONSUMED_S = 10  # for CRIU to remove the remaps it linked back, once the restored tree runs
 
 # the directories of the tree's files that are open or mapped under a removed name, read from /proc where it runs
 DELETED_DIRS_PY = ("import os,sys\n"
@@ -53,11 +66,65 @@ def _lines(place, code: str, args: list[str], python: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("/")]
 
 
-def before_dump(place, pids: list[int], python: str = "python3") -> tuple[list[str], set[str]]:
-    """While the tree runs: the directories where CRIU may make a remap, and the remaps already there (another
-    dump's), which are not this snapshot's."""
-    dirs = _lines(place, DELETED_DIRS_PY, [str(p) for p in pids], python)
-    return dirs, set(_lines(place, LIST_PY, dirs, python)) if dirs else set()
+def dirs_of(place, pids: list[int], python: str = "python3") -> list[str]:
+    """While the tree runs: the directories where CRIU may make a remap."""
+    return _lines(place, DELETED_DIRS_PY, [str(p) for p in pids], python)
+
+
+def present(place, dirs: list[str], python: str = "python3") -> set[str]:
+    """The remaps in `dirs` now (before a dump: not this snapshot's)."""
+    return set(_lines(place, LIST_PY, dirs, python)) if dirs else set()
+
+
+@contextlib.contextmanager
+def held(place, dirs, say=lambda text: None, wait_s: float = WAIT_S):
+    """This host's lock on CRIU's remaps in `dirs` (a lock file in each, taken in one order), for a take's dump or a
+    restore. Nothing to hold in a container (its /dev/shm is its own) or where a directory does not exist (the
+    caller refuses that). Waits for another holder up to wait_s, saying so once, then refuses naming the file."""
+    if not getattr(place, "local", False):
+        yield
+        return
+    fds: list[int] = []
+    try:
+        for d in sorted({str(x) for x in dirs if os.path.isdir(x)}):
+            lock = os.path.join(d, LOCK)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise Failed(f"cannot lock CRIU's link remaps in {d} ({lock}): {exc.strerror}") from None
+            fds.append(fd)
+            deadline, waiting = time.monotonic() + wait_s, False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise Failed(f"another snapshot take or restore on this host has held CRIU's link remaps in "
+                                     f"{d} for {wait_s:g} s ({lock}); try again when it ends") from None
+                    if not waiting:
+                        say(f"waiting for another snapshot take or restore on this host (CRIU's link remaps in {d})")
+                        waiting = True
+                    time.sleep(0.1)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing releases the lock
+
+
+def wait_consumed(place, paths: list[str], timeout: float = CONSUMED_S) -> list[str]:
+    """After a restore: until CRIU has removed the remaps it linked back (the restored tree may run before it
+    does); those still there at the timeout (a remap CRIU did not need) are returned, for `remove`."""
+    deadline = time.monotonic() + timeout
+    left = list(paths)
+    while left:
+        rc, out = place.run(["sh", "-c", " ".join(f"test -e {shlex.quote(p)} && echo {shlex.quote(p)};"
+                                                  for p in left) + " true"], timeout=30)
+        left = [p for p in out.splitlines() if p in left] if rc == 0 else []
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+    return left
 
 
 def keep(place, directory: Path, dirs: list[str], before: set[str], python: str = "python3") -> list[dict]:

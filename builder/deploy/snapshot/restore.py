@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from ...errors import Failed, UserError
@@ -80,14 +80,17 @@ def _restore(directory, record, place, say, criu, ready_timeout) -> dict:
     kept = rewind_log(directory, record)
     if kept is not None:
         say(f"the engine's log set back to its size at the dump (CRIU checks it); what was written since: {kept}")
-    placed = remaps.put_back(place, directory, record.get("link_remaps") or [])  # checked by read_record
-    t0 = time.monotonic()
-    above = record.get("max_tid")
-    rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"),
-                             above if isinstance(above, int) and 0 < above < 1 << 22 else 0)
-    criu_s = round(time.monotonic() - t0, 2)
+    entries = record.get("link_remaps") or []  # checked by read_record
+    with remaps.held(place, {str(PurePosixPath(e["path"]).parent) for e in entries}, say):
+        placed = remaps.put_back(place, directory, entries)
+        t0 = time.monotonic()
+        above = record.get("max_tid")
+        rc, text = place.restore(criu_mod.restore_argv(criu, images, f"{inside}/{PIDFILE}"),
+                                 above if isinstance(above, int) and 0 < above < 1 << 22 else 0)
+        criu_s = round(time.monotonic() - t0, 2)
+        # CRIU removes each remap it linked back, maybe after the tree runs: not another restore's copy after it
+        remaps.remove(place, placed if rc != 0 else remaps.wait_consumed(place, placed))
     if rc != 0:
-        remaps.remove(place, placed)
         rc_log, log = place.run(["tail", "-n", "15", f"{images}/restore.log"], timeout=30)
         said = (log if rc_log == 0 else "").strip() or text.strip()  # no log: criu did not start (what stopped it)
         raise Failed(f"criu restore failed (exit {rc}) {place.where}: {said}\nnothing restored is left running; "

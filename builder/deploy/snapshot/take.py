@@ -150,7 +150,7 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     on_gpu = cuda.cuda_pids(place, procs)
     say("the tree: " + "; ".join(f"{p} {criu_mod.name(place, p)}{' (maps /dev/nvidia*)' if p in on_gpu else ''}"
                                  for p in procs))
-    remap_dirs, remaps_before = remaps.before_dump(place, procs)
+    remap_dirs = remaps.dirs_of(place, procs)
     top = criu_mod.max_tid(place, procs)  # while the tree runs: its threads' ids too
     t0 = time.monotonic()
     gpu_done: dict = {}
@@ -161,16 +161,18 @@ def _take(engine, place, out, boot_timeout, say, criu, build_dir) -> dict:
     else:
         say(f"no CUDA process in the tree of {len(procs)} process(es): no GPU state to checkpoint")
     gpu_s = round(time.monotonic() - t0, 2)
-    t0 = time.monotonic()
     images = f"{place.inside(out)}/{IMAGES}"
     place.run(["mkdir", "-p", images], timeout=30)
-    rc, text = place.run(criu_mod.dump_argv(criu, pid, images), timeout=1800)
-    dump_s = round(time.monotonic() - t0, 2)
-    if rc != 0:
-        rc2, log = place.run(["tail", "-n", "15", f"{images}/dump.log"], timeout=30)
-        raise Failed(f"criu dump failed (exit {rc}) {place.where}:\n{log.strip() if rc2 == 0 else text.strip()}")
-    say(f"dumped {len(procs)} process(es) with CRIU {criu_version} in {dump_s} s")
-    link_remaps = remaps.keep(place, out, remap_dirs, remaps_before)
+    with remaps.held(place, remap_dirs, say):  # no other restore's remap appears there meanwhile, nor is taken
+        remaps_before = remaps.present(place, remap_dirs)
+        t0 = time.monotonic()
+        rc, text = place.run(criu_mod.dump_argv(criu, pid, images), timeout=1800)
+        dump_s = round(time.monotonic() - t0, 2)
+        if rc != 0:
+            rc2, log = place.run(["tail", "-n", "15", f"{images}/dump.log"], timeout=30)
+            raise Failed(f"criu dump failed (exit {rc}) {place.where}:\n{log.strip() if rc2 == 0 else text.strip()}")
+        say(f"dumped {len(procs)} process(es) with CRIU {criu_version} in {dump_s} s")
+        link_remaps = remaps.keep(place, out, remap_dirs, remaps_before)
     if link_remaps:
         say(f"CRIU's link remap(s) kept in the snapshot (every restore puts them back): "
             f"{', '.join(e['path'] for e in link_remaps)}")

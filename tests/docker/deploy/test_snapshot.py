@@ -183,15 +183,26 @@ def test_an_engine_whose_sleep_takes_a_body_releases_only_what_the_data_names(im
         subprocess.run(["docker", "rm", "-f", result["container"]], capture_output=True)
 
 
+def host_container(image: str, tmp_path: Path, script: str) -> subprocess.CompletedProcess:
+    """A container of the CRIU image standing for a GPU host without Docker (its own /dev/shm, shared by every
+    process in it as a host's is), running builder from this checkout."""
+    import sysconfig
+
+    argv = ["docker", "run", "--rm", "--label", "io.builder.snapshot=1",
+            *(f"--cap-add={c}" for c in ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")),
+            "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+            "-v", f"{REPO}:/src:ro", "-v", f"{sysconfig.get_paths()['purelib']}:/deps:ro", "-v", f"{tmp_path}:/work",
+            "-w", "/src", "-e", "PYTHONPATH=/src:/deps:/src/tests/fixtures/smoke/stand_in",
+            "-e", "PYTHONDONTWRITEBYTECODE=1", "--entrypoint", "sh", image, "-c", script]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
 def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(image, tmp_path):
     """`--launcher process` (a GPU host without Docker) as it runs there: builder on the host spawns the engine,
     sleeps it, dumps it with CRIU, then restores it under `unshare --pid --fork --mount-proc` and reaches it through
     nsenter. The "host" is a container of the CRIU image (this machine's own CRIU cannot run, see above), running
     builder from this checkout with the test environment's pure-Python packages; the restored engine must answer
     as before, woken, in a PID namespace of its own (its pid 1 is the namespace's init, not the engine)."""
-    import sysconfig
-
-    site = sysconfig.get_paths()["purelib"]
     cell = stand_in_cell().id
     script = (f"python3 -m builder.cli snapshot take {cell} --matrix tests/fixtures/smoke/matrix.toml --launcher "
               "process --python python3 --strategy MTP2 --model stand-in-model --out /work/snap --json "
@@ -219,13 +230,7 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
               "> /work/fallback.json 2> /work/fallback.err || exit 13; "
               "for d in /proc/[0-9]*; do grep -qa stand_in_engine.server $d/cmdline 2>/dev/null && "
               "grep NSpid $d/status; done > /work/after.txt; exit 0")  # (the loop's status is its last grep's)
-    argv = ["docker", "run", "--rm", "--label", "io.builder.snapshot=1",
-            *(f"--cap-add={c}" for c in ("SYS_ADMIN", "CHECKPOINT_RESTORE", "SYS_PTRACE", "NET_ADMIN", "SYS_TIME")),
-            "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-            "-v", f"{REPO}:/src:ro", "-v", f"{site}:/deps:ro", "-v", f"{tmp_path}:/work", "-w", "/src",
-            "-e", "PYTHONPATH=/src:/deps:/src/tests/fixtures/smoke/stand_in", "-e", "PYTHONDONTWRITEBYTECODE=1",
-            "--entrypoint", "sh", image, "-c", script]
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    run = host_container(image, tmp_path, script)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     took = json.loads((tmp_path / "take.json").read_text())
     restored = json.loads((tmp_path / "restore.json").read_text())
@@ -251,6 +256,39 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     # one engine now: the one booted instead, in no PID namespace of builder's (its NSpid has the container's pid only)
     engines = [line.split()[1:] for line in (tmp_path / "after.txt").read_text().splitlines()]
     assert [pids for pids in engines if len(pids) > 1] == [] and len([p for p in engines if p != ["1"]]) == 1, engines
+    assert containers() == []
+
+
+def test_two_snapshots_with_the_same_link_remap_restore_at_once_on_one_host(image, tmp_path):
+    """Two takes of the same engine on one host leave remaps of the same name (CRIU numbers them by the file's id
+    in the dump: vLLM's was link_remap.428 on every H100). Restored at once, each must find its own remap, not the
+    other's or none: builder holds the directory from putting a remap back until CRIU has consumed it. Both
+    answer, each on its port, and no remap is left in /dev/shm."""
+    cell = stand_in_cell().id
+    take = (f"python3 -m builder.cli snapshot take {cell} --matrix tests/fixtures/smoke/matrix.toml --launcher process "
+            "--python python3 --strategy MTP2 --model stand-in-model --json")
+    restore = "python3 -m builder.cli snapshot restore /work/{0} --launcher process --json > /work/{0}-restore.json"
+    script = (f"{take} --port 8000 --out /work/a > /work/a-take.json || exit 10; "
+              f"{take} --port 8001 --out /work/b > /work/b-take.json || exit 11; "
+              # each restore at once, three times over (each pair ended before the next)
+              "for i in 1 2 3; do "
+              f"({restore.format('a')}-$i 2> /work/a-restore-$i.err; echo $? > /work/a-$i.rc) & "
+              f"({restore.format('b')}-$i 2> /work/b-restore-$i.err; echo $? > /work/b-$i.rc) & wait; "
+              "ls /dev/shm | grep -c link_remap > /work/left-$i.txt; "
+              "for s in a b; do $(python3 -c \"import json,sys;print(json.load(open(sys.argv[1])).get('stop') or "
+              "'true')\" /work/$s-restore.json-$i); done; sleep 0.5; done; exit 0")
+    run = host_container(image, tmp_path, script)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    took = {s: json.loads((tmp_path / f"{s}-take.json").read_text()) for s in "ab"}
+    (ra,), (rb,) = took["a"]["link_remaps"], took["b"]["link_remaps"]
+    assert ra["path"] == rb["path"], (ra, rb)  # the case: one name wanted by both
+    for i in (1, 2, 3):
+        for s in "ab":
+            rc = (tmp_path / f"{s}-{i}.rc").read_text().strip()
+            assert rc == "0", (tmp_path / f"{s}-restore-{i}.err").read_text()[-2000:]
+            got = json.loads((tmp_path / f"{s}-restore.json-{i}").read_text())
+            assert got["restored"] and got["answer"] == took[s]["answer"] and got["port"] == {"a": 8000, "b": 8001}[s]
+        assert (tmp_path / f"left-{i}.txt").read_text().strip() == "0"
     assert containers() == []
 
 

@@ -22,6 +22,7 @@ class Here:
     """Commands on this host, as the process route's place runs them."""
 
     where = "on this host"
+    local = True
 
     def run(self, argv, timeout=600):
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -87,7 +88,8 @@ def test_the_directories_of_a_removed_but_mapped_file_are_found_and_its_remaps_l
     try:
         assert child.stdout.readline().strip() == "ready"
         (d / "link_remap.3").write_bytes(b"old")  # another dump's, left there
-        dirs, before = remaps.before_dump(Here(), [child.pid], python=sys.executable)
+        dirs = remaps.dirs_of(Here(), [child.pid], python=sys.executable)
+        before = remaps.present(Here(), dirs, python=sys.executable)
         assert str(d) in dirs and before == {str(d / "link_remap.3")}
         (d / "link_remap.11").write_bytes(b"\1" * 32)  # as CRIU's dump makes it
         os.chmod(d / "link_remap.11", 0o600)
@@ -117,3 +119,75 @@ def test_a_remap_whose_directory_is_missing_where_it_is_restored_says_so_and_pla
     with pytest.raises(Exception, match="must exist"):
         remaps.put_back(Here(), snap, [first, gone])
     assert not (tmp_path / "here" / "link_remap.1").exists()  # the one placed before is removed again
+
+
+# another process holding the lock of a directory, as a second `builder snapshot restore` on the host would
+HOLDER = ("import sys,time\n"
+          "from builder.deploy.snapshot import remaps\n"
+          "class P:\n local = True\n"
+          "with remaps.held(P(), [sys.argv[1]]):\n"
+          " print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
+          " open(sys.argv[3], 'w').write(str(time.time()))\n")
+
+
+def holder(d: Path, seconds: float, done: Path) -> subprocess.Popen:
+    from tests.helpers import REPO
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(d), str(seconds), str(done)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_two_restores_on_one_host_take_the_remaps_directory_one_after_the_other(tmp_path):
+    """Two snapshots of the same engine have remaps of the same name (vLLM's was link_remap.428 on every H100): a
+    restore (or a take's dump) holds the directory from putting its remaps back until CRIU has consumed them, so
+    the other waits, says so once, and goes on only when the first has let go."""
+    d = tmp_path / "shm"
+    d.mkdir()
+    done = tmp_path / "first-done"
+    first = holder(d, 1.0, done)
+    said = []
+    try:
+        with remaps.held(Here(), [str(d), str(tmp_path / "absent")], said.append):
+            import time
+
+            entered = time.time()
+            assert done.exists() and float(done.read_text()) <= entered  # only after the first let go
+    finally:
+        first.wait(timeout=30)
+    assert len(said) == 1 and f"CRIU's link remaps in {d}" in said[0] and (d / remaps.LOCK).is_file()
+    # a holder that does not let go: refused after the wait, naming the lock, nothing held
+    stuck = holder(d, 30, tmp_path / "never")
+    try:
+        with pytest.raises(Exception, match="another snapshot take or restore on this host has held"):
+            with remaps.held(Here(), [str(d)], wait_s=0.5):
+                pytest.fail("entered while another held it")
+    finally:
+        stuck.kill()
+        stuck.wait()
+    with remaps.held(Here(), [str(d)], wait_s=0.5):  # its lock died with it
+        pass
+
+
+def test_a_container_holds_nothing_on_the_host(tmp_path):
+    class InAContainer(Here):
+        local = False
+
+    d = tmp_path / "shm"
+    d.mkdir()
+    with remaps.held(InAContainer(), [str(d)]):
+        pass
+    assert not (d / remaps.LOCK).exists()  # its /dev/shm is its own: no lock file, no wait
+
+
+def test_a_restore_waits_until_criu_has_consumed_its_remaps_and_removes_what_it_did_not(tmp_path):
+    import threading
+
+    gone, stays = tmp_path / "link_remap.1", tmp_path / "link_remap.2"
+    gone.write_bytes(b"x")
+    stays.write_bytes(b"y")
+    threading.Timer(0.3, gone.unlink).start()  # CRIU removing the one it linked back, a moment after
+    assert remaps.wait_consumed(Here(), [str(gone), str(stays)], timeout=1.0) == [str(stays)]
+    assert not gone.exists()
+    assert remaps.wait_consumed(Here(), [], timeout=1.0) == []
