@@ -212,6 +212,8 @@ def _pip_passthrough() -> tuple[dict[str, str], dict[str, dict]]:
             path = word.removeprefix("file://")
             if path.startswith("/") and Path(path).exists():
                 top = Path(path) if Path(path).is_dir() else Path(path).parent
+                if top.name == "simple":  # a local simple index links its files beside it (../files/...)
+                    top = top.parent
                 mounts[str(top)] = {"bind": str(top), "mode": "ro"}
     return env, mounts
 

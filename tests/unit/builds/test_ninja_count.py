@@ -66,3 +66,23 @@ def test_buildextension_form_takes_the_global_cuda_flags(tmp_path):
     assert (summary["tus"], summary["units"], summary["sass"]) == (2, 4, ["sm_80", "sm_90"])
     assert summary["gencode"] == ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90"]
     assert list(summary["per_target"]) == ["extension"]
+
+
+def test_a_local_simple_index_is_given_to_the_venvs_container_with_the_files_it_links_to(tmp_path, monkeypatch):
+    """This machine's pip reads `file:///…/simple` indexes whose pages link `../files/…`: the container that installs
+    the benchmark's torch venv gets the index's parent, not only `simple/` (where pip found the page, then failed on
+    the wheel: "No such file or directory: '/opt/pypi/files/ninja-…whl'")."""
+    (tmp_path / "pypi" / "simple").mkdir(parents=True)
+    (tmp_path / "pypi" / "files").mkdir()
+    (tmp_path / "wheels").mkdir()
+    listed = (f"global.extra-index-url='file://{tmp_path}/pypi/simple'\nglobal.find-links='{tmp_path}/wheels'\n"
+              "global.cert='/nonexistent/ca.crt'\n")
+
+    class Listed:
+        stdout = listed
+
+    monkeypatch.setattr(units.subprocess, "run", lambda *a, **k: Listed())
+    env, mounts = units._pip_passthrough()
+    assert env["PIP_EXTRA_INDEX_URL"] == f"file://{tmp_path}/pypi/simple"
+    assert set(mounts) == {str(tmp_path / "pypi"), str(tmp_path / "wheels")}  # a missing path is not mounted
+    assert all(m == {"bind": host, "mode": "ro"} for host, m in mounts.items())

@@ -20,3 +20,17 @@ def test_every_benchmark_script_is_run_by_the_suite():
     assert scripts == set(QUICK) | set(ELSEWHERE)
     for script, test in ELSEWHERE.items():
         assert any(f'"benchmarks" / "{script}"' in p.read_text() for p in (REPO / "tests").rglob(test)), (script, test)
+
+
+def test_the_farm_benchmarks_vllm_route_refuses_without_a_cutlass_checkout_before_anything_starts(tmp_path):
+    """`farm_units.py --sdist vllm` compiles vLLM's real units from its PyPI sdist (its GitHub sources are not
+    reachable here): its CUTLASS 3.x units include CUTLASS, so a checkout must be given; without one (or with a
+    directory that is not one) it exits 2 before a container, a venv or a farm is made."""
+    import subprocess
+    import sys
+
+    for extra in ([], ["--source", f"cutlass={tmp_path}"]):
+        res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "farm_units.py"), "--sdist", "vllm", *extra],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "give a CUTLASS checkout with --source cutlass=DIR" in res.stderr, res.stderr
+        assert res.stdout == ""
