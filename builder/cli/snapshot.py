@@ -32,6 +32,24 @@ def snapshot():
     """
 
 
+def _process_paths(cell, python: str, cache_root: str | None, image_paths: bool, served: str,
+                   generated: bool) -> tuple[str, dict[str, str]]:
+    """The process route's engine as smoke and warm run it: the cell's compile caches under --cache-root (or the
+    image's root), and with --image-paths the interpreter checked at the image's prefix, its variables, and a model
+    generated here reached under the image's model root (vLLM's compile-cache hash holds the model's path), so the
+    engine boots from a warm layer restored there, as the warm image would."""
+    from ..deploy.runtime import caches, imagepaths
+    from ..deploy.runtime.engine import ProcessLauncher
+
+    env = dict(caches.of_cell(cell, cache_root).env)
+    if not image_paths:
+        return served, env
+    paths = imagepaths.of_cell(cell, python, cache_root)[0]
+    if generated:
+        served = ProcessLauncher(python=python, paths=paths).where(Path(served))
+    return served, {**imagepaths.env(paths), **env}
+
+
 def _out_dir(out: str, what: str = "the snapshot") -> Path:
     from ..errors import UserError
 
@@ -72,15 +90,20 @@ def _image(image: str):
 @flags.env
 @click.option("--boot-timeout", default=900.0, show_default=True, type=flags.Number(1, 86400, "a number of seconds"),
               help="Seconds the engine has to boot and answer /v1/models before the snapshot is given up.")
+@flags.cache_root(", so a warm layer restored there is what the engine boots from before it is snapshotted.")
+@flags.image_paths
 @flags.matrix
 @flags.as_json
-def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_args, env, boot_timeout, matrix_path,
-         as_json):
+def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_args, env, boot_timeout, cache_root,
+         image_paths, matrix_path, as_json):
     """Snapshot TARGET booted (an image; a cell id with --launcher process) after it answered smoke L3's request.
 
     \b
     Example:
       builder snapshot take IMAGE --strategy MTP2 --model /models/tiny --out snap/
+      # a GPU host: booted warm from a layer restored at the image's paths, then snapshotted
+      builder snapshot take CELL --matrix M --launcher process --python /opt/venv/bin/python --image-paths \\
+          --strategy MTP2 --model shape:27b --out snap/
     """
     from ..deploy import runflags, subject
     from ..deploy.runtime.engine import free_port
@@ -98,6 +121,8 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
         raise UserError(f"--model {model}: a generated model is written on this host, which the container does not "
                         "see; give the model's path in the image (or --launcher process)")
     extra, given_env = runflags.engine_args(engine_args), runflags.env_pairs(env)
+    flags.process_only(type("Route", (), {"launcher": launcher}), cache_root=cache_root is not None,
+                       image_paths=image_paths)
     if launcher == "process":
         _port_free(port, "the engine it boots")
     out_path = _out_dir(out)
@@ -116,12 +141,15 @@ def take(target, strategy, model, out, launcher, python, port, tp, criu, engine_
     if strategy and recipe.strategy_problem(strategy):
         raise UserError(f"--strategy {strategy}: {recipe.strategy_problem(strategy)}")
     served = str(Model.resolve(model).target) if generated else model  # tiny, shape:NAME: generated here
+    at_paths = {}  # the process route's caches (and, --image-paths, the image's paths) in the engine's environment
+    if launcher == "process":
+        served, at_paths = _process_paths(cell, python, cache_root, image_paths, served, generated)
     argv = take_mod.line_for(recipe, strategy, served, port, host, tp, extra, generated=generated)
     if launcher == "process" and argv[0] in ("python", "python3"):
         argv = (python, *argv[1:])
     argv = noring.wrap(python if launcher == "process" else "python3", argv)  # no io_uring for CRIU to meet
     engine = take_mod.Engine(subject=target, identity=identity, recipe=recipe, argv=argv, model=model, tp=tp,
-                             env=take_mod.engine_env(recipe, strategy, given_env), served=served)
+                             env=take_mod.engine_env(recipe, strategy, {**at_paths, **given_env}), served=served)
     if launcher == "docker":
         place = place_mod.Container(target, str(out_path), port, free_port())
     else:

@@ -108,6 +108,13 @@ CASES = [case.__class__(**{**case.__dict__, "files": _in_dirs(case.files)}) for 
          expect=("--engine-args",)),
     Case("s1-take-env-not-name-value", "snapshot", [*TAKE, "--out", "{tmp}/o", "--env", "A"],
          expect=("--env 'A'", "NAME=VALUE")),
+    # the process route's caches and image paths (a GPU host booting warm from a restored layer before the take)
+    Case("s1-take-cache-root-in-a-container", "snapshot", [*TAKE, "--out", "{tmp}/o", "--cache-root", "{tmp}/c"],
+         expect=("--cache-root", "only with --launcher process")),
+    Case("s1-take-image-paths-in-a-container", "snapshot", [*TAKE, "--out", "{tmp}/o", "--image-paths"],
+         expect=("--image-paths", "only with --launcher process")),
+    Case("s1-take-cache-root-empty", "snapshot", [*TAKE, "--out", "{tmp}/o", "--cache-root", " "],
+         expect=("--cache-root: empty",)),
     # push / pull (how a snapshot ships): refused before any request; the registry's own refusals are in
     # tests/docker/deploy/test_snapshot_ship.py against a real one
     Case("s1-push-missing-dir", "snapshot", ["snapshot", "push", "{tmp}/none", "127.0.0.1:9/x/y:t"],

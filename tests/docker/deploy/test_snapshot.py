@@ -206,7 +206,7 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     cell = stand_in_cell().id
     script = (f"python3 -m builder.cli snapshot take {cell} --matrix tests/fixtures/smoke/matrix.toml --launcher "
               "process --python python3 --strategy MTP2 --model stand-in-model --out /work/snap --json "
-              "> /work/take.json || exit 10; ls /dev/shm > /work/shm-after-take.txt; "
+              "--cache-root /work/cache > /work/take.json || exit 10; ls /dev/shm > /work/shm-after-take.txt; "
               "python3 -m builder.cli snapshot restore /work/snap --launcher process --json > /work/restore.json "
               "|| exit 11; "
               # the restored engine, seen from the host: its NSpid line has two pids (the host's, the namespace's)
@@ -235,6 +235,10 @@ def test_the_process_route_restores_in_a_fresh_pid_namespace_where_no_docker_is(
     took = json.loads((tmp_path / "take.json").read_text())
     restored = json.loads((tmp_path / "restore.json").read_text())
     assert took["slept"] and took["processes"] >= 1 and took["cuda_pids"] == []
+    # --cache-root: the cell's compile caches under it in the engine's environment, as smoke and warm boot it
+    assert {k: took["env"].get(k) for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")} == {
+        "VLLM_CACHE_ROOT": "/work/cache/vllm", "TRITON_CACHE_DIR": "/work/cache/triton",
+        "TORCHINDUCTOR_CACHE_DIR": "/work/cache/inductor"}
     # the link remap CRIU made on this host's /dev/shm went into the snapshot: a restore puts it back, each time
     assert len(took["link_remaps"]) == 1 and "link_remap" not in (tmp_path / "shm-after-take.txt").read_text()
     assert restored["answer"] == took["answer"] == (tmp_path / "again.txt").read_text().rstrip("\n")

@@ -73,3 +73,22 @@ def test_an_unknown_console_script_is_named(env):
     proc = subprocess.run(list(noring.wrap(sys.executable, ("no-such-engine", "serve"))), capture_output=True,
                           text=True, env=env, timeout=60)
     assert proc.returncode == 1 and "no console script 'no-such-engine'" in proc.stderr
+
+
+def test_take_at_the_images_paths_refuses_an_interpreter_that_is_not_the_images_and_writes_nothing(tmp_path):
+    """`snapshot take --launcher process --image-paths` boots the engine as a warm image would (its venv's prefix, the
+    caches at the image's root, a generated model under the image's model root): an interpreter elsewhere is refused
+    before anything is written, naming the image's prefix (scripts/gpu-host-run --image-paths makes one)."""
+    from tests.helpers import REPO
+
+    out = tmp_path / "snap"
+    res = subprocess.run([sys.executable, "-m", "builder.cli", "snapshot", "take",
+                          "stand-in-engine-1.0.0-cu130-py311-sm80.90", "--matrix",
+                          str(REPO / "tests" / "fixtures" / "smoke" / "matrix.toml"), "--launcher", "process",
+                          "--python", sys.executable, "--port", "1", "--image-paths", "--strategy", "MTP2",
+                          "--model", "m", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr
+    assert "does not run at the image's paths" in res.stderr and "(the image's: /opt/venv)" in res.stderr
+    assert not out.exists() and "Traceback" not in res.stderr
