@@ -188,6 +188,7 @@ class SdistSetup:
 
 @dataclasses.dataclass
 class SdistPackage:
+    """What through_farm audits the sdist route's objects against (a build plan's package has the same two)."""
     built_sass: tuple
     archs: tuple
 
@@ -263,9 +264,9 @@ def main() -> int:
         images: list[str] = []
         try:
             t0 = time.monotonic()
+            pkg = wheel.package if wheel else None  # what the objects are audited against
             if args.sdist:
-                captured, sdist_pkg = sdist_setup(args, work)
-                wheel = dataclasses.make_dataclass("Wheel", ["package"])(sdist_pkg)
+                captured, pkg = sdist_setup(args, work)
             elif args.from_dir:
                 captured = kept(args.from_dir)
             else:
@@ -285,8 +286,8 @@ def main() -> int:
             counts = [int(x) for x in args.servers.split(",")]
             for k in counts:
                 print(f"farm of {k}: {len(chosen)} units", file=sys.stderr)
-                runs.append(through_farm(k, args, captured, chosen, wheel.package, work))
-            runs.append(through_farm(counts[-1], args, captured, chosen, wheel.package, work, recache=False))
+                runs.append(through_farm(k, args, captured, chosen, pkg, work))
+            runs.append(through_farm(counts[-1], args, captured, chosen, pkg, work, recache=False))
         finally:
             for image in images:
                 docker.remove_image(image)

@@ -118,6 +118,14 @@ def _host_of(registry: str) -> str:
     return re.sub(r"^(docker|https?)://", "", registry).split("/", 1)[0]
 
 
+def ca_bundle_path(value: str | None) -> Path | None:
+    """--ca-bundle (or BUILDER_CA_BUNDLE) as a path, resolved; "" is refused (it would mean no bundle, unsaid). Every
+    verb that builds with BuildKit takes it so (build, publish, verify-repro, snapshot criu)."""
+    if value == "":
+        raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
+    return Path(value).resolve() if value else None
+
+
 def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None, repro: bool = False):
     """The steps' BuildOptions, assembled here only. `publish`: the Target of `builder publish`; `repro`: the
     two builds of verify-repro (no layer cache, no shared compile cache, no progress display)."""
@@ -132,8 +140,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
 
     from .cache.config import selected_remotes
 
-    if flags.ca_bundle == "":
-        raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
+    ca_bundle = ca_bundle_path(flags.ca_bundle)
     from . import fanout
 
     builders = fanout.parse(flags.host.builder)
@@ -149,7 +156,7 @@ def build_options(m, flags: BuildFlags, source_date_epoch: str, *, publish=None,
         keep_going=flags.keep_going,
         max_jobs=flags.max_jobs,
         nvcc_threads=flags.nvcc_threads,
-        ca_bundle=Path(flags.ca_bundle).resolve() if flags.ca_bundle else None,
+        ca_bundle=ca_bundle,
         allow_unpinned=flags.allow_unpinned,
         source_date_epoch=source_date_epoch,
         pins_dir=Path(flags.pins_dir).resolve() if flags.pins_dir else m.path.resolve().parent / pins.DIR_NAME,

@@ -346,21 +346,18 @@ def criu(base, out, ca_bundle, as_json):
     """
     from .. import docker as docker_mod
     from ..deploy.snapshot import hostcriu
-    from ..errors import UserError
     from ..imageref import ImageRef
+    from ..options import ca_bundle_path
+    from ..runner import check_ca_bundle
 
     ImageRef.parse(base, "--base")  # a reference, refused in one line otherwise
     out_path = _out_dir(out, "CRIU")
-    if ca_bundle is not None:
-        from ..runner import check_ca_bundle
-
-        if ca_bundle == "":
-            raise UserError("--ca-bundle (or BUILDER_CA_BUNDLE): an empty path; leave it out for no CA bundle")
-        check_ca_bundle(Path(ca_bundle))
-        ca_bundle = str(Path(ca_bundle).resolve())
+    bundle = ca_bundle_path(ca_bundle)
+    if bundle is not None:
+        check_ca_bundle(Path(ca_bundle))  # named as given
     docker_mod.require_daemon()
     docker_mod.require_buildx()
-    done = hostcriu.build(base, out_path, ca_bundle, lambda s: click.echo(s, err=True))
+    done = hostcriu.build(base, out_path, str(bundle) if bundle else None, lambda s: click.echo(s, err=True))
     click.echo(json.dumps(done, indent=2) if as_json else
                f"CRIU {done['criu']} in {out}: {len(done['files'])} files, {done['bytes']:,} bytes; built on "
                f"{'; '.join(done['built_on'][:2])}")

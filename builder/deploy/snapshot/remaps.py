@@ -121,8 +121,8 @@ def wait_consumed(place, paths: list[str], timeout: float = CONSUMED_S) -> list[
         rc, out = place.run(["sh", "-c", " ".join(f"test -e {shlex.quote(p)} && echo {shlex.quote(p)};"
                                                   for p in left) + " true"], timeout=30)
         left = [p for p in out.splitlines() if p in left] if rc == 0 else []
-        if not left or time.monotonic() > deadline:
-            return left
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.05)
     return left
 
